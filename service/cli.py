@@ -1,0 +1,227 @@
+"""The ``modstage`` command: one parser, subcommands dispatched lazily.
+
+Each subcommand names the module that runs it; that module is imported only
+when the subcommand runs, so ``modstage stage`` works in a container holding
+tomli-w alone and ``modstage boot`` imports nothing the boot path does not use.
+A command's ``run(args, out)`` returns the exit code; errors are mapped to
+messages and exit codes here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from stager.errors import StagerError
+
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+
+Runner = Callable[[argparse.Namespace, TextIO], int]
+
+
+def _root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        metavar="PREFIX",
+        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /)",
+    )
+
+
+def _stage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "stage",
+        help="(container) copy modules and firmware into a new drop",
+        description=(
+            "Copy signed modules and firmware into a fresh drop directory, compute their "
+            "digests and write manifest.toml last, by rename. Prints the drop's path. "
+            "A newer drop of a bundle supersedes the older ones."
+        ),
+    )
+    p.add_argument(
+        "--into",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="the incoming directory, e.g. /var/lib/modstage/incoming",
+    )
+    p.add_argument("--bundle", required=True, help="bundle (slot) name, e.g. nvidia")
+    p.add_argument(
+        "--version",
+        required=True,
+        dest="bundle_version",
+        help="version of what the bundle carries, e.g. 580.95.05",
+    )
+    p.add_argument("--kernel", required=True, help="kernel release the modules are built for")
+    p.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="FILE[:PARAMS]",
+        help="a module file, optionally with its parameters after the first ':'; "
+        "repeat in load order",
+    )
+    p.add_argument(
+        "--params-dir",
+        type=Path,
+        metavar="DIR",
+        help="directory of <module>.conf parameter files (GPU operator's "
+        "kernelModuleConfig); merged into matching modules, --module wins",
+    )
+    p.add_argument(
+        "--firmware",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="firmware directory; its files keep their relative paths",
+    )
+    p.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="BUNDLE",
+        help="a bundle whose modules must be loaded before this one's",
+    )
+    p.add_argument(
+        "--memory",
+        metavar="POLICY",
+        help="auto_online_blocks policy: offline|online|online_kernel|online_movable",
+    )
+    p.set_defaults(command="stager.drop")
+
+
+def _verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check module signatures, modinfo and vermagic as the kernel will",
+        description=(
+            "Verify module files or drop directories exactly as the kernel will at load "
+            "time: appended PKCS#7 signature against trusted certificates, .modinfo, "
+            "vermagic. For a drop directory the manifest's digests are checked too. "
+            "Exit 0 only if every module is accepted."
+        ),
+    )
+    _root(p)
+    p.add_argument(
+        "--trusted",
+        type=Path,
+        metavar="DIR",
+        help="certificate directory (default: /etc/modstage/trusted.d under --root)",
+    )
+    p.add_argument(
+        "--kernel", metavar="RELEASE", help="target kernel release (default: the running kernel)"
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list of verdicts")
+    p.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="module file (.ko, .ko.xz, .ko.zst, .ko.gz) or drop directory",
+    )
+    p.set_defaults(command="service.verify_cmd")
+
+
+def _host(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, module: str, help_: str
+) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=help_)
+    _root(p)
+    p.set_defaults(command=module)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``modstage`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="modstage",
+        description=(
+            "Stage signed out-of-tree kernel modules from a container and load them on the "
+            "host at the next reboot, falling back to the last good set."
+        ),
+    )
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    _stage(sub)
+    _verify(sub)
+    intake = _host(
+        sub,
+        "intake",
+        "service.intake_cmd",
+        "copy complete drops into the store, verify them, record pending generations",
+    )
+    intake.add_argument(
+        "drops",
+        type=Path,
+        nargs="*",
+        metavar="DROP",
+        help="drop directories (default: every complete drop in incoming/)",
+    )
+    _host(
+        sub,
+        "boot",
+        "service.boot_cmd",
+        "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    _host(sub, "serve", "service.daemon", "watch for drops, schedule reboots, online memory")
+    status = _host(sub, "status", "service.status", "show bundles, generations and phases")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--reboot-required",
+        action="store_true",
+        help="exit 0 if a reboot is required, 1 if not (kured sentinel command)",
+    )
+    wait = sub.add_parser("wait", help="(container) wait until a bundle's generation is active")
+    wait.add_argument(
+        "--status-dir",
+        type=Path,
+        default=Path("/var/lib/modstage/status"),
+        metavar="DIR",
+        help="the status directory mounted into the container",
+    )
+    wait.add_argument("--bundle", required=True)
+    wait.add_argument("--generation", metavar="ID")
+    wait.add_argument("--timeout", type=float, metavar="S")
+    wait.set_defaults(command="stager.wait")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run ``modstage``; the one place that turns errors into messages and exit codes."""
+    out = out if out is not None else sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        module = importlib.import_module(args.command)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith(("service.", "stager.")):
+            print(f"modstage {args.subcommand}: not available in this build", file=sys.stderr)
+            return EXIT_USAGE
+        print(
+            f"modstage {args.subcommand}: missing dependency {exc.name!r} "
+            "(install modstage[host] on the host)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    run: Runner = module.run
+    try:
+        return run(args, out)
+    except StagerError as exc:
+        print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        from service.errors import ServiceError
+
+        if isinstance(exc, ServiceError):
+            print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

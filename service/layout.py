@@ -1,0 +1,98 @@
+"""Every path modstage uses, rooted at one prefix so tests run on a temporary tree.
+
+Logic never spells ``/etc``, ``/var``, ``/run``, ``/sys`` or ``/proc``; it asks a
+:class:`Layout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The on-disk contract of modstage under ``root`` (``/`` on a real host)."""
+
+    root: Path = Path("/")
+
+    def _under(self, absolute: str) -> Path:
+        return self.root / absolute.lstrip("/")
+
+    # admin-owned configuration
+    @property
+    def etc(self) -> Path:
+        """Directory of the host's modstage configuration."""
+        return self._under("/etc/modstage")
+
+    @property
+    def config(self) -> Path:
+        """The host policy file."""
+        return self.etc / "config.toml"
+
+    @property
+    def trusted(self) -> Path:
+        """Directory of certificates whose keys may sign modules."""
+        return self.etc / "trusted.d"
+
+    # persistent state on the node's ephemeral volume
+    @property
+    def var(self) -> Path:
+        """modstage's persistent directory."""
+        return self._under("/var/lib/modstage")
+
+    @property
+    def incoming(self) -> Path:
+        """Where containers drop bundles (the container may write here)."""
+        return self.var / "incoming"
+
+    @property
+    def store(self) -> Path:
+        """Verified, read-only generations, one directory per generation id."""
+        return self.var / "store"
+
+    @property
+    def state(self) -> Path:
+        """The per-bundle state file."""
+        return self.var / "state.json"
+
+    @property
+    def status(self) -> Path:
+        """Per-bundle status files, mounted read-only into containers."""
+        return self.var / "status"
+
+    # runtime
+    @property
+    def run(self) -> Path:
+        """Runtime directory (snapshot for ``status``, firmware view)."""
+        return self._under("/run/modstage")
+
+    @property
+    def reboot_sentinel(self) -> Path:
+        """kured's default sentinel file."""
+        return self._under("/var/run/reboot-required")
+
+    # kernel interfaces
+    @property
+    def sys(self) -> Path:
+        """The sysfs mount."""
+        return self._under("/sys")
+
+    @property
+    def proc(self) -> Path:
+        """The procfs mount."""
+        return self._under("/proc")
+
+    @property
+    def boot_id(self) -> Path:
+        """The kernel's random id of the current boot."""
+        return self.proc / "sys/kernel/random/boot_id"
+
+    @property
+    def os_release(self) -> Path:
+        """The running kernel's release string (``uname -r``)."""
+        return self.proc / "sys/kernel/osrelease"
+
+    def kernel_release(self) -> str:
+        """The running kernel's release, read under this layout's root."""
+        return self.os_release.read_text().strip()

@@ -1,0 +1,45 @@
+"""The one crash-safe write: temp file in the same directory, fsync, rename, fsync the directory.
+
+Every file modstage persists (manifests, state, status, metrics) goes through
+:func:`write_atomic`, so a reader sees either the old content or the new one,
+whatever moment the writer is killed at.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory entries of ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    The temporary name starts with a dot and ends in ``.tmp`` so that scanners
+    can tell it from a finished file; a crash leaves at most such a file behind.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -1,0 +1,245 @@
+"""The drop protocol: what ``modstage stage`` writes into the incoming directory.
+
+A drop is a directory ``<bundle>.<time>.<token>`` holding the files under
+``modules/`` and ``firmware/`` and, written last by rename, ``manifest.toml``.
+Until the manifest exists the drop is incomplete and every reader ignores it,
+so a stager killed at any point leaves nothing that looks complete. A finished
+drop removes the older drops of its bundle (complete or not); drops of other
+bundles are never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import secrets
+import shutil
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from stager.atomic import fsync_dir, write_atomic
+from stager.errors import ManifestError, StageError
+from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
+from stager.params import ParamsError, merge_params, parse_params
+from stager.paths import MANIFEST_NAME, MODULE_SUFFIXES, drop_name, parse_drop_name
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """A module named on the command line: its source file and explicit parameters."""
+
+    source: Path
+    params: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> ModuleSpec:
+        """``FILE`` or ``FILE:PARAMS`` (split at the first ':')."""
+        file, _, params = spec.partition(":")
+        try:
+            parse_params(params)
+        except ParamsError as exc:
+            raise StageError(file, f"parameters {params!r}: {exc}") from exc
+        return cls(Path(file), params)
+
+    @property
+    def stem(self) -> str:
+        """The file name without its module suffix, as the GPU operator names conf files."""
+        name = self.source.name
+        for suffix in MODULE_SUFFIXES:
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+
+def conf_params(params_dir: Path, stem: str) -> str:
+    """Parameters from ``<stem>.conf`` (either '-' or '_' spelling), '' when absent.
+
+    One or more space-separated parameters per line, the last newline optional,
+    as the GPU operator's kernelModuleConfig writes them; blank lines and lines
+    starting with '#' are skipped.
+    """
+    for name in dict.fromkeys((stem, stem.replace("_", "-"), stem.replace("-", "_"))):
+        path = params_dir / f"{name}.conf"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StageError(path, f"cannot read parameters: {exc}") from exc
+        lines = [ln.strip() for ln in text.splitlines()]
+        params = " ".join(ln for ln in lines if ln and not ln.startswith("#"))
+        try:
+            parse_params(params)
+        except ParamsError as exc:
+            raise StageError(path, f"not a kernel parameter string: {exc}") from exc
+        return params
+    return ""
+
+
+def firmware_files(root: Path) -> list[tuple[Path, str]]:
+    """Every regular file under ``root`` with its relative path, sorted."""
+    if not root.is_dir():
+        raise StageError(root, "firmware directory does not exist or is not a directory")
+    found: list[tuple[Path, str]] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_walk_error):
+        for name in dirnames:
+            if (Path(dirpath) / name).is_symlink():
+                raise StageError(
+                    Path(dirpath) / name,
+                    "symlinked firmware directories are not supported; copy the files instead",
+                )
+        for name in filenames:
+            path = Path(dirpath) / name
+            found.append((path, path.relative_to(root).as_posix()))
+    return sorted(found, key=lambda item: item[1])
+
+
+def _walk_error(exc: OSError) -> None:
+    raise StageError(exc.filename, f"cannot list firmware directory: {exc.strerror}")
+
+
+def copy_hashed(source: Path, dest: Path) -> str:
+    """Copy one regular file durably; return the sha256 of what was written."""
+    try:
+        src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StageError(source, f"cannot open: {exc.strerror}") from exc
+    digest = hashlib.sha256()
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            raise StageError(source, "not a regular file")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(src, "rb", closefd=False) as reader, open(dest, "xb") as writer:
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            while n := reader.readinto(buf):
+                digest.update(view[:n])
+                writer.write(view[:n])
+            writer.flush()
+            os.fsync(writer.fileno())
+    except OSError as exc:
+        raise StageError(exc.filename or source, f"cannot copy: {exc.strerror}") from exc
+    finally:
+        os.close(src)
+    return digest.hexdigest()
+
+
+def stage(
+    into: Path,
+    *,
+    bundle: str,
+    version: str,
+    kernel: str,
+    modules: list[ModuleSpec],
+    params_dir: Path | None = None,
+    firmware_dirs: tuple[Path, ...] = (),
+    after: tuple[str, ...] = (),
+    memory: str | None = None,
+) -> Path:
+    """Write a complete drop for ``bundle`` into ``into`` and return its path."""
+    if not modules:
+        raise StageError("--module", "a bundle needs at least one module")
+    if not into.is_dir():
+        raise StageError(into, "incoming directory does not exist")
+    _check_inputs(bundle, version, kernel, after, memory)
+    fw_sources = [item for root in firmware_dirs for item in firmware_files(root)]
+    params = []
+    for spec in modules:
+        from_conf = conf_params(params_dir, spec.stem) if params_dir else ""
+        params.append(merge_params(from_conf, spec.params))
+    drop = into / drop_name(bundle, time.time_ns(), secrets.token_hex(8))
+    drop.mkdir(mode=0o755)
+    try:
+        entries = [
+            ModuleEntry(
+                f"modules/{spec.source.name}",
+                copy_hashed(spec.source, drop / "modules" / spec.source.name),
+                p,
+            )
+            for spec, p in zip(modules, params, strict=True)
+        ]
+        fw_entries = [
+            FirmwareEntry(f"firmware/{rel}", copy_hashed(src, drop / "firmware" / rel))
+            for src, rel in fw_sources
+        ]
+        for directory in sorted({p.parent for p in drop.rglob("*") if p.is_file()}, reverse=True):
+            fsync_dir(directory)
+        fsync_dir(drop)
+        manifest = _manifest(bundle, version, kernel, entries, fw_entries, after, memory)
+        write_atomic(drop / MANIFEST_NAME, manifest.to_toml())
+        fsync_dir(into)
+    except BaseException:
+        shutil.rmtree(drop, ignore_errors=True)  # a failed stager leaves nothing behind
+        raise
+    supersede(into, drop)
+    return drop
+
+
+def _check_inputs(
+    bundle: str, version: str, kernel: str, after: tuple[str, ...], memory: str | None
+) -> None:
+    """Validate the scalar inputs before anything is copied."""
+    placeholder = ModuleEntry("modules/x.ko", "0" * 64)
+    _manifest(bundle, version, kernel, [placeholder], [], after, memory)
+
+
+def _manifest(
+    bundle: str,
+    version: str,
+    kernel: str,
+    modules: list[ModuleEntry],
+    firmware: list[FirmwareEntry],
+    after: tuple[str, ...],
+    memory: str | None,
+) -> Manifest:
+    data: dict[str, object] = {
+        "schema": 1,
+        "bundle": bundle,
+        "version": version,
+        "kernel": kernel,
+        "after": list(after),
+        "module": [{"file": m.file, "sha256": m.sha256, "params": m.params} for m in modules],
+        "firmware": [{"file": f.file, "sha256": f.sha256} for f in firmware],
+    }
+    if memory is not None:
+        data["memory"] = {"auto_online_blocks": memory}
+    try:
+        return Manifest.from_dict(data, source="manifest")
+    except ManifestError as exc:
+        raise StageError(exc.source, "; ".join(exc.problems)) from exc
+
+
+def supersede(into: Path, drop: Path) -> list[Path]:
+    """Remove the drops of ``drop``'s bundle that are older than it; return them."""
+    mine = parse_drop_name(drop.name)
+    assert mine is not None
+    removed = []
+    for entry in into.iterdir():
+        other = parse_drop_name(entry.name)
+        if other and other[0] == mine[0] and other[1] < mine[1]:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """``modstage stage``: stage a drop and print its path."""
+    drop = stage(
+        args.into,
+        bundle=args.bundle,
+        version=args.bundle_version,
+        kernel=args.kernel,
+        modules=[ModuleSpec.parse(spec) for spec in args.module],
+        params_dir=args.params_dir,
+        firmware_dirs=tuple(args.firmware),
+        after=tuple(args.after),
+        memory=args.memory,
+    )
+    print(drop, file=out)
+    return 0

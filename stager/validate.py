@@ -1,0 +1,211 @@
+"""Schema 1 validation: every problem collected, each naming its key, raised once."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stager.errors import ManifestError
+from stager.manifest import SCHEMA, FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
+from stager.params import ParamsError, parse_params
+from stager.paths import MODULE_SUFFIXES, bundle_problem, relpath_problem
+
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~:-]{0,127}\Z")
+_TOP = {"schema", "bundle", "version", "kernel", "after", "module", "firmware", "memory"}
+_MODULE = {"file", "sha256", "params"}
+_FIRMWARE = {"file", "sha256"}
+_MEMORY = {"auto_online_blocks"}
+MAX_MODULES = 256
+MAX_FIRMWARE = 4096
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(f"{key}: {message}")
+
+    def unknown(self, table: dict[str, Any], allowed: set[str], prefix: str) -> None:
+        for key in sorted(set(table) - allowed):
+            self.add(f"{prefix}{key}", "unknown key")
+
+    def typed(self, table: dict[str, Any], key: str, kind: type, prefix: str = "") -> Any:
+        if key not in table:
+            self.add(prefix + key, "missing")
+            return None
+        value = table[key]
+        if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+            self.add(prefix + key, f"must be {_kind(kind)}, not {_kind(type(value))}")
+            return None
+        return value
+
+
+def _kind(kind: type) -> str:
+    return {
+        str: "a string",
+        int: "an integer",
+        list: "an array",
+        dict: "a table",
+        bool: "a boolean",
+    }.get(kind, kind.__name__)
+
+
+def validate(data: dict[str, Any], source: str) -> Manifest:
+    """Build a :class:`Manifest` from a parsed table or raise every problem at once."""
+    p = _Problems()
+    p.unknown(data, _TOP, "")
+    schema = p.typed(data, "schema", int)
+    if schema is not None and schema != SCHEMA:
+        p.add("schema", f"unknown schema {schema} (this modstage reads schema {SCHEMA})")
+        raise ManifestError(p.items, source)
+    bundle = p.typed(data, "bundle", str)
+    if bundle is not None and (why := bundle_problem(bundle)):
+        p.add("bundle", why)
+    for key in ("version", "kernel"):
+        text = p.typed(data, key, str)
+        if text is not None and not _TEXT.match(text):
+            p.add(
+                key,
+                f"{text!r} is not a plain token (letters, digits, '.', '_', '+', "
+                "'~', ':', '-'; at most 128)",
+            )
+    after = _after(p, data.get("after", []), bundle)
+    modules = _modules(p, data)
+    firmware = _firmware(p, data.get("firmware", []))
+    memory = _memory(p, data.get("memory"))
+    seen: dict[str, str] = {}
+    for key, entry in [(f"module[{i}]", m) for i, m in enumerate(modules)] + [
+        (f"firmware[{i}]", f) for i, f in enumerate(firmware)
+    ]:
+        if entry.file in seen:
+            p.add(f"{key}.file", f"{entry.file!r} is already listed as {seen[entry.file]}.file")
+        seen.setdefault(entry.file, key)
+    names: dict[str, int] = {}
+    for i, m in enumerate(modules):
+        if m.name in names:
+            p.add(
+                f"module[{i}].file",
+                f"module name {m.name!r} is already loaded by module[{names[m.name]}]",
+            )
+        names.setdefault(m.name, i)
+    if p.items:
+        raise ManifestError(p.items, source)
+    return Manifest(
+        bundle=bundle,
+        version=data["version"],
+        kernel=data["kernel"],
+        modules=tuple(modules),
+        firmware=tuple(firmware),
+        after=after,
+        memory=memory,
+    )
+
+
+def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        p.add("after", f"must be an array, not {_kind(type(value))}")
+        return ()
+    out: list[str] = []
+    for i, name in enumerate(value):
+        key = f"after[{i}]"
+        if not isinstance(name, str):
+            p.add(key, f"must be a string, not {_kind(type(name))}")
+        elif why := bundle_problem(name):
+            p.add(key, why)
+        elif name == bundle:
+            p.add(key, "a bundle cannot load after itself")
+        elif name in out:
+            p.add(key, f"{name!r} is listed twice")
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def _tables(p: _Problems, value: Any, key: str, limit: int) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        p.add(key, f"must be an array of tables, not {_kind(type(value))}")
+        return []
+    if len(value) > limit:
+        p.add(key, f"more than {limit} entries")
+        return []
+    tables = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            tables.append(item)
+        else:
+            p.add(f"{key}[{i}]", f"must be a table, not {_kind(type(item))}")
+    return tables if len(tables) == len(value) else []
+
+
+def _file_and_digest(p: _Problems, table: dict[str, Any], prefix: str) -> tuple[str, str] | None:
+    file = p.typed(table, "file", str, prefix)
+    if file is not None and (why := relpath_problem(file)):
+        p.add(f"{prefix}file", why)
+        file = None
+    digest = p.typed(table, "sha256", str, prefix)
+    if digest is not None and not _SHA256.match(digest):
+        p.add(f"{prefix}sha256", "must be 64 lowercase hexadecimal digits")
+        digest = None
+    return (file, digest) if file is not None and digest is not None else None
+
+
+def _modules(p: _Problems, data: dict[str, Any]) -> list[ModuleEntry]:
+    if "module" not in data:
+        p.add("module", "missing (a bundle loads at least one module)")
+        return []
+    tables = _tables(p, data["module"], "module", MAX_MODULES)
+    if not tables and isinstance(data["module"], list) and not data["module"]:
+        p.add("module", "empty (a bundle loads at least one module)")
+    out = []
+    for i, table in enumerate(tables):
+        prefix = f"module[{i}]."
+        p.unknown(table, _MODULE, prefix)
+        fd = _file_and_digest(p, table, prefix)
+        if fd and not fd[0].endswith(MODULE_SUFFIXES):
+            p.add(f"{prefix}file", f"{fd[0]!r} does not end in {', '.join(MODULE_SUFFIXES)}")
+            fd = None
+        params = table.get("params", "")
+        if not isinstance(params, str):
+            p.add(f"{prefix}params", f"must be a string, not {_kind(type(params))}")
+            continue
+        try:
+            parse_params(params)
+        except ParamsError as exc:
+            p.add(f"{prefix}params", f"not a kernel parameter string: {exc}")
+            continue
+        if fd:
+            out.append(ModuleEntry(file=fd[0], sha256=fd[1], params=params))
+    return out
+
+
+def _firmware(p: _Problems, value: Any) -> list[FirmwareEntry]:
+    out = []
+    for i, table in enumerate(_tables(p, value, "firmware", MAX_FIRMWARE)):
+        prefix = f"firmware[{i}]."
+        p.unknown(table, _FIRMWARE, prefix)
+        fd = _file_and_digest(p, table, prefix)
+        if fd and not fd[0].startswith("firmware/"):
+            p.add(f"{prefix}file", f"{fd[0]!r} is not under 'firmware/'")
+        elif fd:
+            out.append(FirmwareEntry(file=fd[0], sha256=fd[1]))
+    return out
+
+
+def _memory(p: _Problems, value: Any) -> MemoryPolicy | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        p.add("memory", f"must be a table, not {_kind(type(value))}")
+        return None
+    p.unknown(value, _MEMORY, "memory.")
+    policy = p.typed(value, "auto_online_blocks", str, "memory.")
+    if policy is None:
+        return None
+    try:
+        return MemoryPolicy(policy)
+    except ValueError:
+        allowed = "|".join(m.value for m in MemoryPolicy)
+        p.add("memory.auto_online_blocks", f"{policy!r} is not one of {allowed}")
+        return None
