@@ -187,7 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wait.add_argument("--bundle", required=True)
     wait.add_argument("--generation", metavar="ID")
-    wait.add_argument("--timeout", type=float, metavar="S")
+    wait.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds (exit 3)")
+    wait.add_argument(
+        "--drop",
+        type=Path,
+        metavar="DIR",
+        help="the drop 'modstage stage' printed: wait for its generation, see its rejection",
+    )
+    wait.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="poll every S seconds (default 1)"
+    )
+    wait.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="PATH",
+        help="create PATH once the generation is active (readiness probe)",
+    )
     wait.set_defaults(command="stager.wait")
     return parser
 

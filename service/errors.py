@@ -4,7 +4,16 @@
 
     ServiceError                    every failure of the service package
     ├── ConfigError                 /etc/modstage/config.toml is unreadable or invalid
-    └── UsageError                  a command was called with arguments it cannot act on
+    ├── UsageError                  a command was called with arguments it cannot act on
+    ├── TrustError                  a trusted-certificate file or directory is unusable
+    ├── DropError                   a file of a drop is unsafe or unreadable (names it)
+    ├── LoadError                   the kernel refused to load or unload a module (errno)
+    ├── BootError                   a generation could not be brought up at boot
+    ├── RebootError                 the reboot backend could not ask for a reboot
+    ├── StateError                  an illegal phase transition or an inconsistent state file
+    │   └── StateCorrupt            state.json was unreadable and has been moved aside
+    └── ModuleRejected              a module the kernel would refuse (also a ValueError);
+                                    ``reason`` names the rule and the kernel's errno
 
 Later parts add their leaves here (verification, intake, state, loading).
 """
@@ -27,3 +36,69 @@ class ConfigError(ServiceError):
 
 class UsageError(ServiceError):
     """A command cannot act on the arguments it was given."""
+
+
+class TrustError(ServiceError):
+    """The trusted certificate at ``path`` cannot be used; ``reason`` says why."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class ModuleRejected(ServiceError, ValueError):
+    """A module fails a check the kernel (or modstage's stricter policy) applies at load.
+
+    ``reason`` starts with the errno the kernel would return, e.g.
+    ``"EKEYREJECTED: module signature has signed attributes"``; ``path`` is empty while a
+    parser does not know which file it reads.
+    """
+
+    def __init__(self, reason: str, path: object = "") -> None:
+        self.reason = reason
+        self.path = str(path)
+        super().__init__(f"{self.path}: {reason}" if self.path else reason)
+
+
+class StateError(ServiceError):
+    """``state.json`` is inconsistent, or a phase transition is not allowed."""
+
+
+class StateCorrupt(StateError):
+    """``state.json`` could not be read; it was moved to ``aside`` and must be looked at."""
+
+    def __init__(self, path: object, aside: object, reason: str) -> None:
+        self.path = str(path)
+        self.aside = str(aside)
+        super().__init__(f"{self.path}: {reason}; moved aside to {self.aside}")
+
+
+class DropError(ServiceError):
+    """A drop cannot be taken in because of ``path``; ``reason`` says why in plain words."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class LoadError(ServiceError):
+    """The kernel refused to load or unload a module; ``errno`` is its error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.errno = code
+        self.message = message
+        super().__init__(message)
+
+
+class BootError(ServiceError):
+    """A generation could not be brought up at boot; ``reason`` says why in plain words."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class RebootError(ServiceError):
+    """Asking for a reboot failed (the backend's command or file)."""

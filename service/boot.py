@@ -1,0 +1,184 @@
+"""``modstage boot``: bring up each bundle's generation, early at boot, falling back.
+
+Per bundle (in ``after`` order): persist the attempt before touching the
+kernel, prepare memory onlining and the firmware view, then open each module
+once, re-verify it from that descriptor and hand the same descriptor to
+``finit_module``. On failure, unload in reverse what this attempt loaded, mark
+the generation failed with the kernel's words and bring up the last known good.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from service.config import Config
+from service.errors import BootError, LoadError
+from service.firmware import FirmwareView
+from service.kernel import Kernel
+from service.layout import Layout
+from service.memory import apply_policy
+from service.plan import Choice, choose, order
+from service.report import write_status
+from service.state import BundleState, Phase, State, load, locked, save
+from service.store import Store
+from service.sysfs import Sysfs
+from service.trust import TrustStore
+from service.verify import verify_module
+from stager.paths import normalize_module_name
+
+log = structlog.get_logger("modstage.boot")
+
+
+@dataclass
+class Boot:
+    """One boot's loader."""
+
+    layout: Layout
+    config: Config
+    trust: TrustStore
+    kernel: Kernel
+
+    def __post_init__(self) -> None:
+        self.store = Store(self.layout.store)
+        self.sysfs = Sysfs(self.layout.sys)
+        self.release = self.layout.kernel_release()
+        self.firmware = FirmwareView(
+            self.layout.run / "firmware",
+            self.sysfs,
+            allow_foreign=self.config.allow_foreign_firmware_path,
+        )
+
+    def run(self) -> State:
+        """Bring up every bundle; return the final state."""
+        with locked(self.layout.var):
+            state = load(self.layout.state)
+            state = replace(state, boot_id=self.layout.boot_id.read_text().strip())
+            save(self.layout.state, state)
+            choices = [
+                choose(n, b, self.release, self.config.max_boot_attempts)
+                for n, b in state.bundles.items()
+            ]
+            after = {
+                c.bundle: self.store.manifest(c.generation).after for c in choices if c.generation
+            }
+            for choice in order(choices, after):
+                state = self._bring_up(state, choice)
+            if not self.firmware.has_links():
+                self.firmware.point(False)  # never leave a stale firmware path behind
+            return state
+
+    def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:
+        state = state.with_bundle(name, bundle)
+        save(self.layout.state, state)
+        write_status(self.layout, name, bundle, **status)
+        return state
+
+    def _bring_up(self, state: State, choice: Choice) -> State:
+        name, b = choice.bundle, state.bundle(choice.bundle)
+        bound = log.bind(bundle=name)
+        if choice.expired and b.pending:
+            gen = replace(b.generations[b.pending], failed=choice.expired)
+            b = b.with_generation(gen).move(Phase.FAILED, pending=None, note=choice.expired)
+            state = self._save(state, name, b, errors=[choice.expired])
+            bound.error("generation.expired", generation=gen.id, reason=choice.expired)
+        if choice.generation is None:
+            bound.info("bundle.nothing_to_load", note=choice.note)
+            return state
+        gen = b.generations[choice.generation]
+        if choice.pending:
+            gen = replace(gen, attempts=gen.attempts + 1)
+        b = b.with_generation(gen).move(
+            Phase.LOADING, note=f"generation {gen.id[:12]} attempt {gen.attempts}"
+        )
+        state = self._save(state, name, b, generation=gen.id)  # persisted before the kernel
+        try:
+            loaded = self._load(gen.id)
+        except BootError as exc:
+            bound.error("generation.failed", generation=gen.id, reason=exc.reason)
+            if choice.pending:
+                gen = replace(gen, failed=exc.reason)
+                b = b.with_generation(gen).move(Phase.FAILED, pending=None, note=exc.reason)
+            else:
+                b = b.move(Phase.FAILED, note=exc.reason)
+            state = self._save(state, name, b, errors=[exc.reason], generation=gen.id)
+            if choice.fallback and choice.fallback != gen.id:
+                return self._bring_up(state, Choice(name, choice.fallback))
+            return state
+        gen = replace(gen, attempts=0)
+        b = b.with_generation(gen).move(
+            Phase.ACTIVE,
+            active=gen.id,
+            pending=None if choice.pending else b.pending,
+            loaded=tuple(loaded),
+            note=f"generation {gen.id[:12]} active",
+        )
+        bound.info("generation.active", generation=gen.id, modules=len(loaded))
+        return self._save(state, name, b, generation=gen.id)
+
+    def _load(self, generation: str) -> list[dict[str, Any]]:
+        """Load one generation's modules in order; undo this attempt's loads on failure."""
+        manifest = self.store.manifest(generation)
+        root = self.store.path(generation)
+        if manifest.memory is not None:
+            for step in apply_policy(self.sysfs, manifest.memory):
+                log.info("memory.onlined", **step)
+        if manifest.firmware:
+            self.firmware.link(root)
+            self.firmware.point(True)
+        live = self.kernel.loaded()
+        ours = {m.name for m in manifest.modules}
+        done: list[dict[str, Any]] = []
+        try:
+            for module in manifest.modules:
+                started = time.monotonic()
+                with open(root / module.file, "rb") as f:
+                    v = verify_module(f, display=module.file, trust=self.trust, kernel=self.release)
+                    if not v.ok or v.sha256 != module.sha256:
+                        raise BootError(f"{module.file}: {v.reason or 'digest changed in store'}")
+                    name = normalize_module_name(v.name or module.name)
+                    if name in live:
+                        if live[name] != v.srcversion:
+                            raise BootError(
+                                f"{name}: another version is already loaded (srcversion "
+                                f"{live[name]}, this generation has {v.srcversion})"
+                            )
+                        done.append(
+                            {"module": name, "srcversion": v.srcversion, "already_loaded": True}
+                        )
+                        continue
+                    deps = [
+                        d
+                        for d in v.depends
+                        if d
+                        and normalize_module_name(d) not in live
+                        and normalize_module_name(d) not in ours
+                    ]
+                    self.kernel.modprobe(deps)
+                    self.kernel.load(
+                        f.fileno(), module.params, compressed=not module.file.endswith(".ko")
+                    )
+                live[name] = v.srcversion
+                ms = round((time.monotonic() - started) * 1000, 3)
+                done.append({"module": name, "srcversion": v.srcversion, "ms": ms})
+                log.info("module.loaded", module=name, ms=ms)
+        except (BootError, LoadError, OSError) as exc:
+            self._undo([d["module"] for d in done if not d.get("already_loaded")])
+            if manifest.firmware:
+                self.firmware.unlink(root)
+            reason = exc.reason if isinstance(exc, BootError) else f"{module.file}: {exc}"
+            if isinstance(exc, OSError):
+                reason = f"{module.file}: cannot read from the store: {exc.strerror or exc}"
+            raise BootError(reason) from exc
+        return done
+
+    def _undo(self, names: list[str]) -> None:
+        for name in reversed(names):
+            try:
+                self.kernel.unload(name)
+                log.info("module.unloaded", module=name)
+            except LoadError as exc:
+                log.error("module.unload_failed", module=name, reason=str(exc))

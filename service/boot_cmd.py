@@ -1,0 +1,32 @@
+"""``modstage boot``: the oneshot run early at boot (see deploy/systemd)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from service.boot import Boot
+from service.config import Config
+from service.kernel import LinuxKernel
+from service.layout import Layout
+from service.logs import configure
+from service.state import Phase
+from service.trust import TrustStore
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Load every bundle; exit 1 if any bundle ended failed."""
+    configure()
+    layout = Layout(args.root)
+    state = Boot(
+        layout,
+        Config.load(layout.config),
+        TrustStore.from_directory(layout.trusted),
+        LinuxKernel(layout.sys),
+    ).run()
+    for name, b in sorted(state.bundles.items()):
+        print(
+            f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",
+            file=out,
+        )
+    return 0 if all(b.phase is not Phase.FAILED for b in state.bundles.values()) else 1

@@ -1,0 +1,229 @@
+"""The host's policy, ``/etc/modstage/config.toml``: what bundles may ask for and limits.
+
+Every key is optional; a missing file means the defaults. Unknown keys and
+wrong types are errors naming the key, reported together.
+
+.. code-block:: toml
+
+    max_boot_attempts = 3          # boots a pending generation gets before it is failed
+    retain = 3                     # generations kept per bundle besides active and pending
+    allowed_bundles = []           # empty: any safe name
+    allowed_memory_policies = ["offline", "online", "online_kernel", "online_movable"]
+    forbidden_params = []          # parameter names no bundle may set
+    allow_foreign_firmware_path = false   # may boot replace a firmware_class.path set by others
+    hotplug_policy = "kernel"      # online hot-added memory: online | online_kernel |
+                                   # online_movable, or "kernel" to leave it to the kernel
+    [limits]
+    max_file_bytes = 2147483648
+    max_total_bytes = 8589934592
+    max_files = 10000
+    [reboot]
+    backend = "none"               # kured | systemd | kexec | command | none
+    command = []                   # argv for backend = "command"
+    sentinel = "/var/run/reboot-required"   # kured's sentinel (default under --root)
+    days = []                      # sun..sat; empty = every day (kured semantics)
+    start = "00:00"                # window start, end (may span midnight), time zone
+    end = "23:59:59"
+    timezone = "UTC"
+    min_delay = 60                 # seconds after the last drop before asking
+    min_interval = 3600            # never ask again within this many seconds
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from datetime import time
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from service.errors import ConfigError
+from service.window import DAYS, Guard, Window
+from stager.manifest import MemoryPolicy
+
+BACKENDS = ("kured", "systemd", "kexec", "command", "none")
+HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one drop may make the host copy."""
+
+    max_file_bytes: int = 2 << 30
+    max_total_bytes: int = 8 << 30
+    max_files: int = 10_000
+
+
+@dataclass(frozen=True)
+class RebootConfig:
+    """How and when to ask for a reboot."""
+
+    backend: str = "none"
+    command: tuple[str, ...] = ()
+    sentinel: Path | None = None
+    window: Window = field(default_factory=Window)
+    guard: Guard = field(default_factory=Guard)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Host policy; defaults apply to every key the file leaves out."""
+
+    max_boot_attempts: int = 3
+    retain: int = 3
+    allowed_bundles: tuple[str, ...] = ()
+    allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
+    forbidden_params: tuple[str, ...] = ()
+    allow_foreign_firmware_path: bool = False
+    hotplug_policy: str = "kernel"
+    limits: Limits = field(default_factory=Limits)
+    reboot: RebootConfig = field(default_factory=RebootConfig)
+
+    @classmethod
+    def load(cls, path: Path) -> Config:
+        """Read ``path`` (defaults if it does not exist); raises :class:`ConfigError`."""
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(path, [f"cannot read: {exc}"]) from exc
+        return cls.from_dict(data, path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: object = "config.toml") -> Config:
+        """Validate a parsed table; raises :class:`ConfigError` listing every problem."""
+        problems: list[str] = []
+        values: dict[str, Any] = {}
+        known = {f.name for f in fields(cls)}
+        problems += [f"{k}: unknown key" for k in sorted(set(data) - known)]
+        for key in ("max_boot_attempts", "retain"):
+            if key in data:
+                values[key] = _positive(data[key], key, problems)
+        for key in ("allowed_bundles", "forbidden_params"):
+            if key in data:
+                values[key] = _strings(data[key], key, problems)
+        if "allowed_memory_policies" in data:
+            names = _strings(data["allowed_memory_policies"], "allowed_memory_policies", problems)
+            try:
+                values["allowed_memory_policies"] = tuple(MemoryPolicy(n) for n in names)
+            except ValueError as exc:
+                problems.append(f"allowed_memory_policies: {exc}")
+        if "allow_foreign_firmware_path" in data:
+            flag = data["allow_foreign_firmware_path"]
+            if not isinstance(flag, bool):
+                problems.append("allow_foreign_firmware_path: must be a boolean")
+            values["allow_foreign_firmware_path"] = flag
+        if "hotplug_policy" in data:
+            if data["hotplug_policy"] not in HOTPLUG:
+                problems.append(f"hotplug_policy: must be one of {'|'.join(HOTPLUG)}")
+            values["hotplug_policy"] = data["hotplug_policy"]
+        if "limits" in data:
+            values["limits"] = _limits(data["limits"], problems)
+        if "reboot" in data:
+            values["reboot"] = _reboot(data["reboot"], problems)
+        if problems:
+            raise ConfigError(path, problems)
+        return cls(**values)
+
+
+def _positive(value: Any, key: str, problems: list[str]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(f"{key}: must be a positive integer")
+        return 1
+    return value
+
+
+def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.append(f"{key}: must be an array of strings")
+        return ()
+    return tuple(value)
+
+
+def _limits(value: Any, problems: list[str]) -> Limits:
+    if not isinstance(value, dict):
+        problems.append("limits: must be a table")
+        return Limits()
+    known = {f.name for f in fields(Limits)}
+    problems += [f"limits.{k}: unknown key" for k in sorted(set(value) - known)]
+    return Limits(
+        **{k: _positive(v, f"limits.{k}", problems) for k, v in value.items() if k in known}
+    )
+
+
+_REBOOT_KEYS = {
+    "backend",
+    "command",
+    "sentinel",
+    "days",
+    "start",
+    "end",
+    "timezone",
+    "min_delay",
+    "min_interval",
+}
+
+
+def _reboot(value: Any, problems: list[str]) -> RebootConfig:
+    if not isinstance(value, dict):
+        problems.append("reboot: must be a table")
+        return RebootConfig()
+    problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - _REBOOT_KEYS)]
+    backend = value.get("backend", "none")
+    if backend not in BACKENDS:
+        problems.append(f"reboot.backend: must be one of {'|'.join(BACKENDS)}")
+    command = _strings(value.get("command", []), "reboot.command", problems)
+    if backend == "command" and not command:
+        problems.append('reboot.command: required (non-empty argv) for backend = "command"')
+    days = tuple(d.lower()[:3] for d in _strings(value.get("days", []), "reboot.days", problems))
+    problems += [f"reboot.days: {d!r} is not a day" for d in days if d not in DAYS]
+    window = Window(
+        days=days,
+        start=_clock(value.get("start", "00:00"), "reboot.start", problems),
+        end=_clock(value.get("end", "23:59:59"), "reboot.end", problems),
+        timezone=_zone(value.get("timezone", "UTC"), problems),
+    )
+    guard = Guard(
+        **{
+            k: float(_seconds(value[k], f"reboot.{k}", problems))
+            for k in ("min_delay", "min_interval")
+            if k in value
+        }
+    )
+    sentinel = value.get("sentinel")
+    if sentinel is not None and not isinstance(sentinel, str):
+        problems.append("reboot.sentinel: must be a string")
+        sentinel = None
+    return RebootConfig(
+        backend=backend,
+        command=command,
+        sentinel=Path(sentinel) if sentinel else None,
+        window=window,
+        guard=guard,
+    )
+
+
+def _clock(value: Any, key: str, problems: list[str]) -> time:
+    try:
+        return time.fromisoformat(value)
+    except (TypeError, ValueError):
+        problems.append(f'{key}: must be a time of day like "22:00"')
+        return time(0, 0)
+
+
+def _zone(value: Any, problems: list[str]) -> str:
+    try:
+        ZoneInfo(value)
+    except (TypeError, ValueError, ZoneInfoNotFoundError):
+        problems.append(f"reboot.timezone: {value!r} is not a known time zone")
+        return "UTC"
+    return str(value)
+
+
+def _seconds(value: Any, key: str, problems: list[str]) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        problems.append(f"{key}: must be a non-negative number of seconds")
+        return 0.0
+    return float(value)

@@ -1,0 +1,229 @@
+"""``modstage serve``: notice drops, take them in, ask for reboots, online hot-added memory.
+
+One thread owns all state. Watchers only put events on a queue; the loop
+waits on that queue with a timeout that is the next deadline (debounce,
+periodic rescan, reboot check, watchdog ping), so an idle daemon sleeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol, TextIO
+
+import structlog
+
+from service.config import Config
+from service.events import DropWatcher, Event, MemoryWatcher, Queue
+from service.intake import Intake
+from service.layout import Layout
+from service.memory import blocks, plan_onlining
+from service.notify import notify, watchdog_interval
+from service.reboot import KuredSentinel, Rebooter, reboot_required, rebooter
+from service.report import write_status
+from service.state import Phase, load, locked, save
+from service.sysfs import Sysfs
+from service.window import reboot_due
+from stager.manifest import MemoryPolicy
+
+log = structlog.get_logger("modstage.daemon")
+
+
+class Clock(Protocol):
+    """Wall time for windows and records, monotonic time for deadlines."""
+
+    def now(self) -> datetime: ...
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        """Aware current time."""
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """time.monotonic()."""
+        return time.monotonic()
+
+
+@dataclass
+class Daemon:
+    """The daemon's loop and its decisions; watchers are started by :meth:`serve`."""
+
+    layout: Layout
+    config: Config
+    intake: Intake
+    rebooter: Rebooter
+    clock: Clock = field(default_factory=SystemClock)
+    events: Queue = field(default_factory=queue.Queue)
+    debounce: float = 0.2
+    rescan_every: float = 300.0
+    recheck_every: float = 30.0  # while a reboot is wanted but not yet due
+    last_drop: float | None = None  # wall time of the last accepted drop
+
+    def reconcile(self) -> None:
+        """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
+        current = self.layout.boot_id.read_text().strip()
+        with locked(self.layout.var):
+            state = load(self.layout.state)
+            if state.reboot and state.reboot.get("boot_id") != current:
+                log.info("reboot.happened", asked_at=state.reboot.get("at"))
+                save(self.layout.state, replace(state, reboot=None))
+                if isinstance(self.rebooter, KuredSentinel):
+                    self.rebooter.clear()
+            elif state.reboot:
+                log.info("daemon.restarted", reboot_intent=state.reboot)
+
+    def take_drops(self) -> list[Any]:
+        """Rescan incoming/ and take in every complete drop."""
+        outcomes = self.intake.run()
+        if any(o.accepted for o in outcomes):
+            self.last_drop = self.clock.now().timestamp()
+        return outcomes
+
+    def maybe_reboot(self) -> str:
+        """Ask for a reboot if one is due; record the intent first. Returns the decision."""
+        kernel = self.layout.kernel_release()
+        current = self.layout.boot_id.read_text().strip()
+        with locked(self.layout.var):
+            state = load(self.layout.state)
+            waiting = reboot_required(state, kernel)
+            intent = (
+                state.reboot if state.reboot and state.reboot.get("boot_id") == current else None
+            )
+            due, why = reboot_due(
+                self.clock.now(),
+                waiting=bool(waiting),
+                last_drop=self.last_drop,
+                last_request=intent["at"] if intent else None,
+                window=self.config.reboot.window,
+                guard=self.config.reboot.guard,
+            )
+            if not due:
+                return why
+            reason = f"new generation pending for {', '.join(waiting)}"
+            record = {
+                "at": self.clock.now().timestamp(),
+                "boot_id": current,
+                "backend": self.rebooter.name,
+                "bundles": waiting,
+                "reason": reason,
+            }
+            for name in waiting:
+                b = state.bundle(name)
+                if b.phase is not Phase.REBOOT_SCHEDULED:
+                    b = b.move(
+                        Phase.REBOOT_SCHEDULED, note=f"reboot asked via {self.rebooter.name}"
+                    )
+                state = state.with_bundle(name, b)
+                write_status(self.layout, name, b, reboot=record)
+            save(self.layout.state, replace(state, reboot=record))
+        log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
+        self.rebooter.request(reason)
+        return "requested"
+
+    def online_memory(self, events: list[Event]) -> list[dict[str, Any]]:
+        """Online offline blocks per the host's hotplug policy; log each with its latency."""
+        if self.config.hotplug_policy == "kernel":
+            return []
+        sysfs = Sysfs(self.layout.sys)
+        started = min((e.at for e in events), default=self.clock.monotonic())
+        done = []
+        for step in plan_onlining(blocks(sysfs), MemoryPolicy(self.config.hotplug_policy)):
+            try:
+                sysfs.write(f"devices/system/memory/memory{step.block}/state", step.state)
+            except OSError as exc:
+                log.error("memory.online_failed", block=step.block, error=str(exc))
+                continue
+            ms = round((self.clock.monotonic() - started) * 1000, 3)
+            done.append({"block": step.block, "state": step.state, "latency_ms": ms})
+            log.info("memory.onlined", block=step.block, state=step.state, latency_ms=ms)
+        return done
+
+    def loop(self) -> None:
+        """Run until a stop event: debounce drop events, rescan, check reboots, ping."""
+        dirty_at: float | None = self.clock.monotonic()  # rescan on start
+        next_rescan = self.clock.monotonic() + self.rescan_every
+        ping = watchdog_interval()
+        next_ping = self.clock.monotonic()
+        next_check: float | None = None  # re-decide a reboot while a generation waits
+        while True:
+            now = self.clock.monotonic()
+            deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
+            deadlines += [next_ping] if ping else []
+            deadlines += [next_check] if next_check is not None else []
+            batch: list[Event] = []
+            try:
+                batch.append(self.events.get(timeout=max(0.0, min(deadlines) - now)))
+                while True:
+                    batch.append(self.events.get_nowait())
+            except queue.Empty:
+                pass
+            if any(e.kind == "stop" for e in batch):
+                return
+            now = self.clock.monotonic()
+            if any(e.kind in ("drop", "overflow") for e in batch):
+                dirty_at = now + self.debounce if dirty_at is None else dirty_at
+            if any(e.kind == "overflow" for e in batch):
+                log.warning("inotify.overflow", action="full rescan")
+                dirty_at = now
+            memory = [e for e in batch if e.kind == "memory"]
+            if memory:
+                self.online_memory(memory)
+            if now >= next_rescan:
+                dirty_at, next_rescan = now, now + self.rescan_every
+            if dirty_at is not None and now >= dirty_at:
+                dirty_at = None
+                self.take_drops()
+                notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
+            if self.maybe_reboot() in ("requested", "no generation waits for a reboot"):
+                next_check = None
+            else:
+                next_check = now + self.recheck_every
+            if ping and now >= next_ping:
+                notify("WATCHDOG=1")
+                next_ping = now + ping
+
+    def serve(self) -> None:
+        """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
+        self.layout.incoming.mkdir(parents=True, exist_ok=True)
+        memory = MemoryWatcher(self.layout.root / "run/udev", self.events)
+        memory.start()
+        self.online_memory([])  # blocks that arrived before we started
+        drops = DropWatcher(self.layout.incoming, self.events)
+        drops.start()
+        signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event("stop", "SIGTERM")))
+        signal.signal(signal.SIGINT, lambda *_: self.events.put(Event("stop", "SIGINT")))
+        self.reconcile()
+        notify("READY=1", "STATUS=watching for drops")
+        log.info(
+            "daemon.ready",
+            incoming=str(self.layout.incoming),
+            memory_source=memory.source,
+            backend=self.rebooter.name,
+        )
+        try:
+            self.loop()
+        finally:
+            notify("STOPPING=1")
+            drops.stop()
+            memory.stop()
+            log.info("daemon.stopped")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """``modstage serve``."""
+    from service.intake_cmd import build
+    from service.logs import configure
+
+    configure()
+    layout = Layout(args.root)
+    intake = build(layout)
+    Daemon(layout, intake.config, intake, rebooter(intake.config.reboot, layout)).serve()
+    return 0

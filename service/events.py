@@ -1,0 +1,93 @@
+"""Event sources for the daemon: inotify on ``incoming/`` and kernel memory uevents.
+
+The libraries run their own threads; their callbacks only put an :class:`Event`
+on the daemon's queue. Nothing here reads or changes modstage's state.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Queue = queue.Queue["Event"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something happened; ``kind`` is drop, overflow, memory or stop."""
+
+    kind: str
+    detail: str = ""
+    at: float = field(default_factory=time.monotonic)
+
+
+class _OverflowHandler(logging.Handler):
+    """watchdog only logs an inotify queue overflow; turn that log record into an event."""
+
+    def __init__(self, events: Queue) -> None:
+        super().__init__(logging.WARNING)
+        self.events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in record.getMessage().lower():
+            self.events.put(Event("overflow", record.getMessage()))
+
+
+class DropWatcher:
+    """watchdog's inotify observer on the incoming directory."""
+
+    def __init__(self, incoming: Path, events: Queue) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers.inotify import InotifyObserver
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("created", "moved", "closed", "deleted"):
+                    events.put(Event("drop", str(event.src_path)))
+
+        self.overflow = _OverflowHandler(events)
+        self.observer: Any = InotifyObserver()
+        self.observer.schedule(Handler(), str(incoming), recursive=True)
+
+    def start(self) -> None:
+        """Start watching (events from now on reach the queue)."""
+        logging.getLogger("watchdog.observers.inotify_c").addHandler(self.overflow)
+        self.observer.start()
+
+    def stop(self) -> None:
+        """Stop watching and join the observer thread."""
+        self.observer.stop()
+        self.observer.join(timeout=5)
+        logging.getLogger("watchdog.observers.inotify_c").removeHandler(self.overflow)
+
+
+class MemoryWatcher:
+    """A pyudev monitor on the ``memory`` subsystem (kernel uevents when no udevd runs)."""
+
+    def __init__(self, run_udev: Path, events: Queue) -> None:
+        import pyudev
+
+        context = pyudev.Context()
+        source = "udev" if (run_udev / "control").exists() else "kernel"
+        self.source = source
+        monitor = pyudev.Monitor.from_netlink(context, source=source)
+        monitor.filter_by("memory")
+
+        def on_device(device: Any) -> None:
+            if device.action in ("add", "online", "offline"):
+                events.put(Event("memory", f"{device.action} {device.sys_name}"))
+
+        self.observer: Any = pyudev.MonitorObserver(monitor, callback=on_device, daemon=True)
+
+    def start(self) -> None:
+        """Start the monitor thread (before anyone enumerates blocks)."""
+        self.observer.start()
+
+    def stop(self) -> None:
+        """Stop the monitor thread."""
+        self.observer.send_stop()
+        self.observer.join(timeout=5)

@@ -1,0 +1,76 @@
+"""The firmware view: one directory of links into the generations being loaded.
+
+``firmware_class.path`` holds a single directory, so modstage points it at
+``/run/modstage/firmware`` and fills that with symlinks into each loaded
+generation's ``firmware/`` tree (the kernel's loader follows them). A foreign,
+non-empty value is not replaced unless the host allows it; when no loaded
+generation carries firmware, modstage clears a value it set itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from service.errors import BootError
+from service.sysfs import Sysfs
+
+PATH_PARAM = "module/firmware_class/parameters/path"
+
+
+class FirmwareView:
+    """The view directory and the kernel parameter that points at it."""
+
+    def __init__(self, view: Path, sysfs: Sysfs, *, allow_foreign: bool) -> None:
+        self.view = view
+        self.sysfs = sysfs
+        self.allow_foreign = allow_foreign
+
+    def link(self, generation: Path) -> int:
+        """Link every file under ``generation/firmware`` into the view; return how many."""
+        source = generation / "firmware"
+        count = 0
+        for directory, _dirs, files in os.walk(source):
+            for name in files:
+                target = Path(directory) / name
+                link = self.view / target.relative_to(source)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.unlink(missing_ok=True)
+                link.symlink_to(target)
+                count += 1
+        return count
+
+    def unlink(self, generation: Path) -> None:
+        """Remove the view's links into ``generation``."""
+        if not self.view.is_dir():
+            return
+        for directory, _dirs, files in os.walk(self.view):
+            for name in files:
+                link = Path(directory) / name
+                if link.is_symlink() and Path(os.readlink(link)).is_relative_to(generation):
+                    link.unlink()
+
+    def has_links(self) -> bool:
+        """Whether the view links any firmware."""
+        return self.view.is_dir() and any(p.is_symlink() for p in self.view.rglob("*"))
+
+    def point(self, wanted: bool) -> None:
+        """Point ``firmware_class.path`` at the view if ``wanted``, else clear our value."""
+        try:
+            current = self.sysfs.read(PATH_PARAM).strip()
+        except FileNotFoundError:
+            if wanted:
+                raise BootError("the kernel has no firmware_class.path parameter") from None
+            return
+        mine = str(self.view)
+        if not wanted:
+            if current == mine:
+                self.sysfs.write(PATH_PARAM, "\n")
+            return
+        if current and current != mine and not self.allow_foreign:
+            raise BootError(
+                f"firmware_class.path is already set to {current!r} by someone else; "
+                "set allow_foreign_firmware_path = true to let modstage replace it"
+            )
+        self.view.mkdir(parents=True, exist_ok=True)
+        self.sysfs.write(PATH_PARAM, mine)

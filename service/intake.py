@@ -1,0 +1,247 @@
+"""Intake: turn complete drops into verified, published, pending generations.
+
+For each drop: read its manifest (safely), apply the host's policy, copy the
+files it names into a temporary store directory, verify the copies, ask the
+running kernel whether it will trust the signers (when it enforces
+signatures), publish the generation under its id and record it as pending.
+A drop that fails anything is rejected with its reasons in
+``status/<bundle>.json`` and the log, and changes nothing else. Either way the
+drop is removed from ``incoming/`` once its outcome is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import structlog
+
+from service.config import Config
+from service.dropfs import open_dir, read_small
+from service.errors import DropError
+from service.keyring import Keyring, enforcing
+from service.layout import Layout
+from service.report import write_status
+from service.state import BundleState, Generation, Phase, load, locked, save
+from service.store import Store
+from service.trust import TrustStore
+from service.verify import verify_drop
+from stager.errors import ManifestError
+from stager.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.params import parse_params
+from stager.paths import MANIFEST_NAME, parse_drop_name
+
+log = structlog.get_logger("modstage.intake")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one drop."""
+
+    drop: Path
+    bundle: str | None
+    generation: str | None
+    accepted: bool
+    reasons: tuple[str, ...] = ()
+
+
+class Rejected(Exception):
+    """A drop is refused; ``reasons`` are shown to the container and the admin."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("; ".join(reasons))
+
+
+@dataclass
+class Intake:
+    """Everything intake needs, built once per run (the daemon keeps one)."""
+
+    layout: Layout
+    config: Config
+    trust: TrustStore
+    keyring: Keyring
+
+    @property
+    def store(self) -> Store:
+        """The generation store."""
+        return Store(self.layout.store)
+
+    def complete_drops(self) -> list[Path]:
+        """The newest complete drop of each bundle; older complete ones are removed."""
+        newest: dict[str, tuple[str, Path]] = {}
+        try:
+            entries = list(self.layout.incoming.iterdir())
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            named = parse_drop_name(entry.name)
+            if named is None or not os.path.lexists(entry / MANIFEST_NAME):
+                continue
+            bundle, key = named
+            if bundle in newest and newest[bundle][0] > key:
+                _remove(entry, "superseded")
+                continue
+            if bundle in newest:
+                _remove(newest[bundle][1], "superseded")
+            newest[bundle] = (key, entry)
+        return sorted(path for _key, path in newest.values())
+
+    def run(self, drops: list[Path] | None = None) -> list[Outcome]:
+        """Take in ``drops`` (default: every complete drop) one after the other."""
+        with locked(self.layout.var):
+            self.store.clean_temporaries()
+            return [self.take(drop) for drop in (drops or self.complete_drops())]
+
+    def take(self, drop: Path) -> Outcome:
+        """Take in one drop (the caller holds the state lock).
+
+        Never raises for anything the drop contains.
+        """
+        named = parse_drop_name(drop.name)
+        bundle = named[0] if named else None
+        bound = log.bind(drop=drop.name)
+        started = time.monotonic()
+        try:
+            manifest = self._manifest(drop)
+            bundle = manifest.bundle
+            state = load(self.layout.state)
+            if state.bundle(bundle).phase is Phase.LOADING:
+                raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
+            self._check_policy(manifest, state.bundle(bundle))
+            generation = manifest.digest
+            write_status(
+                self.layout,
+                bundle,
+                state.bundle(bundle),
+                phase=Phase.VERIFYING,
+                generation=generation,
+            )
+            if not self.store.has(generation):
+                self._build(drop, manifest, generation)
+            bstate = record_pending(state.bundle(bundle), manifest, self.config.retain, self.store)
+            save(self.layout.state, state.with_bundle(bundle, bstate))
+            write_status(
+                self.layout,
+                bundle,
+                bstate,
+                generation=generation,
+                version=manifest.version,
+                kernel=manifest.kernel,
+            )
+        except (Rejected, DropError, ManifestError) as exc:
+            reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
+            bound.warning("drop.rejected", bundle=bundle, reasons=reasons)
+            if bundle is not None:
+                current = load(self.layout.state).bundle(bundle)
+                write_status(
+                    self.layout,
+                    bundle,
+                    current,
+                    phase=Phase.REJECTED,
+                    errors=reasons,
+                    drop=drop.name,
+                )
+            _remove(drop, "rejected")
+            return Outcome(drop, bundle, None, False, tuple(reasons))
+        bound.info(
+            "drop.accepted",
+            bundle=bundle,
+            generation=generation,
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        _remove(drop, "taken in")
+        return Outcome(drop, bundle, generation, True)
+
+    def _manifest(self, drop: Path) -> Manifest:
+        fd = open_dir(drop)
+        try:
+            raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=MAX_MANIFEST_BYTES)
+        finally:
+            os.close(fd)
+        manifest = Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
+        named = parse_drop_name(drop.name)
+        if named and named[0] != manifest.bundle:
+            raise Rejected(
+                [
+                    f"{drop}: directory is named for bundle {named[0]!r} but its "
+                    f"manifest is for {manifest.bundle!r}"
+                ]
+            )
+        return manifest
+
+    def _check_policy(self, manifest: Manifest, bundle: BundleState) -> None:
+        cfg, problems = self.config, []
+        if cfg.allowed_bundles and manifest.bundle not in cfg.allowed_bundles:
+            problems.append(f"bundle {manifest.bundle!r} is not allowed on this host")
+        if manifest.memory is not None and manifest.memory not in cfg.allowed_memory_policies:
+            problems.append(f"memory policy {manifest.memory.value!r} is not allowed on this host")
+        forbidden = {n.replace("-", "_") for n in cfg.forbidden_params}
+        for i, module in enumerate(manifest.modules):
+            for name, _value in parse_params(module.params):
+                if name.replace("-", "_") in forbidden:
+                    problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
+        failed = bundle.generations.get(manifest.digest)
+        if failed is not None and failed.failed:
+            problems.append(f"generation {manifest.digest[:12]} already failed: {failed.failed}")
+        if problems:
+            raise Rejected(problems)
+
+    def _build(self, drop: Path, manifest: Manifest, generation: str) -> None:
+        fd = open_dir(drop)
+        try:
+            tmp = self.store.copy_drop(fd, manifest, display=drop, limits=self.config.limits)
+        finally:
+            os.close(fd)
+        try:
+            verdicts = verify_drop(tmp, trust=self.trust, kernel=manifest.kernel)
+            reasons = [
+                f"{v.file.replace(str(tmp), str(drop))}: {v.reason}" for v in verdicts if not v.ok
+            ]
+            if not reasons:
+                reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
+            if reasons:
+                raise Rejected(reasons)
+            self.store.publish(tmp, generation)
+        finally:
+            self.store.discard(tmp)
+
+    def _preflight(self, manifest: Manifest, key_ids: list[str]) -> list[str]:
+        """Signers the running kernel will refuse, when it enforces and is the target."""
+        if manifest.kernel != self.layout.kernel_release():
+            return []
+        why = enforcing(self.layout)
+        if why is None:
+            return []
+        return [
+            f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {k}"
+            for k in dict.fromkeys(key_ids)
+            if not self.keyring.trusts(k)
+        ]
+
+
+def record_pending(
+    bundle: BundleState, manifest: Manifest, retain: int, store: Store
+) -> BundleState:
+    """The bundle with ``manifest``'s generation pending; old generations collected."""
+    generation = manifest.digest
+    if generation in (bundle.pending, bundle.active) and bundle.phase is not Phase.FAILED:
+        return bundle
+    gen = Generation(generation, manifest.version, manifest.kernel, added=time.time())
+    moved = bundle.with_generation(gen).move(
+        Phase.PENDING, pending=generation, note=f"generation {generation[:12]} pending"
+    )
+    keep = moved.keep() | {
+        g.id for g in sorted(moved.generations.values(), key=lambda g: g.added)[-retain:]
+    }
+    drop = [g for g in moved.generations if g not in keep]
+    store.collect(drop)
+    return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
+
+
+def _remove(drop: Path, why: str) -> None:
+    shutil.rmtree(drop, ignore_errors=True)
+    log.debug("drop.removed", drop=drop.name, why=why)

@@ -1,0 +1,104 @@
+"""The kernel's module interface behind one small protocol, with errnos made into words.
+
+:class:`LinuxKernel` calls ``finit_module`` and ``delete_module`` through ctypes
+(glibc has no wrappers), reads ``/sys/module`` for what is loaded and runs
+``modprobe`` for in-tree dependencies. Tests on a temporary root use a
+recording fake; the VM tests use the real thing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+from service.errors import LoadError
+
+_SYSCALLS = {"x86_64": (313, 176), "aarch64": (273, 106)}  # finit_module, delete_module
+MODULE_INIT_COMPRESSED_FILE = 4
+
+# What finit_module's errnos mean for a module (kernel/module/main.c, signing.c).
+MEANINGS = {
+    errno.EKEYREJECTED: "the kernel rejected the module's signature",
+    errno.EBADMSG: "the kernel found the module's signature malformed",
+    errno.ENOKEY: "the kernel does not trust the signing key",
+    errno.EPERM: "loading modules is not permitted (lockdown, modules_disabled or blacklist)",
+    errno.ENOEXEC: "the kernel refused the module's ELF or vermagic",
+    errno.ENOENT: "the module needs a symbol no loaded module exports (a dependency is missing)",
+    errno.EINVAL: "invalid module or parameter (or a symbol version mismatch)",
+    errno.EEXIST: "a module of that name is already loaded",
+    errno.EBUSY: "a module of that name is being unloaded",
+    errno.ETXTBSY: "the module file is open for writing",
+    errno.ENODEV: "the module's init found no device (init returned -ENODEV)",
+    errno.EOPNOTSUPP: "the kernel cannot decompress modules itself",
+    errno.ENOSYS: "the kernel has no module support",
+}
+
+
+def describe(code: int) -> str:
+    """``NAME: meaning`` for a finit_module errno."""
+    name = errno.errorcode.get(code, f"errno {code}")
+    return f"{name}: {MEANINGS.get(code, os.strerror(code))}"
+
+
+class Kernel(Protocol):
+    """What the loader needs from the kernel."""
+
+    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+        """finit_module the open module file; raise :class:`LoadError` with the errno."""
+
+    def unload(self, name: str) -> None:
+        """delete_module ``name`` (non-blocking)."""
+
+    def loaded(self) -> dict[str, str | None]:
+        """Live modules: name -> srcversion (None when the module has none)."""
+
+    def modprobe(self, names: list[str]) -> None:
+        """Load in-tree modules (with their dependencies) by name."""
+
+
+class LinuxKernel:
+    """The running kernel."""
+
+    def __init__(self, sys: Path) -> None:
+        self.sys = sys
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._finit, self._delete = _SYSCALLS[os.uname().machine]
+
+    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+        """finit_module(fd, params, flags)."""
+        flags = MODULE_INIT_COMPRESSED_FILE if compressed else 0
+        if self._libc.syscall(self._finit, fd, params.encode(), flags) != 0:
+            code = ctypes.get_errno()
+            raise LoadError(code, describe(code))
+
+    def unload(self, name: str) -> None:
+        """delete_module(name, O_NONBLOCK)."""
+        if self._libc.syscall(self._delete, name.encode(), os.O_NONBLOCK) != 0:
+            code = ctypes.get_errno()
+            raise LoadError(code, f"cannot unload {name}: {os.strerror(code)}")
+
+    def loaded(self) -> dict[str, str | None]:
+        """Modules under /sys/module that have an initstate (built-ins have none)."""
+        live: dict[str, str | None] = {}
+        for entry in (self.sys / "module").iterdir():
+            if (entry / "initstate").exists():
+                src = entry / "srcversion"
+                live[entry.name] = src.read_text().strip() if src.exists() else None
+        return live
+
+    def modprobe(self, names: list[str]) -> None:
+        """``modprobe -a NAMES``; a failure is a :class:`LoadError` with modprobe's words."""
+        if not names:
+            return
+        done = subprocess.run(
+            ["modprobe", "-a", *names], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise LoadError(
+                errno.ENOENT,
+                f"modprobe {' '.join(names)} failed: {done.stderr.strip() or done.returncode}",
+            )

@@ -1,0 +1,65 @@
+"""Memory hotplug onlining: pure plans over block states, applied through sysfs.
+
+``auto_online_blocks`` decides what the kernel does with blocks added later;
+blocks already present and offline are onlined by modstage as the policy says.
+For ``online_movable`` the highest block goes first: onlining low blocks first
+can leave later ones only the Normal zone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from service.sysfs import Sysfs
+from stager.manifest import MemoryPolicy
+
+MEMORY = "devices/system/memory"
+_BLOCK = re.compile(r"memory(\d+)\Z")
+
+
+@dataclass(frozen=True)
+class Onlining:
+    """One block to online and how (the value written to its ``state``)."""
+
+    block: int
+    state: str
+
+
+def plan_onlining(blocks: dict[int, str], policy: MemoryPolicy) -> list[Onlining]:
+    """Which offline blocks to online for ``policy``, in the order to do it."""
+    if policy is MemoryPolicy.OFFLINE:
+        return []
+    offline = sorted(
+        (n for n, s in blocks.items() if s == "offline"),
+        reverse=policy is MemoryPolicy.ONLINE_MOVABLE,
+    )
+    return [Onlining(n, policy.value) for n in offline]
+
+
+def blocks(sysfs: Sysfs) -> dict[int, str]:
+    """Every memory block and its state."""
+    found = {}
+    for entry in (sysfs.root / MEMORY).iterdir():
+        if (m := _BLOCK.match(entry.name)) and (entry / "state").exists():
+            found[int(m.group(1))] = (entry / "state").read_text().strip()
+    return found
+
+
+def apply_policy(sysfs: Sysfs, policy: MemoryPolicy) -> list[dict[str, object]]:
+    """Set ``auto_online_blocks`` and online present blocks; return what was done."""
+    done: list[dict[str, object]] = []
+    if sysfs.write(f"{MEMORY}/auto_online_blocks", policy.value):
+        done.append({"auto_online_blocks": policy.value})
+    for step in plan_onlining(blocks(sysfs), policy):
+        started = time.monotonic()
+        sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
+        done.append(
+            {
+                "block": step.block,
+                "state": step.state,
+                "ms": round((time.monotonic() - started) * 1000, 3),
+            }
+        )
+    return done

@@ -1,0 +1,144 @@
+"""Prometheus metrics as a node-exporter textfile, rewritten on every change.
+
+:func:`families` turns the ``status`` document into metric families (plain
+values, no I/O); :func:`render` formats them with prometheus-client when it is
+installed and with a small built-in writer of the same text format otherwise;
+:func:`write_metrics` does both and persists the file with the one crash-safe
+write, so node-exporter never reads half a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.layout import Layout
+from service.state import Phase
+from service.status import Health, collect
+from stager.atomic import write_atomic
+
+Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One gauge: its name, help text and samples (labels, value)."""
+
+    name: str
+    help: str
+    samples: list[tuple[Labels, float]] = field(default_factory=list)
+
+
+def families(
+    doc: Mapping[str, Any], verification: Mapping[str, float] | None = None
+) -> list[Family]:
+    """The metrics for a ``status`` document; ``verification``: seconds per bundle, if known."""
+    health = {h.label: float(h.value) for h in Health}
+    bundles: dict[str, Any] = doc["bundles"]
+    fams = [
+        Family(
+            "modstage_health",
+            "Host health: 0 healthy, 1 degraded, 2 failed (status exit code).",
+            [({}, health[doc["health"]])],
+        ),
+        Family(
+            "modstage_state_readable",
+            "1 if state.json could be read.",
+            [({}, 0.0 if doc["state"]["error"] else 1.0)],
+        ),
+        Family(
+            "modstage_reboot_required",
+            "1 if a pending generation waits for a reboot.",
+            [({}, float(doc["reboot"]["required"]))],
+        ),
+        Family("modstage_bundle_health", "Bundle health: 0 healthy, 1 degraded, 2 failed."),
+        Family("modstage_bundle_phase", "1 for the phase the bundle is in, 0 for the others."),
+        Family("modstage_bundle_reboot_required", "1 if the bundle waits for a reboot."),
+        Family("modstage_bundle_failed_generations", "Failed generations the state remembers."),
+        Family("modstage_bundle_boot_attempts", "Boot attempts of the pending generation."),
+        Family("modstage_bundle_load_seconds", "Time the active generation's modules took."),
+        Family("modstage_module_load_seconds", "finit_module time of each loaded module."),
+        Family("modstage_bundle_last_transition_timestamp_seconds", "Time of the last move."),
+        Family("modstage_verification_seconds", "Time the last intake took to verify a drop."),
+        Family("modstage_memory_blocks", "Memory blocks by NUMA node, zone and state."),
+    ]
+    by = {f.name: f.samples for f in fams}
+    for name, b in bundles.items():
+        bl = {"bundle": name}
+        by["modstage_bundle_health"].append((bl, health[b["health"]]))
+        for phase in Phase:
+            by["modstage_bundle_phase"].append(
+                ({**bl, "phase": phase.value}, float(b["phase"] == phase.value))
+            )
+        waiting = name in doc["reboot"]["bundles"]
+        by["modstage_bundle_reboot_required"].append((bl, float(waiting)))
+        failed = sum(1 for g in b["generations"] if g["failed"])
+        by["modstage_bundle_failed_generations"].append((bl, float(failed)))
+        pending = [g["attempts"] for g in b["generations"] if g["id"] == b["pending"]]
+        by["modstage_bundle_boot_attempts"].append((bl, float(sum(pending))))
+        timed = [m for m in b["loaded"] if not m["already_loaded"] and m["ms"] is not None]
+        by["modstage_bundle_load_seconds"].append((bl, sum(m["ms"] for m in timed) / 1000))
+        for m in timed:
+            by["modstage_module_load_seconds"].append(
+                ({**bl, "module": str(m["module"])}, m["ms"] / 1000)
+            )
+        if b["history"]:
+            by["modstage_bundle_last_transition_timestamp_seconds"].append(
+                (bl, float(b["history"][-1]["at"]))
+            )
+    for name, seconds in sorted((verification or {}).items()):
+        by["modstage_verification_seconds"].append(({"bundle": name}, seconds))
+    for m in doc["memory"]:
+        labels = {"node": "" if m["node"] is None else str(m["node"]), "zone": m["zone"] or ""}
+        by["modstage_memory_blocks"].append(({**labels, "state": m["state"]}, float(m["blocks"])))
+    return fams
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_plain(fams: Iterable[Family]) -> bytes:
+    """The text exposition format, written without prometheus-client."""
+    out: list[str] = []
+    for f in fams:
+        out += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} gauge"]
+        for labels, value in f.samples:
+            inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            out.append(
+                f"{f.name}{{{inner}}} {float(value)!r}" if inner else f"{f.name} {float(value)!r}"
+            )
+    return ("\n".join(out) + "\n").encode()
+
+
+def render(fams: list[Family]) -> bytes:
+    """The text exposition format, via prometheus-client if it is installed."""
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.registry import Collector
+    except ImportError:
+        return render_plain(fams)
+
+    class _Families(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            for f in fams:
+                names = sorted({k for labels, _ in f.samples for k in labels})
+                g = GaugeMetricFamily(f.name, f.help, labels=names)
+                for labels, value in f.samples:
+                    g.add_metric([labels.get(k, "") for k in names], value)
+                yield g
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families())
+    return generate_latest(registry)
+
+
+def write_metrics(
+    layout: Layout, path: Path, *, verification: Mapping[str, float] | None = None
+) -> None:
+    """Write the textfile for the host under ``layout`` to ``path`` (e.g. ``modstage.prom``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, render(families(collect(layout), verification)))

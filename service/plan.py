@@ -1,0 +1,64 @@
+"""What to load at boot, decided from plain values (no I/O).
+
+:func:`choose` picks a bundle's generation for this boot, :func:`order` sorts
+bundles so that each loads after the bundles it names in ``after``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.state import BundleState
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one bundle brings up this boot."""
+
+    bundle: str
+    generation: str | None  # to load now (None: nothing to load)
+    fallback: str | None = None  # the last known good, if ``generation`` is a new one
+    pending: bool = False  # ``generation`` is the pending one (counts an attempt)
+    expired: str | None = None  # a pending generation out of attempts: mark it failed
+    note: str = ""
+
+
+def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Choice:
+    """The pending generation if it targets ``kernel`` and has attempts left, else the active."""
+    active = bundle.active
+    if active is not None and bundle.generations[active].kernel != kernel:
+        other = bundle.generations[active].kernel
+        active, active_note = None, f"active generation targets kernel {other}"
+    else:
+        active_note = ""
+    pending = bundle.generations.get(bundle.pending) if bundle.pending else None
+    if pending is None or pending.failed:
+        return Choice(name, active, note=active_note)
+    if pending.kernel != kernel:
+        note = f"pending generation targets kernel {pending.kernel}, running {kernel}"
+        return Choice(name, active, note=note)
+    if pending.attempts >= max_attempts:
+        reason = f"did not complete boot in {pending.attempts} attempts (max_boot_attempts)"
+        return Choice(name, active, expired=reason, note=reason)
+    return Choice(name, pending.id, fallback=active, pending=True)
+
+
+def order(choices: list[Choice], after: dict[str, tuple[str, ...]]) -> list[Choice]:
+    """Choices sorted so that every bundle follows those it names in ``after``.
+
+    Names of bundles not present are ignored; bundles caught in a cycle keep
+    name order at the end (the loader reports the cycle).
+    """
+    by_name = {c.bundle: c for c in sorted(choices, key=lambda c: c.bundle)}
+    done: list[Choice] = []
+    placed: set[str] = set()
+    progress = True
+    while progress:
+        progress = False
+        for name, choice in by_name.items():
+            deps = [d for d in after.get(name, ()) if d in by_name]
+            if name not in placed and all(d in placed for d in deps):
+                done.append(choice)
+                placed.add(name)
+                progress = True
+    return done + [c for n, c in by_name.items() if n not in placed]

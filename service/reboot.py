@@ -1,0 +1,134 @@
+"""When a reboot is due, and asking for one through the cluster's machinery.
+
+Decisions are pure functions of state, config and time; backends act.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from service.config import RebootConfig
+from service.errors import RebootError
+from service.layout import Layout
+from service.state import Phase, State
+from stager.atomic import write_atomic
+
+
+def reboot_required(state: State, kernel: str) -> list[str]:
+    """Bundles whose pending generation waits for a reboot into ``kernel`` (empty: none)."""
+    waiting = []
+    for name, b in sorted(state.bundles.items()):
+        gen = b.generations.get(b.pending) if b.pending else None
+        if (
+            gen is not None
+            and not gen.failed
+            and gen.kernel == kernel
+            and b.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        ):
+            waiting.append(name)
+    return waiting
+
+
+class Rebooter(Protocol):
+    """Asks for a reboot in one way; ``name`` is the config's backend name."""
+
+    name: str
+
+    def request(self, reason: str) -> None:
+        """Ask for a reboot (may return before it happens, or never return)."""
+
+
+Runner = Callable[[list[str]], None]
+
+
+def run_command(argv: list[str]) -> None:
+    """Run ``argv``; a failure is a :class:`RebootError` with its output."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RebootError(f"{argv[0]}: {exc}") from exc
+    if done.returncode != 0:
+        raise RebootError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+
+
+@dataclass
+class KuredSentinel:
+    """kured reboots the node (cluster lock, drain, window) once its sentinel file exists."""
+
+    path: Path
+    name: str = "kured"
+
+    def request(self, reason: str) -> None:
+        """Write the sentinel."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, f"modstage: {reason}\n".encode())
+
+    def clear(self) -> None:
+        """Remove the sentinel once the reboot happened."""
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class CommandRebooter:
+    """Reboot by running a command (``systemctl reboot`` for the systemd backend)."""
+
+    argv: list[str]
+    name: str = "command"
+    runner: Runner = run_command
+
+    def request(self, reason: str) -> None:
+        """Run the command."""
+        self.runner(self.argv)
+
+
+@dataclass
+class KexecRebooter:
+    """Load the running kernel, its initrd and command line, then ``systemctl kexec``."""
+
+    layout: Layout
+    name: str = "kexec"
+    runner: Runner = run_command
+
+    def request(self, reason: str) -> None:
+        """kexec -l, then systemctl kexec."""
+        release = self.layout.kernel_release()
+        boot = self.layout.root / "boot"
+        self.runner(
+            [
+                "kexec",
+                "-l",
+                str(boot / f"vmlinuz-{release}"),
+                f"--initrd={boot / f'initrd.img-{release}'}",
+                "--reuse-cmdline",
+            ]
+        )
+        self.runner(["systemctl", "kexec"])
+
+
+@dataclass
+class NoRebooter:
+    """Never reboots: status says a reboot is required and an admin reboots."""
+
+    name: str = "none"
+    requests: list[str] = field(default_factory=list)
+
+    def request(self, reason: str) -> None:
+        """Remember the reason (shown by status)."""
+        self.requests.append(reason)
+
+
+def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
+    """The backend the config names."""
+    if config.backend == "kured":
+        return KuredSentinel(config.sentinel or layout.reboot_sentinel)
+    if config.backend == "systemd":
+        return CommandRebooter(["systemctl", "reboot"], name="systemd")
+    if config.backend == "kexec":
+        return KexecRebooter(layout)
+    if config.backend == "command":
+        return CommandRebooter(list(config.command))
+    return NoRebooter()

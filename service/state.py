@@ -1,0 +1,198 @@
+"""Per-bundle state: the phase machine and its one persisted file, ``state.json``.
+
+::
+
+    (new) -> pending -> reboot_scheduled -> loading -> active
+                \\_______________________________/  \\-> failed -> loading (last known good)
+
+``verifying`` and ``rejected`` are transient phases of an intake: they are shown
+in the bundle's status file but never recorded here, so a rejected drop leaves
+``state.json`` untouched. Every change goes through :meth:`State.save`, i.e.
+the one crash-safe write; an unreadable file is moved aside, never reset.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from service.errors import StateError
+from stager.atomic import write_atomic
+
+FORMAT = 1
+HISTORY_LIMIT = 64
+
+
+class Phase(StrEnum):
+    """Where a bundle's newest generation stands."""
+
+    NONE = "none"
+    VERIFYING = "verifying"
+    REJECTED = "rejected"
+    PENDING = "pending"
+    REBOOT_SCHEDULED = "reboot_scheduled"
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"
+
+
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.NONE: frozenset({Phase.VERIFYING, Phase.PENDING}),
+    Phase.VERIFYING: frozenset({Phase.REJECTED, Phase.PENDING}),
+    Phase.REJECTED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
+    Phase.PENDING: frozenset(
+        {Phase.VERIFYING, Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}
+    ),
+    Phase.REBOOT_SCHEDULED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
+    Phase.LOADING: frozenset({Phase.ACTIVE, Phase.FAILED, Phase.LOADING}),
+    Phase.ACTIVE: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
+    Phase.FAILED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING, Phase.ACTIVE}),
+}
+
+
+def next_phase(current: Phase, target: Phase) -> Phase:
+    """``target`` if the machine allows moving there from ``current``; raises otherwise."""
+    if target not in TRANSITIONS[current]:
+        raise StateError(f"illegal transition {current.value} -> {target.value}")
+    return target
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What state remembers of one generation of a bundle."""
+
+    id: str
+    version: str
+    kernel: str
+    added: float = 0.0
+    attempts: int = 0
+    failed: str | None = None
+
+
+@dataclass(frozen=True)
+class BundleState:
+    """One bundle: its generations, what is active and pending, and how it got there."""
+
+    phase: Phase = Phase.NONE
+    active: str | None = None
+    pending: str | None = None
+    generations: dict[str, Generation] = field(default_factory=dict)
+    loaded: tuple[dict[str, Any], ...] = ()
+    history: tuple[dict[str, Any], ...] = ()
+
+    def move(self, target: Phase, note: str = "", **changes: Any) -> BundleState:
+        """A copy in phase ``target`` with ``changes``, the move appended to history."""
+        phase = next_phase(self.phase, target)
+        entry = {"at": round(time.time(), 3), "from": self.phase.value, "to": phase.value}
+        if note:
+            entry["note"] = note
+        history = (*self.history, entry)[-HISTORY_LIMIT:]
+        return replace(self, phase=phase, history=history, **changes)
+
+    def with_generation(self, gen: Generation) -> BundleState:
+        """A copy that knows ``gen`` (replacing what it knew of that id)."""
+        return replace(self, generations={**self.generations, gen.id: gen})
+
+    def keep(self) -> set[str]:
+        """Generation ids the store must never collect for this bundle."""
+        return {g for g in (self.active, self.pending) if g}
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything in ``state.json``."""
+
+    bundles: dict[str, BundleState] = field(default_factory=dict)
+    boot_id: str | None = None
+    reboot: dict[str, Any] | None = None  # the recorded intent: asked at, in which boot, how
+
+    def bundle(self, name: str) -> BundleState:
+        """The state of bundle ``name`` (empty if unknown)."""
+        return self.bundles.get(name, BundleState())
+
+    def with_bundle(self, name: str, bundle: BundleState) -> State:
+        """A copy with ``name`` replaced by ``bundle``."""
+        return replace(self, bundles={**self.bundles, name: bundle})
+
+    def to_json(self) -> bytes:
+        """The persisted form."""
+        bundles = {}
+        for name, b in sorted(self.bundles.items()):
+            data = asdict(b)
+            data["phase"] = b.phase.value
+            data["generations"] = {k: asdict(v) for k, v in sorted(b.generations.items())}
+            bundles[name] = data
+        doc = {"format": FORMAT, "boot_id": self.boot_id, "reboot": self.reboot, "bundles": bundles}
+        return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> State:
+        """Parse the persisted form; raises :class:`StateError` on anything unexpected."""
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != FORMAT:
+                raise StateError(f"unknown state format {doc.get('format')!r}")
+            bundles = {}
+            for name, b in doc["bundles"].items():
+                gens = {k: Generation(**v) for k, v in b["generations"].items()}
+                bundles[name] = BundleState(
+                    phase=Phase(b["phase"]),
+                    active=b["active"],
+                    pending=b["pending"],
+                    generations=gens,
+                    loaded=tuple(b["loaded"]),
+                    history=tuple(b["history"]),
+                )
+            reboot = doc.get("reboot")
+            if reboot is not None and not isinstance(reboot, dict):
+                raise StateError("reboot intent is not an object")
+            return cls(bundles=bundles, boot_id=doc["boot_id"], reboot=reboot)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"state file is corrupt: {exc!r}") from exc
+
+
+def load(path: Path) -> State:
+    """Read ``path``; a missing file is an empty state.
+
+    A corrupt file is renamed to ``state.json.corrupt-<time>`` and
+    :class:`StateCorrupt` is raised naming both paths: modstage never silently
+    forgets which generation was good.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return State()
+    try:
+        return State.from_json(raw)
+    except StateError as exc:
+        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        path.rename(aside)
+        from service.errors import StateCorrupt
+
+        raise StateCorrupt(path, aside, str(exc)) from exc
+
+
+def save(path: Path, state: State) -> None:
+    """Persist ``state`` with the one crash-safe write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, state.to_json(), mode=0o600)
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold modstage's state lock (one writer of state.json at a time, across processes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

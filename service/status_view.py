@@ -1,0 +1,128 @@
+"""How ``modstage status`` looks: rich tables on a terminal, plain lines otherwise.
+
+Both views render the same document :func:`service.status.collect` returns;
+nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+_MARK = {"healthy": "ok", "degraded": "DEGRADED", "failed": "FAILED"}
+
+
+def when(epoch: float | None) -> str:
+    """A local timestamp for a table cell ('-' when unknown)."""
+    if not epoch:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def short(generation: str | None) -> str:
+    """A generation id shortened as git shortens commits ('-' when none)."""
+    return generation[:12] if generation else "-"
+
+
+def _reboot_line(doc: dict[str, Any]) -> str:
+    r = doc["reboot"]
+    w = r["window"]
+    days = ",".join(w["days"]) or "every day"
+    line = "required for " + ", ".join(r["bundles"]) if r["required"] else "not required"
+    if r["scheduled"]:
+        line += "; scheduled for " + ", ".join(r["scheduled"])
+    return (
+        f"{line} (backend {r['backend']}, window {days} {w['start']}-{w['end']} "
+        f"{w['timezone']}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"
+    )
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """The plain-text view, one line per fact."""
+    out = [
+        f"host: {_MARK[doc['health']]}  kernel {doc['kernel'] or '?'}",
+        f"reboot: {_reboot_line(doc)}",
+    ]
+    for problem in doc["problems"]:
+        where = problem["bundle"] or "host"
+        out.append(f"  ! {where}: {problem['reason']}")
+    for name, b in doc["bundles"].items():
+        out.append(
+            f"bundle {name}: {b['phase']} [{_MARK[b['health']]}] "
+            f"active {short(b['active'])} pending {short(b['pending'])}"
+        )
+        for g in b["generations"]:
+            fail = f" failed: {g['failed']}" if g["failed"] else ""
+            out.append(
+                f"  {g['role']:<8} {short(g['id'])} {g['version']} kernel {g['kernel']} "
+                f"added {when(g['added'])} attempts {g['attempts']}{fail}"
+            )
+        for m in b["loaded"]:
+            took = "already loaded" if m["already_loaded"] else f"{m['ms']} ms"
+            out.append(f"  module {m['module']} srcversion {m['srcversion']} ({took})")
+        for h in b["history"][-5:]:
+            note = f": {h['note']}" if h["note"] else ""
+            out.append(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}")
+        for err in b["errors"][-5:]:
+            out.append(f"  error: {err}")
+    for m in doc["memory"]:
+        node = "-" if m["node"] is None else m["node"]
+        out.append(f"memory node {node} zone {m['zone'] or '-'} {m['state']}: {m['blocks']} blocks")
+    return out
+
+
+def render_rich(doc: dict[str, Any], out: TextIO) -> None:
+    """Tables for a terminal (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    style = {"healthy": "green", "degraded": "yellow", "failed": "bold red"}
+    console = Console(file=out)
+    console.print(
+        f"[{style[doc['health']]}]{doc['health']}[/]  kernel {doc['kernel'] or '?'}  "
+        f"reboot {_reboot_line(doc)}",
+        highlight=False,
+    )
+    for problem in doc["problems"]:
+        console.print(f"  [yellow]![/] {problem['bundle'] or 'host'}: {problem['reason']}")
+    for name, b in doc["bundles"].items():
+        table = Table(title=f"{name}: {b['phase']} ({b['health']})", title_justify="left")
+        for col in ("role", "generation", "version", "kernel", "added", "attempts", "failed"):
+            table.add_column(col)
+        for g in b["generations"]:
+            table.add_row(
+                g["role"],
+                short(g["id"]),
+                g["version"],
+                g["kernel"],
+                when(g["added"]),
+                str(g["attempts"]),
+                g["failed"] or "",
+            )
+        console.print(table)
+        if b["loaded"]:
+            mods = Table("module", "srcversion", "load ms", title="loaded", title_justify="left")
+            for m in b["loaded"]:
+                mods.add_row(
+                    m["module"], m["srcversion"], "already" if m["already_loaded"] else str(m["ms"])
+                )
+            console.print(mods)
+        for h in b["history"][-5:]:
+            note = f": {h['note']}" if h["note"] else ""
+            console.print(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}", highlight=False)
+    if doc["memory"]:
+        mem = Table("node", "zone", "state", "blocks", title="memory", title_justify="left")
+        for m in doc["memory"]:
+            mem.add_row(str(m["node"]), m["zone"] or "-", m["state"], str(m["blocks"]))
+        console.print(mem)
+
+
+def render(doc: dict[str, Any], out: TextIO) -> None:
+    """Rich tables when ``out`` is a terminal and rich is installed, plain lines otherwise."""
+    if out.isatty():
+        try:
+            render_rich(doc, out)
+            return
+        except ImportError:
+            pass
+    out.write("\n".join(lines(doc)) + "\n")

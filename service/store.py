@@ -1,0 +1,148 @@
+"""The store: verified, read-only copies of generations under ``store/<generation id>``.
+
+A generation is built in a hidden temporary directory (``.tmp-*``), verified
+there, and published by one rename to its id: a name in the store always means
+a complete, verified generation. Files are read-only, directories too.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from service.config import Limits
+from service.dropfs import check_regular, open_file
+from service.errors import DropError
+from stager.atomic import fsync_dir, write_atomic
+from stager.manifest import Manifest
+from stager.paths import MANIFEST_NAME
+
+CHUNK = 1 << 20
+TMP_PREFIX = ".tmp-"
+
+
+class Store:
+    """Generations on disk, rooted at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, generation: str) -> Path:
+        """Where generation ``generation`` lives once published."""
+        return self.root / generation
+
+    def has(self, generation: str) -> bool:
+        """Whether ``generation`` is published (its manifest exists)."""
+        return (self.path(generation) / MANIFEST_NAME).is_file()
+
+    def manifest(self, generation: str) -> Manifest:
+        """The canonical manifest of a published generation."""
+        return Manifest.from_toml(
+            (self.path(generation) / MANIFEST_NAME).read_bytes(), source=generation
+        )
+
+    def copy_drop(self, drop_fd: int, manifest: Manifest, *, display: Path, limits: Limits) -> Path:
+        """Copy every file the manifest names out of the drop into a new temporary directory.
+
+        The caller verifies the copies (never the container's files), then
+        publishes or discards the directory.
+        """
+        entries = [m.file for m in manifest.modules] + [f.file for f in manifest.firmware]
+        if len(entries) > limits.max_files:
+            raise DropError(
+                display, f"names {len(entries)} files, over the limit of {limits.max_files}"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        tmp.mkdir(mode=0o700)
+        total = 0
+        try:
+            for rel in entries:
+                budget = min(limits.max_file_bytes, limits.max_total_bytes - total)
+                total += _copy(drop_fd, rel, tmp, display=display, max_bytes=budget)
+            write_atomic(tmp / MANIFEST_NAME, manifest.to_toml(), mode=0o444)
+        except BaseException:
+            self.discard(tmp)
+            raise
+        return tmp
+
+    def publish(self, tmp: Path, generation: str) -> Path:
+        """Make ``tmp`` read-only and rename it to ``generation`` (idempotent)."""
+        final = self.path(generation)
+        if self.has(generation):
+            self.discard(tmp)
+            return final
+        for directory, _dirs, files in os.walk(tmp, topdown=False):
+            for name in files:
+                os.chmod(Path(directory) / name, 0o444)
+            fsync_dir(Path(directory))
+            os.chmod(directory, 0o555)
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+        return final
+
+    def discard(self, path: Path) -> None:
+        """Remove a temporary or collected generation directory, read-only or not."""
+        if path.exists():
+            for directory, _dirs, _files in os.walk(path):
+                os.chmod(directory, 0o700)
+            shutil.rmtree(path)
+
+    def clean_temporaries(self) -> list[Path]:
+        """Remove what a killed intake left behind; return it."""
+        left = [p for p in self.root.glob(f"{TMP_PREFIX}*")] if self.root.is_dir() else []
+        for path in left:
+            self.discard(path)
+        return left
+
+    def collect(self, generations: Iterable[str]) -> None:
+        """Remove the given published generations."""
+        for generation in generations:
+            self.discard(self.path(generation))
+        fsync_dir(self.root)
+
+
+def _copy(drop_fd: int, rel: str, tmp: Path, *, display: Path, max_bytes: int) -> int:
+    """Copy one checked file of the drop; return its size."""
+    src = open_file(drop_fd, rel, display=display, max_bytes=max_bytes)
+    dest = tmp / rel
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            size = _pump(src, out, max_bytes + 1)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        if size > max_bytes:
+            raise DropError(
+                display / rel, f"grew beyond the limit of {max_bytes} bytes while being copied"
+            )
+        check_regular(os.fstat(src), display / rel, max_bytes)
+    except OSError as exc:
+        raise DropError(display / rel, f"cannot copy: {exc.strerror or exc}") from exc
+    finally:
+        os.close(src)
+    return size
+
+
+def _pump(src: int, out: int, cap: int) -> int:
+    """Copy up to ``cap`` bytes from ``src`` to ``out``."""
+    size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while size < cap and (n := os.readv(src, [buf])):
+        written = 0
+        while written < n:
+            written += os.write(out, view[written:n])
+        size += n
+    return size
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether no write bit is set on ``path``."""
+    return not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)

@@ -1,0 +1,143 @@
+"""Trusted module-signing certificates, looked up by the kernel's key ids.
+
+The kernel finds a module's signer in its keyring by an exact byte comparison of key
+ids: ``serial || issuer`` (the raw content octets of the certificate's serial INTEGER
+and issuer Name, no DN normalisation) for SignerInfo v1, and the raw
+subjectKeyIdentifier for v3. :class:`TrustStore` indexes certificates the same way.
+
+Validity dates are ignored, as the kernel ignores them for module signatures: an expired
+or not-yet-valid certificate still verifies. Mirroring this keeps modstage's verdict equal
+to the kernel's; the kernel's keyrings, not a clock, decide what is trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from asn1crypto import x509 as asn1_x509
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
+
+from service.errors import TrustError
+
+SUFFIXES = (".pem", ".der", ".crt", ".cer")
+MAX_CERT_FILE = 1 << 20
+_PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s+-----END CERTIFICATE-----", re.S)
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A certificate's public key with the key ids the kernel would file it under."""
+
+    source: str
+    subject: str  # the subject's commonName, or the whole subject when it has none
+    key_ids: tuple[bytes, ...]
+    public_key: PublicKeyTypes
+
+    @classmethod
+    def from_der(cls, der: bytes, source: str) -> TrustedKey:
+        """Parse one DER certificate; raises :class:`TrustError`."""
+        try:
+            raw = asn1_x509.Certificate.load(der, strict=True)
+            tbs = raw["tbs_certificate"]
+            key_ids = [bytes(tbs["serial_number"].contents) + bytes(tbs["issuer"].chosen.contents)]
+            if raw.key_identifier is not None:
+                key_ids.append(bytes(raw.key_identifier))
+            cert = x509.load_der_x509_certificate(der)
+            public_key = cert.public_key()
+            names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+            subject = str(names[0].value) if names else cert.subject.rfc4514_string()
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+            raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
+        return cls(source, subject, tuple(key_ids), public_key)
+
+
+def _der_sequence(data: bytes, at: int, source: str) -> int:
+    """End offset of the DER SEQUENCE starting at ``at``."""
+    if at + 2 > len(data) or data[at] != 0x30:
+        raise TrustError(source, f"no DER certificate at byte {at}")
+    first = data[at + 1]
+    if first < 0x80:
+        return at + 2 + first
+    count = first & 0x7F
+    if count == 0 or count > 4 or at + 2 + count > len(data):
+        raise TrustError(source, f"bad DER length at byte {at}")
+    return at + 2 + count + int.from_bytes(data[at + 2 : at + 2 + count], "big")
+
+
+def split_certificates(data: bytes, source: str) -> Iterator[bytes]:
+    """Each DER certificate in ``data``: PEM blocks, or one or more concatenated DER."""
+    if b"-----BEGIN" in data:
+        blocks = _PEM.findall(data)
+        if not blocks:
+            raise TrustError(source, "PEM file without a CERTIFICATE block")
+        for block in blocks:
+            try:
+                yield base64.b64decode(b"".join(block.split()), validate=True)
+            except ValueError as exc:
+                raise TrustError(source, f"bad base64 in a PEM block: {exc}") from exc
+        return
+    at = 0
+    while at < len(data):
+        end = _der_sequence(data, at, source)
+        if end > len(data):
+            raise TrustError(source, f"DER certificate at byte {at} is truncated")
+        yield data[at:end]
+        at = end
+    if not data:
+        raise TrustError(source, "empty certificate file")
+
+
+class TrustStore:
+    """Trusted keys by kernel key id; a key id filed twice is a configuration error."""
+
+    def __init__(self, keys: Iterable[TrustedKey] = ()) -> None:
+        self.keys = tuple(keys)
+        self._by_id: dict[bytes, TrustedKey] = {}
+        for key in self.keys:
+            for key_id in key.key_ids:
+                other = self._by_id.setdefault(key_id, key)
+                if other is not key:
+                    raise TrustError(
+                        key.source, f"key id {key_id.hex()} is also filed by {other.source}"
+                    )
+
+    @classmethod
+    def from_der(cls, *certificates: bytes) -> TrustStore:
+        """A store holding the given DER certificates."""
+        return cls(
+            TrustedKey.from_der(der, f"<certificate {i}>") for i, der in enumerate(certificates)
+        )
+
+    @classmethod
+    def from_directory(cls, directory: Path) -> TrustStore:
+        """Every certificate in ``directory``'s ``*.pem/*.der/*.crt/*.cer`` regular files."""
+        try:
+            entries = sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES)
+        except OSError as exc:
+            raise TrustError(
+                directory, f"cannot list trusted certificates: {exc.strerror}"
+            ) from exc
+        keys = []
+        for path in entries:
+            if not path.is_file():
+                continue  # the directory is admin-owned: symlinks to certificates are fine
+            try:
+                with path.open("rb") as f:
+                    data = f.read(MAX_CERT_FILE + 1)
+            except OSError as exc:
+                raise TrustError(path, f"cannot read: {exc.strerror}") from exc
+            if len(data) > MAX_CERT_FILE:
+                raise TrustError(path, f"larger than {MAX_CERT_FILE} bytes")
+            keys += [
+                TrustedKey.from_der(der, str(path)) for der in split_certificates(data, str(path))
+            ]
+        return cls(keys)
+
+    def find(self, key_id: bytes) -> TrustedKey | None:
+        """The trusted key the kernel would find for ``key_id``, if any."""
+        return self._by_id.get(key_id)

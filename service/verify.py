@@ -1,0 +1,297 @@
+"""Verify a module exactly as the kernel will load it: the capability intake and boot call.
+
+:func:`verify_module` reads an open file once, in 1 MiB chunks: the same pass feeds the
+signature digest (over the signed bytes) and the sha256 of the whole file (the
+manifest's digest); when the signature uses sha256 the two share one hasher. Checks are
+reported in the kernel's order (signature, ELF and ``.modinfo``, vermagic), each as a
+reason naming the rule and errno. Hostile content never raises: it becomes a
+:class:`Verdict` with ``ok=False``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import platform
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from service.beneath import open_regular
+from service.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
+from service.errors import ModuleRejected
+from service.modinfo import ModInfo, check_vermagic, kernel_version
+from service.signature import TAIL, Signature, check_signature, parse_pkcs7, parse_trailer
+from service.trust import TrustStore
+from stager.errors import ManifestError
+from stager.manifest import MAX_MANIFEST_BYTES, Manifest
+
+_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """modstage's verdict on one file, which must equal the kernel's at load time."""
+
+    file: str
+    ok: bool
+    reason: str | None = None
+    signer: str | None = None
+    hash: str | None = None
+    name: str | None = None
+    vermagic: str | None = None
+    sha256: str | None = None  # of the file as stored (compressed, if it is)
+    srcversion: str | None = None
+    depends: tuple[str, ...] = ()
+    firmware: tuple[str, ...] = ()
+    key_id: str | None = None  # hex of the kernel's key id ("ex:" id) of the signer
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        out = asdict(self)
+        out["depends"], out["firmware"] = list(self.depends), list(self.firmware)
+        return out
+
+
+@dataclass
+class _Facts:
+    """What the checks learned so far; the first recorded problem becomes the reason."""
+
+    display: str
+    problems: list[str] = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def verdict(self) -> Verdict:
+        reason = self.problems[0] if self.problems else None
+        return Verdict(self.display, reason is None, reason, **self.fields)
+
+
+def _stream(
+    f: BinaryIO, size: int, signed_len: int, names: set[str], whole: Any
+) -> dict[str, bytes]:
+    """Read ``f`` once; digests of ``[0, signed_len)`` by name, ``whole`` fed everything."""
+    shared = whole is not None and "sha256" in names
+    hashers = {n: hashlib.new(n) for n in names if not (shared and n == "sha256")}
+    digests: dict[str, bytes] = {}
+    buf = memoryview(bytearray(CHUNK))
+    f.seek(0)
+    pos = 0
+    while pos < size:
+        n = cast(io.RawIOBase, f).readinto(buf[: min(CHUNK, size - pos)])
+        if not n:
+            raise ModuleRejected("EIO: file shrank while being read")
+        chunk = buf[:n]
+        cut = max(0, min(n, signed_len - pos))
+        if cut:
+            for h in hashers.values():
+                h.update(chunk[:cut])
+            if whole is not None:
+                whole.update(chunk[:cut])
+            if pos + cut == signed_len:
+                digests = {name: h.digest() for name, h in hashers.items()}
+                if shared:
+                    digests["sha256"] = whole.copy().digest()
+        if whole is not None and cut < n:
+            whole.update(chunk[cut:])
+        pos += n
+    return digests
+
+
+def _read_at(f: BinaryIO, at: int, n: int) -> bytes:
+    f.seek(at)
+    return f.read(n)
+
+
+def _signer(
+    sigs: tuple[Signature, ...], digests: dict[str, bytes], trust: TrustStore, facts: _Facts
+) -> None:
+    """As ``pkcs7_validate_trust``: one verified signer suffices; a failing one is fatal."""
+    facts.fields.update(hash=sigs[0].digest.name, key_id=sigs[0].key_id.hex())
+    for sig in sigs:
+        key = trust.find(sig.key_id)
+        if key is None:
+            continue
+        facts.fields.update(signer=key.subject, hash=sig.digest.name, key_id=sig.key_id.hex())
+        check_signature(sig, key.public_key, digests[sig.digest.name])
+        return
+    raise ModuleRejected(f"ENOKEY: no trusted certificate has key id {sigs[0].key_id.hex()}")
+
+
+def _check_elf(
+    f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, kernel: str, whole: Any
+) -> None:
+    """Signature, modinfo and vermagic of the (decompressed) module held in ``f``."""
+    sigs: tuple[Signature, ...] = ()
+    signed_len = size
+    try:
+        trailer = parse_trailer(_read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
+        signed_len = trailer.signed_len
+        sigs = parse_pkcs7(_read_at(f, signed_len, trailer.sig_len), kernel_version(kernel))
+    except ModuleRejected as exc:
+        facts.problems.append(exc.reason)
+    digests = _stream(f, size, signed_len, {s.digest.name for s in sigs}, whole)
+    if whole is not None:
+        facts.fields["sha256"] = whole.hexdigest()
+    if sigs:
+        try:
+            _signer(sigs, digests, trust, facts)
+        except ModuleRejected as exc:
+            facts.problems.append(exc.reason)
+    info = ModInfo.from_elf(lambda at, n: _read_at(f, at, n), signed_len)
+    facts.fields.update(
+        name=info.name,
+        vermagic=info.vermagic,
+        srcversion=info.srcversion,
+        depends=info.depends,
+        firmware=info.firmware,
+    )
+    host = _MACHINES.get(platform.machine())
+    if host is not None and info.machine != host:
+        raise ModuleRejected(f"ENOEXEC: ELF machine {info.machine} is not this host's ({host})")
+    check_vermagic(info, kernel)
+
+
+def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, kernel: str, cap: int) -> None:
+    size = f.seek(0, os.SEEK_END)
+    whole = hashlib.sha256()
+    kind = compression(_read_at(f, 0, 6))
+    if kind is None:
+        _check_elf(f, size, facts, trust, kernel, whole)
+        return
+
+    def read(n: int) -> bytes:
+        data = f.read(n)
+        whole.update(data)
+        return data
+
+    f.seek(0)
+    try:
+        elf = decompress(read, kind, cap)
+    finally:
+        while read(CHUNK):
+            pass
+        facts.fields["sha256"] = whole.hexdigest()
+    _check_elf(io.BytesIO(elf), len(elf), facts, trust, kernel, None)
+
+
+def verify_module(
+    f: BinaryIO,
+    *,
+    display: str,
+    trust: TrustStore,
+    kernel: str,
+    max_decompressed: int = MAX_DECOMPRESSED,
+) -> Verdict:
+    """Verify the module open in ``f`` (seekable, binary) for the target ``kernel``.
+
+    ``kernel`` is a release (``6.1.0-57-amd64``) or a full vermagic string. Never raises
+    for bad content: every problem is a ``Verdict(ok=False, reason=...)``.
+    """
+    facts = _Facts(display)
+    try:
+        _check(f, facts, trust, kernel, max_decompressed)
+    except ModuleRejected as exc:
+        facts.problems.append(exc.reason)
+    except OSError as exc:
+        facts.problems.append(f"EIO: cannot read: {exc.strerror or exc}")
+    return facts.verdict()
+
+
+def _failed(display: str, exc: OSError) -> Verdict:
+    code = errno.errorcode.get(exc.errno or 0, "EIO")
+    return Verdict(display, False, f"{code}: cannot open: {exc.strerror or exc}")
+
+
+def _module_at(
+    root: Path, relative: str, display: str, trust: TrustStore, kernel: str, follow: bool
+) -> Verdict:
+    try:
+        f = open_regular(root, relative, follow=follow)
+    except OSError as exc:
+        return _failed(display, exc)
+    with f:
+        return verify_module(f, display=display, trust=trust, kernel=kernel)
+
+
+def verify_path(path: Path, *, trust: TrustStore, kernel: str) -> Verdict:
+    """Verify one module file (symlinks followed: the path comes from the admin)."""
+    return _module_at(path.parent, path.name, str(path), trust, kernel, True)
+
+
+def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verdict:
+    try:
+        f = open_regular(root, relative, follow=False)
+    except OSError as exc:
+        return _failed(display, exc)
+    whole = hashlib.sha256()
+    try:
+        with f:
+            _stream(f, os.fstat(f.fileno()).st_size, 0, set(), whole)
+    except (OSError, ModuleRejected) as exc:
+        return Verdict(display, False, f"EIO: cannot read: {exc}")
+    digest = whole.hexdigest()
+    if digest != expected:
+        return Verdict(display, False, _mismatch(digest, expected), sha256=digest)
+    return Verdict(display, True, sha256=digest)
+
+
+def _mismatch(actual: str, expected: str) -> str:
+    return f"EBADMSG: sha256 {actual} is not the manifest's {expected}"
+
+
+def _run_all(jobs: Sequence[Callable[[], Verdict]]) -> list[Verdict]:
+    """Run verification jobs on every core (hashlib releases the GIL), results in order."""
+    if len(jobs) < 2:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
+        return list(pool.map(lambda job: job(), jobs))
+
+
+def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
+    """Verify a drop directory: every module and firmware file against its manifest entry.
+
+    Files are opened beneath ``drop`` without following symlinks. A manifest that cannot
+    be read or parsed, or that targets another kernel, yields a rejected verdict for
+    ``manifest.toml``; a digest that differs from the manifest's is the reason for its file.
+    """
+    display = str(drop / "manifest.toml")
+    try:
+        with open_regular(drop, "manifest.toml", follow=False) as f:
+            manifest = Manifest.from_toml(f.read(MAX_MANIFEST_BYTES + 1), display)
+    except OSError as exc:
+        return [_failed(display, exc)]
+    except ManifestError as exc:
+        return [Verdict(display, False, f"EINVAL: {exc}")]
+    jobs: list[Callable[[], Verdict]] = [
+        partial(_module_at, drop, m.file, str(drop / m.file), trust, kernel, False)
+        for m in manifest.modules
+    ]
+    jobs += [
+        partial(_firmware_at, drop, fw.file, str(drop / fw.file), fw.sha256)
+        for fw in manifest.firmware
+    ]
+    verdicts = _run_all(jobs)
+    for i, entry in enumerate(manifest.modules):
+        actual = verdicts[i].sha256
+        if actual is not None and actual != entry.sha256:
+            verdicts[i] = replace(verdicts[i], ok=False, reason=_mismatch(actual, entry.sha256))
+    release = kernel.split(" ", 1)[0]
+    if manifest.kernel != release:
+        reason = f"EINVAL: manifest is for kernel {manifest.kernel}, the target is {release}"
+        verdicts.insert(0, Verdict(display, False, reason))
+    return verdicts
+
+
+def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str) -> list[Verdict]:
+    """Verdicts for module files and drop directories, in order; files verified in parallel."""
+    files = [partial(verify_path, p, trust=trust, kernel=kernel) for p in paths if not p.is_dir()]
+    done = iter(_run_all(files))
+    out: list[Verdict] = []
+    for p in paths:
+        out += verify_drop(p, trust=trust, kernel=kernel) if p.is_dir() else [next(done)]
+    return out

@@ -1,0 +1,146 @@
+"""``modstage wait``: the container's side of a staged load, read from ``status/<bundle>.json``.
+
+The host writes the status file with the one crash-safe write, so each poll
+sees a whole document. Which generation to wait for, in order of preference:
+``--generation``; the digest of ``--drop``'s manifest if the host has not taken
+the drop in yet; otherwise the generation the status file names, counting only
+documents written after the drop was staged (its name carries the time).
+A rejection is ours when the status file names our drop, or, without one, when
+it was written after the drop.
+
+Exit codes: 0 active, 1 rejected or failed, 3 timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from stager.atomic import write_atomic
+from stager.errors import ManifestError, StagerError
+from stager.manifest import Manifest
+from stager.paths import MANIFEST_NAME, parse_drop_name
+
+EXIT_ACTIVE = 0
+EXIT_REFUSED = 1
+EXIT_TIMEOUT = 3
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to wait for: a generation id, the drop's name, documents newer than ``since``."""
+
+    generation: str | None = None
+    drop: str | None = None
+    since: float | None = None
+
+    @classmethod
+    def from_drop(cls, drop: Path, generation: str | None = None) -> Target:
+        """The target for a drop ``modstage stage`` printed (the drop may be gone already)."""
+        named = parse_drop_name(drop.name)
+        since = int(named[1].split(".")[0]) / 1e9 if named else None
+        if generation is None:
+            try:
+                generation = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+            except (OSError, ManifestError):
+                generation = None  # taken in (or never complete): rely on ``since``
+        return cls(generation, drop.name, since)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One look at the status file: ``code`` is None while there is more to wait for."""
+
+    code: int | None
+    message: str
+
+
+def judge(doc: Mapping[str, Any] | None, target: Target) -> Outcome:
+    """What the status document ``doc`` (None: no file yet) means for ``target``."""
+    if doc is None:
+        return Outcome(None, "waiting for the host (no status yet)")
+    if target.since is not None and float(doc.get("updated") or 0) < target.since:
+        return Outcome(None, "waiting for the host to take the drop in")
+    phase = str(doc.get("phase"))
+    gen = target.generation or doc.get("generation")
+    short = str(gen)[:12] if gen else "-"
+    errors = "; ".join(map(str, doc.get("errors") or ())) or "no reason given"
+    failed = doc.get("failed") or {}
+    if gen in failed:
+        return Outcome(EXIT_REFUSED, f"generation {short} failed: {failed[gen]}")
+    if phase == "rejected" and (doc.get("drop") == target.drop or target.drop is None):
+        return Outcome(EXIT_REFUSED, f"drop rejected: {errors}")
+    if gen is not None and doc.get("active") == gen:
+        return Outcome(EXIT_ACTIVE, f"generation {short} is active")
+    if phase == "failed" and doc.get("generation") == gen:
+        return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
+    return Outcome(None, f"{phase} (generation {short})")
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    """The status document at ``path``, None if absent; raises :class:`StagerError` if garbled."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StagerError(f"{path}: unreadable status file: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise StagerError(f"{path}: status file is not a JSON object")
+    return doc
+
+
+def wait_for(
+    read: Callable[[], Mapping[str, Any] | None],
+    target: Target,
+    emit: Callable[[str], None],
+    *,
+    timeout: float | None = None,
+    interval: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Poll ``read`` until ``target`` is decided or ``timeout`` passes; ``emit`` each change."""
+    deadline = None if timeout is None else clock() + timeout
+    last = None
+    while True:
+        outcome = judge(read(), target)
+        if outcome.message != last:
+            emit(outcome.message)
+            last = outcome.message
+        if outcome.code is not None:
+            return outcome.code
+        if deadline is not None and clock() >= deadline:
+            emit(f"timed out after {timeout:g} s; last seen: {outcome.message}")
+            return EXIT_TIMEOUT
+        left = None if deadline is None else deadline - clock()
+        sleep(interval if left is None else max(0.0, min(interval, left)))
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """``modstage wait``: print progress lines; exit 0 once the generation is active."""
+    if args.drop is not None:
+        target = Target.from_drop(args.drop, args.generation)
+    else:
+        target = Target(args.generation)
+    path = args.status_dir / f"{args.bundle}.json"
+
+    def emit(message: str) -> None:
+        print(f"{args.bundle}: {message}", file=out, flush=True)
+
+    code = wait_for(
+        lambda: read_status(path),
+        target,
+        emit,
+        timeout=args.timeout,
+        interval=args.interval,
+    )
+    if code == EXIT_ACTIVE and args.ready_file is not None:
+        args.ready_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.ready_file, b"")
+    return code

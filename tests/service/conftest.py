@@ -1,0 +1,68 @@
+"""Fixtures for the verification tests: real modules, real keys, real signatures.
+
+Keys and signed modules are session-scoped (RSA-4096 key generation costs a second);
+every test that changes bytes works on its own copy under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.trust import TrustStore
+from tests.kmod import SigningKey, build_modules, kernel_release, make_key, sign
+
+
+@pytest.fixture(scope="session")
+def kernel() -> str:
+    """The installed Debian kernel release the test modules are built for."""
+    return kernel_release()
+
+
+@pytest.fixture(scope="session")
+def modules() -> dict[str, Path]:
+    """Unsigned test modules, built once with kbuild (cached on disk)."""
+    return build_modules()
+
+
+@pytest.fixture(scope="session")
+def keydir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory for session-wide keys and signed modules."""
+    return tmp_path_factory.mktemp("keys")
+
+
+@pytest.fixture(scope="session")
+def rsa_key(keydir: Path) -> SigningKey:
+    """An RSA-4096 module signing key."""
+    return make_key(keydir, "rsa4096", cn="modstage rsa")
+
+
+@pytest.fixture(scope="session")
+def ec_key(keydir: Path) -> SigningKey:
+    """An ECDSA P-384 module signing key."""
+    return make_key(keydir, "p384", cn="modstage ec")
+
+
+@pytest.fixture(scope="session")
+def other_key(keydir: Path) -> SigningKey:
+    """An RSA-2048 key nobody trusts."""
+    return make_key(keydir, "rsa2048", cn="untrusted")
+
+
+@pytest.fixture(scope="session")
+def trust(rsa_key: SigningKey, ec_key: SigningKey) -> TrustStore:
+    """Trust in the RSA and the ECDSA key."""
+    return TrustStore.from_der(rsa_key.cert_der.read_bytes(), ec_key.cert_der.read_bytes())
+
+
+@pytest.fixture(scope="session")
+def signed_rsa(modules: dict[str, Path], rsa_key: SigningKey, keydir: Path) -> Path:
+    """ms_params signed by sign-file with RSA-4096/sha256, signer by issuer+serial."""
+    return sign(modules["ms_params"], rsa_key, keydir / "rsa.ko")
+
+
+@pytest.fixture(scope="session")
+def signed_ec(modules: dict[str, Path], ec_key: SigningKey, keydir: Path) -> Path:
+    """ms_params signed by sign-file -k with P-384/sha384, signer by SKID."""
+    return sign(modules["ms_params"], ec_key, keydir / "ec.ko", hash="sha384", skid=True)

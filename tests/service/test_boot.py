@@ -1,0 +1,220 @@
+"""The boot loader on a temporary root with a recording kernel and real signed modules."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from service.boot import Boot
+from service.config import Config
+from service.intake import Intake
+from service.layout import Layout
+from service.state import Phase, load, save
+from service.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import FakeKernel, make_host
+from tests.service.test_intake import FakeKeyring
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host with blocks 0-1 online and 2-4 offline."""
+    return make_host(
+        tmp_path / "root",
+        kernel,
+        rsa_key.cert_pem,
+        {0: "online", 1: "online", 2: "offline", 3: "offline", 4: "offline"},
+    )
+
+
+@pytest.fixture
+def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
+    """All test modules signed with the trusted key."""
+    (tmp_path / "signed").mkdir()
+    return {n: sign(p, rsa_key, tmp_path / "signed" / f"{n}.ko") for n, p in modules.items()}
+
+
+def _pending(
+    host: Layout,
+    kernel: str,
+    mods: list[tuple[Path, str]],
+    version: str = "1",
+    bundle: str = "test",
+    **kw: object,
+) -> str:
+    stage(
+        host.incoming,
+        bundle=bundle,
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(p, params) for p, params in mods],
+        **kw,
+    )  # type: ignore[arg-type]
+    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    [outcome] = intake.run()
+    assert outcome.accepted, outcome.reasons
+    return str(outcome.generation)
+
+
+def _boot(host: Layout, kernel: FakeKernel, **config: object) -> Boot:
+    return Boot(host, Config(**config), TrustStore.from_directory(host.trusted), kernel)  # type: ignore[arg-type]
+
+
+def test_pending_generation_loads_in_order_with_params(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Modules load in manifest order with their params; the generation becomes active."""
+    gen = _pending(
+        host,
+        kernel,
+        [(signed["ms_exporter"], ""), (signed["ms_params"], "count=7 label=hi")],
+        memory="online_movable",
+    )
+    fake = FakeKernel()
+    state = _boot(host, fake).run()
+    assert fake.calls == [("load", "ms_exporter", ""), ("load", "ms_params", "count=7 label=hi")]
+    b = state.bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
+    assert [m["module"] for m in b.loaded] == ["ms_exporter", "ms_params"]
+    assert state.boot_id == "11111111-2222-3333-4444-555555555555"
+    memory = host.sys / "devices/system/memory"
+    assert (memory / "auto_online_blocks").read_text() == "online_movable"
+    assert [(memory / f"memory{n}/state").read_text().strip() for n in range(5)] == [
+        "online",
+        "online",
+        "online_movable",
+        "online_movable",
+        "online_movable",
+    ]
+
+
+def test_failed_second_module_unloads_first_and_restores_last_good(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A failing module: this attempt's loads are undone, the generation is failed, LKG reloads."""
+    good = _pending(host, kernel, [(signed["ms_exporter"], "")])
+    _boot(host, FakeKernel()).run()
+    bad = _pending(host, kernel, [(signed["ms_params"], ""), (signed["ms_enodev"], "")], "2")
+    fake = FakeKernel(fail={"ms_enodev": errno.ENODEV})
+    state = _boot(host, fake).run()
+    assert fake.calls == [
+        ("load", "ms_params", ""),
+        ("load", "ms_enodev", ""),
+        ("unload", "ms_params"),
+        ("load", "ms_exporter", ""),
+    ]
+    b = state.bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
+    assert b.generations[bad].failed == (
+        "modules/ms_enodev.ko: ENODEV: the module's init found no device (init returned -ENODEV)"
+    )
+    assert [h["to"] for h in b.history[-4:]] == ["loading", "failed", "loading", "active"]
+
+
+def test_attempts_are_persisted_before_loading_and_expire(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A boot that never finishes counts; past max_boot_attempts the LKG is loaded instead."""
+    good = _pending(host, kernel, [(signed["ms_exporter"], "")])
+    _boot(host, FakeKernel()).run()
+    bad = _pending(host, kernel, [(signed["ms_panic"], "")], "2")
+
+    class Crash(FakeKernel):
+        def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+            raise SystemExit("power cut")  # the node dies inside finit_module
+
+    for attempt in (1, 2):
+        with pytest.raises(SystemExit):
+            _boot(host, Crash(), max_boot_attempts=2).run()
+        b = load(host.state).bundle("test")
+        assert (b.phase, b.generations[bad].attempts) == (Phase.LOADING, attempt)
+    fake = FakeKernel()
+    state = _boot(host, fake, max_boot_attempts=2).run()
+    b = state.bundle("test")
+    assert fake.calls == [("load", "ms_exporter", "")]
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
+    assert b.generations[bad].failed == "did not complete boot in 2 attempts (max_boot_attempts)"
+
+
+def test_pending_for_another_kernel_stays_pending(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A pending generation built for another release is not loaded and stays pending."""
+    gen = _pending(host, kernel, [(signed["ms_exporter"], "")])
+    state = load(host.state)
+    b = state.bundle("test")
+    b = b.with_generation(replace(b.generations[gen], kernel="6.12.0-9-amd64"))
+    save(host.state, state.with_bundle("test", b))
+    fake = FakeKernel()
+    after = _boot(host, fake).run().bundle("test")
+    assert fake.calls == []
+    assert (after.phase, after.pending) == (Phase.PENDING, gen)
+
+
+def test_bundles_load_after_the_bundles_they_name(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A bundle with after=[x] loads once x is loaded, whatever the names' order."""
+    _pending(
+        host, kernel, [(signed["ms_consumer"], "")], bundle="a-consumer", after=("z-exporter",)
+    )
+    _pending(host, kernel, [(signed["ms_exporter"], "")], bundle="z-exporter")
+    fake = FakeKernel()
+    _boot(host, fake).run()
+    assert [c[1] for c in fake.calls] == ["ms_exporter", "ms_consumer"]
+
+
+def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
+    """A live module with the same srcversion counts as loaded; another version is an error."""
+    _pending(host, kernel, [(signed["ms_params"], "")])
+    from service.verify import verify_path
+
+    src = verify_path(
+        signed["ms_params"], trust=TrustStore.from_directory(host.trusted), kernel=kernel
+    ).srcversion
+    assert src
+    same = FakeKernel(live={"ms_params": src})
+    assert _boot(host, same).run().bundle("test").phase is Phase.ACTIVE
+    assert same.calls == []
+    _pending(host, kernel, [(signed["ms_params"], "count=1")], "2")
+    other = FakeKernel(live={"ms_params": "0123456789ABCDEF"})
+    b = _boot(host, other).run().bundle("test")
+    # the last known good carries the same module, so it cannot come back either
+    assert b.phase is Phase.FAILED and b.active is not None and other.calls == []
+    failed = [g.failed for g in b.generations.values() if g.failed]
+    assert failed == [
+        f"ms_params: another version is already loaded (srcversion "
+        f"0123456789ABCDEF, this generation has {src})"
+    ]
+
+
+def test_firmware_view_and_path(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """firmware_class.path points at a view linking the generation's firmware; foreign kept."""
+    fw = tmp_path / "fw" / "modstage"
+    fw.mkdir(parents=True)
+    (fw / "test.bin").write_bytes(b"x" * 1234)
+    gen = _pending(host, kernel, [(signed["ms_firmware"], "")], firmware_dirs=(tmp_path / "fw",))
+    param = host.sys / "module/firmware_class/parameters/path"
+    param.write_text("/opt/other\n")
+    b = _boot(host, FakeKernel()).run().bundle("test")
+    assert b.phase is Phase.FAILED and param.read_text() == "/opt/other\n"
+    assert "already set to '/opt/other'" in str(b.generations[gen].failed)
+    param.write_text("\n")
+    gen2 = _pending(
+        host,
+        kernel,
+        [(signed["ms_firmware"], "fw_name=modstage/test.bin")],
+        "2",
+        firmware_dirs=(tmp_path / "fw",),
+    )
+    b = _boot(host, FakeKernel()).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, gen2)
+    view = host.run / "firmware"
+    assert param.read_text() == str(view)
+    assert (view / "modstage/test.bin").read_bytes() == b"x" * 1234

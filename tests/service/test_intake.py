@@ -1,0 +1,236 @@
+"""Intake on a temporary root with real modules signed by the kernel's sign-file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.intake import Intake
+from service.layout import Layout
+from service.state import Phase, load
+from service.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+
+
+class FakeKeyring:
+    """The kernel's trusted keys, as a set of key ids; records what was asked."""
+
+    def __init__(self, trusted: set[str]) -> None:
+        self.trusted = trusted
+        self.asked: list[str] = []
+
+    def trusts(self, key_id: str) -> bool:
+        self.asked.append(key_id)
+        return key_id in self.trusted
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host root: the RSA test certificate trusted, the running kernel = the test kernel."""
+    layout = Layout(tmp_path / "root")
+    layout.trusted.mkdir(parents=True)
+    shutil.copy(rsa_key.cert_pem, layout.trusted / "test.pem")
+    (layout.proc / "sys/kernel").mkdir(parents=True)
+    layout.os_release.write_text(kernel + "\n")
+    layout.incoming.mkdir(parents=True)
+    return layout
+
+
+@pytest.fixture
+def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
+    """ms_exporter and ms_consumer signed with the trusted RSA key."""
+    out = tmp_path / "signed"
+    out.mkdir()
+    return {n: sign(modules[n], rsa_key, out / f"{n}.ko") for n in ("ms_exporter", "ms_consumer")}
+
+
+def _intake(
+    layout: Layout, config: Config | None = None, keyring: FakeKeyring | None = None
+) -> Intake:
+    return Intake(
+        layout,
+        config or Config(),
+        TrustStore.from_directory(layout.trusted),
+        keyring or FakeKeyring(set()),
+    )
+
+
+def _stage(
+    layout: Layout, files: list[Path], kernel: str, version: str = "1", **kw: object
+) -> Path:
+    return stage(
+        layout.incoming,
+        bundle="test",
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(f, "") for f in files],
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def _status(layout: Layout) -> dict[str, object]:
+    return json.loads((layout.status / "test.json").read_text())
+
+
+def test_drop_becomes_a_pending_read_only_generation(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A good drop is copied, verified, published read-only, recorded pending, and removed."""
+    drop = _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
+    [outcome] = _intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    state = load(host.state).bundle("test")
+    assert state.phase is Phase.PENDING and state.pending == outcome.generation
+    generation = host.store / str(outcome.generation)
+    assert sorted(p.name for p in (generation / "modules").iterdir()) == [
+        "ms_consumer.ko",
+        "ms_exporter.ko",
+    ]
+    assert all(not p.stat().st_mode & 0o222 for p in generation.rglob("*"))
+    assert not drop.exists()
+    assert _status(host)["phase"] == "pending"
+    assert [p.name for p in host.store.iterdir()] == [outcome.generation]
+
+
+def test_same_drop_twice_is_the_same_generation(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Taking in identical drops yields one generation and one history entry."""
+    _stage(host, [signed["ms_exporter"]], kernel)
+    [first] = _intake(host).run()
+    _stage(host, [signed["ms_exporter"]], kernel)
+    [second] = _intake(host).run()
+    assert first.generation == second.generation
+    assert len(load(host.state).bundle("test").history) == 1
+
+
+def test_untrusted_signature_is_rejected_and_changes_nothing(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+) -> None:
+    """A module signed by an unknown key: rejected with the reason; state and store untouched."""
+    _stage(host, [signed["ms_exporter"]], kernel)
+    _intake(host).run()
+    before = host.state.read_bytes()
+    store_before = sorted(host.store.iterdir())
+    bad = sign(modules["ms_params"], other_key, tmp_path / "ms_params.ko")
+    drop = _stage(host, [bad], kernel, version="2")
+    [outcome] = _intake(host).run()
+    assert not outcome.accepted
+    assert (
+        outcome.reasons
+        == (
+            f"{drop}/modules/ms_params.ko: ENOKEY: no trusted key "
+            "matches the signer (issuer+serial)",
+        )
+        or "ENOKEY" in outcome.reasons[0]
+    )
+    assert host.state.read_bytes() == before
+    assert sorted(host.store.iterdir()) == store_before
+    status = _status(host)
+    assert status["phase"] == "rejected" and status["errors"] == list(outcome.reasons)
+    assert not drop.exists()
+
+
+def test_vermagic_for_another_kernel_is_rejected(host: Layout, signed: dict[str, Path]) -> None:
+    """A manifest claiming another kernel than the modules' vermagic is refused."""
+    _stage(host, [signed["ms_exporter"]], "6.12.0-1-amd64")
+    [outcome] = _intake(host).run()
+    assert not outcome.accepted
+    assert any("vermagic" in r for r in outcome.reasons), outcome.reasons
+
+
+@pytest.mark.parametrize(
+    ("plant", "reason"),
+    [
+        (lambda p: (p.unlink(), p.symlink_to("/etc/passwd")), "is a symbolic link"),
+        (lambda p: (p.unlink(), os.mkfifo(p)), "is a FIFO, not a regular file"),
+        (lambda p: os.link(p, p.parent.parent / "extra-link"), "has 2 hard links"),
+    ],
+    ids=["symlink", "fifo", "hardlink"],
+)
+def test_unsafe_files_are_rejected(
+    host: Layout, signed: dict[str, Path], kernel: str, plant: object, reason: str
+) -> None:
+    """Symlinks, FIFOs and hard-linked files in a drop are refused, naming the file."""
+    drop = _stage(host, [signed["ms_exporter"]], kernel)
+    plant(drop / "modules" / "ms_exporter.ko")  # type: ignore[operator]
+    [outcome] = _intake(host).run()
+    assert outcome.reasons[0].startswith(f"{drop}/modules/ms_exporter.ko: {reason}")
+    assert not host.state.exists()
+
+
+def test_host_policy_narrows_what_a_bundle_may_ask(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Bundle names, memory policies and parameters the host forbids are each reported."""
+    config = Config(
+        allowed_bundles=("nvidia",), allowed_memory_policies=(), forbidden_params=("NVreg_Debug",)
+    )
+    stage(
+        host.incoming,
+        bundle="test",
+        version="1",
+        kernel=kernel,
+        memory="online",
+        modules=[ModuleSpec(signed["ms_exporter"], "NVreg-Debug=1")],
+    )
+    [outcome] = _intake(host, config).run()
+    assert outcome.reasons == (
+        "bundle 'test' is not allowed on this host",
+        "memory policy 'online' is not allowed on this host",
+        "module[0].params: 'NVreg-Debug' is forbidden on this host",
+    )
+
+
+def test_preflight_asks_the_enforcing_kernel(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """With sig_enforce=Y, a signer missing from the kernel's keyrings is rejected up front."""
+    enforce = host.sys / "module/module/parameters/sig_enforce"
+    enforce.parent.mkdir(parents=True)
+    enforce.write_text("Y\n")
+    _stage(host, [signed["ms_exporter"]], kernel)
+    keyring = FakeKeyring(set())
+    [outcome] = _intake(host, keyring=keyring).run()
+    assert not outcome.accepted
+    assert outcome.reasons == (
+        f"EKEYREJECTED: the running kernel (module.sig_enforce=1) does "
+        f"not trust signing key {keyring.asked[0]}",
+    )
+    _stage(host, [signed["ms_exporter"]], kernel)
+    [outcome] = _intake(host, keyring=FakeKeyring(set(keyring.asked))).run()
+    assert outcome.accepted
+
+
+def test_old_generations_are_collected_but_not_active_or_pending(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """With retain=2, only the newest two generations remain, plus active and pending."""
+    from dataclasses import replace
+
+    from service.state import save
+
+    ids = []
+    for version in "12345":
+        _stage(host, [signed["ms_exporter"]], kernel, version=version)
+        [o] = _intake(host, Config(retain=2)).run()
+        ids.append(o.generation)
+        if version == "1":  # pretend generation 1 booted fine: it is the last known good
+            state = load(host.state)
+            b = state.bundle("test")
+            b = replace(b.move(Phase.LOADING).move(Phase.ACTIVE), active=o.generation, pending=None)
+            save(host.state, state.with_bundle("test", b))
+    kept = sorted(p.name for p in host.store.iterdir())
+    assert kept == sorted([ids[0], ids[3], ids[4]])
+    assert set(load(host.state).bundle("test").generations) == set(kept)

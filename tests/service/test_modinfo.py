@@ -1,0 +1,174 @@
+"""The hand-written .modinfo reader and the kernel's vermagic rule."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.errors import ModuleRejected
+from service.modinfo import ModInfo, check_vermagic, kernel_version, same_magic
+from tests.service.strategies_verify import mutated
+
+DEBIAN = ["net/key/af_key.ko", "fs/fat/vfat.ko", "drivers/net/dummy.ko", "fs/ext4/ext4.ko"]
+
+
+def rejected(data: bytes) -> str:
+    with pytest.raises(ModuleRejected) as exc:
+        ModInfo.from_bytes(data)
+    return exc.value.reason
+
+
+def test_test_module_fields(modules: dict[str, Path], kernel: str) -> None:
+    """ms_params: name, vermagic, srcversion (MODULE_VERSION), parameters, license, CRCs."""
+    info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
+    assert info.name == "ms_params"
+    assert info.vermagic is not None and info.vermagic.startswith(kernel + " ")
+    assert info.srcversion and len(info.srcversion) == 23
+    assert sorted(p.split(":")[0] for p in info.parm) == ["count", "label"]
+    assert (info.license, info.depends, info.has_versions, info.machine) == ("GPL", (), True, 62)
+
+
+def test_depends_and_firmware(modules: dict[str, Path]) -> None:
+    """depends= is split on commas; MODULE_FIRMWARE entries are collected."""
+    assert ModInfo.from_bytes(modules["ms_consumer"].read_bytes()).depends == ("ms_exporter",)
+    fw = ModInfo.from_bytes(modules["ms_firmware"].read_bytes())
+    assert fw.firmware == ("modstage/test.bin",) and fw.srcversion is None
+
+
+def kmod_field(path: Path, field: str) -> str:
+    out = subprocess.run(["modinfo", "-F", field, str(path)], capture_output=True, text=True)
+    return out.stdout.rstrip("\n")
+
+
+@pytest.mark.parametrize("relative", DEBIAN)
+def test_agrees_with_kmod_modinfo_on_debian_modules(kernel: str, relative: str) -> None:
+    """name, vermagic, depends and srcversion equal what kmod's modinfo prints."""
+    path = Path(f"/lib/modules/{kernel}/kernel") / relative
+    info = ModInfo.from_bytes(path.read_bytes())
+    assert info.name == kmod_field(path, "name")
+    assert info.vermagic == kmod_field(path, "vermagic")
+    assert ",".join(info.depends) == kmod_field(path, "depends")
+    assert (info.srcversion or "") == kmod_field(path, "srcversion")
+
+
+def rename_section(data: bytes, name: bytes) -> bytes:
+    needle = name + b"\0"
+    assert data.count(needle) == 1
+    return data.replace(needle, name[:-1] + b"X\0")
+
+
+def test_missing_modinfo_is_enoexec(modules: dict[str, Path]) -> None:
+    """An ELF without .modinfo has no vermagic: ENOEXEC."""
+    data = rename_section(modules["ms_params"].read_bytes(), b".modinfo")
+    assert rejected(data) == "ENOEXEC: no .modinfo section (so no vermagic)"
+
+
+def test_missing_this_module_is_enoexec(modules: dict[str, Path]) -> None:
+    """Without .gnu.linkonce.this_module the kernel finds no module in the object."""
+    data = rename_section(modules["ms_params"].read_bytes(), b".gnu.linkonce.this_module")
+    assert rejected(data).startswith("ENOEXEC: no module found")
+
+
+def patch(data: bytes, offset: int, fmt: str, value: int) -> bytes:
+    out = bytearray(data)
+    struct.pack_into(fmt, out, offset, value)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: b"\x7fELG" + d[4:], "not an ELF file"),
+        (lambda d: d[:4] + b"\x01" + d[5:], "not a 64-bit ELF object"),
+        (lambda d: patch(d, 16, "<H", 2), "ELF type 2 is not a relocatable object"),
+        (lambda d: patch(d, 40, "<Q", len(d) - 10), "section header table outside"),
+        (lambda d: patch(d, 58, "<H", 40), "section header table outside"),
+        (lambda d: patch(d, 62, "<H", 0), "bad section name table index"),
+        (lambda d: d[:63], "too short for an ELF header"),
+        (lambda d: d[: len(d) // 2], "section header table outside"),
+    ],
+)
+def test_malformed_elf_is_enoexec(modules: dict[str, Path], edit: object, expected: str) -> None:
+    """Each header defect is caught before any offset is followed."""
+    data = edit(modules["ms_params"].read_bytes())  # type: ignore[operator]
+    assert expected in rejected(data)
+
+
+def test_section_beyond_the_file_is_enoexec(modules: dict[str, Path]) -> None:
+    """A section whose bytes lie past the (signed) length is refused."""
+    data = modules["ms_params"].read_bytes()
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    bad = patch(data, shoff + 64 * 1 + 24, "<Q", len(data))  # section 1's sh_offset
+    assert rejected(bad) == "ENOEXEC: a section lies outside the module"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "crcs", "same"),
+    [
+        ("6.1.0-57-amd64 SMP mod_unload ", "6.1.0-57-amd64 SMP mod_unload ", False, True),
+        ("6.1.0-56-amd64 SMP mod_unload ", "6.1.0-57-amd64 SMP mod_unload ", False, False),
+        ("6.1.0-56-amd64 SMP mod_unload ", "6.1.0-57-amd64 SMP mod_unload ", True, True),
+        ("6.1.0-57-amd64 SMP preempt ", "6.1.0-57-amd64 SMP mod_unload ", True, False),
+        ("6.1.0-57-amd64", "6.1.0-57-amd64 SMP", True, False),
+    ],
+)
+def test_same_magic_is_the_kernels(a: str, b: str, crcs: bool, same: bool) -> None:
+    """With CRCs only the part after the release word counts; without, the whole string."""
+    assert same_magic(a, b, crcs) is same
+
+
+def info_with(vermagic: str | None, has_versions: bool = True) -> ModInfo:
+    fields = [("vermagic", vermagic)] if vermagic is not None else []
+    return ModInfo.from_fields(fields, 62, has_versions)
+
+
+def test_check_vermagic_by_release_and_by_full_string() -> None:
+    """The release word must equal the target; a full target vermagic is compared too."""
+    vm = "6.1.0-57-amd64 SMP preempt mod_unload modversions "
+    check_vermagic(info_with(vm), "6.1.0-57-amd64")
+    check_vermagic(info_with(vm), vm)
+    for target in ("6.1.0-58-amd64", "6.1.0-58-amd64 SMP preempt mod_unload modversions "):
+        with pytest.raises(ModuleRejected, match=r"vermagic is for kernel 6\.1\.0-57-amd64"):
+            check_vermagic(info_with(vm), target)
+    with pytest.raises(ModuleRejected, match="does not match"):
+        check_vermagic(info_with(vm), "6.1.0-57-amd64 SMP mod_unload modversions ")
+    with pytest.raises(ModuleRejected, match="ENOEXEC: no vermagic"):
+        check_vermagic(info_with(None), "6.1.0-57-amd64")
+
+
+@pytest.mark.parametrize(
+    ("release", "version"),
+    [("6.1.0-57-amd64", (6, 1)), ("6.12.57-talos", (6, 12)), ("weird", (99, 0))],
+)
+def test_kernel_version(release: str, version: tuple[int, int]) -> None:
+    """(major, minor) from a release; unknown shapes are treated as the newest kernel."""
+    assert kernel_version(release) == version
+
+
+@pytest.fixture(scope="module")
+def small_module(modules: dict[str, Path]) -> bytes:
+    return modules["ms_enodev"].read_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_fuzz_modinfo_only_domain_error(small_module: bytes, data: st.DataObject) -> None:
+    """Mutations of a real module (biased to the ELF and section headers) raise only ModuleRejected."""
+    shoff = struct.unpack_from("<Q", small_module, 40)[0]
+    hot = data.draw(st.sampled_from([(0, 64), (shoff, len(small_module))]))
+    with contextlib.suppress(ModuleRejected):
+        ModInfo.from_bytes(data.draw(mutated(small_module, hot)))
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=512).map(lambda b: b"\x7fELF\x02\x01\x01" + b))
+def test_fuzz_random_elf_headers_only_domain_error(data: bytes) -> None:
+    """Random bytes behind an ELF64 magic raise only ModuleRejected."""
+    with contextlib.suppress(ModuleRejected):
+        ModInfo.from_bytes(data)

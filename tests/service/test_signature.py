@@ -1,0 +1,251 @@
+"""The appended-signature trailer and the PKCS#7 rules, checked as the kernel checks them."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+
+import pytest
+from asn1crypto import cms
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.errors import ModuleRejected
+from service.signature import (
+    MAX_SIG_LEN,
+    check_signature,
+    parse_pkcs7,
+    parse_trailer,
+)
+from tests.kmod import MARKER, SigningKey, cms_sign, split
+from tests.kmod.forge import INFO, rsa_oid_as_sha256_with_rsa
+from tests.service.strategies_verify import der, mutated, trailers
+
+
+def trailer_of(*, sig_len: int, id_type: int = 2, pad: bytes = b"\0\0\0", **fields: int) -> bytes:
+    values = [fields.get(k, 0) for k in ("algo", "hash", "signer_len", "key_id_len")]
+    return INFO.pack(values[0], values[1], id_type, values[2], values[3], pad, sig_len) + MARKER
+
+
+def reason(exc: pytest.ExceptionInfo[ModuleRejected]) -> str:
+    return exc.value.reason
+
+
+def test_trailer_of_sign_file_output_splits_payload_and_blob(signed_rsa: Path) -> None:
+    """The signed length and sig_len are exactly the payload and the DER blob sign-file wrote."""
+    data = signed_rsa.read_bytes()
+    parts = split(data)
+    trailer = parse_trailer(data[-40:], len(data))
+    assert (trailer.signed_len, trailer.sig_len) == (len(parts.payload), len(parts.blob))
+
+
+@pytest.mark.parametrize("tail", [b"", b"\0" * 40, MARKER[:-1], b"x" + MARKER[1:]])
+def test_missing_marker_is_unsigned(tail: bytes) -> None:
+    """No marker at the end means ENODATA (unsigned), as module_sig_check decides."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(tail, len(tail))
+    assert reason(exc).startswith("ENODATA")
+
+
+def test_marker_alone_is_unsigned_and_marker_plus_info_too_short() -> None:
+    """A file of only the marker is unsigned; with 12 more bytes it is too short (EBADMSG)."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(MARKER, len(MARKER))
+    assert reason(exc).startswith("ENODATA")
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=0), 40)
+    assert reason(exc).startswith("EBADMSG: file too short")
+
+
+def test_sig_len_boundary_follows_mod_check_sig() -> None:
+    """sig_len must be < modlen - 12: one byte of payload is the least the kernel accepts."""
+    assert parse_trailer(trailer_of(sig_len=99), 140).signed_len == 1
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=100), 140)
+    assert reason(exc).startswith("EBADMSG: sig_len 100")
+
+
+def test_oversized_sig_len_is_checked_before_id_type() -> None:
+    """Kernel order: an impossible sig_len is EBADMSG even when id_type is also wrong."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=1 << 31, id_type=1), 5000)
+    assert reason(exc).startswith("EBADMSG: sig_len")
+
+
+@pytest.mark.parametrize("id_type", [0, 1, 3, 255])
+def test_id_type_other_than_pkcs7_is_enopkg(id_type: int) -> None:
+    """id_type must be PKEY_ID_PKCS7 (2); anything else is ENOPKG."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=10, id_type=id_type), 5000)
+    assert reason(exc).startswith(f"ENOPKG: signature id_type {id_type}")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"algo": 1}, {"hash": 4}, {"signer_len": 1}, {"key_id_len": 20}, {"pad": b"\0\0\1"}],
+)
+def test_non_zero_info_fields_are_ebadmsg(fields: dict[str, object]) -> None:
+    """Every field but id_type and sig_len must be zero, pad included."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=10, **fields), 5000)  # type: ignore[arg-type]
+    assert reason(exc).startswith("EBADMSG: module_signature has non-zero")
+
+
+def test_sig_len_above_the_cap_is_refused() -> None:
+    """A blob larger than 64 KiB is refused before anything reads it."""
+    assert parse_trailer(trailer_of(sig_len=MAX_SIG_LEN), 1 << 20).sig_len == MAX_SIG_LEN
+    with pytest.raises(ModuleRejected) as exc:
+        parse_trailer(trailer_of(sig_len=MAX_SIG_LEN + 1), 1 << 20)
+    assert "cap" in reason(exc)
+
+
+@settings(max_examples=400)
+@given(trailers())
+def test_fuzz_trailer_only_domain_error_and_consistent_layout(case: tuple[bytes, int]) -> None:
+    """Any tail: either a layout that adds up to the file length, or ModuleRejected."""
+    tail, file_len = case
+    try:
+        trailer = parse_trailer(tail, file_len)
+    except ModuleRejected:
+        return
+    assert trailer.signed_len >= 1
+    assert trailer.signed_len + trailer.sig_len + 40 == file_len
+
+
+def blob(path: Path) -> bytes:
+    return split(path.read_bytes()).blob
+
+
+def test_issuer_serial_key_id_is_raw_serial_then_issuer(
+    signed_rsa: Path, rsa_key: SigningKey
+) -> None:
+    """SignerInfo v1: key id = serial INTEGER content || issuer Name content, as the kernel's."""
+    cert = x509.load_der_x509_certificate(rsa_key.cert_der.read_bytes())
+    serial = cert.serial_number.to_bytes((cert.serial_number.bit_length() + 8) // 8, "big")
+    issuer = cert.issuer.public_bytes()
+    issuer_content = (
+        issuer[4:] if issuer[1] == 0x82 else issuer[3:] if issuer[1] == 0x81 else issuer[2:]
+    )
+    (sig,) = parse_pkcs7(blob(signed_rsa))
+    assert (sig.key_type, sig.digest.name) == ("rsa", "sha256")
+    assert sig.key_id == serial + issuer_content
+
+
+def test_skid_key_id_is_the_subject_key_identifier(signed_ec: Path, ec_key: SigningKey) -> None:
+    """SignerInfo v3 (sign-file -k): key id = the certificate's raw SKID."""
+    cert = x509.load_der_x509_certificate(ec_key.cert_der.read_bytes())
+    skid = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
+    (sig,) = parse_pkcs7(blob(signed_ec))
+    assert (sig.key_type, sig.digest.name, sig.key_id) == ("ecdsa", "sha384", skid)
+
+
+def test_signed_attributes_are_ekeyrejected(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """openssl cms without -noattr adds signed attributes: the kernel refuses module sigs with them."""
+    signed = cms_sign(modules["ms_params"], rsa_key, tmp_path / "a.ko")
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(blob(signed))
+    assert reason(exc) == "EKEYREJECTED: module signature has signed attributes"
+
+
+def test_sha1_is_refused(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> None:
+    """A SHA-1 digest is refused with ENOPKG, whatever the target kernel."""
+    signed = cms_sign(
+        modules["ms_params"], rsa_key, tmp_path / "a.ko", hash="sha1", attributes=False
+    )
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(blob(signed), (6, 1))
+    assert reason(exc).startswith("ENOPKG: SHA-1")
+
+
+def test_sha3_depends_on_the_target_kernel(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """SHA3-256 is unknown to a 6.1 kernel's PKCS#7 parser (ENOPKG) and accepted from 6.7."""
+    signed = cms_sign(
+        modules["ms_params"], rsa_key, tmp_path / "a.ko", hash="sha3-256", attributes=False
+    )
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(blob(signed), (6, 1))
+    assert reason(exc).startswith("ENOPKG: digest algorithm 2.16.840.1.101.3.4.2.8")
+    assert parse_pkcs7(blob(signed), (6, 7))[0].digest.name == "sha3_256"
+
+
+def test_sha256_with_rsa_oid_is_enopkg(signed_rsa: Path) -> None:
+    """RSA must be announced as rsaEncryption; sha256WithRSAEncryption is ENOPKG."""
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(split(rsa_oid_as_sha256_with_rsa(signed_rsa.read_bytes())).blob)
+    assert reason(exc).startswith("ENOPKG: signature algorithm 1.2.840.113549.1.1.11")
+
+
+def test_embedded_content_is_refused(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """The module must be detached from the PKCS#7 message."""
+    signed = cms_sign(
+        modules["ms_enodev"], rsa_key, tmp_path / "a.ko", attributes=False, detached=False
+    )
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(blob(signed))
+    assert reason(exc) == "EBADMSG: signature is not detached (embedded content)"
+
+
+def test_signed_data_version_must_match_signer_info(signed_ec: Path) -> None:
+    """A v3 (SKID) SignerInfo inside a v1 SignedData is EBADMSG (version coupling)."""
+    info = cms.ContentInfo.load(blob(signed_ec))
+    info["content"]["version"] = "v1"
+    with pytest.raises(ModuleRejected) as exc:
+        parse_pkcs7(info.dump(force=True))
+    assert reason(exc) == "EBADMSG: SignerInfo version does not match SignedData version"
+
+
+@pytest.mark.parametrize("cut", [1, 10, 300])
+def test_truncated_or_padded_der_is_ebadmsg(signed_rsa: Path, cut: int) -> None:
+    """Strict DER: a truncated blob and one with trailing junk are both malformed."""
+    der_blob = blob(signed_rsa)
+    for bad in (der_blob[:-cut], der_blob + b"\0" * cut):
+        with pytest.raises(ModuleRejected) as exc:
+            parse_pkcs7(bad)
+        assert reason(exc).startswith("EBADMSG: malformed PKCS#7")
+
+
+def test_key_operation_checks_digest_and_key_type(
+    signed_rsa: Path, rsa_key: SigningKey, ec_key: SigningKey
+) -> None:
+    """The RSA signature verifies over its true digest only, and never with an EC key."""
+    parts = split(signed_rsa.read_bytes())
+    (sig,) = parse_pkcs7(parts.blob)
+    digest = hashlib.sha256(parts.payload).digest()
+    rsa_public = x509.load_der_x509_certificate(rsa_key.cert_der.read_bytes()).public_key()
+    check_signature(sig, rsa_public, digest)
+    with pytest.raises(ModuleRejected) as exc:
+        check_signature(sig, rsa_public, bytes(32))
+    assert reason(exc).startswith("EKEYREJECTED: signature does not match")
+    ec_public = x509.load_der_x509_certificate(ec_key.cert_der.read_bytes()).public_key()
+    assert isinstance(ec_public, ec.EllipticCurvePublicKey)
+    with pytest.raises(ModuleRejected) as exc:
+        check_signature(sig, ec_public, digest)
+    assert reason(exc).startswith("EKEYREJECTED: rsa signature but")
+
+
+@settings(max_examples=300)
+@given(der)
+def test_fuzz_random_der_only_domain_error(data: bytes) -> None:
+    """Random DER trees of PKCS#7 tags never raise anything but ModuleRejected."""
+    with contextlib.suppress(ModuleRejected):
+        parse_pkcs7(data)
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_fuzz_mutated_real_blobs_only_domain_error(
+    signed_rsa: Path, signed_ec: Path, data: st.DataObject
+) -> None:
+    """Bit flips, cuts and insertions in sign-file blobs never raise anything but ModuleRejected."""
+    base = blob(data.draw(st.sampled_from([signed_rsa, signed_ec])))
+    with contextlib.suppress(ModuleRejected):
+        parse_pkcs7(data.draw(mutated(base)))

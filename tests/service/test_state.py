@@ -1,0 +1,79 @@
+"""The phase machine and the persisted state file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from service.errors import StateCorrupt, StateError
+from service.state import (
+    HISTORY_LIMIT,
+    TRANSITIONS,
+    BundleState,
+    Generation,
+    Phase,
+    State,
+    load,
+    next_phase,
+    save,
+)
+
+
+@given(st.lists(st.sampled_from(list(Phase)), max_size=30))
+def test_moves_follow_the_table_or_raise(targets: list[Phase]) -> None:
+    """Any sequence of moves succeeds exactly when each step is in the transition table."""
+    b = BundleState()
+    for target in targets:
+        if target in TRANSITIONS[b.phase]:
+            b = b.move(target)
+            assert b.phase is target
+        else:
+            with pytest.raises(StateError, match="illegal transition"):
+                b.move(target)
+    assert len(b.history) == min(len(b.history), HISTORY_LIMIT)
+
+
+def test_the_lifecycle_is_allowed_and_shortcuts_are_not() -> None:
+    """pending -> loading -> active is legal; active straight to failed is not."""
+    assert next_phase(Phase.PENDING, Phase.LOADING) is Phase.LOADING
+    assert next_phase(Phase.LOADING, Phase.ACTIVE) is Phase.ACTIVE
+    for illegal in [
+        (Phase.ACTIVE, Phase.FAILED),
+        (Phase.NONE, Phase.ACTIVE),
+        (Phase.VERIFYING, Phase.LOADING),
+    ]:
+        with pytest.raises(StateError):
+            next_phase(*illegal)
+
+
+def test_history_is_bounded() -> None:
+    """However many moves, the history keeps the newest HISTORY_LIMIT."""
+    b = BundleState()
+    for _ in range(HISTORY_LIMIT + 10):
+        b = b.move(Phase.PENDING)
+    assert len(b.history) == HISTORY_LIMIT
+
+
+def test_round_trip_through_the_file(tmp_path: Path) -> None:
+    """What is saved is what is loaded."""
+    gen = Generation("a" * 64, "1.0", "6.1.0-57-amd64", added=1.5, attempts=2, failed="x")
+    state = State(
+        {"nvidia": BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)}, "boot"
+    )
+    save(tmp_path / "state.json", state)
+    assert load(tmp_path / "state.json") == state
+
+
+@pytest.mark.parametrize("content", [b"{", b"[]", b'{"format": 9}', b'{"format": 1}', b"\xff"])
+def test_corrupt_state_is_moved_aside_not_reset(tmp_path: Path, content: bytes) -> None:
+    """An unreadable state file is renamed aside and reported; nothing is silently reset."""
+    path = tmp_path / "state.json"
+    path.write_bytes(content)
+    with pytest.raises(StateCorrupt) as info:
+        load(path)
+    assert not path.exists()
+    assert Path(info.value.aside).read_bytes() == content
+    assert info.value.aside.startswith(str(path) + ".corrupt-")

@@ -1,0 +1,200 @@
+"""``modstage status``: health decisions from plain values, and the command on a temporary host."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+from service.layout import Layout
+from service.report import write_status
+from service.state import BundleState, Generation, Phase, State, save
+from service.status import SCHEMA, Health, bundle_health, collect, memory_summary, overall
+from service.status_view import lines
+
+KERNEL = "6.1.0-test"
+OLD, NEW = "a" * 64, "b" * 64
+
+
+def active_bundle() -> BundleState:
+    """A bundle whose generation OLD came up and is active."""
+    b = BundleState().with_generation(Generation(OLD, "1.0", KERNEL, added=100.0))
+    b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING)
+    loaded = ({"module": "nvidia", "srcversion": "ABC", "ms": 412.5},)
+    return b.move(Phase.ACTIVE, active=OLD, pending=None, loaded=loaded, note="up")
+
+
+def failed_new(fallback: bool) -> BundleState:
+    """NEW failed at boot; with ``fallback`` the last known good OLD came back."""
+    b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
+    b = b.move(Phase.PENDING, pending=NEW).move(Phase.LOADING)
+    gen = Generation(NEW, "2.0", KERNEL, added=200.0, attempts=1, failed="ENOKEY: unsigned")
+    b = b.with_generation(gen).move(Phase.FAILED, pending=None, note="ENOKEY: unsigned")
+    if fallback:
+        b = b.move(Phase.LOADING).move(Phase.ACTIVE, active=OLD)
+    else:
+        b = b.move(Phase.LOADING).move(Phase.FAILED, note="fallback failed too")
+    return b
+
+
+def host(tmp_path: Path, state: State) -> Layout:
+    """A temporary host tree holding ``state``, a kernel release and a boot id."""
+    layout = Layout(tmp_path)
+    layout.os_release.parent.mkdir(parents=True, exist_ok=True)
+    layout.os_release.write_text(KERNEL + "\n")
+    layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
+    layout.boot_id.write_text("boot-2\n")
+    save(layout.state, state)
+    return layout
+
+
+def test_an_active_bundle_is_healthy() -> None:
+    """A bundle whose only generation is active for the running kernel has nothing to report."""
+    assert bundle_health(active_bundle(), None, kernel=KERNEL) == bundle_health(
+        active_bundle(), {"phase": "active", "errors": []}, kernel=KERNEL
+    )
+    assert bundle_health(active_bundle(), None, kernel=KERNEL).health is Health.HEALTHY
+
+
+def test_a_failed_generation_with_fallback_is_degraded() -> None:
+    """A newer generation failed but the last known good runs: degraded, naming both."""
+    verdict = bundle_health(failed_new(fallback=True), None, kernel=KERNEL)
+    assert verdict.health is Health.DEGRADED
+    assert "ENOKEY" in verdict.reasons[0] and OLD[:12] in verdict.reasons[0]
+
+
+def test_no_active_generation_after_a_failure_is_failed() -> None:
+    """When the fallback failed too, nothing of the bundle is loaded: failed."""
+    verdict = bundle_health(failed_new(fallback=False), None, kernel=KERNEL)
+    assert verdict.health is Health.FAILED
+    assert any("fallback failed too" in r for r in verdict.reasons)
+
+
+def test_an_old_failure_before_the_active_generation_is_forgotten() -> None:
+    """A generation that failed before the active one was added no longer degrades the bundle."""
+    b = failed_new(fallback=True)
+    newer = Generation("c" * 64, "3.0", KERNEL, added=300.0)
+    b = b.with_generation(newer).move(Phase.PENDING, pending=newer.id).move(Phase.LOADING)
+    b = b.move(Phase.ACTIVE, active=newer.id, pending=None)
+    assert bundle_health(b, None, kernel=KERNEL).health is Health.HEALTHY
+
+
+def test_a_rejected_drop_is_degraded_with_its_reasons() -> None:
+    """The status file's rejection makes the bundle degraded and says why."""
+    doc = {"phase": "rejected", "errors": ["nvidia.ko: EKEYREJECTED"]}
+    verdict = bundle_health(None, doc, kernel=KERNEL)
+    assert verdict == bundle_health(None, doc, kernel=None)
+    assert verdict.health is Health.DEGRADED and "EKEYREJECTED" in verdict.reasons[0]
+
+
+def test_active_generation_for_another_kernel_is_degraded() -> None:
+    """After a kernel upgrade the active generation no longer loads: degraded."""
+    verdict = bundle_health(active_bundle(), None, kernel="6.2.0-new")
+    assert verdict.health is Health.DEGRADED and "6.2.0-new" in verdict.reasons[0]
+
+
+def test_loading_left_over_from_an_earlier_boot_is_degraded() -> None:
+    """A load recorded in another boot that never finished is degraded; in this boot it is not."""
+    b = active_bundle().move(Phase.LOADING)
+    stale = bundle_health(b, None, kernel=KERNEL, boot_id="boot-2", state_boot_id="boot-1")
+    now = bundle_health(b, None, kernel=KERNEL, boot_id="boot-2", state_boot_id="boot-2")
+    assert stale.health is Health.DEGRADED and now.health is Health.HEALTHY
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        ([], Health.HEALTHY),
+        ([Health.HEALTHY, Health.DEGRADED], Health.DEGRADED),
+        ([Health.FAILED, Health.DEGRADED], Health.FAILED),
+    ],
+)
+def test_overall_is_the_worst_part(parts: list[Health], expected: Health) -> None:
+    """The host is as healthy as its least healthy bundle."""
+    assert overall(parts) is expected
+
+
+def test_json_schema_on_a_host_with_a_fallback(tmp_path: Path) -> None:
+    """``status --json`` carries schema 1, generations with roles, loaded modules, exit code 1."""
+    layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}, boot_id="boot-2"))
+    write_status(layout, "nvidia", failed_new(fallback=True), errors=["ENOKEY: unsigned"])
+    out = io.StringIO()
+    assert main(["status", "--root", str(tmp_path), "--json"], out) == 1
+    doc = json.loads(out.getvalue())
+    assert doc["schema"] == SCHEMA and doc["health"] == "degraded" and doc["exit_code"] == 1
+    b = doc["bundles"]["nvidia"]
+    assert {g["id"]: g["role"] for g in b["generations"]} == {OLD: "active", NEW: "failed"}
+    assert b["loaded"] == [
+        {"module": "nvidia", "srcversion": "ABC", "ms": 412.5, "already_loaded": False}
+    ]
+    assert b["history"][-1]["to"] == "active" and b["status_file"]["errors"] == ["ENOKEY: unsigned"]
+    assert doc["reboot"]["required"] is False and doc["reboot"]["backend"] == "none"
+
+
+def test_exit_code_2_when_a_bundle_failed(tmp_path: Path) -> None:
+    """A bundle with nothing loaded after a failure makes ``status`` exit 2."""
+    host(tmp_path, State({"nvidia": failed_new(fallback=False)}))
+    assert main(["status", "--root", str(tmp_path)], io.StringIO()) == 2
+
+
+def test_corrupt_state_is_failed_and_left_in_place(tmp_path: Path) -> None:
+    """An unreadable state file is reported (exit 2), and status does not move it aside."""
+    layout = host(tmp_path, State())
+    layout.state.write_text("{not json")
+    doc = collect(layout)
+    assert doc["health"] == "failed" and doc["state"]["error"]
+    assert layout.state.read_text() == "{not json"
+
+
+def test_reboot_required_exit_codes(tmp_path: Path) -> None:
+    """``--reboot-required`` exits 0 while a pending generation waits, 1 once it is active."""
+    pending = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
+    pending = pending.move(Phase.PENDING, pending=NEW)
+    host(tmp_path, State({"nvidia": pending}))
+    out = io.StringIO()
+    assert main(["status", "--root", str(tmp_path), "--reboot-required"], out) == 0
+    assert out.getvalue().strip() == "nvidia"
+    host(tmp_path, State({"nvidia": active_bundle()}))
+    assert main(["status", "--root", str(tmp_path), "--reboot-required"], io.StringIO()) == 1
+
+
+def test_memory_blocks_are_counted_by_node_zone_and_state(tmp_path: Path) -> None:
+    """Online blocks count under their zone and node; offline ones have no zone."""
+    base = tmp_path / "devices/system/memory"
+    for n, state, zones, node in [
+        (0, "online", "Normal", 0),
+        (1, "online", "Normal", 0),
+        (2, "online", "Movable", 1),
+        (3, "offline", "Normal Movable", 1),
+    ]:
+        block = base / f"memory{n}"
+        block.mkdir(parents=True)
+        (block / "state").write_text(state + "\n")
+        (block / "valid_zones").write_text(zones + "\n")
+        (block / f"node{node}").symlink_to(tmp_path)
+    assert memory_summary(tmp_path) == [
+        {"node": 0, "zone": "Normal", "state": "online", "blocks": 2},
+        {"node": 1, "zone": None, "state": "offline", "blocks": 1},
+        {"node": 1, "zone": "Movable", "state": "online", "blocks": 1},
+    ]
+
+
+def test_plain_text_names_generations_modules_and_problems(tmp_path: Path) -> None:
+    """Off a terminal the view is plain text showing the failure, the module and its load time."""
+    layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}))
+    text = "\n".join(lines(collect(layout)))
+    assert "DEGRADED" in text and "ENOKEY: unsigned" in text
+    assert "module nvidia srcversion ABC (412.5 ms)" in text and "\x1b[" not in text
+
+
+def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal the rich tables show each generation's short id and version."""
+    from service.status_view import render_rich
+
+    layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}))
+    out = io.StringIO()
+    render_rich(collect(layout), out)
+    assert NEW[:12] in out.getvalue() and "2.0" in out.getvalue()

@@ -1,0 +1,219 @@
+"""verify_module on real signatures: what the kernel accepts is accepted, the rest says why."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.trust import TrustStore
+from service.verify import Verdict, verify_path
+from tests.kmod import (
+    SigningKey,
+    append_signature,
+    cms_sign,
+    flip_bit,
+    graft,
+    make_key,
+    rsa_oid_as_sha256_with_rsa,
+    sign,
+    split,
+)
+
+
+def check(path: Path, trust: TrustStore, kernel: str) -> Verdict:
+    verdict = verify_path(path, trust=trust, kernel=kernel)
+    assert verdict.file == str(path)
+    return verdict
+
+
+@pytest.mark.parametrize(
+    ("kind", "hash_", "skid"),
+    [
+        ("rsa4096", "sha256", False),
+        ("p384", "sha384", True),
+        ("rsa4096", "sha512", False),
+        ("rsa2048", "sha256", True),
+        ("p256", "sha256", False),
+        ("p384", "sha224", False),
+    ],
+)
+def test_sign_file_signatures_are_accepted(
+    tmp_path: Path, modules: dict[str, Path], kernel: str, kind: str, hash_: str, skid: bool
+) -> None:
+    """sign-file output for each key type, digest and signer-id form verifies, with identity."""
+    key = make_key(tmp_path, kind, cn=f"{kind} signer")
+    signed = sign(modules["ms_params"], key, tmp_path / "m.ko", hash=hash_, skid=skid)
+    verdict = check(signed, TrustStore.from_der(key.cert_der.read_bytes()), kernel)
+    assert verdict.ok, verdict.reason
+    assert (verdict.signer, verdict.hash, verdict.name) == (f"{kind} signer", hash_, "ms_params")
+    assert verdict.sha256 == hashlib.sha256(signed.read_bytes()).hexdigest()
+    assert verdict.srcversion is not None and verdict.vermagic.startswith(kernel)  # type: ignore[union-attr]
+
+
+def test_identity_fields_of_a_consumer(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, kernel: str
+) -> None:
+    """depends and firmware come from .modinfo; key_id is the kernel's "ex:" id in hex."""
+    consumer = check(sign(modules["ms_consumer"], rsa_key, tmp_path / "c.ko"), trust, kernel)
+    firmware = check(sign(modules["ms_firmware"], rsa_key, tmp_path / "f.ko"), trust, kernel)
+    assert consumer.ok and consumer.depends == ("ms_exporter",)
+    assert firmware.ok and firmware.firmware == ("modstage/test.bin",)
+    found = trust.find(bytes.fromhex(consumer.key_id or ""))
+    assert found is not None and found.subject == "modstage rsa"
+
+
+def file_with(tmp_path: Path, data: bytes, name: str = "m.ko") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+Edit = Callable[[bytes], bytes]
+PAYLOAD_EDITS: dict[str, Edit] = {
+    "flip byte 0": lambda d: flip_bit(d, 0),
+    "flip byte 100": lambda d: flip_bit(d, 100, 3),
+    "flip middle": lambda d: flip_bit(d, len(split(d).payload) // 2, 7),
+    "flip last signed byte": lambda d: flip_bit(d, len(split(d).payload) - 1),
+    "flip signature value": lambda d: flip_bit(d, -41),
+}
+TRAILER_EDITS: dict[str, tuple[Edit, str]] = {
+    "truncated PKCS#7": (lambda d: split(d).with_(blob=split(d).blob[:-100]), "EBADMSG: malformed"),
+    "half PKCS#7": (lambda d: split(d).with_(blob=split(d).blob[:300]), "EBADMSG: malformed"),
+    "stale sig_len": (
+        lambda d: split(d).with_(blob=split(d).blob[40:], sig_len=len(split(d).blob)),
+        "EBADMSG: malformed",
+    ),
+    "sig_len past the file": (lambda d: split(d).with_(sig_len=len(d)), "EBADMSG: sig_len"),
+    "id_type 1": (lambda d: split(d).with_(id_type=1), "ENOPKG: signature id_type 1"),
+    "non-zero pad": (lambda d: split(d).with_(pad=b"\0\x01\0"), "EBADMSG: module_signature"),
+    "junk after blob": (
+        lambda d: split(d).with_(blob=split(d).blob + b"\0junk"),
+        "EBADMSG: malformed PKCS#7: Extra data",
+    ),
+    "sha256WithRSAEncryption": (rsa_oid_as_sha256_with_rsa, "ENOPKG: signature algorithm"),
+    "unsigned": (lambda d: split(d).payload, "ENODATA: module is unsigned"),
+}
+
+
+@pytest.mark.parametrize("edit", PAYLOAD_EDITS.values(), ids=PAYLOAD_EDITS.keys())
+def test_one_flipped_bit_is_ekeyrejected(
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str, edit: Edit
+) -> None:
+    """Any changed bit of the signed bytes or the signature value: the key rejects it."""
+    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, kernel)
+    assert not verdict.ok
+    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+
+
+@pytest.mark.parametrize("case", TRAILER_EDITS.values(), ids=TRAILER_EDITS.keys())
+def test_broken_trailers_are_rejected_with_their_rule(
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str, case: tuple[Edit, str]
+) -> None:
+    """Each defect of the trailer or the PKCS#7 blob is refused with the rule it breaks."""
+    edit, expected = case
+    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, kernel)
+    assert not verdict.ok
+    assert verdict.reason is not None and verdict.reason.startswith(expected), verdict.reason
+
+
+def test_identity_is_reported_on_rejection(
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str
+) -> None:
+    """A rejected module still shows its name, vermagic and file digest to the operator."""
+    data = split(signed_rsa.read_bytes()).with_(id_type=1)
+    verdict = check(file_with(tmp_path, data), trust, kernel)
+    assert (verdict.ok, verdict.name) == (False, "ms_params")
+    assert verdict.vermagic is not None and verdict.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_wrong_certificate_is_enokey(
+    tmp_path: Path, modules: dict[str, Path], other_key: SigningKey, trust: TrustStore, kernel: str
+) -> None:
+    """A signer the trust store does not hold: ENOKEY, naming the key id."""
+    verdict = check(sign(modules["ms_params"], other_key, tmp_path / "m.ko"), trust, kernel)
+    assert not verdict.ok and verdict.reason is not None
+    assert verdict.reason.startswith("ENOKEY: no trusted certificate has key id ")
+    assert verdict.key_id is not None and verdict.key_id in verdict.reason
+
+
+def test_same_issuer_and_serial_with_another_key_is_ekeyrejected(
+    tmp_path: Path, modules: dict[str, Path], kernel: str
+) -> None:
+    """A forged certificate with the real signer's issuer and serial finds the key id, then fails."""
+    real = make_key(tmp_path / "real", "rsa2048", cn="vendor", serial=1001)
+    forged = make_key(tmp_path / "forged", "rsa2048", cn="vendor", serial=1001)
+    signed = sign(modules["ms_params"], real, tmp_path / "m.ko")
+    verdict = check(signed, TrustStore.from_der(forged.cert_der.read_bytes()), kernel)
+    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+
+
+def test_grafted_trailer_of_another_module_is_ekeyrejected(
+    tmp_path: Path, modules: dict[str, Path], signed_ec: Path, trust: TrustStore, kernel: str
+) -> None:
+    """A valid signature of ms_params pasted onto ms_enodev does not verify."""
+    data = graft(signed_ec.read_bytes(), append_signature(modules["ms_enodev"].read_bytes(), b"x"))
+    verdict = check(file_with(tmp_path, data), trust, kernel)
+    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+    assert verdict.name == "ms_enodev"
+
+
+@pytest.mark.parametrize(
+    ("hash_", "attributes", "expected"),
+    [
+        ("sha256", True, "EKEYREJECTED: module signature has signed attributes"),
+        ("sha1", False, "ENOPKG: SHA-1 module signatures are refused"),
+    ],
+)
+def test_openssl_cms_variants_are_rejected(
+    tmp_path: Path,
+    modules: dict[str, Path],
+    rsa_key: SigningKey,
+    trust: TrustStore,
+    kernel: str,
+    hash_: str,
+    attributes: bool,
+    expected: str,
+) -> None:
+    """Signed attributes and SHA-1, which sign-file never makes, are refused as the kernel does."""
+    signed = cms_sign(
+        modules["ms_params"], rsa_key, tmp_path / "m.ko", hash=hash_, attributes=attributes
+    )
+    verdict = check(signed, trust, kernel)
+    assert verdict.reason is not None and verdict.reason.startswith(expected)
+
+
+def test_vermagic_for_another_kernel_is_enoexec(signed_rsa: Path, trust: TrustStore) -> None:
+    """A correctly signed module built for another release is refused (ENOEXEC)."""
+    verdict = check(signed_rsa, trust, "6.1.0-99-amd64")
+    assert verdict.reason is not None and verdict.reason.startswith(
+        "ENOEXEC: vermagic is for kernel"
+    )
+    assert verdict.signer == "modstage rsa"
+
+
+def test_signature_is_checked_before_vermagic(modules: dict[str, Path], trust: TrustStore) -> None:
+    """Kernel order: an unsigned module for another kernel reports the signature first."""
+    verdict = check(modules["ms_params"], trust, "5.10.0-1-amd64")
+    assert verdict.reason is not None and verdict.reason.startswith("ENODATA")
+
+
+def test_signed_non_elf_is_enoexec(
+    tmp_path: Path, rsa_key: SigningKey, trust: TrustStore, kernel: str
+) -> None:
+    """A good signature over something that is not an ELF module is still refused."""
+    text = file_with(tmp_path, b"#!/bin/sh\necho not a module\n" * 20, "text")
+    verdict = check(sign(text, rsa_key, tmp_path / "m.ko"), trust, kernel)
+    assert verdict.reason == "ENOEXEC: not an ELF file" and verdict.signer == "modstage rsa"
+
+
+def test_signed_elf_without_modinfo_is_enoexec(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, kernel: str
+) -> None:
+    """A signed ELF whose .modinfo section is gone has no vermagic: ENOEXEC."""
+    data = modules["ms_params"].read_bytes().replace(b".modinfo\0", b".modinfX\0")
+    signed = sign(file_with(tmp_path, data, "raw.ko"), rsa_key, tmp_path / "m.ko")
+    verdict = check(signed, trust, kernel)
+    assert verdict.reason == "ENOEXEC: no .modinfo section (so no vermagic)"

@@ -1,0 +1,94 @@
+"""``modstage verify`` end to end through ``service.cli.main``: output, JSON, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+from tests.kmod import SigningKey
+
+
+@pytest.fixture
+def trusted(tmp_path: Path, rsa_key: SigningKey, ec_key: SigningKey) -> Path:
+    """A trust directory with the RSA key as PEM and the ECDSA key as DER."""
+    directory = tmp_path / "trusted.d"
+    directory.mkdir()
+    (directory / "rsa.pem").write_bytes(rsa_key.cert_pem.read_bytes())
+    (directory / "ec.der").write_bytes(ec_key.cert_der.read_bytes())
+    return directory
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(["verify", *argv], out), out.getvalue()
+
+
+def test_all_accepted_exits_0_with_one_line_each(
+    trusted: Path, signed_rsa: Path, signed_ec: Path, kernel: str
+) -> None:
+    """Every file accepted: exit 0, one 'ok' line per file with signer and hash algorithm."""
+    code, out = run("--trusted", str(trusted), "--kernel", kernel, str(signed_rsa), str(signed_ec))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert lines[0] == f'ok        {signed_rsa}  signer="modstage rsa" hash=sha256 name=ms_params'
+    assert lines[1].startswith("ok ") and 'signer="modstage ec" hash=sha384' in lines[1]
+
+
+def test_one_rejection_exits_1_and_prints_the_reason(
+    trusted: Path, signed_rsa: Path, modules: dict[str, Path], kernel: str
+) -> None:
+    """One unsigned file among good ones: exit 1; its line says REJECTED and why."""
+    code, out = run(
+        "--trusted", str(trusted), "--kernel", kernel, str(signed_rsa), str(modules["ms_enodev"])
+    )
+    assert code == 1
+    bad = out.splitlines()[1]
+    assert bad.startswith(f"REJECTED  {modules['ms_enodev']}  signer=- hash=- name=ms_enodev")
+    assert bad.endswith("reason: ENODATA: module is unsigned (no signature marker)")
+
+
+def test_json_lists_the_required_fields(trusted: Path, signed_ec: Path, kernel: str) -> None:
+    """--json: a list of objects with file, ok, reason, signer, hash, name, vermagic (and more)."""
+    code, out = run(
+        "--json", "--trusted", str(trusted), "--kernel", "6.1.0-1-amd64", str(signed_ec)
+    )
+    (obj,) = json.loads(out)
+    assert code == 1
+    assert {"file", "ok", "reason", "signer", "hash", "name", "vermagic", "sha256"} <= set(obj)
+    assert (obj["ok"], obj["signer"], obj["hash"], obj["name"]) == (
+        False,
+        "modstage ec",
+        "sha384",
+        "ms_params",
+    )
+    assert obj["reason"] == f"ENOEXEC: vermagic is for kernel {kernel}, not 6.1.0-1-amd64"
+
+
+def test_defaults_come_from_the_root(
+    tmp_path: Path, trusted: Path, signed_rsa: Path, kernel: str
+) -> None:
+    """Without --kernel/--trusted: the running release and /etc/modstage/trusted.d under --root."""
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text(kernel + "\n")
+    (tmp_path / "etc/modstage").mkdir(parents=True)
+    trusted.rename(tmp_path / "etc/modstage/trusted.d")
+    assert run("--root", str(tmp_path), str(signed_rsa))[0] == 0
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.2.0-1-amd64\n")
+    code, out = run("--root", str(tmp_path), str(signed_rsa))
+    assert code == 1 and "not 6.2.0-1-amd64" in out
+
+
+def test_operational_errors_are_one_line_exit_1(
+    tmp_path: Path, signed_rsa: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing trust directory or an unknown running kernel: one message on stderr, exit 1."""
+    assert run("--root", str(tmp_path), "--kernel", "6.1.0-57-amd64", str(signed_rsa)) == (1, "")
+    assert "cannot list trusted certificates" in capsys.readouterr().err
+    assert run("--root", str(tmp_path), str(signed_rsa)) == (1, "")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("modstage verify: error: cannot read the running kernel release")
+    assert err.endswith("pass --kernel RELEASE") and "\n" not in err

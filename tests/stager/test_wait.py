@@ -1,0 +1,211 @@
+"""``modstage wait``: reading the status files the host really writes, on a scripted clock."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+from service.cli import main
+from service.layout import Layout
+from service.report import write_status
+from service.state import BundleState, Generation, Phase
+from stager.paths import drop_name
+from stager.wait import (
+    EXIT_ACTIVE,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+    Target,
+    judge,
+    read_status,
+    wait_for,
+)
+
+KERNEL = "6.1.0-test"
+GEN, OLD = "b" * 64, "a" * 64
+
+
+def pending() -> BundleState:
+    """GEN recorded as pending, OLD active."""
+    b = BundleState().with_generation(Generation(OLD, "1", KERNEL, added=1.0))
+    b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING).move(Phase.ACTIVE, active=OLD)
+    return b.with_generation(Generation(GEN, "2", KERNEL, added=2.0)).move(
+        Phase.PENDING, pending=GEN
+    )
+
+
+def loading() -> BundleState:
+    """GEN being loaded at boot."""
+    return pending().move(Phase.LOADING)
+
+
+def active() -> BundleState:
+    """GEN came up."""
+    return loading().move(Phase.ACTIVE, active=GEN, pending=None)
+
+
+def failed() -> BundleState:
+    """GEN failed at boot and OLD came back."""
+    gen = Generation(GEN, "2", KERNEL, added=2.0, attempts=1, failed="ENOKEY: not signed")
+    b = loading().with_generation(gen).move(Phase.FAILED, pending=None, note="ENOKEY")
+    return b.move(Phase.LOADING).move(Phase.ACTIVE, active=OLD)
+
+
+class Script:
+    """A clock and a sleep that write the next status file each time the waiter sleeps."""
+
+    def __init__(self, steps: list[Callable[[], object]]) -> None:
+        self.now = 0.0
+        self.steps = list(steps)
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.steps:
+            self.steps.pop(0)()
+
+
+def run_script(
+    layout: Layout, target: Target, steps: list[Callable[[], object]], timeout: float = 60
+) -> tuple[int, list[str], Script]:
+    """Wait on ``layout``'s nvidia status while ``steps`` play out; return code, lines, script."""
+    script = Script(steps)
+    seen: list[str] = []
+    code = wait_for(
+        lambda: read_status(layout.status / "nvidia.json"),
+        target,
+        seen.append,
+        timeout=timeout,
+        interval=2.0,
+        clock=script.clock,
+        sleep=script.sleep,
+    )
+    return code, seen, script
+
+
+def test_waits_through_the_phases_until_active(tmp_path: Path) -> None:
+    """No file, pending, loading, then active: exit 0 with one progress line per change."""
+    layout = Layout(tmp_path)
+    steps = [
+        lambda: write_status(layout, "nvidia", pending()),
+        lambda: write_status(layout, "nvidia", pending()),
+        lambda: write_status(layout, "nvidia", loading(), generation=GEN),
+        lambda: write_status(layout, "nvidia", active(), generation=GEN),
+    ]
+    code, seen, script = run_script(layout, Target(GEN), steps)
+    assert code == EXIT_ACTIVE
+    assert [s.split(" ")[0] for s in seen] == ["waiting", "pending", "loading", "generation"]
+    assert script.sleeps == [2.0] * 4
+
+
+def test_a_failed_generation_exits_1_with_the_kernels_reason(tmp_path: Path) -> None:
+    """When GEN fails at boot and OLD comes back, wait reports GEN's failure, not OLD's success."""
+    layout = Layout(tmp_path)
+    write_status(layout, "nvidia", pending())
+    steps = [lambda: write_status(layout, "nvidia", failed(), generation=OLD)]
+    code, seen, _ = run_script(layout, Target(GEN), steps)
+    assert code == EXIT_REFUSED and "ENOKEY: not signed" in seen[-1]
+
+
+def test_a_rejection_of_our_drop_exits_1(tmp_path: Path) -> None:
+    """A status file naming our drop as rejected ends the wait with the host's reasons."""
+    layout = Layout(tmp_path)
+    drop = tmp_path / drop_name("nvidia", 10**18, "ab")
+    write_status(
+        layout, "nvidia", pending(), phase=Phase.REJECTED, errors=["bad sig"], drop=drop.name
+    )
+    code, seen, _ = run_script(layout, Target.from_drop(drop), [])
+    assert code == EXIT_REFUSED and seen == ["drop rejected: bad sig"]
+
+
+def test_a_rejection_of_another_drop_is_not_ours() -> None:
+    """A rejected drop with another name does not end the wait for ours."""
+    doc = {"phase": "rejected", "drop": "nvidia.1.x", "errors": ["x"], "updated": 5.0}
+    assert judge(doc, Target(GEN, "nvidia.2.y", 1.0)).code is None
+
+
+def test_status_older_than_the_drop_is_ignored() -> None:
+    """An active status written before our drop was staged is not our generation's success."""
+    doc = {"phase": "active", "generation": OLD, "active": OLD, "updated": 5.0, "failed": {}}
+    assert judge(doc, Target(None, "d", since=6.0)).code is None
+    assert judge(doc, Target(None, "d", since=4.0)).code == EXIT_ACTIVE
+
+
+def test_timeout_exits_3_with_the_last_phase(tmp_path: Path) -> None:
+    """A generation stuck pending past the timeout exits 3 saying where it stuck."""
+    layout = Layout(tmp_path)
+    write_status(layout, "nvidia", pending())
+    code, seen, script = run_script(layout, Target(GEN), [], timeout=5)
+    assert code == EXIT_TIMEOUT and "timed out after 5 s" in seen[-1] and "pending" in seen[-1]
+    assert script.now == 5.0
+
+
+def test_drop_manifest_gives_the_generation(tmp_path: Path) -> None:
+    """While the drop still holds its manifest, its digest is the generation waited for."""
+    from stager.manifest import Manifest
+
+    m = Manifest.from_dict(
+        {
+            "schema": 1,
+            "bundle": "nvidia",
+            "version": "2",
+            "kernel": KERNEL,
+            "after": [],
+            "module": [{"file": "modules/n.ko", "sha256": "0" * 64, "params": ""}],
+            "firmware": [],
+        }
+    )
+    drop = tmp_path / drop_name("nvidia", 2 * 10**18, "cd")
+    drop.mkdir()
+    (drop / "manifest.toml").write_bytes(m.to_toml())
+    assert Target.from_drop(drop) == Target(m.digest, drop.name, 2e9)
+
+
+def test_cli_writes_the_ready_file_on_success(tmp_path: Path) -> None:
+    """``modstage wait --ready-file`` creates the file once active and prints the progress."""
+    layout = Layout(tmp_path)
+    write_status(layout, "nvidia", active(), generation=GEN)
+    ready = tmp_path / "validations/.driver-ctr-ready"
+    out = io.StringIO()
+    argv = ["wait", "--status-dir", str(layout.status), "--bundle", "nvidia"]
+    code = main([*argv, "--generation", GEN, "--ready-file", str(ready)], out)
+    assert code == 0 and ready.exists()
+    assert out.getvalue() == f"nvidia: generation {GEN[:12]} is active\n"
+
+
+def test_cli_times_out_without_a_status_file(tmp_path: Path) -> None:
+    """With nothing written, the real clock times out and no ready file appears."""
+    ready = tmp_path / "ready"
+    argv = ["wait", "--status-dir", str(tmp_path), "--bundle", "nvidia", "--timeout", "0.05"]
+    out = io.StringIO()
+    assert main([*argv, "--interval", "0.01", "--ready-file", str(ready)], out) == EXIT_TIMEOUT
+    assert not ready.exists() and "timed out" in out.getvalue()
+
+
+def test_wait_runs_with_the_standard_library_and_tomli_w_alone(tmp_path: Path) -> None:
+    """In a Python without site-packages (tomli-w only), wait runs and imports no host code."""
+    import shutil
+    import subprocess
+    import sys
+
+    import tomli_w
+
+    ROOT = Path(__file__).resolve().parents[2]
+    shutil.copytree(Path(tomli_w.__file__).parent, tmp_path / "lib" / "tomli_w")
+    write_status(Layout(tmp_path), "nvidia", active(), generation=GEN)
+    script = (
+        "import sys; from service.cli import main; "
+        f"rc = main(['wait', '--status-dir', {str(Layout(tmp_path).status)!r}, '--bundle', 'nvidia']); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.state'); "
+        "print(rc, bad)"
+    )
+    env = {"PYTHONPATH": f"{ROOT}:{tmp_path / 'lib'}", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.stdout.splitlines()[-1] == "0 []", result.stderr

@@ -1,0 +1,77 @@
+#!/bin/busybox sh
+# PID 1 of the test VM, in two stages. Stage 1 (on the initramfs) mounts the host's root
+# read-only over virtio-9p with a tmpfs overlay on top, the state share at /var/lib/modstage,
+# and binds the initramfs itself at /run/modstage-vm. It then chroots PID 1 into the overlay
+# and re-executes this script from there as stage 2. PID 1 must own the new root because the
+# kernel resolves firmware (and usermode helpers) against PID 1's root; it must still execute
+# from tmpfs because a PID 1 on the 9p root gets EIO while powering off and panics. Stage 2
+# runs the guest agent (the host's own Python) and, when it exits, powers off (status 0) or
+# reboots (status 100).
+B=/run/modstage-vm/bin/busybox
+if [ "$1" = stage2 ]; then
+    export HOME=/root LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+    export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    cd /
+    if [ "$2" = shell ]; then
+        echo "modstage-vm: shell in the guest; 'exit' powers off (Ctrl-A x kills qemu)"
+        $B setsid $B cttyhack /bin/bash -l
+        rc=0
+    else
+        "$3" "$4" "$5"
+        rc=$?
+    fi
+    $B sync
+    $B umount /var/lib/modstage 2>/dev/null
+    [ "$rc" = 100 ] && $B reboot -f
+    [ "$rc" = 0 ] || echo "modstage-vm: agent exited with status $rc"
+    $B poweroff -f
+fi
+
+/bin/busybox mkdir -p /sbin /usr/bin /usr/sbin /proc /sys /dev
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+
+fail() {
+    echo "modstage-vm: init: $*" >/dev/console
+    sync
+    poweroff -f
+}
+
+arg() {
+    for word in $(cat /proc/cmdline); do
+        case "$word" in "modstage.$1="*) echo "${word#*=}"; return ;; esac
+    done
+}
+
+while read -r module; do
+    insmod "/modules/$module" || fail "insmod $module failed"
+done </modules.order
+
+NINEP="trans=virtio,version=9p2000.L,msize=512000"
+mkdir -p /lower /rw /newroot
+mount -t 9p -o "$NINEP,ro,cache=loose" hostroot /lower || fail "cannot mount the host root"
+mount -t tmpfs -o mode=0755 rw /rw
+mkdir -p /rw/upper /rw/work
+mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay /newroot \
+    || fail "cannot mount the overlay root"
+mount -t proc proc /newroot/proc
+mount -t sysfs sysfs /newroot/sys
+mount -t devtmpfs devtmpfs /newroot/dev
+mkdir -p /newroot/dev/pts /newroot/dev/shm
+mount -t devpts devpts /newroot/dev/pts
+mount -t tmpfs -o mode=0755 tmpfs /newroot/run
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
+mkdir -p /newroot/var/lib/modstage
+mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
+grep -q debugfs /proc/filesystems && mount -t debugfs debugfs /newroot/sys/kernel/debug
+
+mkdir -p /newroot/run/modstage-vm
+mount --bind / /newroot/run/modstage-vm
+cd /newroot
+exec chroot /newroot $B sh /run/modstage-vm/init stage2 \
+    "$(arg mode)" "$(arg python)" "$(arg agent)" "$(arg repo)"

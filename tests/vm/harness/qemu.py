@@ -1,0 +1,106 @@
+"""The qemu command line for a test VM, and the choice between TCG and KVM.
+
+`/dev/kvm` on these build machines is a nested flavour that cannot boot a stock kernel (qemu
+aborts setting an MSR with `-cpu host`, or the guest hangs), so KVM is used only where a probe
+boot proved it works (`MODSTAGE_VM_ACCEL=auto`, the default) or `MODSTAGE_VM_ACCEL=kvm` says so;
+everywhere else the guest runs under multi-threaded TCG.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import VmSetupError
+
+REPO = Path(__file__).resolve().parents[3]
+AGENT = Path(__file__).with_name("agent.py")
+GUEST_STATE_DIR = "/var/lib/modstage"
+BASE_KERNEL_ARGS = ("console=ttyS0", "panic=-1", "quiet")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Everything that decides how one boot is started (the same for every reboot of a Vm)."""
+
+    vmlinux: Path
+    initramfs: Path
+    state_dir: Path
+    kernel_args: tuple[str, ...] = ()
+    memory: str = "1G,slots=4,maxmem=4G"
+    cpus: int = 2
+    accel: str = "tcg"
+    shell: bool = False
+
+    def cmdline(self) -> str:
+        """The kernel command line: console, panic policy, the agent's location, then extras."""
+        mode = ("modstage.mode=shell",) if self.shell else ()
+        agent = (
+            f"modstage.python={guest_python()}",
+            f"modstage.agent={AGENT}",
+            f"modstage.repo={REPO}",
+        )
+        return " ".join((*BASE_KERNEL_ARGS, *agent, *mode, *self.kernel_args))
+
+    def argv(self, sockets: Path) -> list[str]:
+        """The qemu command; the agent and QMP sockets are created under `sockets`."""
+        if self.accel == "kvm":
+            accel = ["-accel", "kvm", "-cpu", "host"]
+        else:
+            accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        nine_p = "security_model=none,multidevs=remap"
+        serial = "mon:stdio" if self.shell else "stdio"
+        return [
+            qemu_binary(),
+            *accel,
+            *("-machine", "pc", "-m", self.memory, "-smp", str(self.cpus)),
+            *("-nographic", "-nodefaults", "-no-reboot", "-nic", "none", "-serial", serial),
+            *("-kernel", str(self.vmlinux), "-initrd", str(self.initramfs)),
+            *("-append", self.cmdline()),
+            *("-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{nine_p}"),
+            *("-virtfs", f"local,path={self.state_dir},mount_tag=state,{nine_p}"),
+            *("-device", "virtio-serial-pci"),
+            *("-chardev", f"socket,id=agent,path={sockets / 'agent.sock'},server=on,wait=off"),
+            *("-device", "virtserialport,chardev=agent,name=modstage.agent"),
+            *("-qmp", f"unix:{sockets / 'qmp.sock'},server=on,wait=off"),
+        ]
+
+
+def qemu_binary() -> str:
+    """qemu-system-x86_64 (package qemu-system-x86)."""
+    for directory in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin"]:
+        candidate = Path(directory) / "qemu-system-x86_64"
+        if candidate.exists():
+            return str(candidate)
+    raise VmSetupError("qemu-system-x86_64 is missing; run tests/vm/host-setup.sh")
+
+
+def guest_python() -> Path:
+    """The host's Python for the guest: a real binary, never a pyenv shim (a shell script)."""
+    if env := os.environ.get("MODSTAGE_VM_PYTHON"):
+        return Path(env)
+    executable = Path(sys.executable)
+    with open(executable, "rb") as f:
+        is_elf = f.read(4) == b"\x7fELF"
+    return executable if is_elf else executable.resolve()
+
+
+def accel_setting() -> str:
+    """`MODSTAGE_VM_ACCEL`: `auto` (default: probe KVM once, cache the verdict), `tcg` or `kvm`."""
+    value = os.environ.get("MODSTAGE_VM_ACCEL", "auto")
+    if value not in ("tcg", "kvm", "auto"):
+        raise VmSetupError(f"MODSTAGE_VM_ACCEL must be tcg, kvm or auto, not {value!r}")
+    return value
+
+
+def parse_size(size: str | int) -> int:
+    """Bytes in "512M", "1G", "4096" or an int."""
+    if isinstance(size, int):
+        return size
+    match = re.fullmatch(r"(\d+)([KMGT]?)", size.strip().upper())
+    if not match:
+        raise ValueError(f"not a size: {size!r}")
+    return int(match[1]) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[match[2]]

@@ -1,0 +1,71 @@
+"""A modstage node in the test VM: the host's trust and config per boot, modstage commands.
+
+The guest's /etc is a tmpfs overlay, lost at every reboot, like an immutable host image that
+carries its certificates; :func:`prepare` puts them back after each boot. The state share
+(/var/lib/modstage) persists, as the node's persistent ephemeral volume does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from service.state import State
+from stager.drop import ModuleSpec, stage
+from tests.vm.harness import Vm
+
+
+def prepare(vm: Vm, certificates: dict[str, bytes], config: str = "") -> None:
+    """Install trusted certificates and config.toml in the guest's /etc/modstage."""
+    vm.python("import os; os.makedirs('/etc/modstage/trusted.d', exist_ok=True)")
+    for name, data in certificates.items():
+        vm.python(f"open('/etc/modstage/trusted.d/{name}', 'wb').write({data!r})")
+    vm.python(f"open('/etc/modstage/config.toml', 'w').write({config!r})")
+
+
+def modstage(vm: Vm, *argv: str, timeout: float = 120) -> tuple[int, str]:
+    """Run ``modstage ARGV`` inside the guest's long-lived Python; (exit code, output)."""
+    out = vm.python(
+        "import io, sys\n"
+        "from service.cli import main\n"
+        "_buf = io.StringIO()\n"
+        f"_rc = main({list(argv)!r}, _buf)\n"
+        "print(_rc)\nprint(_buf.getvalue(), end='')\n",
+        timeout=timeout,
+    )
+    rc, _, text = out.partition("\n")
+    return int(rc), text
+
+
+def drop(
+    vm: Vm, bundle: str, version: str, kernel: str, modules: list[tuple[Path, str]], **options: Any
+) -> Path:
+    """Stage a bundle onto the node's incoming directory, as a driver container would."""
+    incoming = vm.state_dir / "incoming"
+    incoming.mkdir(exist_ok=True)
+    return stage(
+        incoming,
+        bundle=bundle,
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(p, params) for p, params in modules],
+        **options,
+    )
+
+
+def state(vm: Vm) -> State:
+    """The node's state.json, read on the host side of the share."""
+    from service.state import load
+
+    return load(vm.state_dir / "state.json")
+
+
+def status(vm: Vm, bundle: str) -> dict[str, Any]:
+    """The bundle's status file as the container would read it."""
+    return dict(json.loads((vm.state_dir / "status" / f"{bundle}.json").read_text()))
+
+
+def live_modules(vm: Vm) -> list[str]:
+    """Modules live in the guest, in /proc/modules order (newest first)."""
+    return [line.split()[0] for line in vm.read("/proc/modules").splitlines()]

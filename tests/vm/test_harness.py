@@ -1,0 +1,85 @@
+"""The harness itself: outputs, errors and deadlines come back cleanly, and a dead guest is
+reported with its serial console instead of hanging the run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.vm.harness import CommandTimeout, GuestError, Vm, VmBootError, VmExited, VmFactory
+
+pytestmark = pytest.mark.vm
+
+
+def test_run_returns_status_and_both_streams(vm: Vm) -> None:
+    """A shell command's exit status, stdout and stderr come back separately."""
+    result = vm.run("echo out; echo err >&2; exit 3")
+    assert (result.rc, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert vm.run(["cat"], input="piped").stdout == "piped"
+
+
+def test_guest_exception_carries_its_traceback(vm: Vm) -> None:
+    """Python raising in the guest surfaces as GuestError with the guest's traceback."""
+    with pytest.raises(GuestError, match="ZeroDivisionError"):
+        vm.eval("1 / 0")
+
+
+def test_timeouts_leave_the_guest_usable(vm: Vm) -> None:
+    """An overrunning command or Python call raises CommandTimeout within its deadline; the
+    agent keeps answering."""
+    began = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        vm.run("sleep 60", timeout=1)
+    with pytest.raises(CommandTimeout):
+        vm.python("import time\ntime.sleep(60)", timeout=1)
+    assert time.monotonic() - began < 20
+    assert vm.eval("6 * 7") == 42
+
+
+def test_namespace_lives_for_the_boot(vm: Vm) -> None:
+    """Names defined by one python() call are visible to the next (e.g. a started monitor)."""
+    vm.python("remembered = ['x']")
+    assert vm.eval("remembered + ['y']") == ["x", "y"]
+    assert "x" in vm.python("print(*remembered)")
+
+
+def test_qmp_talks_to_qemu(vm: Vm) -> None:
+    """QMP commands reach this boot's qemu."""
+    assert vm.qmp("query-status")["status"] == "running"
+
+
+def test_a_boot_past_its_deadline_fails_and_leaves_no_qemu(tmp_path: Path) -> None:
+    """A guest that does not answer within boot_timeout raises VmBootError; qemu is killed."""
+    vm = Vm(tmp_path / "state", name="too-slow", boot_timeout=1)
+    began = time.monotonic()
+    with pytest.raises(VmBootError, match="did not boot"):
+        vm.start()
+    assert time.monotonic() - began < 10
+    assert not vm.running
+    vm.close()
+
+
+@pytest.fixture
+def doomed(boot_vm: VmFactory) -> Iterator[Vm]:
+    """A node of its own, for a test that panics it."""
+    vm = boot_vm("panicking")
+    yield vm
+    vm.close()
+
+
+def test_panicking_guest_raises_with_its_console_and_boots_again(
+    doomed: Vm, signed_modules: dict[str, Path]
+) -> None:
+    """A module that panics in init ends qemu (panic=-1 + -no-reboot): the waiting call raises
+    VmExited quoting the panic; start() then boots the same node again (a boot-loop step)."""
+    module = doomed.put(signed_modules["ms_panic"], "kmod/ms_panic.ko")
+    first = doomed.boot_id
+    with pytest.raises(VmExited, match="Kernel panic"):
+        doomed.eval(f"finit_module({module!r})")
+    assert not doomed.running
+    doomed.start()
+    assert doomed.boot_id != first
+    assert doomed.eval(f"os.path.exists({module!r})")

@@ -1,0 +1,223 @@
+"""The staged-reboot cycle on a real kernel: stage -> intake -> reboot -> modstage boot.
+
+Each scenario runs on its own node; reboots are real guest reboots with the state share kept.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.state import Phase
+from tests.kmod import SigningKey, debian_build_cert, kernel_release, make_key, sign
+from tests.vm.harness import Vm, VmExited, VmFactory
+from tests.vm.node import drop, live_modules, modstage, prepare, state, status
+
+pytestmark = pytest.mark.vm
+KERNEL = kernel_release()
+CRC8 = Path(f"/lib/modules/{KERNEL}/kernel/lib/crc8.ko")  # Debian-signed, no dependencies
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    """The signing key of this run's driver vendor."""
+    return make_key(tmp_path_factory.mktemp("vendor"), "rsa4096", cn="vendor key")
+
+
+@pytest.fixture(scope="module")
+def signed(
+    test_modules: dict[str, Path], key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Every test module signed with the vendor key, plus the Debian-signed crc8."""
+    out = tmp_path_factory.mktemp("signed-boot")
+    mods = {n: sign(p, key, out / p.name) for n, p in test_modules.items()}
+    mods["crc8"] = Path(shutil.copy(CRC8, out / "crc8.ko"))
+    return mods
+
+
+@pytest.fixture(scope="module")
+def certs(key: SigningKey) -> dict[str, bytes]:
+    """What the host trusts: the vendor certificate and Debian's build certificate."""
+    return {"vendor.pem": key.cert_pem.read_bytes(), "debian.der": debian_build_cert()}
+
+
+@pytest.fixture
+def node(boot_vm: VmFactory, request: pytest.FixtureRequest) -> Iterator[Vm]:
+    """A fresh node per scenario (scenarios reboot and leave modules loaded)."""
+    vm = boot_vm(request.node.name[:20].replace("[", "-"))
+    yield vm
+    vm.close()
+
+
+def _boot(vm: Vm, certs: dict[str, bytes], config: str = "") -> tuple[int, str]:
+    prepare(vm, certs, config)
+    return modstage(vm, "boot")
+
+
+def test_staged_generation_loads_after_reboot(
+    node: Vm, signed: dict[str, Path], certs: dict[str, bytes], tmp_path: Path
+) -> None:
+    """Staged modules load at the next boot in the recorded order, with params and firmware."""
+    fw = tmp_path / "fw" / "modstage"
+    fw.mkdir(parents=True)
+    (fw / "test.bin").write_bytes(b"f" * 4321)
+    drop(
+        node,
+        "test",
+        "1",
+        KERNEL,
+        [
+            (signed["ms_exporter"], ""),
+            (signed["ms_consumer"], ""),
+            (signed["ms_params"], 'count=42 label="two words"'),
+            (signed["ms_firmware"], ""),
+        ],
+        firmware_dirs=(tmp_path / "fw",),
+    )
+    prepare(node, certs)
+    rc, out = modstage(node, "intake")
+    assert rc == 0, out
+    gen = state(node).bundle("test").pending
+    assert gen and state(node).bundle("test").phase is Phase.PENDING
+    assert not {"ms_exporter", "ms_params"} & set(live_modules(node)), "nothing loads before"
+
+    node.reboot()
+    rc, out = _boot(node, certs)
+    assert rc == 0, out
+    b = state(node).bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
+    assert [m["module"] for m in b.loaded] == [
+        "ms_exporter",
+        "ms_consumer",
+        "ms_params",
+        "ms_firmware",
+    ]
+    live = live_modules(node)  # newest first
+    assert (
+        live.index("ms_firmware")
+        < live.index("ms_params")
+        < live.index("ms_consumer")
+        < live.index("ms_exporter")
+    )
+    assert node.read("/sys/module/ms_params/parameters/count") == "42"
+    assert node.read("/sys/module/ms_params/parameters/label") == "two words"
+    assert node.read("/sys/module/ms_firmware/parameters/fw_size") == "4321"
+    assert node.read("/sys/module/firmware_class/parameters/path") == "/run/modstage/firmware"
+    assert status(node, "test")["phase"] == "active"
+
+
+def test_enforcing_kernel_refuses_and_last_good_returns(
+    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+) -> None:
+    """Under module.sig_enforce=1 a vendor-signed generation fails with the kernel's reason;
+    nothing stays half-loaded and the Debian-signed last known good generation is loaded."""
+    drop(node, "test", "1", KERNEL, [(signed["crc8"], "")])
+    prepare(node, certs)
+    assert modstage(node, "intake")[0] == 0
+    node.reboot()
+    assert _boot(node, certs)[0] == 0
+    good = state(node).bundle("test").active
+    drop(node, "test", "2", KERNEL, [(signed["ms_exporter"], ""), (signed["ms_params"], "")])
+    assert modstage(node, "intake")[0] == 0  # not enforcing yet: no pre-flight refusal
+    bad = state(node).bundle("test").pending
+
+    node.reboot(kernel_args=["module.sig_enforce=1"])
+    rc, out = _boot(node, certs)
+    assert rc == 0, out  # the bundle is active again, on its last known good generation
+    b = state(node).bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
+    assert b.generations[str(bad)].failed == (
+        "modules/ms_exporter.ko: EKEYREJECTED: the kernel rejected the module's signature"
+    )
+    live = live_modules(node)
+    assert "crc8" in live and "ms_exporter" not in live and "ms_params" not in live
+
+    drop(node, "test", "3", KERNEL, [(signed["ms_params"], "")])
+    rc, out = modstage(node, "intake")  # now the pre-flight asks the enforcing kernel
+    assert (
+        rc == 1 and "EKEYREJECTED: the running kernel (module.sig_enforce=1) does not trust" in out
+    ), out
+    assert state(node).bundle("test").pending is None
+
+
+def test_failing_second_module_unloads_the_first(
+    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+) -> None:
+    """A generation whose second module fails init: the first is unloaded, the LKG is back."""
+    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")])
+    prepare(node, certs)
+    modstage(node, "intake")
+    node.reboot()
+    _boot(node, certs)
+    good = state(node).bundle("test").active
+    drop(node, "test", "2", KERNEL, [(signed["ms_params"], ""), (signed["ms_enodev"], "")])
+    modstage(node, "intake")
+    node.reboot()
+    rc, out = _boot(node, certs)
+    b = state(node).bundle("test")
+    assert (rc, b.phase, b.active) == (0, Phase.ACTIVE, good), out
+    failed = [g.failed for g in b.generations.values() if g.failed]
+    assert failed == [
+        "modules/ms_enodev.ko: ENODEV: the module's init found no device (init returned -ENODEV)"
+    ]
+    live = live_modules(node)
+    assert "ms_exporter" in live and "ms_params" not in live and "ms_enodev" not in live
+
+
+def test_panicking_generation_falls_back_after_max_attempts(
+    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+) -> None:
+    """A module that panics the kernel: after max_boot_attempts boots the LKG is loaded."""
+    config = "max_boot_attempts = 2\n"
+    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")])
+    prepare(node, certs, config)
+    modstage(node, "intake")
+    node.reboot()
+    _boot(node, certs, config)
+    good = state(node).bundle("test").active
+    drop(node, "test", "2", KERNEL, [(signed["ms_panic"], "")])
+    modstage(node, "intake")
+    node.reboot()
+    for attempt in (1, 2):
+        if attempt == 2:
+            node.start()  # the node comes back after the panic
+        with pytest.raises(VmExited):
+            _boot(node, certs, config)  # the kernel panics; qemu ends (-no-reboot, panic=-1)
+        assert "ms_panic: deliberate panic from module init" in node.serial_log
+        b = state(node).bundle("test")
+        assert (b.phase, b.generations[str(b.pending)].attempts) == (Phase.LOADING, attempt)
+    node.start()
+    rc, out = _boot(node, certs, config)
+    b = state(node).bundle("test")
+    assert (rc, b.phase, b.active, b.pending) == (0, Phase.ACTIVE, good, None), out
+    failed = [g.failed for g in b.generations.values() if g.failed]
+    assert failed == ["did not complete boot in 2 attempts (max_boot_attempts)"]
+    assert "ms_exporter" in live_modules(node) and "ms_panic" not in live_modules(node)
+
+
+def test_hot_added_memory_is_onlined_movable_at_boot(
+    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+) -> None:
+    """Blocks present but offline when the bundle loads are onlined into ZONE_MOVABLE."""
+    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")], memory="online_movable")
+    prepare(node, certs)
+    modstage(node, "intake")
+    node.reboot()
+    before = set(node.eval("sorted(os.listdir('/sys/devices/system/memory'))"))
+    node.hotplug_memory("512M")
+    added: list[str] = []
+    for _ in range(100):
+        added = sorted(set(node.eval("sorted(os.listdir('/sys/devices/system/memory'))")) - before)
+        if len(added) == 4:
+            break
+        node.eval("__import__('time').sleep(0.1) or 0")
+    assert len(added) == 4, added
+    assert {node.read(f"/sys/devices/system/memory/{b}/state") for b in added} == {"offline"}
+    assert _boot(node, certs)[0] == 0
+    assert node.read("/sys/devices/system/memory/auto_online_blocks") == "online_movable"
+    for block in added:
+        assert node.read(f"/sys/devices/system/memory/{block}/state") == "online"
+        assert node.read(f"/sys/devices/system/memory/{block}/valid_zones") == "Movable"
