@@ -64,7 +64,7 @@ mount -t devtmpfs devtmpfs /newroot/dev
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+# /tmp stays the overlay (host /tmp below, tmpfs above): a checkout under /tmp must be visible
 mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
 mkdir -p /newroot/var/lib/modstage
 mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
