@@ -128,6 +128,13 @@ class Daemon:
         self.rebooter.request(reason)
         return "requested"
 
+    def _delay_left(self) -> float:
+        """Seconds until the minimum delay after the last drop has passed (at least 0.5)."""
+        if self.last_drop is None:
+            return self.recheck_every
+        left = self.last_drop + self.config.reboot.guard.min_delay - self.clock.now().timestamp()
+        return max(0.5, left)
+
     def online_memory(self, events: list[Event]) -> list[dict[str, Any]]:
         """Online offline blocks per the host's hotplug policy; log each with its latency."""
         if self.config.hotplug_policy == "kernel":
@@ -185,7 +192,7 @@ class Daemon:
             if self.maybe_reboot() in ("requested", "no generation waits for a reboot"):
                 next_check = None
             else:
-                next_check = now + self.recheck_every
+                next_check = now + min(self.recheck_every, self._delay_left())
             if ping and now >= next_ping:
                 notify("WATCHDOG=1")
                 next_ping = now + ping

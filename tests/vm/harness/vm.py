@@ -117,8 +117,11 @@ class Vm:
         return self.serial_path.read_text(errors="replace") if self.serial_path.exists() else ""
 
     def serial_tail(self, lines: int = 40) -> str:
-        """The last `lines` lines of the serial console, for error messages."""
-        return "\n".join(self.serial_log.splitlines()[-lines:])
+        """The last `lines` lines of the serial console, for error messages; after a panic,
+        the lines from the panic message on (its call trace can be longer than `lines`)."""
+        log = self.serial_log.splitlines()
+        panic = next((i for i, line in enumerate(log) if "Kernel panic" in line), None)
+        return "\n".join(log[panic : panic + lines] if panic is not None else log[-lines:])
 
     @property
     def running(self) -> bool:
