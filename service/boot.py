@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from service import faults
 from service.config import Config
 from service.errors import BootError, LoadError
 from service.firmware import FirmwareView
@@ -57,7 +58,7 @@ class Boot:
         with locked(self.layout.var):
             state = load(self.layout.state)
             state = replace(state, boot_id=self.layout.boot_id.read_text().strip())
-            save(self.layout.state, state)
+            save(self.layout.state, state, step="boot_id")
             choices = [
                 choose(n, b, self.release, self.config.max_boot_attempts)
                 for n, b in state.bundles.items()
@@ -73,7 +74,7 @@ class Boot:
 
     def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:
         state = state.with_bundle(name, bundle)
-        save(self.layout.state, state)
+        save(self.layout.state, state, step=bundle.phase.value)
         write_status(self.layout, name, bundle, **status)
         return state
 
@@ -158,9 +159,11 @@ class Boot:
                         and normalize_module_name(d) not in ours
                     ]
                     self.kernel.modprobe(deps)
+                    faults.hit("boot.finit.before")
                     self.kernel.load(
                         f.fileno(), module.params, compressed=not module.file.endswith(".ko")
                     )
+                    faults.hit("boot.finit.after")
                 live[name] = v.srcversion
                 ms = round((time.monotonic() - started) * 1000, 3)
                 done.append({"module": name, "srcversion": v.srcversion, "ms": ms})

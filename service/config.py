@@ -87,7 +87,7 @@ class Config:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return cls()
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
             raise ConfigError(path, [f"cannot read: {exc}"]) from exc
         return cls.from_dict(data, path)
 

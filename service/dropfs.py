@@ -1,10 +1,11 @@
 """Reading a drop written by a container, trusting none of it.
 
-Every open is relative to a directory descriptor, one component at a time,
-with ``O_NOFOLLOW`` (a symlink anywhere is refused), ``O_NONBLOCK`` (a planted
-FIFO cannot block the reader) and ``O_NOCTTY``; only regular files with a single
-link and a size within the limit are accepted. Errors are :class:`DropError`
-naming the file and the reason in plain words.
+Files are opened with :func:`service.beneath.open_beneath` (no symlink followed,
+the inode checked through ``O_PATH`` before it is opened for reading); only regular
+files with a single link and a size within the limit pass the check. A planted
+FIFO, device node or hard link to a file outside the drop is therefore never
+opened at all. Errors are :class:`DropError` naming the file and the reason in
+plain words.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import os
 import stat
 from pathlib import Path
 
+from service.beneath import open_beneath
 from service.errors import DropError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def _why(exc: OSError) -> str:
@@ -35,34 +36,30 @@ def open_dir(path: Path) -> int:
     try:
         return os.open(path, _DIR_FLAGS)
     except OSError as exc:
+        why = "is a symbolic link" if os.path.islink(path) else _why(exc)
+        raise DropError(path, why) from exc
+
+
+def open_file(
+    dir_fd: int, relative: str, *, display: Path, max_bytes: int, limit: str | None = None
+) -> int:
+    """Open ``relative`` beneath ``dir_fd`` as a checked regular file; return its fd.
+
+    ``limit`` words which limit ``max_bytes`` is, for the error (default: "the limit").
+    """
+    path = display / relative
+    try:
+        return open_beneath(dir_fd, relative, lambda st: check_regular(st, path, max_bytes, limit))
+    except OSError as exc:
         raise DropError(path, _why(exc)) from exc
 
 
-def open_file(dir_fd: int, relative: str, *, display: Path, max_bytes: int) -> int:
-    """Open ``relative`` beneath ``dir_fd`` as a checked regular file; return its fd."""
-    fd = os.dup(dir_fd)
-    try:
-        *dirs, last = relative.split("/")
-        for part in dirs:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        parent, fd = fd, os.open(last, _FILE_FLAGS, dir_fd=fd)
-        os.close(parent)
-    except OSError as exc:
-        os.close(fd)
-        raise DropError(display / relative, _why(exc)) from exc
-    try:
-        check_regular(os.fstat(fd), display / relative, max_bytes)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def check_regular(st: os.stat_result, display: Path, max_bytes: int) -> None:
+def check_regular(
+    st: os.stat_result, display: Path, max_bytes: int, limit: str | None = None
+) -> None:
     """Refuse anything but a singly linked regular file of at most ``max_bytes``."""
+    if stat.S_ISLNK(st.st_mode):
+        raise DropError(display, "is a symbolic link")
     if not stat.S_ISREG(st.st_mode):
         kind = {
             stat.S_IFIFO: "a FIFO",
@@ -75,7 +72,8 @@ def check_regular(st: os.stat_result, display: Path, max_bytes: int) -> None:
     if st.st_nlink != 1:
         raise DropError(display, f"has {st.st_nlink} hard links (a drop file must have one)")
     if st.st_size > max_bytes:
-        raise DropError(display, f"is {st.st_size} bytes, over the limit of {max_bytes}")
+        over = limit or f"the limit of {max_bytes}"
+        raise DropError(display, f"is {st.st_size} bytes, over {over}")
 
 
 def read_small(dir_fd: int, relative: str, *, display: Path, max_bytes: int) -> bytes:

@@ -6,11 +6,14 @@ running kernel whether it will trust the signers (when it enforces
 signatures), publish the generation under its id and record it as pending.
 A drop that fails anything is rejected with its reasons in
 ``status/<bundle>.json`` and the log, and changes nothing else. Either way the
-drop is removed from ``incoming/`` once its outcome is recorded.
+drop is removed from ``incoming/`` once its outcome is recorded. A failure of
+the host's own (an ``OSError`` writing the store, state or status: a full disk)
+is not the drop's fault: the drop is kept for the next run, and the error shown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import structlog
 
+from service import faults
 from service.config import Config
 from service.dropfs import open_dir, read_small
 from service.errors import DropError
@@ -46,6 +50,7 @@ class Outcome:
     generation: str | None
     accepted: bool
     reasons: tuple[str, ...] = ()
+    deferred: bool = False  # the host failed; the drop is kept and retried
 
 
 class Rejected(Exception):
@@ -120,10 +125,15 @@ class Intake:
                 phase=Phase.VERIFYING,
                 generation=generation,
             )
+            faults.hit("intake.verifying")
             if not self.store.has(generation):
                 self._build(drop, manifest, generation)
-            bstate = record_pending(state.bundle(bundle), manifest, self.config.retain, self.store)
-            save(self.layout.state, state.with_bundle(bundle, bstate))
+            before = state.bundle(bundle)
+            bstate = record_pending(before, manifest, self.config.retain)
+            save(self.layout.state, state.with_bundle(bundle, bstate), step="pending")
+            # collected only once state no longer names them: a crash never leaves a dangling id
+            self.store.collect(g for g in before.generations if g not in bstate.generations)
+            faults.hit("store.collected")
             write_status(
                 self.layout,
                 bundle,
@@ -132,6 +142,12 @@ class Intake:
                 version=manifest.version,
                 kernel=manifest.kernel,
             )
+            faults.hit("intake.recorded")
+        except OSError as exc:
+            reason = f"the host could not take the drop in, it is kept for the next run: {exc}"
+            bound.error("drop.deferred", bundle=bundle, reason=reason)
+            self._status_after_host_error(bundle, reason, drop)
+            return Outcome(drop, bundle, None, False, (reason,), deferred=True)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
             bound.warning("drop.rejected", bundle=bundle, reasons=reasons)
@@ -145,6 +161,7 @@ class Intake:
                     errors=reasons,
                     drop=drop.name,
                 )
+                faults.hit("intake.rejected")
             _remove(drop, "rejected")
             return Outcome(drop, bundle, None, False, tuple(reasons))
         bound.info(
@@ -155,6 +172,15 @@ class Intake:
         )
         _remove(drop, "taken in")
         return Outcome(drop, bundle, generation, True)
+
+    def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
+        if bundle is None:
+            return
+        try:
+            current = load(self.layout.state).bundle(bundle)
+            write_status(self.layout, bundle, current, errors=[reason], drop=drop.name)
+        except OSError as exc:  # the disk that failed the intake may fail this too
+            log.error("status.unwritable", bundle=bundle, error=str(exc))
 
     def _manifest(self, drop: Path) -> Manifest:
         fd = open_dir(drop)
@@ -196,6 +222,7 @@ class Intake:
             tmp = self.store.copy_drop(fd, manifest, display=drop, limits=self.config.limits)
         finally:
             os.close(fd)
+        faults.hit("store.copied")
         try:
             verdicts = verify_drop(tmp, trust=self.trust, kernel=manifest.kernel)
             reasons = [
@@ -223,10 +250,11 @@ class Intake:
         ]
 
 
-def record_pending(
-    bundle: BundleState, manifest: Manifest, retain: int, store: Store
-) -> BundleState:
-    """The bundle with ``manifest``'s generation pending; old generations collected."""
+def record_pending(bundle: BundleState, manifest: Manifest, retain: int) -> BundleState:
+    """The bundle with ``manifest``'s generation pending, forgetting generations past ``retain``.
+
+    The caller removes the forgotten generations from the store after saving.
+    """
     generation = manifest.digest
     if generation in (bundle.pending, bundle.active) and bundle.phase is not Phase.FAILED:
         return bundle
@@ -237,11 +265,21 @@ def record_pending(
     keep = moved.keep() | {
         g.id for g in sorted(moved.generations.values(), key=lambda g: g.added)[-retain:]
     }
-    drop = [g for g in moved.generations if g not in keep]
-    store.collect(drop)
     return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
 
 def _remove(drop: Path, why: str) -> None:
-    shutil.rmtree(drop, ignore_errors=True)
+    """Remove a drop: its manifest first, so that a half-removed drop is never complete.
+
+    A drop that is not a directory (a planted symlink, FIFO, file) is unlinked itself,
+    never followed.
+    """
+    if os.path.islink(drop) or not os.path.isdir(drop):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(drop)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(drop / MANIFEST_NAME)  # a directory there stays: rmtree takes it
+        faults.hit("drop.removing")
+        shutil.rmtree(drop, ignore_errors=True)
     log.debug("drop.removed", drop=drop.name, why=why)

@@ -27,10 +27,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Take in the given drops (or all); exit 1 if any was rejected."""
     configure()
     layout = Layout(args.root)
-    outcomes = build(layout).run([d.resolve() for d in args.drops] or None)
+    outcomes = build(layout).run([d.absolute() for d in args.drops] or None)
     for o in outcomes:
         if o.accepted:
             print(f"{o.drop.name}: pending {o.bundle} generation {o.generation}", file=out)
+        elif o.deferred:
+            print(f"{o.drop.name}: deferred (drop kept): {'; '.join(o.reasons)}", file=out)
         else:
             print(f"{o.drop.name}: rejected: {'; '.join(o.reasons)}", file=out)
     return 0 if all(o.accepted for o in outcomes) else 1

@@ -69,9 +69,12 @@ class KernelKeyring:
             found = self._libc.syscall(
                 nr, _KEYCTL_SEARCH, ring, b"asymmetric", f"ex:{key_id}".encode(), 0
             )
-            if found >= 0:
-                return True
             err = ctypes.get_errno()
-            if err not in (errno.ENOKEY, errno.EACCES):
+            # The system keys grant root VIEW|READ but not SEARCH; the kernel matches a key
+            # before it checks SEARCH, so EACCES means "a key with this id is there" and
+            # ENOKEY "no such key" (security/keys/keyring.c, keyring_search_iterator).
+            if found >= 0 or err == errno.EACCES:
+                return True
+            if err != errno.ENOKEY:
                 raise OSError(err, os.strerror(err), "keyctl(KEYCTL_SEARCH)")
         return False

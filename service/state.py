@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from service import faults
 from service.errors import StateError
 from stager.atomic import write_atomic
 
@@ -135,28 +136,79 @@ class State:
 
     @classmethod
     def from_json(cls, raw: bytes) -> State:
-        """Parse the persisted form; raises :class:`StateError` on anything unexpected."""
+        """Parse the persisted form; raises :class:`StateError` on anything unexpected.
+
+        Every field is type-checked here, so that a hand-edited or damaged file is
+        refused on read rather than failing later, half-way through a boot.
+        """
         try:
             doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise StateError("state is not a JSON object")
             if doc.get("format") != FORMAT:
                 raise StateError(f"unknown state format {doc.get('format')!r}")
-            bundles = {}
-            for name, b in doc["bundles"].items():
-                gens = {k: Generation(**v) for k, v in b["generations"].items()}
-                bundles[name] = BundleState(
-                    phase=Phase(b["phase"]),
-                    active=b["active"],
-                    pending=b["pending"],
-                    generations=gens,
-                    loaded=tuple(b["loaded"]),
-                    history=tuple(b["history"]),
-                )
+            bundles = {
+                _want(name, str, "bundle name"): _bundle(name, b)
+                for name, b in _want(doc["bundles"], dict, "bundles").items()
+            }
             reboot = doc.get("reboot")
             if reboot is not None and not isinstance(reboot, dict):
                 raise StateError("reboot intent is not an object")
-            return cls(bundles=bundles, boot_id=doc["boot_id"], reboot=reboot)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            boot_id = _want(doc["boot_id"], str | None, "boot_id")
+            return cls(bundles=bundles, boot_id=boot_id, reboot=reboot)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            if isinstance(exc, StateError):
+                raise
             raise StateError(f"state file is corrupt: {exc!r}") from exc
+
+
+def _want(value: Any, kind: Any, what: str) -> Any:
+    """``value`` if it is a ``kind`` (a bool is not a number here); raises StateError."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _types(kind)):
+        raise StateError(f"state file is corrupt: {what} is {type(value).__name__}")
+    return value
+
+
+def _types(kind: Any) -> tuple[type, ...]:
+    return tuple(getattr(kind, "__args__", (kind,)))
+
+
+def _generation(key: str, v: Any, where: str) -> Generation:
+    v = _want(v, dict, where)
+    if set(v) - {"id", "version", "kernel", "added", "attempts", "failed"}:
+        raise StateError(f"state file is corrupt: {where} has unknown keys")
+    gen = Generation(
+        id=_want(v["id"], str, f"{where}.id"),
+        version=_want(v["version"], str, f"{where}.version"),
+        kernel=_want(v["kernel"], str, f"{where}.kernel"),
+        added=float(_want(v.get("added", 0.0), int | float, f"{where}.added")),
+        attempts=_want(v.get("attempts", 0), int, f"{where}.attempts"),
+        failed=_want(v.get("failed"), str | None, f"{where}.failed"),
+    )
+    if gen.id != key or gen.attempts < 0:
+        raise StateError(f"state file is corrupt: {where} is inconsistent")
+    return gen
+
+
+def _bundle(name: str, b: Any) -> BundleState:
+    b = _want(b, dict, f"bundles.{name}")
+    gens = {
+        k: _generation(k, v, f"bundles.{name}.generations.{k}")
+        for k, v in _want(b["generations"], dict, f"bundles.{name}.generations").items()
+    }
+    bundle = BundleState(
+        phase=Phase(b["phase"]),
+        active=_want(b["active"], str | None, f"bundles.{name}.active"),
+        pending=_want(b["pending"], str | None, f"bundles.{name}.pending"),
+        generations=gens,
+        loaded=tuple(_want(x, dict, "loaded entry") for x in _want(b["loaded"], list, "loaded")),
+        history=tuple(
+            _want(x, dict, "history entry") for x in _want(b["history"], list, "history")
+        ),
+    )
+    if any(g not in gens for g in bundle.keep()):
+        raise StateError(f"state file is corrupt: bundles.{name} names an unknown generation")
+    return bundle
 
 
 def load(path: Path) -> State:
@@ -180,10 +232,20 @@ def load(path: Path) -> State:
         raise StateCorrupt(path, aside, str(exc)) from exc
 
 
-def save(path: Path, state: State) -> None:
-    """Persist ``state`` with the one crash-safe write."""
+def save(path: Path, state: State, *, step: str = "state") -> None:
+    """Persist ``state`` with the one crash-safe write.
+
+    ``step`` names the transition (a phase, or ``boot_id``) for the fault points
+    ``state.<step>.renaming`` and ``state.<step>.saved``.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, state.to_json(), mode=0o600)
+    write_atomic(
+        path,
+        state.to_json(),
+        mode=0o600,
+        before_replace=lambda: faults.hit(f"state.{step}.renaming"),
+    )
+    faults.hit(f"state.{step}.saved")
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from service import faults
 from service.config import Limits
 from service.dropfs import check_regular, open_file
 from service.errors import DropError
@@ -62,8 +63,15 @@ class Store:
         total = 0
         try:
             for rel in entries:
-                budget = min(limits.max_file_bytes, limits.max_total_bytes - total)
-                total += _copy(drop_fd, rel, tmp, display=display, max_bytes=budget)
+                left = limits.max_total_bytes - total
+                budget = min(limits.max_file_bytes, left)
+                limit = None
+                if left < limits.max_file_bytes:
+                    limit = (
+                        f"the {left} bytes left of the drop's total limit of "
+                        f"{limits.max_total_bytes}"
+                    )
+                total += _copy(drop_fd, rel, tmp, display=display, max_bytes=budget, limit=limit)
             write_atomic(tmp / MANIFEST_NAME, manifest.to_toml(), mode=0o444)
         except BaseException:
             self.discard(tmp)
@@ -81,8 +89,10 @@ class Store:
                 os.chmod(Path(directory) / name, 0o444)
             fsync_dir(Path(directory))
             os.chmod(directory, 0o555)
+        faults.hit("store.publish.renaming")
         os.replace(tmp, final)
         fsync_dir(self.root)
+        faults.hit("store.published")
         return final
 
     def discard(self, path: Path) -> None:
@@ -106,15 +116,22 @@ class Store:
         fsync_dir(self.root)
 
 
-def _copy(drop_fd: int, rel: str, tmp: Path, *, display: Path, max_bytes: int) -> int:
-    """Copy one checked file of the drop; return its size."""
-    src = open_file(drop_fd, rel, display=display, max_bytes=max_bytes)
+def _copy(
+    drop_fd: int, rel: str, tmp: Path, *, display: Path, max_bytes: int, limit: str | None
+) -> int:
+    """Copy one checked file of the drop; return its size.
+
+    What the drop does wrong is a :class:`DropError`; a failing write to the store
+    (a full disk) stays an ``OSError``: it is the host's fault, and must not get the
+    drop rejected and removed.
+    """
+    src = open_file(drop_fd, rel, display=display, max_bytes=max_bytes, limit=limit)
     dest = tmp / rel
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            size = _pump(src, out, max_bytes + 1)
+            size = _pump(src, out, max_bytes + 1, display / rel)
             os.fsync(out)
         finally:
             os.close(out)
@@ -122,20 +139,24 @@ def _copy(drop_fd: int, rel: str, tmp: Path, *, display: Path, max_bytes: int) -
             raise DropError(
                 display / rel, f"grew beyond the limit of {max_bytes} bytes while being copied"
             )
-        check_regular(os.fstat(src), display / rel, max_bytes)
-    except OSError as exc:
-        raise DropError(display / rel, f"cannot copy: {exc.strerror or exc}") from exc
+        check_regular(os.fstat(src), display / rel, max_bytes, limit)
     finally:
         os.close(src)
     return size
 
 
-def _pump(src: int, out: int, cap: int) -> int:
-    """Copy up to ``cap`` bytes from ``src`` to ``out``."""
+def _pump(src: int, out: int, cap: int, display: Path) -> int:
+    """Copy up to ``cap`` bytes from ``src`` (the drop's file) to ``out``."""
     size = 0
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    while size < cap and (n := os.readv(src, [buf])):
+    while size < cap:
+        try:
+            n = os.readv(src, [buf])
+        except OSError as exc:
+            raise DropError(display, f"cannot read: {exc.strerror or exc}") from exc
+        if not n:
+            break
         written = 0
         while written < n:
             written += os.write(out, view[written:n])

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asn1crypto import x509 as asn1_x509
-from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
+from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from service.errors import TrustError
 
@@ -47,10 +47,17 @@ class TrustedKey:
             key_ids = [bytes(tbs["serial_number"].contents) + bytes(tbs["issuer"].chosen.contents)]
             if raw.key_identifier is not None:
                 key_ids.append(bytes(raw.key_identifier))
-            cert = x509.load_der_x509_certificate(der)
-            public_key = cert.public_key()
-            names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-            subject = str(names[0].value) if names else cert.subject.rfc4514_string()
+            # asn1crypto for the fields, cryptography only for the key: its x509 layer costs
+            # seconds of import time on a slow boot path and adds nothing here
+            public_key = load_der_public_key(tbs["subject_public_key_info"].dump())
+            subject_name = tbs["subject"]
+            names = [
+                a["value"].native
+                for rdn in subject_name.chosen
+                for a in rdn
+                if a["type"].native == "common_name"
+            ]
+            subject = str(names[0]) if names else subject_name.human_friendly
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
         return cls(source, subject, tuple(key_ids), public_key)

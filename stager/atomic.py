@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -21,11 +22,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(
+    path: Path, data: bytes, mode: int = 0o644, *, before_replace: Callable[[], None] | None = None
+) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
     The temporary name starts with a dot and ends in ``.tmp`` so that scanners
     can tell it from a finished file; a crash leaves at most such a file behind.
+    ``before_replace`` runs once the temporary file is durable, just before the
+    rename (the host's crash tests inject a kill there).
     """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
@@ -38,6 +43,8 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

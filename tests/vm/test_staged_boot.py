@@ -113,7 +113,9 @@ def test_enforcing_kernel_refuses_and_last_good_returns(
     node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
     """Under module.sig_enforce=1 a vendor-signed generation fails with the kernel's reason;
-    nothing stays half-loaded and the Debian-signed last known good generation is loaded."""
+    nothing stays half-loaded and the Debian-signed last known good generation is loaded.
+    Then intake's pre-flight asks the kernel's keyrings: the vendor key is refused up front,
+    Debian's build key is found."""
     drop(node, "test", "1", KERNEL, [(signed["crc8"], "")])
     prepare(node, certs)
     assert modstage(node, "intake")[0] == 0
@@ -141,6 +143,10 @@ def test_enforcing_kernel_refuses_and_last_good_returns(
         rc == 1 and "EKEYREJECTED: the running kernel (module.sig_enforce=1) does not trust" in out
     ), out
     assert state(node).bundle("test").pending is None
+    drop(node, "test", "4", KERNEL, [(signed["crc8"], "")], memory="offline")
+    rc, out = modstage(node, "intake")  # Debian's key is in the kernel's builtin keyring
+    assert rc == 0, out
+    assert state(node).bundle("test").pending is not None
 
 
 def test_failing_second_module_unloads_the_first(

@@ -1,0 +1,94 @@
+"""Fixtures for the hardening tests: a host tree, signed modules, canaries, tmpfs mounts.
+
+The session fixtures (kbuild modules, sign-file keys) are the service tests' own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.intake import Intake
+from service.layout import Layout
+from service.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.conftest import kernel, keydir, modules, other_key, rsa_key
+from tests.service.fakes import make_host
+from tests.service.test_intake import FakeKeyring
+
+__all__ = ["kernel", "keydir", "modules", "other_key", "rsa_key"]
+
+
+@pytest.fixture(scope="session")
+def signed(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Every test module signed with the trusted RSA key (once per session)."""
+    out = tmp_path_factory.mktemp("signed")
+    return {n: sign(p, rsa_key, out / f"{n}.ko") for n, p in modules.items()}
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree whose running kernel is the test modules' kernel."""
+    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem, {0: "online", 1: "offline"})
+
+
+@pytest.fixture
+def firmware_dir(tmp_path: Path) -> Path:
+    """A firmware source tree with one blob, staged as ``firmware/fw/blob.bin``."""
+    root = tmp_path / "fwsrc"
+    (root / "fw").mkdir(parents=True)
+    (root / "fw/blob.bin").write_bytes(b"firmware blob " * 64)
+    return root
+
+
+def make_intake(layout: Layout, config: Config | None = None) -> Intake:
+    """An in-process intake with a keyring that trusts nothing (never asked: not enforcing)."""
+    return Intake(
+        layout, config or Config(), TrustStore.from_directory(layout.trusted), FakeKeyring(set())
+    )
+
+
+def stage_drop(
+    layout: Layout,
+    kernel: str,
+    files: list[Path],
+    *,
+    bundle: str = "test",
+    version: str = "1",
+    firmware: tuple[Path, ...] = (),
+    params: str = "",
+    **kw: object,
+) -> Path:
+    """A complete drop written by the real stager."""
+    return stage(
+        layout.incoming,
+        bundle=bundle,
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(f, params) for f in files],
+        firmware_dirs=firmware,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
+    """Mount a tmpfs of a given size at a path (root only); unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(at: Path, size: str) -> Path:
+        at.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(at)], check=True)
+        mounted.append(at)
+        return at
+
+    yield mount
+    for at in reversed(mounted):
+        subprocess.run(["umount", "-l", str(at)], check=False)

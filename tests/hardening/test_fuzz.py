@@ -1,0 +1,265 @@
+"""Hypothesis over the parsers that read what others wrote: manifest, config, state.
+
+The property everywhere: no exception but the domain error, and whatever is accepted
+round-trips. The module signature trailer, PKCS#7/CMS and ``.modinfo`` parsers are
+fuzzed in tests/service/test_signature.py and tests/service/test_modinfo.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tomllib
+from pathlib import Path
+
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.config import Config
+from service.errors import ConfigError, StateError
+from service.state import BundleState, Generation, Phase, State
+from stager.errors import ManifestError
+from stager.manifest import Manifest
+from tests.strategies import manifests
+
+FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Recursive TOML tables cost ~15 ms an example to draw: fewer, to keep the suite under 3 min.
+FUZZ_TABLES = settings(FUZZ, max_examples=600)
+FUZZ_STATES = settings(FUZZ, max_examples=1000)
+
+_keys = st.sampled_from(
+    [
+        "schema",
+        "bundle",
+        "version",
+        "kernel",
+        "after",
+        "module",
+        "firmware",
+        "memory",
+        "file",
+        "sha256",
+        "params",
+        "auto_online_blocks",
+        "max_boot_attempts",
+        "retain",
+        "allowed_bundles",
+        "allowed_memory_policies",
+        "forbidden_params",
+        "allow_foreign_firmware_path",
+        "hotplug_policy",
+        "limits",
+        "reboot",
+        "max_file_bytes",
+        "max_total_bytes",
+        "max_files",
+        "backend",
+        "command",
+        "sentinel",
+        "days",
+        "start",
+        "end",
+        "timezone",
+        "min_delay",
+        "min_interval",
+        "x",
+    ]
+) | st.text(max_size=8)
+_scalars = (
+    st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.booleans()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.sampled_from(
+        ["1", "test", "modules/a.ko", "online", "command", "UTC", "22:00", "mon", "firmware/x"]
+    )
+)
+toml_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=5),
+    max_leaves=15,
+)
+toml_tables = st.dictionaries(_keys, toml_values, max_size=8)
+
+
+@FUZZ
+@given(st.binary(max_size=600) | st.text(max_size=600).map(str.encode))
+def test_manifest_bytes_raise_only_manifest_error(raw: bytes) -> None:
+    """Arbitrary bytes: a Manifest or a ManifestError, nothing else."""
+    with contextlib.suppress(ManifestError):
+        Manifest.from_toml(raw)
+
+
+@FUZZ_TABLES
+@given(toml_tables)
+def test_manifest_tables_raise_only_manifest_error_and_round_trip(data: dict[str, object]) -> None:
+    """Arbitrary TOML tables: a ManifestError, or a manifest whose canonical form re-reads equal."""
+    raw = tomli_w.dumps(data).encode()
+    try:
+        m = Manifest.from_toml(raw)
+    except ManifestError:
+        return
+    assert Manifest.from_toml(m.to_toml()) == m
+
+
+@FUZZ_TABLES
+@given(manifests(), st.data())
+def test_mutated_valid_manifests(m: Manifest, data: st.DataObject) -> None:
+    """A valid manifest with one key replaced by any value: ManifestError or a round trip."""
+    table = m.to_dict()
+    key = data.draw(st.sampled_from(sorted(table)))
+    table[key] = data.draw(toml_values)
+    try:
+        parsed = Manifest.from_dict(table)
+    except ManifestError:
+        return
+    assert Manifest.from_toml(parsed.to_toml()) == parsed
+
+
+@FUZZ_TABLES
+@given(toml_tables)
+def test_config_tables_raise_only_config_error(data: dict[str, object]) -> None:
+    """Arbitrary tables as config.toml: a Config or a ConfigError naming the problems."""
+    try:
+        Config.from_dict(data)
+    except ConfigError as exc:
+        assert exc.problems
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+def test_config_file_bytes_raise_only_config_error(raw: bytes) -> None:
+    """Arbitrary bytes in config.toml: a Config or a ConfigError."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "config.toml"
+        path.write_bytes(raw)
+        with contextlib.suppress(ConfigError):
+            Config.load(path)
+
+
+def test_config_deeply_nested_is_a_config_error(tmp_path: Path) -> None:
+    """A config nested deeper than Python recurses is a ConfigError, not a RecursionError."""
+    path = tmp_path / "config.toml"
+    path.write_text("a = " + "[" * 100_000 + "]" * 100_000)
+    try:
+        Config.load(path)
+    except ConfigError as exc:
+        assert "recursion" in str(exc)
+    else:
+        raise AssertionError("accepted")
+
+
+_states = st.builds(
+    State,
+    bundles=st.dictionaries(
+        st.text(max_size=6),
+        st.builds(
+            lambda gens, phase, hist: BundleState(
+                phase=phase,
+                active=next(iter(gens), None),
+                pending=None,
+                generations={g.id: g for g in gens.values()},
+                history=hist,
+            ),
+            st.dictionaries(
+                st.text("0123456789abcdef", min_size=1, max_size=8),
+                st.builds(
+                    Generation,
+                    id=st.just(""),
+                    version=st.text(max_size=5),
+                    kernel=st.text(max_size=5),
+                ),
+                max_size=3,
+            ).map(lambda d: {k: Generation(k, g.version, g.kernel) for k, g in d.items()}),
+            st.sampled_from(list(Phase)),
+            st.lists(
+                st.fixed_dictionaries({"at": st.floats(0, 1e10), "to": st.text(max_size=5)}),
+                max_size=3,
+            ).map(tuple),
+        ),
+        max_size=3,
+    ),
+    boot_id=st.none() | st.text(max_size=10),
+)
+
+
+@FUZZ_STATES
+@given(_states)
+def test_state_round_trips(state: State) -> None:
+    """Every state the service can build re-reads equal from its persisted form."""
+    assert State.from_json(state.to_json()) == state
+
+
+def _paths(doc: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@FUZZ_STATES
+@given(_states, st.data())
+def test_damaged_state_is_a_state_error_or_sound(state: State, data: st.DataObject) -> None:
+    """One value of a valid state.json replaced by any JSON value: StateError, or a state
+    that round-trips and whose active/pending generations are known."""
+    doc = json.loads(state.to_json())
+    path = data.draw(st.sampled_from(_paths(doc)[1:] or [("format",)]))
+    value = data.draw(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False)
+        | st.text(max_size=5)
+        | st.lists(st.integers(), max_size=2)
+        | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+    )
+    target = doc
+    for step in path[:-1]:
+        target = target[step]  # type: ignore[index]
+    target[path[-1]] = value  # type: ignore[index]
+    try:
+        parsed = State.from_json(json.dumps(doc).encode())
+    except StateError:
+        return
+    assert State.from_json(parsed.to_json()) == parsed
+    for b in parsed.bundles.values():
+        assert all(g in b.generations for g in b.keep())
+        assert all(
+            isinstance(g.attempts, int) and not isinstance(g.attempts, bool)
+            for g in b.generations.values()
+        )
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_state_bytes_raise_only_state_error(raw: bytes) -> None:
+    """Arbitrary bytes as state.json: a State or a StateError."""
+    with contextlib.suppress(StateError):
+        State.from_json(raw)
+
+
+def test_state_deeply_nested_is_a_state_error() -> None:
+    """JSON nested deeper than Python recurses is a StateError, not a RecursionError."""
+    try:
+        State.from_json(b"[" * 100_000)
+    except StateError:
+        pass
+    else:
+        raise AssertionError("accepted")
+
+
+def test_tomllib_nesting_is_what_the_parsers_guard_against() -> None:
+    """Sanity: tomllib itself raises RecursionError on deep nesting (why the guards exist)."""
+    try:
+        tomllib.loads("a = " + "[" * 100_000 + "]" * 100_000)
+    except RecursionError:
+        pass
+    else:
+        raise AssertionError("tomllib no longer recurses; the guards may go")
