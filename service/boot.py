@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -29,6 +30,8 @@ from service.store import Store
 from service.sysfs import Sysfs
 from service.trust import TrustStore
 from service.verify import verify_module
+from stager.errors import ManifestError
+from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name
 
 log = structlog.get_logger("modstage.boot")
@@ -47,6 +50,7 @@ class Boot:
         self.store = Store(self.layout.store)
         self.sysfs = Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
+        self._manifests: dict[str, Manifest] = {}
         self.firmware = FirmwareView(
             self.layout.run / "firmware",
             self.sysfs,
@@ -63,9 +67,7 @@ class Boot:
                 choose(n, b, self.release, self.config.max_boot_attempts)
                 for n, b in state.bundles.items()
             ]
-            after = {
-                c.bundle: self.store.manifest(c.generation).after for c in choices if c.generation
-            }
+            after = {c.bundle: self._after(c.generation) for c in choices if c.generation}
             for choice in order(choices, after):
                 state = self._bring_up(state, choice)
             if not self.firmware.has_links():
@@ -120,63 +122,89 @@ class Boot:
         bound.info("generation.active", generation=gen.id, modules=len(loaded))
         return self._save(state, name, b, generation=gen.id)
 
-    def _load(self, generation: str) -> list[dict[str, Any]]:
-        """Load one generation's modules in order; undo this attempt's loads on failure."""
-        manifest = self.store.manifest(generation)
-        root = self.store.path(generation)
-        if manifest.memory is not None:
-            for step in apply_policy(self.sysfs, manifest.memory):
-                log.info("memory.onlined", **step)
-        if manifest.firmware:
-            self.firmware.link(root)
-            self.firmware.point(True)
-        live = self.kernel.loaded()
-        ours = {m.name for m in manifest.modules}
-        done: list[dict[str, Any]] = []
+    def _manifest(self, generation: str) -> Manifest:
+        """The generation's manifest, read from the store once per boot."""
+        if generation not in self._manifests:
+            try:
+                self._manifests[generation] = self.store.manifest(generation)
+            except OSError as exc:
+                raise BootError(f"cannot read the generation's manifest: {exc}") from exc
+            except ManifestError as exc:
+                raise BootError(f"the generation's manifest is invalid: {exc}") from exc
+        return self._manifests[generation]
+
+    def _after(self, generation: str) -> tuple[str, ...]:
         try:
+            return self._manifest(generation).after
+        except BootError:
+            return ()  # the bundle fails when it is brought up, in its own turn
+
+    def _load(self, generation: str) -> list[dict[str, Any]]:
+        """Load one generation's modules in order; undo this attempt's loads on failure.
+
+        Any failure (manifest, memory onlining, firmware view, a module) becomes a
+        :class:`BootError` naming the step, after this attempt's loads are undone.
+        """
+        root = self.store.path(generation)
+        done: list[dict[str, Any]] = []
+        linked = False
+        step = "the generation's manifest"
+        try:
+            manifest = self._manifest(generation)
+            if manifest.memory is not None:
+                step = f"memory policy {manifest.memory.value}"
+                for onlined in apply_policy(self.sysfs, manifest.memory):
+                    log.info("memory.policy", **onlined)
+            if manifest.firmware:
+                step = "the firmware view"
+                linked = True
+                self.firmware.link(root)
+                self.firmware.point(True)
+            live = self.kernel.loaded()
+            ours = {m.name for m in manifest.modules}
             for module in manifest.modules:
-                started = time.monotonic()
-                with open(root / module.file, "rb") as f:
-                    v = verify_module(f, display=module.file, trust=self.trust, kernel=self.release)
-                    if not v.ok or v.sha256 != module.sha256:
-                        raise BootError(f"{module.file}: {v.reason or 'digest changed in store'}")
-                    name = normalize_module_name(v.name or module.name)
-                    if name in live:
-                        if live[name] != v.srcversion:
-                            raise BootError(
-                                f"{name}: another version is already loaded (srcversion "
-                                f"{live[name]}, this generation has {v.srcversion})"
-                            )
-                        done.append(
-                            {"module": name, "srcversion": v.srcversion, "already_loaded": True}
-                        )
-                        continue
-                    deps = [
-                        d
-                        for d in v.depends
-                        if d
-                        and normalize_module_name(d) not in live
-                        and normalize_module_name(d) not in ours
-                    ]
-                    self.kernel.modprobe(deps)
-                    faults.hit("boot.finit.before")
-                    self.kernel.load(
-                        f.fileno(), module.params, compressed=not module.file.endswith(".ko")
-                    )
-                    faults.hit("boot.finit.after")
-                live[name] = v.srcversion
-                ms = round((time.monotonic() - started) * 1000, 3)
-                done.append({"module": name, "srcversion": v.srcversion, "ms": ms})
-                log.info("module.loaded", module=name, ms=ms)
+                step = module.file
+                done.append(self._load_module(root, module, live, ours))
         except (BootError, LoadError, OSError) as exc:
             self._undo([d["module"] for d in done if not d.get("already_loaded")])
-            if manifest.firmware:
+            if linked:
                 self.firmware.unlink(root)
-            reason = exc.reason if isinstance(exc, BootError) else f"{module.file}: {exc}"
-            if isinstance(exc, OSError):
-                reason = f"{module.file}: cannot read from the store: {exc.strerror or exc}"
-            raise BootError(reason) from exc
+            if isinstance(exc, BootError):
+                raise
+            why = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+            raise BootError(f"{step}: {why}") from exc
         return done
+
+    def _load_module(
+        self, root: Path, module: ModuleEntry, live: dict[str, str | None], ours: set[str]
+    ) -> dict[str, Any]:
+        """Open the module once, re-verify it from that descriptor, load from the same one."""
+        started = time.monotonic()
+        with open(root / module.file, "rb") as f:
+            v = verify_module(f, display=module.file, trust=self.trust, kernel=self.release)
+            if not v.ok or v.sha256 != module.sha256:
+                raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
+            name = normalize_module_name(v.name or module.name)
+            if name in live:
+                if live[name] is None or live[name] != v.srcversion:
+                    raise BootError(
+                        f"{name}: another version is already loaded (srcversion "
+                        f"{live[name] or 'unknown'}, this generation has {v.srcversion or 'none'})"
+                    )
+                return {"module": name, "srcversion": v.srcversion, "already_loaded": True}
+            deps = [
+                d
+                for d in map(normalize_module_name, v.depends)
+                if d and d not in live and d not in ours
+            ]
+            self.kernel.modprobe(deps)
+            faults.hit("boot.finit.before")
+            self.kernel.load(f.fileno(), module.params, compressed=not module.file.endswith(".ko"))
+            faults.hit("boot.finit.after")
+        live[name] = v.srcversion
+        ms = round((time.monotonic() - started) * 1000, 3)
+        log.info("module.loaded", module=name, ms=ms)
+        return {"module": name, "srcversion": v.srcversion, "ms": ms}
 
     def _undo(self, names: list[str]) -> None:
         for name in reversed(names):

@@ -24,6 +24,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         TrustStore.from_directory(layout.trusted),
         LinuxKernel(layout.sys),
     ).run()
+    from service.metrics import write_metrics  # after loading: off the critical path
+
+    try:
+        write_metrics(layout, layout.metrics)
+    except OSError as exc:  # metrics must never fail a boot
+        print(f"metrics: cannot write {layout.metrics}: {exc.strerror or exc}", file=out)
     for name, b in sorted(state.bundles.items()):
         print(
             f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",

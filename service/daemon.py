@@ -11,19 +11,21 @@ import argparse
 import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, TypeVar
 
 import structlog
 
 from service.config import Config
+from service.errors import ServiceError
 from service.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.intake import Intake
 from service.layout import Layout
-from service.memory import blocks, plan_onlining
+from service.memory import online_blocks
 from service.notify import notify, watchdog_interval
-from service.reboot import KuredSentinel, Rebooter, reboot_required, rebooter
+from service.reboot import Rebooter, reboot_required, rebooter
 from service.report import write_status
 from service.state import Phase, load, locked, save
 from service.sysfs import Sysfs
@@ -31,6 +33,7 @@ from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 
 log = structlog.get_logger("modstage.daemon")
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -75,8 +78,7 @@ class Daemon:
             if state.reboot and state.reboot.get("boot_id") != current:
                 log.info("reboot.happened", asked_at=state.reboot.get("at"))
                 save(self.layout.state, replace(state, reboot=None))
-                if isinstance(self.rebooter, KuredSentinel):
-                    self.rebooter.clear()
+                self.rebooter.clear()
             elif state.reboot:
                 log.info("daemon.restarted", reboot_intent=state.reboot)
 
@@ -122,35 +124,59 @@ class Daemon:
                         Phase.REBOOT_SCHEDULED, note=f"reboot asked via {self.rebooter.name}"
                     )
                 state = state.with_bundle(name, b)
-                write_status(self.layout, name, b, reboot=record)
-            save(self.layout.state, replace(state, reboot=record))
+            save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
+            for name in waiting:
+                write_status(self.layout, name, state.bundle(name), reboot=record)
         log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
+        self.write_metrics()
         self.rebooter.request(reason)
         return "requested"
 
+    def _guarded(self, step: Callable[[], T]) -> T | None:
+        """Run one step of the loop; a service error is logged and the daemon goes on.
+
+        A recorded reboot intent keeps a failing backend from being hammered; a corrupt
+        state file keeps failing loudly on every step until an admin looks at it.
+        """
+        try:
+            return step()
+        except ServiceError as exc:
+            log.error("daemon.step_failed", step=step.__name__, error=str(exc))
+            notify(f"STATUS=error: {exc}")
+            return None
+
+    def write_metrics(self) -> None:
+        """Refresh the Prometheus textfile; a failure is logged, never fatal."""
+        from service.metrics import write_metrics
+
+        try:
+            write_metrics(self.layout, self.layout.metrics)
+        except OSError as exc:
+            log.error("metrics.write_failed", path=str(self.layout.metrics), error=str(exc))
+
     def _delay_left(self) -> float:
-        """Seconds until the minimum delay after the last drop has passed (at least 0.5)."""
+        """Seconds until the minimum delay after the last drop passes, if it has not yet."""
         if self.last_drop is None:
             return self.recheck_every
         left = self.last_drop + self.config.reboot.guard.min_delay - self.clock.now().timestamp()
-        return max(0.5, left)
+        return left if left > 0 else self.recheck_every
 
     def online_memory(self, events: list[Event]) -> list[dict[str, Any]]:
         """Online offline blocks per the host's hotplug policy; log each with its latency."""
         if self.config.hotplug_policy == "kernel":
             return []
-        sysfs = Sysfs(self.layout.sys)
         started = min((e.at for e in events), default=self.clock.monotonic())
-        done = []
-        for step in plan_onlining(blocks(sysfs), MemoryPolicy(self.config.hotplug_policy)):
-            try:
-                sysfs.write(f"devices/system/memory/memory{step.block}/state", step.state)
-            except OSError as exc:
-                log.error("memory.online_failed", block=step.block, error=str(exc))
-                continue
-            ms = round((self.clock.monotonic() - started) * 1000, 3)
-            done.append({"block": step.block, "state": step.state, "latency_ms": ms})
-            log.info("memory.onlined", block=step.block, state=step.state, latency_ms=ms)
+        done = online_blocks(
+            Sysfs(self.layout.sys),
+            MemoryPolicy(self.config.hotplug_policy),
+            since=started,
+            clock=self.clock.monotonic,
+        )
+        for step in done:
+            if "error" in step:
+                log.error("memory.online_failed", **step)
+            else:
+                log.info("memory.onlined", **step)
         return done
 
     def loop(self) -> None:
@@ -183,13 +209,18 @@ class Daemon:
             memory = [e for e in batch if e.kind == "memory"]
             if memory:
                 self.online_memory(memory)
+                self.write_metrics()
             if now >= next_rescan:
                 dirty_at, next_rescan = now, now + self.rescan_every
             if dirty_at is not None and now >= dirty_at:
                 dirty_at = None
-                self.take_drops()
+                self._guarded(self.take_drops)
+                self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            if self.maybe_reboot() in ("requested", "no generation waits for a reboot"):
+            if self._guarded(self.maybe_reboot) in (
+                "requested",
+                "no generation waits for a reboot",
+            ):
                 next_check = None
             else:
                 next_check = now + min(self.recheck_every, self._delay_left())

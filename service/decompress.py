@@ -13,8 +13,6 @@ import lzma
 import zlib
 from collections.abc import Callable
 
-import zstandard
-
 from service.errors import ModuleRejected
 
 MAX_DECOMPRESSED = 512 << 20
@@ -48,6 +46,8 @@ class _Stream:
         elif kind == "gz":
             self._gz = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         else:
+            import zstandard  # only zstd modules pay for it (not the boot path's plain .ko)
+
             self._zst = zstandard.ZstdDecompressor().decompressobj()
 
     def feed(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
@@ -83,6 +83,11 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
     stream = _Stream(kind)
     out = bytearray()
     queued = b""
+    errors: tuple[type[BaseException], ...] = (lzma.LZMAError, zlib.error, EOFError)
+    if kind == "zst":
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
     try:
         while not stream.eof:
             if not queued and not stream.pending:
@@ -95,7 +100,7 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
             queued = rest + queued[step:]
             if len(out) > cap:
                 raise ModuleRejected(f"EFBIG: decompressed module exceeds {cap} bytes")
-    except (lzma.LZMAError, zlib.error, zstandard.ZstdError, EOFError) as exc:
+    except errors as exc:
         raise ModuleRejected(f"EINVAL: corrupt {kind} stream: {exc}") from exc
     if queued or read(CHUNK):
         raise ModuleRejected(f"EINVAL: data after the end of the {kind} stream")

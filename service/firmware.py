@@ -35,6 +35,11 @@ class FirmwareView:
                 target = Path(directory) / name
                 link = self.view / target.relative_to(source)
                 link.parent.mkdir(parents=True, exist_ok=True)
+                if link.is_symlink() and not Path(os.readlink(link)).is_relative_to(generation):
+                    raise BootError(
+                        f"firmware {link.relative_to(self.view)} is already provided by "
+                        f"{Path(os.readlink(link)).parent}; two bundles ship the same file"
+                    )
                 link.unlink(missing_ok=True)
                 link.symlink_to(target)
                 count += 1

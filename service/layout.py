@@ -61,6 +61,11 @@ class Layout:
         """Per-bundle status files, mounted read-only into containers."""
         return self.var / "status"
 
+    @property
+    def metrics(self) -> Path:
+        """The Prometheus textfile (node-exporter's textfile collector; Debian's directory)."""
+        return self._under("/var/lib/prometheus/node-exporter/modstage.prom")
+
     # runtime
     @property
     def run(self) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.sysfs import Sysfs
@@ -47,19 +48,33 @@ def blocks(sysfs: Sysfs) -> dict[int, str]:
     return found
 
 
+def online_blocks(
+    sysfs: Sysfs,
+    policy: MemoryPolicy,
+    *,
+    since: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[dict[str, object]]:
+    """Online the offline blocks ``policy`` asks for; each with its latency from ``since``.
+
+    A block the kernel refuses to online is reported with its error and skipped.
+    """
+    started = clock() if since is None else since
+    done: list[dict[str, object]] = []
+    for step in plan_onlining(blocks(sysfs), policy):
+        try:
+            sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
+        except OSError as exc:
+            done.append({"block": step.block, "state": step.state, "error": str(exc)})
+            continue
+        ms = round((clock() - started) * 1000, 3)
+        done.append({"block": step.block, "state": step.state, "latency_ms": ms})
+    return done
+
+
 def apply_policy(sysfs: Sysfs, policy: MemoryPolicy) -> list[dict[str, object]]:
     """Set ``auto_online_blocks`` and online present blocks; return what was done."""
     done: list[dict[str, object]] = []
     if sysfs.write(f"{MEMORY}/auto_online_blocks", policy.value):
         done.append({"auto_online_blocks": policy.value})
-    for step in plan_onlining(blocks(sysfs), policy):
-        started = time.monotonic()
-        sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
-        done.append(
-            {
-                "block": step.block,
-                "state": step.state,
-                "ms": round((time.monotonic() - started) * 1000, 3),
-            }
-        )
-    return done
+    return done + online_blocks(sysfs, policy)

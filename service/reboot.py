@@ -41,6 +41,9 @@ class Rebooter(Protocol):
     def request(self, reason: str) -> None:
         """Ask for a reboot (may return before it happens, or never return)."""
 
+    def clear(self) -> None:
+        """Withdraw the request once the reboot happened (most backends have nothing to do)."""
+
 
 Runner = Callable[[list[str]], None]
 
@@ -84,6 +87,9 @@ class CommandRebooter:
         """Run the command."""
         self.runner(self.argv)
 
+    def clear(self) -> None:
+        """Nothing to withdraw."""
+
 
 @dataclass
 class KexecRebooter:
@@ -108,6 +114,9 @@ class KexecRebooter:
         )
         self.runner(["systemctl", "kexec"])
 
+    def clear(self) -> None:
+        """Nothing to withdraw."""
+
 
 @dataclass
 class NoRebooter:
@@ -119,6 +128,9 @@ class NoRebooter:
     def request(self, reason: str) -> None:
         """Remember the reason (shown by status)."""
         self.requests.append(reason)
+
+    def clear(self) -> None:
+        """Nothing to withdraw."""
 
 
 def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from service import faults
-from service.errors import StateError
-from stager.atomic import write_atomic
+from service.errors import StateCorrupt, StateError
+from stager.atomic import fsync_dir, write_atomic
 
 FORMAT = 1
 HISTORY_LIMIT = 64
@@ -212,24 +212,32 @@ def _bundle(name: str, b: Any) -> BundleState:
 
 
 def load(path: Path) -> State:
-    """Read ``path``; a missing file is an empty state.
+    """Read ``path``; a missing file is an empty state, unless a corrupt one was set aside.
 
     A corrupt file is renamed to ``state.json.corrupt-<time>`` and
-    :class:`StateCorrupt` is raised naming both paths: modstage never silently
-    forgets which generation was good.
+    :class:`StateCorrupt` is raised naming both paths. Until an admin removes the
+    set-aside file, every later load raises too: modstage never silently forgets
+    which generation was good.
     """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
+        aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
+        if aside:
+            raise StateCorrupt(
+                path,
+                aside[-1],
+                "an earlier state file was corrupt; inspect it, restore it "
+                "as state.json or remove it to start afresh",
+            ) from None
         return State()
     try:
         return State.from_json(raw)
     except StateError as exc:
-        aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
-        path.rename(aside)
-        from service.errors import StateCorrupt
-
-        raise StateCorrupt(path, aside, str(exc)) from exc
+        aside_path = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        path.rename(aside_path)
+        fsync_dir(path.parent)
+        raise StateCorrupt(path, aside_path, str(exc)) from exc
 
 
 def save(path: Path, state: State, *, step: str = "state") -> None:

@@ -16,7 +16,6 @@ import io
 import os
 import platform
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -248,6 +247,8 @@ def _run_all(jobs: Sequence[Callable[[], Verdict]]) -> list[Verdict]:
     """Run verification jobs on every core (hashlib releases the GIL), results in order."""
     if len(jobs) < 2:
         return [job() for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor  # several files only, not at boot
+
     with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
         return list(pool.map(lambda job: job(), jobs))
 

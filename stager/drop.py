@@ -17,15 +17,15 @@ import secrets
 import shutil
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
 from stager.atomic import fsync_dir, write_atomic
 from stager.errors import ManifestError, StageError
-from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
+from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.params import ParamsError, merge_params, parse_params
-from stager.paths import MANIFEST_NAME, MODULE_SUFFIXES, drop_name, parse_drop_name
+from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
 
 CHUNK = 1 << 20
 
@@ -50,11 +50,7 @@ class ModuleSpec:
     @property
     def stem(self) -> str:
         """The file name without its module suffix, as the GPU operator names conf files."""
-        name = self.source.name
-        for suffix in MODULE_SUFFIXES:
-            if name.endswith(suffix):
-                return name[: -len(suffix)]
-        return name
+        return strip_module_suffix(self.source.name)
 
 
 def conf_params(params_dir: Path, stem: str) -> str:
@@ -147,7 +143,8 @@ def stage(
         raise StageError("--module", "a bundle needs at least one module")
     if not into.is_dir():
         raise StageError(into, "incoming directory does not exist")
-    _check_inputs(bundle, version, kernel, after, memory)
+    header = _header(bundle, version, kernel, after, memory)
+    _validated(header, [ModuleEntry("modules/x.ko", "0" * 64)], [])  # fail before copying
     fw_sources = [item for root in firmware_dirs for item in firmware_files(root)]
     params = []
     for spec in modules:
@@ -168,10 +165,9 @@ def stage(
             FirmwareEntry(f"firmware/{rel}", copy_hashed(src, drop / "firmware" / rel))
             for src, rel in fw_sources
         ]
-        for directory in sorted({p.parent for p in drop.rglob("*") if p.is_file()}, reverse=True):
-            fsync_dir(directory)
-        fsync_dir(drop)
-        manifest = _manifest(bundle, version, kernel, entries, fw_entries, after, memory)
+        for directory, _dirs, _files in os.walk(drop, topdown=False):
+            fsync_dir(Path(directory))  # every entry, deepest first, before the manifest
+        manifest = _validated(header, entries, fw_entries)
         write_atomic(drop / MANIFEST_NAME, manifest.to_toml())
         fsync_dir(into)
     except BaseException:
@@ -181,34 +177,31 @@ def stage(
     return drop
 
 
-def _check_inputs(
+def _header(
     bundle: str, version: str, kernel: str, after: tuple[str, ...], memory: str | None
-) -> None:
-    """Validate the scalar inputs before anything is copied."""
-    placeholder = ModuleEntry("modules/x.ko", "0" * 64)
-    _manifest(bundle, version, kernel, [placeholder], [], after, memory)
-
-
-def _manifest(
-    bundle: str,
-    version: str,
-    kernel: str,
-    modules: list[ModuleEntry],
-    firmware: list[FirmwareEntry],
-    after: tuple[str, ...],
-    memory: str | None,
-) -> Manifest:
-    data: dict[str, object] = {
-        "schema": 1,
+) -> dict[str, object]:
+    """The manifest's scalar keys, as the container gave them."""
+    header: dict[str, object] = {
+        "schema": SCHEMA,
         "bundle": bundle,
         "version": version,
         "kernel": kernel,
         "after": list(after),
-        "module": [{"file": m.file, "sha256": m.sha256, "params": m.params} for m in modules],
-        "firmware": [{"file": f.file, "sha256": f.sha256} for f in firmware],
     }
     if memory is not None:
-        data["memory"] = {"auto_online_blocks": memory}
+        header["memory"] = {"auto_online_blocks": memory}
+    return header
+
+
+def _validated(
+    header: dict[str, object], modules: list[ModuleEntry], firmware: list[FirmwareEntry]
+) -> Manifest:
+    """The manifest, through the one validation every reader applies."""
+    data = {
+        **header,
+        "module": [asdict(m) for m in modules],
+        "firmware": [asdict(f) for f in firmware],
+    }
     try:
         return Manifest.from_dict(data, source="manifest")
     except ManifestError as exc:

@@ -53,14 +53,17 @@ def relpath_problem(path: str) -> str | None:
     return None
 
 
+def strip_module_suffix(name: str) -> str:
+    """``name`` without its module suffix (``.ko``, ``.ko.xz``, ``.ko.zst``, ``.ko.gz``)."""
+    for suffix in MODULE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def module_name(file: str) -> str:
     """The kernel's name for the module in ``file``: basename, suffix removed, '-' as '_'."""
-    base = file.rsplit("/", 1)[-1]
-    for suffix in MODULE_SUFFIXES[::-1]:
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return normalize_module_name(base)
+    return normalize_module_name(strip_module_suffix(file.rsplit("/", 1)[-1]))
 
 
 def normalize_module_name(name: str) -> str:

@@ -98,6 +98,8 @@ def test_drop_is_noticed_taken_in_and_reboot_asked(
     _wait(lambda: asked == [["reboot-now"]])
     state = load(host.state)
     assert state.reboot is not None and state.reboot["bundles"] == ["test"]
+    metrics = host.metrics.read_text()  # refreshed on every change
+    assert "\nmodstage_reboot_required 1.0\n" in metrics
     assert list(host.incoming.iterdir()) == []
     stage(host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)])
     _wait(lambda: load(host.state).bundle("test").phase is Phase.PENDING)
@@ -217,3 +219,33 @@ def test_idle_daemon_sleeps(host: Layout) -> None:
     thread.join(timeout=5)
     wakeups = CountingQueue.wakeups
     assert wakeups <= 3, wakeups
+
+
+def test_failing_backend_does_not_stop_the_daemon(
+    host: Layout, module: Path, kernel: str, running: object
+) -> None:
+    """A reboot backend that fails is logged; the daemon keeps taking drops in."""
+    from service.errors import RebootError
+
+    def broken(argv: list[str]) -> None:
+        raise RebootError("reboot-now: not found")
+
+    daemon = _daemon(
+        host,
+        CommandRebooter(["reboot-now"], runner=broken),
+        reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 0)),
+    )
+    running(daemon)  # type: ignore[operator]
+    stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    _wait(lambda: host.state.exists() and load(host.state).reboot is not None)
+    stage(host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)])
+    _wait(
+        lambda: (
+            not list(host.incoming.iterdir())
+            and load(host.state)
+            .bundle("test")
+            .generations[str(load(host.state).bundle("test").pending)]
+            .version
+            == "2"
+        )
+    )

@@ -77,3 +77,5 @@ def test_corrupt_state_is_moved_aside_not_reset(tmp_path: Path, content: bytes) 
     assert not path.exists()
     assert Path(info.value.aside).read_bytes() == content
     assert info.value.aside.startswith(str(path) + ".corrupt-")
+    with pytest.raises(StateCorrupt, match="an earlier state file was corrupt"):
+        load(path)  # and on every later run, until an admin decides
