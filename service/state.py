@@ -46,16 +46,18 @@ class Phase(StrEnum):
 
 
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.NONE: frozenset({Phase.VERIFYING, Phase.PENDING}),
-    Phase.VERIFYING: frozenset({Phase.REJECTED, Phase.PENDING}),
-    Phase.REJECTED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
-    Phase.PENDING: frozenset(
-        {Phase.VERIFYING, Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}
-    ),
-    Phase.REBOOT_SCHEDULED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
-    Phase.LOADING: frozenset({Phase.ACTIVE, Phase.FAILED, Phase.LOADING}),
-    Phase.ACTIVE: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING}),
-    Phase.FAILED: frozenset({Phase.VERIFYING, Phase.PENDING, Phase.LOADING, Phase.ACTIVE}),
+    # intake records a verified generation as pending (a newer one replaces it)
+    Phase.NONE: frozenset({Phase.PENDING}),
+    Phase.PENDING: frozenset({Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}),
+    # the daemon recorded its intent to reboot; a newer drop makes it pending again
+    Phase.REBOOT_SCHEDULED: frozenset({Phase.PENDING, Phase.LOADING}),
+    # boot: loading again after a crash mid-load, then active or failed
+    Phase.LOADING: frozenset({Phase.LOADING, Phase.ACTIVE, Phase.FAILED}),
+    Phase.ACTIVE: frozenset({Phase.PENDING, Phase.LOADING}),
+    Phase.FAILED: frozenset({Phase.PENDING, Phase.LOADING}),
+    # status-file phases of an intake in progress or refused: never recorded in state.json
+    Phase.VERIFYING: frozenset(),
+    Phase.REJECTED: frozenset(),
 }
 
 
