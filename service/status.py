@@ -256,6 +256,7 @@ def collect(layout: Layout) -> dict[str, Any]:
             "scheduled": [
                 n for n, b in sorted(state.bundles.items()) if b.phase is Phase.REBOOT_SCHEDULED
             ],
+            "asked": state.reboot,  # the daemon's recorded request: at, boot_id, backend, ...
             "backend": config.reboot.backend,
             "window": {
                 "days": list(window.days),

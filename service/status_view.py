@@ -31,6 +31,9 @@ def _reboot_line(doc: dict[str, Any]) -> str:
     line = "required for " + ", ".join(r["bundles"]) if r["required"] else "not required"
     if r["scheduled"]:
         line += "; scheduled for " + ", ".join(r["scheduled"])
+    if r.get("asked"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["asked"]["at"]))
+        line += f"; asked via {r['asked']['backend']} at {when} UTC"
     return (
         f"{line} (backend {r['backend']}, window {days} {w['start']}-{w['end']} "
         f"{w['timezone']}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"

@@ -198,3 +198,14 @@ def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
     out = io.StringIO()
     render_rich(collect(layout), out)
     assert NEW[:12] in out.getvalue() and "2.0" in out.getvalue()
+
+
+def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
+    """The daemon's recorded request (when, how) is in --json and in the plain view."""
+    scheduled = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
+    scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
+    asked = {"at": 0.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
+    layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
+    doc = collect(layout)
+    assert doc["reboot"]["asked"] == asked and doc["reboot"]["scheduled"] == ["nvidia"]
+    assert any("asked via kured at 1970-01-01 00:00:00 UTC" in line for line in lines(doc))
