@@ -31,6 +31,7 @@ from service.state import Phase, load, locked, save
 from service.sysfs import Sysfs
 from service.window import reboot_due
 from stager.manifest import MemoryPolicy
+from stager.paths import parse_drop_name
 
 log = structlog.get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -69,6 +70,7 @@ class Daemon:
     rescan_every: float = 300.0
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
     last_drop: float | None = None  # wall time of the last accepted drop
+    watcher: DropWatcher | None = None  # set by serve(); tests may set their own
 
     def reconcile(self) -> None:
         """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
@@ -83,7 +85,13 @@ class Daemon:
                 log.info("daemon.restarted", reboot_intent=state.reboot)
 
     def take_drops(self) -> list[Any]:
-        """Rescan incoming/ and take in every complete drop."""
+        """Rescan incoming/ and take in every complete drop (watching the drops first)."""
+        if self.watcher is not None:
+            try:
+                names = {p.name for p in self.layout.incoming.iterdir() if parse_drop_name(p.name)}
+            except OSError:
+                names = set()
+            self.watcher.track(names)
         outcomes = self.intake.run()
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
@@ -236,6 +244,7 @@ class Daemon:
         self.online_memory([])  # blocks that arrived before we started
         drops = DropWatcher(self.layout.incoming, self.events)
         drops.start()
+        self.watcher = drops
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event("stop", "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event("stop", "SIGINT")))
         self.reconcile()

@@ -6,6 +6,7 @@ on the daemon's queue. Nothing here reads or changes modstage's state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import time
@@ -38,7 +39,16 @@ class _OverflowHandler(logging.Handler):
 
 
 class DropWatcher:
-    """watchdog's inotify observer on the incoming directory."""
+    """watchdog's inotify observer on the incoming directory and on each drop in it.
+
+    Not recursive: a container could otherwise spend root's inotify watches by creating
+    directories. ``incoming/`` is watched for drops appearing; each drop directory (at
+    most :data:`MAX_DROP_WATCHES`) for its manifest arriving. The daemon calls
+    :meth:`track` from its own thread before every scan, so a manifest renamed in after
+    the scan raises an event; beyond the cap the periodic rescan finds it.
+    """
+
+    MAX_DROP_WATCHES = 256
 
     def __init__(self, incoming: Path, events: Queue) -> None:
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -49,9 +59,24 @@ class DropWatcher:
                 if event.event_type in ("created", "moved", "closed", "deleted"):
                     events.put(Event("drop", str(event.src_path)))
 
+        self.incoming = incoming
+        self.handler = Handler()
         self.overflow = _OverflowHandler(events)
         self.observer: Any = InotifyObserver()
-        self.observer.schedule(Handler(), str(incoming), recursive=True)
+        self.observer.schedule(self.handler, str(incoming), recursive=False)
+        self.drops: dict[str, Any] = {}
+
+    def track(self, names: set[str]) -> None:
+        """Watch exactly the drop directories ``names`` (up to the cap)."""
+        for name in sorted(set(self.drops) - names):
+            watch = self.drops.pop(name)
+            with contextlib.suppress(KeyError, OSError):  # the directory took its watch along
+                self.observer.unschedule(watch)
+        for name in sorted(names - set(self.drops))[: self.MAX_DROP_WATCHES - len(self.drops)]:
+            with contextlib.suppress(OSError):  # gone already, or not a directory
+                self.drops[name] = self.observer.schedule(
+                    self.handler, str(self.incoming / name), recursive=False
+                )
 
     def start(self) -> None:
         """Start watching (events from now on reach the queue)."""

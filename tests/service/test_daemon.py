@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -56,6 +57,7 @@ def running(host: Layout) -> Iterator[list[Daemon]]:
         watcher = DropWatcher(host.incoming, daemon.events)
         watcher.start()
         watchers.append(watcher)
+        daemon.watcher = watcher
         daemon.reconcile()
         thread = threading.Thread(target=daemon.loop, daemon=True)
         thread.start()
@@ -249,3 +251,38 @@ def test_failing_backend_does_not_stop_the_daemon(
             == "2"
         )
     )
+
+
+def test_manifest_arriving_late_is_noticed_by_the_drop_watch(
+    host: Layout, module: Path, kernel: str, running: object, tmp_path: Path
+) -> None:
+    """A drop whose manifest arrives after the daemon scanned it is taken in at once (its
+    directory is watched, not only incoming/; the periodic rescan is 300 s away)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    staged = stage(
+        elsewhere, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    daemon = _daemon(host, NoRebooter())
+    running(daemon)  # type: ignore[operator]
+    target = host.incoming / staged.name
+    shutil.copytree(staged, target, ignore=shutil.ignore_patterns("manifest.toml"))
+    _wait(lambda: daemon.watcher is not None and staged.name in daemon.watcher.drops)
+    (target / ".manifest.tmp").write_bytes((staged / "manifest.toml").read_bytes())
+    (target / ".manifest.tmp").rename(target / "manifest.toml")
+    _wait(
+        lambda: host.state.exists() and load(host.state).bundle("test").pending is not None,
+        timeout=5,
+    )
+
+
+def test_drop_watches_are_capped(host: Layout) -> None:
+    """However many drop directories a container makes, at most MAX_DROP_WATCHES are watched."""
+    watcher = DropWatcher(host.incoming, queue.Queue())
+    names = {f"test.{i:020d}.aa" for i in range(DropWatcher.MAX_DROP_WATCHES + 50)}
+    for name in names:
+        (host.incoming / name).mkdir()
+    watcher.track(names)
+    assert len(watcher.drops) == DropWatcher.MAX_DROP_WATCHES
+    watcher.track(set())
+    assert watcher.drops == {}
