@@ -23,7 +23,7 @@ hotplug_policy = "online_movable"
 [reboot]
 backend = "command"
 command = ["/bin/busybox", "reboot", "-f"]
-min_delay = 2
+min_delay = 15
 """
 
 
@@ -36,6 +36,15 @@ def show_status(vm: Vm) -> None:
     """Print ``modstage status`` as an admin on the node sees it."""
     rc, out = modstage(vm, "status")
     print(out.rstrip(), f"\n(exit code {rc})", flush=True)
+
+
+def start_daemon(vm: Vm, log: str) -> None:
+    """Start ``modstage serve`` in the guest, logging to the state share."""
+    vm.python(
+        "import subprocess, sys\n"
+        "daemon = subprocess.Popen([sys.executable, '-m', 'service.cli', 'serve'],"
+        f" stdout=open('/var/lib/modstage/{log}', 'w'), stderr=subprocess.STDOUT)"
+    )
 
 
 def wait(predicate: object, timeout: float, what: str) -> None:
@@ -71,11 +80,7 @@ def main() -> int:
             "mkdir -p /var/lib/modstage/incoming && mount -t tmpfs tmpfs /var/lib/modstage/incoming"
         ).check()
         say("Start the host daemon (modstage serve)")
-        vm.python(
-            "import subprocess, sys\ndaemon = subprocess.Popen([sys.executable, '-m',"
-            " 'service.cli', 'serve'], stdout=open('/var/lib/modstage/daemon.log', 'w'),"
-            " stderr=subprocess.STDOUT)"
-        )
+        start_daemon(vm, "daemon.log")
         log = vm.state_dir / "daemon.log"
         wait(lambda: "daemon.ready" in log.read_text(), 60, "the daemon")
         say("Hot-add 512 MiB of memory over QMP; the daemon onlines it (ZONE_MOVABLE)")
@@ -85,6 +90,7 @@ def main() -> int:
             if "memory.onlined" in line:
                 event = json.loads(line)
                 print(f"  memory{event['block']}: {event['state']} after {event['latency_ms']} ms")
+        show_status(vm)
         say("Driver container: modstage stage (the modules, parameters, firmware)")
         for name, path in modules.items():
             vm.put(path, f"vendor/{name}.ko")
@@ -112,7 +118,10 @@ def main() -> int:
             "/var/lib/modstage/vendor/firmware",
         )
         print(f"  staged {out.strip()} (exit {rc})")
-        say("The daemon verifies the drop, records it pending and asks for a reboot")
+        say("The daemon verifies the drop and records it pending (a reboot is now required)")
+        wait(lambda: "drop.accepted" in log.read_text(), 120, "the intake")
+        show_status(vm)
+        say("After the minimum delay the daemon asks for the reboot (command backend)")
         wait(lambda: not vm.running, 180, "the reboot")
         print(f"  qemu ended: the node rebooted (exit {vm.returncode})")
         for line in log.read_text().splitlines():
@@ -130,6 +139,10 @@ def main() -> int:
             f" label={vm.read('/sys/module/ms_params/parameters/label')}"
         )
         print(f"  ms_firmware fw_size={vm.read('/sys/module/ms_firmware/parameters/fw_size')}")
+        say("The daemon starts after the boot unit and sees the reboot it asked for happened")
+        start_daemon(vm, "daemon-2.log")
+        log2 = vm.state_dir / "daemon-2.log"
+        wait(lambda: "reboot.happened" in log2.read_text(), 120, "the daemon's reconcile")
         show_status(vm)
         ok = loaded == ["ms_exporter", "ms_consumer", "ms_params", "ms_firmware"] and rc == 0
     say("Demo " + ("complete" if ok else "FAILED"))
