@@ -71,6 +71,7 @@ class Daemon:
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
+    intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
 
     def reconcile(self) -> None:
         """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
@@ -95,6 +96,9 @@ class Daemon:
         outcomes = self.intake.run()
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
+        self.intake_seconds.update(
+            {o.bundle: o.seconds for o in outcomes if o.bundle and o.seconds is not None}
+        )
         return outcomes
 
     def maybe_reboot(self) -> str:
@@ -158,7 +162,7 @@ class Daemon:
         from service.metrics import write_metrics
 
         try:
-            write_metrics(self.layout, self.layout.metrics)
+            write_metrics(self.layout, self.layout.metrics, verification=self.intake_seconds)
         except OSError as exc:
             log.error("metrics.write_failed", path=str(self.layout.metrics), error=str(exc))
 

@@ -51,6 +51,7 @@ class Outcome:
     accepted: bool
     reasons: tuple[str, ...] = ()
     deferred: bool = False  # the host failed; the drop is kept and retried
+    seconds: float | None = None  # how long taking it in took (copy and verification)
 
 
 class Rejected(Exception):
@@ -164,14 +165,10 @@ class Intake:
                 faults.hit("intake.rejected")
             _remove(drop, "rejected")
             return Outcome(drop, bundle, None, False, tuple(reasons))
-        bound.info(
-            "drop.accepted",
-            bundle=bundle,
-            generation=generation,
-            ms=round((time.monotonic() - started) * 1000),
-        )
+        seconds = time.monotonic() - started
+        bound.info("drop.accepted", bundle=bundle, generation=generation, ms=round(seconds * 1000))
         _remove(drop, "taken in")
-        return Outcome(drop, bundle, generation, True)
+        return Outcome(drop, bundle, generation, True, seconds=seconds)
 
     def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
         if bundle is None:

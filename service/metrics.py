@@ -61,7 +61,10 @@ def families(
         Family("modstage_bundle_load_seconds", "Time the active generation's modules took."),
         Family("modstage_module_load_seconds", "finit_module time of each loaded module."),
         Family("modstage_bundle_last_transition_timestamp_seconds", "Time of the last move."),
-        Family("modstage_verification_seconds", "Time the last intake took to verify a drop."),
+        Family(
+            "modstage_verification_seconds",
+            "Seconds the last intake of the bundle's drop took (copy and verification).",
+        ),
         Family("modstage_memory_blocks", "Memory blocks by NUMA node, zone and state."),
     ]
     by = {f.name: f.samples for f in fams}

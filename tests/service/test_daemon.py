@@ -102,6 +102,7 @@ def test_drop_is_noticed_taken_in_and_reboot_asked(
     assert state.reboot is not None and state.reboot["bundles"] == ["test"]
     metrics = host.metrics.read_text()  # refreshed on every change
     assert "\nmodstage_reboot_required 1.0\n" in metrics
+    assert 'modstage_verification_seconds{bundle="test"}' in metrics
     assert list(host.incoming.iterdir()) == []
     stage(host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)])
     _wait(lambda: load(host.state).bundle("test").phase is Phase.PENDING)
