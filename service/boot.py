@@ -154,7 +154,10 @@ class Boot:
             if manifest.memory is not None:
                 step = f"memory policy {manifest.memory.value}"
                 for onlined in apply_policy(self.sysfs, manifest.memory):
-                    log.info("memory.policy", **onlined)
+                    if "error" in onlined:
+                        log.error("memory.online_failed", **onlined)
+                    else:
+                        log.info("memory.onlined", **onlined)
             if manifest.firmware:
                 step = "the firmware view"
                 linked = True

@@ -32,7 +32,7 @@ from service.report import write_status
 from service.state import BundleState, Generation, Phase, load, locked, save
 from service.store import Store
 from service.trust import TrustStore
-from service.verify import verify_drop
+from service.verify import verify_files
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params
@@ -221,10 +221,10 @@ class Intake:
             os.close(fd)
         faults.hit("store.copied")
         try:
-            verdicts = verify_drop(tmp, trust=self.trust, kernel=manifest.kernel)
-            reasons = [
-                f"{v.file.replace(str(tmp), str(drop))}: {v.reason}" for v in verdicts if not v.ok
-            ]
+            verdicts = verify_files(
+                tmp, manifest, trust=self.trust, kernel=manifest.kernel, shown=drop
+            )
+            reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
             if not reasons:
                 reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
             if reasons:

@@ -213,6 +213,15 @@ def _bundle(name: str, b: Any) -> BundleState:
     return bundle
 
 
+def read(path: Path) -> State:
+    """Parse ``path`` without touching it (missing: empty); raises :class:`StateError`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return State()
+    return State.from_json(raw)
+
+
 def load(path: Path) -> State:
     """Read ``path``; a missing file is an empty state, unless a corrupt one was set aside.
 
@@ -221,9 +230,7 @@ def load(path: Path) -> State:
     set-aside file, every later load raises too: modstage never silently forgets
     which generation was good.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists():
         aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
         if aside:
             raise StateCorrupt(
@@ -231,10 +238,9 @@ def load(path: Path) -> State:
                 aside[-1],
                 "an earlier state file was corrupt; inspect it, restore it "
                 "as state.json or remove it to start afresh",
-            ) from None
-        return State()
+            )
     try:
-        return State.from_json(raw)
+        return read(path)
     except StateError as exc:
         aside_path = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
         path.rename(aside_path)

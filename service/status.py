@@ -24,7 +24,7 @@ from service.errors import ConfigError, StateError
 from service.layout import Layout
 from service.memory import MEMORY
 from service.reboot import reboot_required
-from service.state import BundleState, Phase, State
+from service.state import BundleState, Phase, State, read
 
 SCHEMA = 1
 _NODE = re.compile(r"node(\d+)\Z")
@@ -109,14 +109,11 @@ def overall(healths: Iterable[Health]) -> Health:
 
 
 def read_state(path: Path) -> State:
-    """Parse ``state.json`` without touching it (missing: empty); raises :class:`StateError`."""
+    """``state.read`` with I/O errors as :class:`StateError` (status reports, never moves)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return State()
+        return read(path)
     except OSError as exc:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
-    return State.from_json(raw)
 
 
 def _read_text(path: Path) -> str | None:

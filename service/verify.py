@@ -268,12 +268,29 @@ def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
         return [_failed(display, exc)]
     except ManifestError as exc:
         return [Verdict(display, False, f"EINVAL: {exc}")]
+    verdicts = verify_files(drop, manifest, trust=trust, kernel=kernel)
+    release = kernel.split(" ", 1)[0]
+    if manifest.kernel != release:
+        reason = f"EINVAL: manifest is for kernel {manifest.kernel}, the target is {release}"
+        verdicts.insert(0, Verdict(display, False, reason))
+    return verdicts
+
+
+def verify_files(
+    root: Path, manifest: Manifest, *, trust: TrustStore, kernel: str, shown: Path | None = None
+) -> list[Verdict]:
+    """Verify the files ``manifest`` names beneath ``root`` (modules, then firmware).
+
+    Verdicts name files under ``shown`` (default ``root``): intake verifies its store
+    copy but reports the paths of the drop the container wrote.
+    """
+    at = shown or root
     jobs: list[Callable[[], Verdict]] = [
-        partial(_module_at, drop, m.file, str(drop / m.file), trust, kernel, False)
+        partial(_module_at, root, m.file, str(at / m.file), trust, kernel, False)
         for m in manifest.modules
     ]
     jobs += [
-        partial(_firmware_at, drop, fw.file, str(drop / fw.file), fw.sha256)
+        partial(_firmware_at, root, fw.file, str(at / fw.file), fw.sha256)
         for fw in manifest.firmware
     ]
     verdicts = _run_all(jobs)
@@ -281,10 +298,6 @@ def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
         actual = verdicts[i].sha256
         if actual is not None and actual != entry.sha256:
             verdicts[i] = replace(verdicts[i], ok=False, reason=_mismatch(actual, entry.sha256))
-    release = kernel.split(" ", 1)[0]
-    if manifest.kernel != release:
-        reason = f"EINVAL: manifest is for kernel {manifest.kernel}, the target is {release}"
-        verdicts.insert(0, Verdict(display, False, reason))
     return verdicts
 
 

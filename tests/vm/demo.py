@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from tests.kmod import build_modules, kernel_release, make_key, sign
 from tests.vm.harness import Vm
-from tests.vm.node import live_modules, modstage, prepare
+from tests.vm.node import live_modules, modstage, prepare, start_daemon, wait_until
 
 CONFIG = """\
 hotplug_policy = "online_movable"
@@ -36,24 +35,6 @@ def show_status(vm: Vm) -> None:
     """Print ``modstage status`` as an admin on the node sees it."""
     rc, out = modstage(vm, "status")
     print(out.rstrip(), f"\n(exit code {rc})", flush=True)
-
-
-def start_daemon(vm: Vm, log: str) -> None:
-    """Start ``modstage serve`` in the guest, logging to the state share."""
-    vm.python(
-        "import subprocess, sys\n"
-        "daemon = subprocess.Popen([sys.executable, '-m', 'service.cli', 'serve'],"
-        f" stdout=open('/var/lib/modstage/{log}', 'w'), stderr=subprocess.STDOUT)"
-    )
-
-
-def wait(predicate: object, timeout: float, what: str) -> None:
-    """Poll until ``predicate()``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise SystemExit(f"demo: timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def main() -> int:
@@ -80,12 +61,11 @@ def main() -> int:
             "mkdir -p /var/lib/modstage/incoming && mount -t tmpfs tmpfs /var/lib/modstage/incoming"
         ).check()
         say("Start the host daemon (modstage serve)")
-        start_daemon(vm, "daemon.log")
-        log = vm.state_dir / "daemon.log"
-        wait(lambda: "daemon.ready" in log.read_text(), 60, "the daemon")
+        log = start_daemon(vm, "daemon.log")
+        wait_until(lambda: "daemon.ready" in log.read_text(), 60, "the daemon")
         say("Hot-add 512 MiB of memory over QMP; the daemon onlines it (ZONE_MOVABLE)")
         vm.hotplug_memory("512M")
-        wait(lambda: log.read_text().count("memory.onlined") >= 4, 60, "memory onlining")
+        wait_until(lambda: log.read_text().count("memory.onlined") >= 4, 60, "memory onlining")
         for line in log.read_text().splitlines():
             if "memory.onlined" in line:
                 event = json.loads(line)
@@ -119,10 +99,10 @@ def main() -> int:
         )
         print(f"  staged {out.strip()} (exit {rc})")
         say("The daemon verifies the drop and records it pending (a reboot is now required)")
-        wait(lambda: "drop.accepted" in log.read_text(), 120, "the intake")
+        wait_until(lambda: "drop.accepted" in log.read_text(), 120, "the intake")
         show_status(vm)
         say("After the minimum delay the daemon asks for the reboot (command backend)")
-        wait(lambda: not vm.running, 180, "the reboot")
+        wait_until(lambda: not vm.running, 180, "the reboot")
         print(f"  qemu ended: the node rebooted (exit {vm.returncode})")
         for line in log.read_text().splitlines():
             if any(e in line for e in ("drop.accepted", "reboot.requested")):
@@ -140,9 +120,8 @@ def main() -> int:
         )
         print(f"  ms_firmware fw_size={vm.read('/sys/module/ms_firmware/parameters/fw_size')}")
         say("The daemon starts after the boot unit and sees the reboot it asked for happened")
-        start_daemon(vm, "daemon-2.log")
-        log2 = vm.state_dir / "daemon-2.log"
-        wait(lambda: "reboot.happened" in log2.read_text(), 120, "the daemon's reconcile")
+        log2 = start_daemon(vm, "daemon-2.log")
+        wait_until(lambda: "reboot.happened" in log2.read_text(), 120, "the daemon's reconcile")
         show_status(vm)
         ok = loaded == ["ms_exporter", "ms_consumer", "ms_params", "ms_firmware"] and rc == 0
     say("Demo " + ("complete" if ok else "FAILED"))

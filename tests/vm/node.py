@@ -8,6 +8,8 @@ carries its certificates; :func:`prepare` puts them back after each boot. The st
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,30 @@ def status(vm: Vm, bundle: str) -> dict[str, Any]:
 def live_modules(vm: Vm) -> list[str]:
     """Modules live in the guest, in /proc/modules order (newest first)."""
     return [line.split()[0] for line in vm.read("/proc/modules").splitlines()]
+
+
+def start_daemon(vm: Vm, log: str) -> Path:
+    """Start ``modstage serve`` in the guest, logging to ``log`` on the state share.
+
+    Returns the host path of the log (JSON lines: stdout is not a terminal).
+    """
+    vm.python(
+        "import subprocess, sys\n"
+        "daemon = subprocess.Popen([sys.executable, '-m', 'service.cli', 'serve'],"
+        f" stdout=open('/var/lib/modstage/{log}', 'w'), stderr=subprocess.STDOUT)"
+    )
+    return vm.state_dir / log
+
+
+def daemon_events(log: Path) -> list[dict[str, Any]]:
+    """The daemon's log events so far."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``predicate`` every half second; AssertionError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +11,15 @@ import pytest
 from service.state import Phase
 from tests.kmod import SigningKey, kernel_release, make_key, sign
 from tests.vm.harness import Vm, VmFactory
-from tests.vm.node import live_modules, modstage, prepare, state
+from tests.vm.node import (
+    daemon_events,
+    live_modules,
+    modstage,
+    prepare,
+    start_daemon,
+    state,
+    wait_until,
+)
 
 pytestmark = pytest.mark.vm
 KERNEL = kernel_release()
@@ -40,26 +46,6 @@ def node(boot_vm: VmFactory) -> Iterator[Vm]:
     vm.close()
 
 
-def _start_daemon(vm: Vm, log: str) -> None:
-    vm.python(
-        "import subprocess, sys\n"
-        f"daemon = subprocess.Popen([sys.executable, '-m', 'service.cli', 'serve'],"
-        f" stdout=open({log!r}, 'w'), stderr=subprocess.STDOUT)\n"
-    )
-
-
-def _events(vm: Vm, log: str) -> list[dict[str, object]]:
-    lines = (vm.state_dir / Path(log).relative_to("/var/lib/modstage")).read_text().splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{")]
-
-
-def _wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def test_daemon_onlines_memory_and_reboots_into_the_drop(
     node: Vm, key: SigningKey, test_modules: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -72,18 +58,17 @@ def test_daemon_onlines_memory_and_reboots_into_the_drop(
     node.run(
         "mkdir -p /var/lib/modstage/incoming && mount -t tmpfs tmpfs /var/lib/modstage/incoming"
     ).check()
-    log = "/var/lib/modstage/daemon-1.log"
-    _start_daemon(node, log)
-    _wait_for(
-        lambda: any(e.get("event") == "daemon.ready" for e in _events(node, log)),
+    log = start_daemon(node, "daemon-1.log")
+    wait_until(
+        lambda: any(e.get("event") == "daemon.ready" for e in daemon_events(log)),
         60,
         "daemon.ready",
     )
 
     before = set(node.eval("os.listdir('/sys/devices/system/memory')"))
     node.hotplug_memory("256M")
-    _wait_for(
-        lambda: len([e for e in _events(node, log) if e.get("event") == "memory.onlined"]) >= 2,
+    wait_until(
+        lambda: len([e for e in daemon_events(log) if e.get("event") == "memory.onlined"]) >= 2,
         60,
         "two blocks onlined",
     )
@@ -92,7 +77,7 @@ def test_daemon_onlines_memory_and_reboots_into_the_drop(
     for block in added:
         assert node.read(f"/sys/devices/system/memory/{block}/state") == "online"
         assert node.read(f"/sys/devices/system/memory/{block}/valid_zones") == "Movable"
-    onlined = [e for e in _events(node, log) if e.get("event") == "memory.onlined"]
+    onlined = [e for e in daemon_events(log) if e.get("event") == "memory.onlined"]
     assert all(float(e["latency_ms"]) < 5000 for e in onlined), onlined  # type: ignore[arg-type]
 
     signed = sign(
@@ -127,10 +112,9 @@ def test_daemon_onlines_memory_and_reboots_into_the_drop(
     assert rc == 0, out
     assert "ms_params" in live_modules(node)
     assert node.read("/sys/module/ms_params/parameters/count") == "5"
-    log2 = "/var/lib/modstage/daemon-2.log"
-    _start_daemon(node, log2)
-    _wait_for(
-        lambda: any(e.get("event") == "reboot.happened" for e in _events(node, log2)),
+    log2 = start_daemon(node, "daemon-2.log")
+    wait_until(
+        lambda: any(e.get("event") == "reboot.happened" for e in daemon_events(log2)),
         60,
         "reconcile",
     )
