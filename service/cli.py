@@ -126,7 +126,7 @@ def _verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="module file (.ko, .ko.xz, .ko.zst, .ko.gz) or drop directory",
     )
-    p.set_defaults(command="service.verify_cmd")
+    p.set_defaults(command="service.cmd.verify")
 
 
 def _host(
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     intake = _host(
         sub,
         "intake",
-        "service.intake_cmd",
+        "service.cmd.intake",
         "copy complete drops into the store, verify them, record pending generations",
     )
     intake.add_argument(
@@ -166,11 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     _host(
         sub,
         "boot",
-        "service.boot_cmd",
+        "service.cmd.boot",
         "load each bundle's pending or active generation (run once, early at boot)",
     )
-    _host(sub, "serve", "service.daemon", "watch for drops, schedule reboots, online memory")
-    status = _host(sub, "status", "service.status", "show bundles, generations and phases")
+    _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
+    status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.add_argument(
         "--reboot-required",

@@ -14,7 +14,7 @@ from typing import Protocol
 from service.config import RebootConfig
 from service.errors import RebootError
 from service.layout import Layout
-from service.state import Phase, State
+from service.store.state import Phase, State
 from stager.atomic import write_atomic
 
 

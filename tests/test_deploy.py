@@ -70,7 +70,7 @@ def test_daemonset_mounts_exactly_the_layout_paths_at_the_same_place() -> None:
     assert {n: m["mountPath"] for n, m in mounts.items()} == host
     assert mounts["config"].get("readOnly") is True
     assert container["securityContext"]["privileged"] is True and not spec.get("hostPID")
-    assert subcommands()[container["command"][1]].get_default("command") == "service.daemon"
+    assert subcommands()[container["command"][1]].get_default("command") == "service.cmd.serve"
 
 
 def test_kured_sentinel_is_the_configured_one_and_the_daemon_can_write_it() -> None:

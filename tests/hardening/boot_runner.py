@@ -12,11 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-from service.boot import Boot
+from service.boot.loader import Boot
 from service.config import Config
 from service.layout import Layout
-from service.state import Phase
-from service.trust import TrustStore
+from service.store.state import Phase
+from service.verify.trust import TrustStore
 from tests.service.fakes import FakeKernel
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from service.config import Config
-from service.intake import Intake
 from service.layout import Layout
-from service.trust import TrustStore
+from service.store.intake import Intake
+from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import kernel, keydir, modules, other_key, rsa_key

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from service.layout import Layout
-from service.state import State
+from service.store.state import State
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
 

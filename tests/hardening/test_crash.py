@@ -19,7 +19,7 @@ import pytest
 
 from service import faults
 from service.layout import Layout
-from service.state import Phase, load
+from service.store.state import Phase, load
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
@@ -190,9 +190,9 @@ def failing(
     host: Layout, kernel: str, signed: dict[str, Path], pending: dict[str, str]
 ) -> dict[str, str]:
     """``test`` active after a good boot, then a pending generation whose module fails to load."""
-    from service.boot import Boot
+    from service.boot.loader import Boot
     from service.config import Config
-    from service.trust import TrustStore
+    from service.verify.trust import TrustStore
 
     Boot(host, Config(), TrustStore.from_directory(host.trusted), FakeKernel()).run()
     stage_drop(host, kernel, [signed["ms_enodev"]], version="2")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, Phase, State
 from stager.errors import ManifestError
 from stager.manifest import Manifest
 from tests.strategies import manifests

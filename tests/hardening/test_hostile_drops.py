@@ -25,9 +25,9 @@ import pytest
 import tomli_w
 
 from service.config import Config, Limits
-from service.intake import Outcome
 from service.layout import Layout
-from service.state import Generation, Phase, load, save
+from service.store.intake import Outcome
+from service.store.state import Generation, Phase, load, save
 from stager.manifest import MemoryPolicy
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
@@ -801,10 +801,10 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
 
     A good drop staged afterwards is still taken in, and the loop stops when asked.
     """
-    from service.daemon import Daemon
-    from service.events import DropWatcher, Event
+    from service.daemon.events import DropWatcher, Event
+    from service.daemon.loop import Daemon
     from service.reboot import NoRebooter
-    from service.state import Phase
+    from service.store.state import Phase
 
     good = ctx.drop.with_name("keep")
     shutil.copytree(ctx.drop, good)

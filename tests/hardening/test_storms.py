@@ -21,7 +21,7 @@ import tomli_w
 
 from service.config import Config, Limits
 from service.layout import Layout
-from service.state import HISTORY_LIMIT, Phase, load, save
+from service.store.state import HISTORY_LIMIT, Phase, load, save
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, drop_name
 from tests.hardening.conftest import make_intake, stage_drop
@@ -151,8 +151,8 @@ def test_store_at_its_generation_limit(
 ) -> None:
     """retain=2 over 12 generations: the store never holds more than retain + active + pending,
     state and store agree after every intake, and the active generation is never collected."""
-    from service.boot import Boot
-    from service.trust import TrustStore
+    from service.boot.loader import Boot
+    from service.verify.trust import TrustStore
     from tests.service.fakes import FakeKernel
 
     config = Config(retain=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.trust import TrustStore
+from service.verify.trust import TrustStore
 from tests.kmod import SigningKey, build_modules, kernel_release, make_key, sign
 
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from service.errors import LoadError
-from service.kernel import describe
+from service.kernel.modules import describe
 from service.layout import Layout
 
 

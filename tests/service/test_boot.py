@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from service.boot import Boot
+from service.boot.loader import Boot
 from service.config import Config
-from service.intake import Intake
 from service.layout import Layout
-from service.state import Phase, load, save
-from service.trust import TrustStore
+from service.store.intake import Intake
+from service.store.state import Phase, load, save
+from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, make_host
@@ -171,7 +171,7 @@ def test_bundles_load_after_the_bundles_they_name(
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
     """A live module with the same srcversion counts as loaded; another version is an error."""
     _pending(host, kernel, [(signed["ms_params"], "")])
-    from service.verify import verify_path
+    from service.verify.verdict import verify_path
 
     src = verify_path(
         signed["ms_params"], trust=TrustStore.from_directory(host.trusted), kernel=kernel

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from service.config import Config, RebootConfig
-from service.daemon import Daemon
-from service.events import DropWatcher, Event
-from service.intake import Intake
+from service.daemon.events import DropWatcher, Event
+from service.daemon.loop import Daemon
 from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
-from service.state import Phase, load
-from service.trust import TrustStore
+from service.store.intake import Intake
+from service.store.state import Phase, load
+from service.verify.trust import TrustStore
 from service.window import Guard
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
@@ -154,7 +154,7 @@ def test_restart_is_not_a_reboot(host: Layout) -> None:
     daemon = _daemon(host, kured)
     from dataclasses import replace
 
-    from service.state import save
+    from service.store.state import save
 
     save(
         host.state,

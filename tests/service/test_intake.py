@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from service.config import Config
-from service.intake import Intake
 from service.layout import Layout
-from service.state import Phase, load
-from service.trust import TrustStore
+from service.store.intake import Intake
+from service.store.state import Phase, load
+from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 
@@ -219,7 +219,7 @@ def test_old_generations_are_collected_but_not_active_or_pending(
     """With retain=2, only the newest two generations remain, plus active and pending."""
     from dataclasses import replace
 
-    from service.state import save
+    from service.store.state import save
 
     ids = []
     for version in "12345":

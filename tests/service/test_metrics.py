@@ -7,9 +7,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.layout import Layout
-from service.metrics import families, render, render_plain, write_metrics
-from service.state import BundleState, Generation, Phase, State, save
-from service.status import collect
+from service.status.collect import collect
+from service.status.metrics import families, render, render_plain, write_metrics
+from service.store.state import BundleState, Generation, Phase, State, save
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.modinfo import ModInfo, check_vermagic, kernel_version, same_magic
+from service.verify.modinfo import ModInfo, check_vermagic, kernel_version, same_magic
 from tests.service.strategies_verify import mutated
 
 DEBIAN = ["net/key/af_key.ko", "fs/fat/vfat.ko", "drivers/net/dummy.ko", "fs/ext4/ext4.ko"]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.signature import (
+from service.verify.signature import (
     MAX_SIG_LEN,
     check_signature,
     parse_pkcs7,

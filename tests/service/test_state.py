@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.errors import StateCorrupt, StateError
-from service.state import (
+from service.store.state import (
     HISTORY_LIMIT,
     TRANSITIONS,
     BundleState,

@@ -10,10 +10,10 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.report import write_status
-from service.state import BundleState, Generation, Phase, State, save
-from service.status import SCHEMA, Health, bundle_health, collect, memory_summary, overall
-from service.status_view import lines
+from service.status.collect import SCHEMA, Health, bundle_health, collect, memory_summary, overall
+from service.status.view import lines
+from service.store.state import BundleState, Generation, Phase, State, save
+from service.store.statusfile import write_status
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64
@@ -192,7 +192,7 @@ def test_plain_text_names_generations_modules_and_problems(tmp_path: Path) -> No
 
 def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal the rich tables show each generation's short id and version."""
-    from service.status_view import render_rich
+    from service.status.view import render_rich
 
     layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}))
     out = io.StringIO()

@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.errors import TrustError
-from service.signature import parse_pkcs7
-from service.trust import TrustStore
-from service.verify import verify_path
+from service.verify.signature import parse_pkcs7
+from service.verify.trust import TrustStore
+from service.verify.verdict import verify_path
 from tests.kmod import SigningKey, make_key, sign, split
 
 

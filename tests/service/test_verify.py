@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.trust import TrustStore
-from service.verify import Verdict, verify_path
+from service.verify.trust import TrustStore
+from service.verify.verdict import Verdict, verify_path
 from tests.kmod import (
     SigningKey,
     append_signature,

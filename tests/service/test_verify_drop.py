@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.trust import TrustStore
-from service.verify import verify_drop, verify_paths
+from service.verify.trust import TrustStore
+from service.verify.verdict import verify_drop, verify_paths
 from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
 from tests.kmod import SigningKey, sign
 

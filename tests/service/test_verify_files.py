@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.decompress import CHUNK
-from service.trust import TrustStore
-from service.verify import verify_module, verify_path
+from service.verify.decompress import CHUNK
+from service.verify.trust import TrustStore
+from service.verify.verdict import verify_module, verify_path
 from tests.kmod import compress, debian_build_cert, padded_module, sign, split
 from tests.kmod.keys import SigningKey
 from tests.service.strategies_verify import mutated

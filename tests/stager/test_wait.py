@@ -8,8 +8,8 @@ from pathlib import Path
 
 from service.cli import main
 from service.layout import Layout
-from service.report import write_status
-from service.state import BundleState, Generation, Phase
+from service.store.state import BundleState, Generation, Phase
+from service.store.statusfile import write_status
 from stager.paths import drop_name
 from stager.wait import (
     EXIT_ACTIVE,
@@ -201,7 +201,7 @@ def test_wait_runs_with_the_standard_library_and_tomli_w_alone(tmp_path: Path) -
         "import sys; from service.cli import main; "
         f"rc = main(['wait', '--status-dir', {str(Layout(tmp_path).status)!r}, '--bundle', 'nvidia']); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.state'); "
+        "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.store.state'); "
         "print(rc, bad)"
     )
     env = {"PYTHONPATH": f"{ROOT}:{tmp_path / 'lib'}", "PATH": "/usr/bin:/bin"}

@@ -6,11 +6,11 @@ import argparse
 from typing import TextIO
 
 from service.config import Config
-from service.intake import Intake
-from service.keyring import KernelKeyring
 from service.layout import Layout
 from service.logs import configure
-from service.trust import TrustStore
+from service.store.intake import Intake
+from service.verify.keyring import KernelKeyring
+from service.verify.trust import TrustStore
 
 
 def build(layout: Layout) -> Intake:

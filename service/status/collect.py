@@ -21,10 +21,10 @@ from typing import Any, TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
+from service.kernel.memory import MEMORY
 from service.layout import Layout
-from service.memory import MEMORY
 from service.reboot import reboot_required
-from service.state import BundleState, Phase, State, read
+from service.store.state import BundleState, Phase, State, read
 
 SCHEMA = 1
 _NODE = re.compile(r"node(\d+)\Z")
@@ -280,7 +280,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
     else:
-        from service.status_view import render
+        from service.status.view import render
 
         render(doc, out)
     return int(doc["exit_code"])

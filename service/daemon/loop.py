@@ -7,28 +7,27 @@ periodic rescan, reboot check, watchdog ping), so an idle daemon sleeps.
 
 from __future__ import annotations
 
-import argparse
 import queue
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TextIO, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
 from service.config import Config
+from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
+from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError
-from service.events import DropWatcher, Event, MemoryWatcher, Queue
-from service.intake import Intake
+from service.kernel.memory import online_blocks
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
-from service.memory import online_blocks
-from service.notify import notify, watchdog_interval
-from service.reboot import Rebooter, reboot_required, rebooter
-from service.report import write_status
-from service.state import Phase, load, locked, save
-from service.sysfs import Sysfs
+from service.reboot import Rebooter, reboot_required
+from service.store.intake import Intake
+from service.store.state import Phase, load, locked, save
+from service.store.statusfile import write_status
 from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
@@ -159,7 +158,7 @@ class Daemon:
 
     def write_metrics(self) -> None:
         """Refresh the Prometheus textfile; a failure is logged, never fatal."""
-        from service.metrics import write_metrics
+        from service.status.metrics import write_metrics
 
         try:
             write_metrics(self.layout, self.layout.metrics, verification=self.intake_seconds)
@@ -266,15 +265,3 @@ class Daemon:
             drops.stop()
             memory.stop()
             log.info("daemon.stopped")
-
-
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    """``modstage serve``."""
-    from service.intake_cmd import build
-    from service.logs import configure
-
-    configure()
-    layout = Layout(args.root)
-    intake = build(layout)
-    Daemon(layout, intake.config, intake, rebooter(intake.config.reboot, layout)).serve()
-    return 0

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from service.errors import BootError
-from service.sysfs import Sysfs
+from service.kernel.sysfs import Sysfs
 
 PATH_PARAM = "module/firmware_class/parameters/path"
 

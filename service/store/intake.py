@@ -24,15 +24,15 @@ import structlog
 
 from service import faults
 from service.config import Config
-from service.dropfs import open_dir, read_small
 from service.errors import DropError
-from service.keyring import Keyring, enforcing
 from service.layout import Layout
-from service.report import write_status
-from service.state import BundleState, Generation, Phase, load, locked, save
-from service.store import Store
-from service.trust import TrustStore
-from service.verify import verify_files
+from service.store.dropfs import open_dir, read_small
+from service.store.generations import Store
+from service.store.state import BundleState, Generation, Phase, load, locked, save
+from service.store.statusfile import write_status
+from service.verify.keyring import Keyring, enforcing
+from service.verify.trust import TrustStore
+from service.verify.verdict import verify_files
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params

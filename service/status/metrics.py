@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from service.layout import Layout
-from service.state import Phase
-from service.status import Health, collect
+from service.status.collect import Health, collect
+from service.store.state import Phase
 from stager.atomic import write_atomic
 
 Labels = dict[str, str]

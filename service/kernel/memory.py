@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.sysfs import Sysfs
+from service.kernel.sysfs import Sysfs
 from stager.manifest import MemoryPolicy
 
 MEMORY = "devices/system/memory"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from service.boot import Boot
+from service.boot.loader import Boot
 from service.config import Config
-from service.kernel import LinuxKernel
+from service.kernel.modules import LinuxKernel
 from service.layout import Layout
 from service.logs import configure
-from service.state import Phase
-from service.trust import TrustStore
+from service.store.state import Phase
+from service.verify.trust import TrustStore
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         TrustStore.from_directory(layout.trusted),
         LinuxKernel(layout.sys),
     ).run()
-    from service.metrics import write_metrics  # after loading: off the critical path
+    from service.status.metrics import write_metrics  # after loading: off the critical path
 
     try:
         write_metrics(layout, layout.metrics)

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from service.layout import Layout
-from service.state import BundleState, Phase
+from service.store.state import BundleState, Phase
 from stager.atomic import write_atomic
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from service import faults
 from service.config import Limits
-from service.dropfs import check_regular, open_file
 from service.errors import DropError
+from service.store.dropfs import check_regular, open_file
 from stager.atomic import fsync_dir, write_atomic
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME

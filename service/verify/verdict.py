@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from service.beneath import open_regular
-from service.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
 from service.errors import ModuleRejected
-from service.modinfo import ModInfo, check_vermagic, kernel_version
-from service.signature import TAIL, Signature, check_signature, parse_pkcs7, parse_trailer
-from service.trust import TrustStore
+from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
+from service.verify.modinfo import ModInfo, check_vermagic, kernel_version
+from service.verify.signature import TAIL, Signature, check_signature, parse_pkcs7, parse_trailer
+from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 

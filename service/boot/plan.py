@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.state import BundleState
+from service.store.state import BundleState
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How ``modstage status`` looks: rich tables on a terminal, plain lines otherwise.
 
-Both views render the same document :func:`service.status.collect` returns;
+Both views render the same document :func:`service.status.collect.collect` returns;
 nothing here decides anything.
 """
 

@@ -17,19 +17,19 @@ from typing import Any
 import structlog
 
 from service import faults
+from service.boot.plan import Choice, choose, order
 from service.config import Config
 from service.errors import BootError, LoadError
-from service.firmware import FirmwareView
-from service.kernel import Kernel
+from service.kernel.firmware import FirmwareView
+from service.kernel.memory import apply_policy
+from service.kernel.modules import Kernel
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
-from service.memory import apply_policy
-from service.plan import Choice, choose, order
-from service.report import write_status
-from service.state import BundleState, Phase, State, load, locked, save
-from service.store import Store
-from service.sysfs import Sysfs
-from service.trust import TrustStore
-from service.verify import verify_module
+from service.store.generations import Store
+from service.store.state import BundleState, Phase, State, load, locked, save
+from service.store.statusfile import write_status
+from service.verify.trust import TrustStore
+from service.verify.verdict import verify_module
 from stager.errors import ManifestError
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name

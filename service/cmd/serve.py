@@ -1,0 +1,22 @@
+"""``modstage serve``: the host daemon (see :mod:`service.daemon.loop`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from service.daemon.loop import Daemon
+from service.layout import Layout
+from service.reboot import rebooter
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """``modstage serve``."""
+    from service.cmd.intake import build
+    from service.logs import configure
+
+    configure()
+    layout = Layout(args.root)
+    intake = build(layout)
+    Daemon(layout, intake.config, intake, rebooter(intake.config.reboot, layout)).serve()
+    return 0
