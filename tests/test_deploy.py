@@ -96,9 +96,9 @@ def test_driver_pod_writes_incoming_and_reads_status_only() -> None:
 
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
 def test_units_run_real_subcommands(path: Path) -> None:
-    """Each unit's ExecStart is /usr/bin/modstage with a subcommand the parser accepts."""
+    """Each unit's ExecStart is the installed modstage with a subcommand the parser accepts."""
     argv = shlex.split(unit(path)["ExecStart"][0])
-    assert argv[0] == "/usr/bin/modstage"
+    assert argv[0] == "/opt/modstage/bin/modstage"  # deploy/install.sh's venv
     build_parser().parse_args(argv[1:])
     assert argv[1] in subcommands()
 
