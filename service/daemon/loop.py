@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from service.config import Config
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
@@ -24,6 +22,7 @@ from service.errors import ServiceError
 from service.kernel.memory import online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
+from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
 from service.store.intake import Intake
 from service.store.state import Phase, load, locked, save
@@ -32,7 +31,7 @@ from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 
-log = structlog.get_logger("modstage.daemon")
+log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
 
