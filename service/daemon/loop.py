@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from service.config import Config
+from service.daemon import heap
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError
@@ -92,6 +93,8 @@ class Daemon:
                 names = set()
             self.watcher.track(names)
         outcomes = self.intake.run()
+        if outcomes:
+            heap.trim()  # idle small after reading a bundle
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
         self.intake_seconds.update(
