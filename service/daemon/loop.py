@@ -15,15 +15,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from service.config import Config
+from service.daemon import heap
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError
 from service.kernel.memory import online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
+from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
 from service.store.intake import Intake
 from service.store.state import Phase, load, locked, save
@@ -32,7 +32,7 @@ from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 
-log = structlog.get_logger("modstage.daemon")
+log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
 
@@ -93,6 +93,8 @@ class Daemon:
                 names = set()
             self.watcher.track(names)
         outcomes = self.intake.run()
+        if outcomes:
+            heap.trim()  # idle small after reading a bundle
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
         self.intake_seconds.update(

@@ -20,12 +20,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import structlog
-
 from service import faults
 from service.config import Config
 from service.errors import DropError
 from service.layout import Layout
+from service.logs import get_logger
 from service.store.dropfs import open_dir, read_small
 from service.store.generations import Store
 from service.store.state import BundleState, Generation, Phase, load, locked, save
@@ -38,7 +37,7 @@ from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params
 from stager.paths import MANIFEST_NAME, parse_drop_name
 
-log = structlog.get_logger("modstage.intake")
+log = get_logger("modstage.intake")
 
 
 @dataclass(frozen=True)
