@@ -37,6 +37,7 @@ pytestmark = pytest.mark.vm
 KERNEL = kernel_release()
 CONFIG = """\
 allowed_bundles = ["test"]
+hotplug_policy = "online_movable"
 [reboot]
 backend = "systemd"
 min_delay = 0
@@ -126,15 +127,19 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     node: Vm, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
 ) -> None:
     """A drop staged on the node is taken in and the daemon reboots it through systemd; at
-    the next boot the boot unit loads the generation, finishing before sysinit.target and
-    before the container runtime and kubelet start (they already see the modules)."""
-    modules = []
-    for name in ("ms_exporter", "ms_params"):
+    the next boot the sandboxed boot unit loads the generation (parameters, firmware view,
+    memory policy written to sysfs), finishing before sysinit.target and before the
+    container runtime and kubelet start (they already see the modules)."""
+    modules = {}
+    for name in ("ms_exporter", "ms_params", "ms_firmware"):
         signed = sign(test_modules[name], key, tmp_path / f"{name}.ko")
-        modules.append(node.put(signed, f"vendor/{name}.ko"))
+        modules[name] = node.put(signed, f"vendor/{name}.ko")
+    (tmp_path / "test.bin").write_bytes(b"f" * 4321)
+    firmware = node.put(tmp_path / "test.bin", "vendor/fw/modstage/test.bin").rsplit("/", 2)[0]
     stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
-    stage += ["--version", "1", "--kernel", KERNEL, "--module", modules[0]]
-    stage += ["--module", f"{modules[1]}:count=7"]
+    stage += ["--version", "1", "--kernel", KERNEL, "--module", modules["ms_exporter"]]
+    stage += ["--module", f"{modules['ms_params']}:count=7", "--module", modules["ms_firmware"]]
+    stage += ["--firmware", firmware, "--memory", "online_movable"]
     node.run(stage).check()
     wait_for_reboot(node, 240)
     intent = state(node).reboot
@@ -146,6 +151,9 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     assert boot == {"ActiveState": "active", "Result": "success", "ExecMainStatus": "0"}
     assert {"ms_exporter", "ms_params"} <= set(live_modules(node))
     assert node.read("/sys/module/ms_params/parameters/count") == "7"
+    assert node.read("/sys/module/ms_firmware/parameters/fw_size") == "4321"
+    assert node.read("/sys/module/firmware_class/parameters/path") == "/run/modstage/firmware"
+    assert node.read("/sys/devices/system/memory/auto_online_blocks") == "online_movable"
     assert state(node).bundle("test").phase is Phase.ACTIVE
     loaded = active_since(node, BOOT)
     assert 0 < loaded <= active_since(node, "sysinit.target")
@@ -160,9 +168,9 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
 
 
 def test_daemon_pets_the_watchdog_logs_priorities_restarts_and_stops(node: Vm) -> None:
-    """The watchdog timestamp advances while the daemon runs (no watchdog kill); an error is
-    filed at err priority, info is not; SIGKILL brings a restart; ``systemctl stop`` ends
-    it cleanly."""
+    """The watchdog timestamp advances while the daemon runs (no watchdog kill); it onlines
+    hot-added memory through its sandbox; an error is filed at err priority, info is not;
+    SIGKILL brings a restart; ``systemctl stop`` ends it cleanly."""
     first = show(node, DAEMON, "MainPID", "WatchdogTimestampMonotonic", "WatchdogUSec")
     assert first["WatchdogUSec"] == "30s"
     poll(
@@ -177,6 +185,22 @@ def test_daemon_pets_the_watchdog_logs_priorities_restarts_and_stops(node: Vm) -
         "MainPID": first["MainPID"],
         "NRestarts": "0",
     }
+
+    # Hot-added memory, left offline by the kernel, is onlined by the sandboxed daemon.
+    node.python("write('/sys/devices/system/memory/auto_online_blocks', 'offline')")
+    node.hotplug_memory("256M")
+    onlined = poll(
+        lambda: (
+            (o := [e for e in events(journal(node, DAEMON)) if e["event"] == "memory.onlined"])
+            and len(o) >= 2
+            and o
+        ),
+        90,
+        "the daemon to online both hot-added blocks",
+    )
+    assert not [e for e in events(journal(node, DAEMON)) if e["event"] == "memory.online_failed"]
+    for step in onlined:
+        assert node.read(f"/sys/devices/system/memory/memory{step['block']}/state") == "online"
 
     good = (node.state_dir / "state.json").read_bytes()
     node.run(
