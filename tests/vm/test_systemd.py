@@ -1,7 +1,7 @@
 """modstage's units under systemd as PID 1, installed by deploy/install.sh, on a real kernel.
 
-One node, two boots. The install tree is built on the host from a wheel of the checkout (as
-tests/test_install.py does) with the admin's config and vendor certificate already in place,
+One node, two boots. The install tree is built on the host from a copy of the checkout
+(tests/test_install.py installs a wheel) with the admin's config and vendor certificate already in place,
 and laid over the guest's root at every boot, as a host image carries it. Boot 1: the daemon
 (sandboxed, no CAP_SYS_MODULE) reaches READY, takes in a drop staged with the installed
 ``modstage stage`` and reboots the node through the systemd backend. Boot 2: the boot unit
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from service.store.state import Phase
-from tests.installer import build_wheel, install, wheelhouse
+from tests.installer import checkout, install, wheelhouse
 from tests.kmod import SigningKey, kernel_release, make_key, sign
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.harness.systemd import (
@@ -54,14 +54,15 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey) -> Path:
-    """deploy/install.sh --root TREE, over an admin's config and trusted certificate."""
+    """deploy/install.sh --root TREE from a copy of the checkout (the default source),
+    over an admin's config and trusted certificate."""
     work = tmp_path_factory.mktemp("systemd-install")
-    wheel = build_wheel(work)
+    source = checkout(work)
     tree = work / "tree"
     (tree / "etc/modstage/trusted.d").mkdir(parents=True)
     (tree / "etc/modstage/config.toml").write_text(CONFIG)
     (tree / "etc/modstage/trusted.d/vendor.pem").write_bytes(key.cert_pem.read_bytes())
-    done = install(tree, "--from", wheel, "--wheels", wheelhouse(wheel))
+    done = install(tree, "--from", source, "--wheels", wheelhouse(source))
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "etc/modstage/config.toml").read_text() == CONFIG
     return tree
