@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from service.boot.loader import Boot
+from service.boot.loader import Boot, log
 from service.config import Config
 from service.kernel.modules import LinuxKernel
 from service.layout import Layout
@@ -18,9 +18,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Load every bundle; exit 1 if any bundle ended failed."""
     configure()
     layout = Layout(args.root)
+    config, problems = Config.salvage(layout.config)  # a typo must never load less
+    if problems:
+        log.error("config.invalid", path=str(layout.config), problems=list(problems))
     state = Boot(
         layout,
-        Config.load(layout.config),
+        config,
         TrustStore.from_directory(layout.trusted),
         LinuxKernel(layout.sys),
     ).run()
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     try:
         write_metrics(layout, layout.metrics)
     except OSError as exc:  # metrics must never fail a boot
-        print(f"metrics: cannot write {layout.metrics}: {exc.strerror or exc}", file=out)
+        log.error("metrics.write_failed", path=str(layout.metrics), error=exc.strerror or str(exc))
     for name, b in sorted(state.bundles.items()):
         print(
             f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",
