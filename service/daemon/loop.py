@@ -71,6 +71,20 @@ class Daemon:
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
+    next_beat: float = 0.0  # monotonic time of the next heartbeat
+
+    def heartbeat(self, decision: str | None) -> None:
+        """Refresh the heartbeat file (``status`` shows its age) at most every HEARTBEAT_EVERY s."""
+        from service.status.glance import HEARTBEAT_EVERY, write_heartbeat
+
+        if self.clock.monotonic() < self.next_beat:
+            return
+        self.next_beat = self.clock.monotonic() + HEARTBEAT_EVERY
+        try:
+            at = self.clock.now().timestamp()
+            write_heartbeat(self.layout.heartbeat, decision=decision or "error", at=at)
+        except OSError as exc:
+            log.error("heartbeat.write_failed", path=str(self.layout.heartbeat), error=str(exc))
 
     def reconcile(self) -> None:
         """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
@@ -131,9 +145,10 @@ class Daemon:
             for name in waiting:
                 b = state.bundle(name)
                 if b.phase is not Phase.REBOOT_SCHEDULED:
-                    b = b.move(
-                        Phase.REBOOT_SCHEDULED, note=f"reboot asked via {self.rebooter.name}"
-                    )
+                    note = f"reboot asked via {self.rebooter.name}"
+                    if self.rebooter.name == "none":
+                        note = "waiting for an admin reboot (backend none)"
+                    b = b.move(Phase.REBOOT_SCHEDULED, note=note)
                 state = state.with_bundle(name, b)
             save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
             for name in waiting:
@@ -202,6 +217,7 @@ class Daemon:
             deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
             deadlines += [next_ping] if ping else []
             deadlines += [next_check] if next_check is not None else []
+            deadlines.append(self.next_beat)
             batch: list[Event] = []
             try:
                 batch.append(self.events.get(timeout=max(0.0, min(deadlines) - now)))
@@ -228,7 +244,9 @@ class Daemon:
                 self._guarded(self.take_drops)
                 self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            if self._guarded(self.maybe_reboot) in (
+            decision = self._guarded(self.maybe_reboot)
+            self.heartbeat(decision)
+            if decision in (
                 "requested",
                 "no generation waits for a reboot",
             ):

@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 
+import structlog
 from structlog.testing import capture_logs
 
 from service.cli import main
@@ -87,7 +88,10 @@ def test_boot_command_goes_on_with_an_invalid_config(tmp_path: Path, capsys: obj
     save(layout.state, State())
     layout.metrics.mkdir(parents=True)  # "Is a directory"
     out = io.StringIO()
-    assert main(["boot", "--root", str(tmp_path)], out) == 0
+    try:
+        assert main(["boot", "--root", str(tmp_path)], out) == 0
+    finally:
+        structlog.reset_defaults()  # boot configured logging onto capsys' stream
     assert "metrics" not in out.getvalue()
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert "config.invalid" in err and "max_boot_attempt" in err and "metrics.write_failed" in err
