@@ -162,13 +162,18 @@ EXIT_CODES = {
 }
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked (importlib.metadata is off the boot path)."""
 
-    try:
-        return version("modstage")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("modstage")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        print(f"modstage {found}")
+        parser.exit()
 
 
 def _admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -226,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
             "host at the next reboot, falling back to the last good set."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"modstage {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     _stage(sub)
     _verify(sub)
