@@ -352,6 +352,7 @@ def _reboot(
             "timezone": window.timezone,
         },
         "next_window": iso(opens.timestamp()) if opens is not None else None,
+        "window_open": opens is not None and opens <= moment,
         "why_not_asked": why_no_reboot(
             required=bool(waiting),
             asked=state.reboot,

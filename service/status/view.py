@@ -32,8 +32,9 @@ def _reboot_line(doc: dict[str, Any]) -> str:
     if r["backend"] is None:
         return f"{line} (backend and window unknown: the config is invalid)"
     w = r["window"]
-    days = ",".join(w["days"]) or "every day"
+    days = ",".join(w["days"]) if w["days"] and len(w["days"]) < 7 else "every day"
     opens = f", next open {r['next_window']}" if r.get("next_window") else ""
+    opens = ", open now" if r.get("window_open") else opens
     return (
         f"{line} (backend {r['backend']}, window {days} {w['start']}-{w['end']} "
         f"{w['timezone']}{opens}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"

@@ -126,6 +126,10 @@ def test_the_window_and_why_no_reboot_was_asked(tmp_path: Path) -> None:
     assert doc["daemon"]["alive"] and doc["daemon"]["age_seconds"] == 10.0
     assert "daemon: alive, last heartbeat 2026-12-01T11:59:50Z (10 s ago)" in text(layout, NOON)
     assert "NOT RESPONDING" in text(layout, NOON + 3600)
+    assert not doc["reboot"]["window_open"]
+    at_three = NOON - 9 * 3600  # 03:00 UTC, inside the window
+    assert collect(layout, now=at_three)["reboot"]["window_open"]
+    assert "every day 02:00:00-04:00:00 UTC, open now" in text(layout, at_three)
 
 
 def test_backend_none_waits_for_an_admin_and_no_heartbeat_is_said(tmp_path: Path) -> None:
