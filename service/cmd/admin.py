@@ -12,24 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from service.config import Config
 from service.errors import StateError, UsageError
 from service.layout import Layout
+from service.status.collect import read_state
+from service.status.glance import iso
 from service.store.generations import Store
-from service.store.state import BundleState, State, load, locked, read, save
+from service.store.state import BundleState, State, locked, save
 from service.store.statusfile import write_status
 
 Change = Callable[[BundleState], BundleState]
-
-
-def iso(epoch: float | None) -> str | None:
-    """UTC ISO 8601 (``2026-12-01T03:55:25Z``) for an epoch time; None when unknown."""
-    if not epoch:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def roles(bundle: BundleState, generation: str) -> list[str]:
@@ -87,10 +81,22 @@ def _print_rows(rows: list[dict[str, Any]], out: TextIO) -> None:
         )
 
 
+def current(layout: Layout) -> State:
+    """The state, read without moving a corrupt file aside (boot rebuilds it); raises
+    :class:`StateError` naming the file when it is unreadable or was set aside."""
+    aside = sorted(layout.state.parent.glob(f"{layout.state.name}.corrupt-*"))
+    if aside and not layout.state.exists():
+        raise StateError(
+            f"{layout.state} is missing and a corrupt one is set aside at {aside[-1]}: "
+            "the next modstage boot rebuilds it from last-good.json and the store"
+        )
+    return read_state(layout.state)
+
+
 def change(layout: Layout, name: str, how: Change) -> BundleState:
     """Apply ``how`` to bundle ``name`` under the state lock; save; rewrite its status file."""
     with locked(layout.var):
-        state = load(layout.state)
+        state = current(layout)
         if name not in state.bundles:
             known = ", ".join(sorted(state.bundles)) or "none"
             raise UsageError(f"no bundle named {name!r} in {layout.state} (known: {known})")
@@ -124,7 +130,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     layout = Layout(args.root)
     verb = args.verb
     if verb == "generations":
-        rows = generation_rows(read(layout.state), Store(layout.store), args.bundle)
+        rows = generation_rows(current(layout), Store(layout.store), args.bundle)
         if args.json:
             print(json.dumps(rows, indent=2, sort_keys=True), file=out)
         else:
@@ -162,7 +168,7 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--keep must be 0 or more")
     removed: dict[str, list[str]] = {}
     with locked(layout.var):
-        state = load(layout.state)
+        state = current(layout)
         for name, b in sorted(state.bundles.items()):
             pruned, gone = b.prune(keep)
             if gone:

@@ -218,3 +218,17 @@ def test_config_check_names_problems(layout: Layout, rsa_key: SigningKey) -> Non
     out = io.StringIO()
     assert main(["config", "check", "--root", str(layout.root)], out) == 0
     assert "modstage rsa" in out.getvalue() and out.getvalue().endswith("ok\n")
+
+
+def test_a_corrupt_state_is_named_and_left_in_place(
+    layout: Layout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verb on a garbled state.json names the file and does not move it aside."""
+    failed_upgrade(layout)
+    layout.state.write_text("{garbled")
+    assert cli(layout, "hold", "nvidia")[0] == 1
+    assert str(layout.state) in capsys.readouterr().err
+    assert layout.state.read_text() == "{garbled"
+    layout.state.rename(layout.state.with_name("state.json.corrupt-1"))
+    assert cli(layout, "generations")[0] == 1
+    assert "state.json.corrupt-1" in capsys.readouterr().err
