@@ -71,8 +71,17 @@ class KuredSentinel:
         write_atomic(self.path, f"modstage: {reason}\n".encode())
 
     def clear(self) -> None:
-        """Remove the sentinel once the reboot happened."""
-        self.path.unlink(missing_ok=True)
+        """Remove the sentinel once the reboot happened, unless another tool wrote it.
+
+        The default path is the host's ``/var/run/reboot-required``, which
+        unattended-upgrades writes too: only a file this backend wrote is removed.
+        """
+        try:
+            mine = self.path.read_bytes().startswith(b"modstage: ")
+        except OSError:
+            return
+        if mine:
+            self.path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -136,7 +145,8 @@ class NoRebooter:
 def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
     """The backend the config names."""
     if config.backend == "kured":
-        return KuredSentinel(config.sentinel or layout.reboot_sentinel)
+        sentinel = layout.host(config.sentinel) if config.sentinel else layout.reboot_sentinel
+        return KuredSentinel(sentinel)
     if config.backend == "systemd":
         return CommandRebooter(["systemctl", "reboot"], name="systemd")
     if config.backend == "kexec":
