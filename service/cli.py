@@ -31,7 +31,8 @@ def _root(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("/"),
         metavar="PREFIX",
-        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /)",
+        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /); "
+        "any other PREFIX is a sandbox: modules are never loaded, the machine never rebooted",
     )
 
 
@@ -164,11 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DROP",
         help="drop directories (default: every complete drop in incoming/)",
     )
-    _host(
+    boot = _host(
         sub,
         "boot",
         "service.cmd.boot",
         "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    boot.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
+        "and change nothing",
     )
     _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
     status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
