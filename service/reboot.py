@@ -89,9 +89,17 @@ class KuredSentinel:
     name: str = "kured"
 
     def request(self, reason: str) -> None:
-        """Write the sentinel."""
+        """Write the sentinel (one another tool wrote already asks for the same reboot)."""
+        if self.path.exists() and not self._mine():
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, f"modstage: {reason}\n".encode())
+
+    def _mine(self) -> bool:
+        try:
+            return self.path.read_bytes().startswith(b"modstage: ")
+        except OSError:
+            return False
 
     def clear(self) -> None:
         """Remove the sentinel once the reboot happened, unless another tool wrote it.
@@ -99,11 +107,7 @@ class KuredSentinel:
         The default path is the host's ``/var/run/reboot-required``, which
         unattended-upgrades writes too: only a file this backend wrote is removed.
         """
-        try:
-            mine = self.path.read_bytes().startswith(b"modstage: ")
-        except OSError:
-            return
-        if mine:
+        if self._mine():
             self.path.unlink(missing_ok=True)
 
 

@@ -106,11 +106,13 @@ def test_the_configured_kured_sentinel_lies_under_the_root(host: Layout) -> None
 
 
 def test_kured_backend_clears_only_its_own_sentinel(tmp_path: Path) -> None:
-    """After the reboot, an unattended-upgrades sentinel at the same path is left alone."""
+    """An unattended-upgrades sentinel at the same path is never overwritten nor removed."""
     path = tmp_path / "reboot-required"
     path.write_text("*** System restart required ***\n")
+    KuredSentinel(path).request("x")  # the file asks for that reboot already: left as it is
     KuredSentinel(path).clear()
-    assert path.exists()
+    assert path.read_text() == "*** System restart required ***\n"
+    path.unlink()
     KuredSentinel(path).request("x")
     KuredSentinel(path).clear()
     assert not path.exists()
