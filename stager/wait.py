@@ -9,7 +9,8 @@ A rejection is ours when the status file names our drop, or, without one, when
 it was written after the drop.
 
 Exit codes: 0 active, 1 rejected or failed (or the ready file cannot be written),
-2 usage (a bad option value, a missing status directory), 3 timed out, 4 the
+2 usage (a bad option value; a status directory still missing after
+:data:`MISSING_GRACE` seconds: the host may create it late, never that late), 3 timed out, 4 the
 generation waits for another kernel than the running one (it loads after a reboot
 into that kernel).
 """
@@ -36,6 +37,33 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 3
 EXIT_OTHER_KERNEL = 4
 _GENERATION = re.compile(r"[0-9a-f]{8,64}\Z")
+MISSING_GRACE = 60.0  # seconds a missing status directory is waited for
+
+
+@dataclass
+class StatusReader:
+    """Reads ``status/<bundle>.json``; a status directory missing for ``grace`` seconds
+    is an error (a wrong ``--status-dir`` must not wait forever)."""
+
+    path: Path
+    grace: float = MISSING_GRACE
+    clock: Callable[[], float] = time.monotonic
+    missing_since: float | None = None
+
+    def __call__(self) -> dict[str, Any] | None:
+        """The document, None while there is none; raises :class:`WaitUsage` past the grace."""
+        directory = self.path.parent
+        if directory.is_dir():
+            self.missing_since = None
+            return read_status(self.path)
+        now = self.clock()
+        self.missing_since = now if self.missing_since is None else self.missing_since
+        if now - self.missing_since >= self.grace:
+            raise WaitUsage(
+                f"status directory {directory} still does not exist after {self.grace:g} s "
+                "(is the host's status directory mounted there? see --status-dir)"
+            )
+        return None
 
 
 class WaitUsage(StagerError):
@@ -54,11 +82,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise WaitUsage(
             f"--generation {args.generation!r} is not a generation id "
             "(8 to 64 lowercase hex digits, as `modstage stage` and `status` print)"
-        )
-    if not args.status_dir.is_dir():
-        raise WaitUsage(
-            f"status directory {args.status_dir} does not exist "
-            "(is the host's status directory mounted there? see --status-dir)"
         )
 
 
@@ -186,8 +209,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     def emit(message: str) -> None:
         print(f"{args.bundle}: {message}", file=out, flush=True)
 
+    if not args.status_dir.is_dir():
+        emit(
+            f"status directory {args.status_dir} does not exist yet; giving up after "
+            f"{MISSING_GRACE:g} s unless it appears"
+        )
     code = wait_for(
-        lambda: read_status(path),
+        StatusReader(path),
         target,
         emit,
         timeout=args.timeout,

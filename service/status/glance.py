@@ -83,7 +83,7 @@ def why_no_reboot(
     if backend is None:
         return "the config is invalid: the daemon cannot run, nobody asks for the reboot"
     if backend == "none":
-        return "waiting for an admin reboot (backend none)"
+        return "waiting for an admin reboot (backend none; or kured's sentinel command)"
     if not daemon["alive"]:
         return "the daemon is not running (no recent heartbeat): nobody asks for the reboot"
     if opens is None:

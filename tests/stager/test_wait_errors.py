@@ -11,7 +11,7 @@ from service.cli import main
 from service.layout import Layout
 from service.store.state import Generation, Phase
 from service.store.statusfile import write_status
-from stager.wait import EXIT_OTHER_KERNEL, EXIT_USAGE
+from stager.wait import EXIT_OTHER_KERNEL, EXIT_USAGE, MISSING_GRACE, StatusReader, WaitUsage
 from tests.stager.test_wait import GEN, KERNEL, active, pending
 
 
@@ -39,12 +39,27 @@ def test_bad_option_values_exit_2(
     assert words in capsys.readouterr().err
 
 
-def test_a_missing_status_directory_exits_2_at_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--status-dir /nonexistent`` does not wait forever: exit 2 naming the directory."""
-    assert wait(tmp_path / "nonexistent")[0] == EXIT_USAGE
-    assert f"status directory {tmp_path / 'nonexistent'} does not exist" in capsys.readouterr().err
+def test_a_missing_status_directory_is_given_up_on(tmp_path: Path) -> None:
+    """``--status-dir /nonexistent`` does not wait forever: past the grace, a usage error
+    naming the directory; a directory that appears in time is read."""
+    now = [0.0]
+    reader = StatusReader(Layout(tmp_path).status / "nvidia.json", grace=60.0, clock=lambda: now[0])
+    assert reader() is None
+    now[0] = 59.0
+    assert reader() is None
+    now[0] = 60.0
+    with pytest.raises(WaitUsage, match=r"status directory .*/status still does not exist"):
+        reader()
+    write_status(Layout(tmp_path), "nvidia", active(), generation=GEN)
+    assert reader() is not None and reader.missing_since is None
+
+
+def test_the_cli_says_the_status_directory_is_missing(tmp_path: Path) -> None:
+    """The first line says the directory does not exist yet and when wait gives up."""
+    code, out = wait(tmp_path / "nonexistent", "--timeout", "0")
+    assert code == 3
+    assert out.startswith(f"nvidia: status directory {tmp_path / 'nonexistent'} does not exist")
+    assert MISSING_GRACE == 60.0
 
 
 def test_an_unknown_generation_is_not_called_pending(tmp_path: Path) -> None:
