@@ -193,3 +193,20 @@ class _NoIntake:
 
     def run(self) -> list[object]:
         return []
+
+
+def test_a_held_bundle_is_marked_and_its_heartbeat_age_is_a_metric(tmp_path: Path) -> None:
+    """A held bundle shows HELD and why no reboot is asked; the heartbeat's age is a metric."""
+    from service.status.metrics import families
+
+    b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
+    b = b.move(Phase.PENDING, pending=NEW).hold()
+    layout = host(tmp_path, State({"nvidia": b}, boot_id="boot-2"))
+    write_heartbeat(layout.heartbeat, decision="no generation waits for a reboot", at=NOON - 5)
+    doc = collect(layout, now=NOON)
+    assert "HELD" in "\n".join(lines(doc))
+    assert doc["reboot"]["why_not_asked"] == (
+        "nvidia: held by an admin: no reboot is asked (modstage release)"
+    )
+    ages = {f.name: f.samples for f in families(doc)}["modstage_daemon_heartbeat_age_seconds"]
+    assert ages == [({}, 5.0)]
