@@ -20,7 +20,7 @@ import structlog
 from service.config import Config
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
-from service.errors import ServiceError
+from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
@@ -161,15 +161,27 @@ class Daemon:
     def _guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of the loop; a service error is logged and the daemon goes on.
 
-        A recorded reboot intent keeps a failing backend from being hammered; a corrupt
-        state file keeps failing loudly on every step until an admin looks at it.
+        A recorded reboot intent keeps a failing backend from being hammered. A corrupt
+        state file is set aside and rebuilt from the last-good pointer and the store at
+        once (as boot does), so no later boot finds state.json missing; ``status`` stays
+        degraded, naming the set-aside file, until an admin removes it.
         """
         try:
             return step()
         except ServiceError as exc:
             log.error("daemon.step_failed", step=step.__name__, error=str(exc))
             notify(f"STATUS=error: {exc}")
+            if isinstance(exc, StateCorrupt):
+                self._guarded(self.rebuild_state)
             return None
+
+    def rebuild_state(self) -> None:
+        """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
+        from service.store.generations import Store
+        from service.store.recover import load_or_rebuild
+
+        with locked(self.layout.var):
+            load_or_rebuild(self.layout.state, Store(self.layout.store))
 
     def write_metrics(self) -> None:
         """Refresh the Prometheus textfile; a failure is logged, never fatal."""

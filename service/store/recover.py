@@ -2,7 +2,7 @@
 
 ``state.save`` keeps ``last-good.json`` beside ``state.json``: each bundle's last
 known good generation. When ``state.json`` cannot be read (it is moved aside by
-:func:`service.store.state.load`), :func:`load_for_boot` rebuilds a state from that
+:func:`service.store.state.load`), :func:`load_or_rebuild` rebuilds a state from that
 pointer and the store: each pointed-to generation still in the store becomes the
 bundle's active one, every other stored generation of the bundle is remembered as
 retained (an admin may roll back to it). The corrupt file stays set aside for an
@@ -76,10 +76,12 @@ def _mtime(store: Store, generation: str) -> float:
         return 0.0
 
 
-def load_for_boot(path: Path, store: Store) -> State:
+def load_or_rebuild(path: Path, store: Store) -> State:
     """``state.load``, or on a corrupt state a state rebuilt from the pointer and the store.
 
-    The rebuilt state is saved at once, so later boots and the daemon start from it.
+    Boot calls it (the caller holds the state lock), and so does the daemon when a step
+    found the state corrupt. The rebuilt state is saved at once, so later boots and the
+    daemon start from it and the boot unit never finds state.json missing.
     """
     try:
         return load(path)

@@ -100,3 +100,22 @@ def test_boot_command_goes_on_with_an_invalid_config(tmp_path: Path) -> None:
     assert "metrics" not in done.stdout
     assert "config.invalid" in done.stderr and "max_boot_attempt" in done.stderr
     assert "metrics.write_failed" in done.stderr
+
+
+def test_the_daemon_rebuilds_a_state_it_finds_corrupt(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A daemon step that finds state.json corrupt sets it aside and rebuilds it at once, so
+    no later boot finds it missing; the last known good stays active."""
+    from service.reboot import NoRebooter
+    from tests.service.test_daemon import _daemon
+
+    good = _pending(host, kernel, [(signed["ms_exporter"], "")])
+    _boot(host, FakeKernel()).run()
+    host.state.write_text("{")
+    daemon = _daemon(host, NoRebooter())
+    with capture_logs() as logs:
+        assert daemon._guarded(daemon.maybe_reboot) is None
+    assert [e["event"] for e in logs] == ["daemon.step_failed", "state.rebuilt"]
+    assert load(host.state).bundle("test").active == good
+    assert list(host.var.glob("state.json.corrupt-*"))
