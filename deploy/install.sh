@@ -149,6 +149,13 @@ do_install() {
         || say "next: put the certificates that sign your modules in /etc/modstage/trusted.d"
 }
 
+# /var/lib/modstage (or incoming/ in it) may be a volume of its own: empty what cannot go.
+purge() {
+    for dir in "$@"; do
+        rm -rf "$dir" 2>/dev/null || say "$dir: removed what could be (a mount point stays)"
+    done
+}
+
 do_uninstall() {
     list=$DEST$VENV/share/modstage/installed
     [ -e "$list" ] || [ "$PURGE" = yes ] || die "nothing installed under ${DEST:-/}$VENV"
@@ -167,7 +174,7 @@ do_uninstall() {
     rm -rf "$DEST$VENV" "$DEST/opt/.modstage.new" "$DEST/opt/.modstage.old"
     if systemd_running; then systemctl daemon-reload; fi
     if [ "$PURGE" = yes ]; then
-        rm -rf "$DEST/etc/modstage" "$DEST/var/lib/modstage" "$DEST/run/modstage"
+        purge "$DEST/etc/modstage" "$DEST/var/lib/modstage" "$DEST/run/modstage"
         rm -f "$DEST/var/lib/prometheus/node-exporter/modstage.prom"
         say "removed modstage, its configuration and its state"
     else
