@@ -106,13 +106,36 @@ class Intake:
             if bundle in newest:
                 self._remove(newest[bundle][1], "superseded")
             newest[bundle] = (key, entry)
-        return sorted(path for _key, path in newest.values())
+        return sorted((path for _key, path in newest.values()), key=_manifest_size)
 
     def run(self, drops: list[Path] | None = None) -> list[Outcome]:
         """Take in ``drops`` (default: every complete drop) one after the other."""
         with locked(self.layout.var):
             self._clean_store()
-            return [self.take(drop) for drop in (drops or self.complete_drops())]
+            try:
+                return [self.take(drop) for drop in (drops or self.complete_drops())]
+            finally:
+                self.empty_trash()
+
+    def empty_trash(self) -> None:
+        """Remove the drops renamed into the trash (after the scan: they delay no one)."""
+        try:
+            names = os.listdir(self.layout.trash)
+        except OSError:
+            return
+        for name in names:
+            try:
+                remove_tree(
+                    self.layout.trash,
+                    name,
+                    max_entries=self.config.limits.max_tree_entries,
+                    tick=self.tick,
+                )
+            except OSError as exc:
+                reason = f"could not be removed: {exc}"
+                quarantine.put(
+                    self.layout, self.layout.trash / name, None, [reason], self.config.limits
+                )
 
     def _clean_store(self) -> None:
         """Remove what a killed intake or collection left; a failure is logged, not fatal."""
@@ -130,6 +153,7 @@ class Intake:
         anything unforeseen a rejection naming the error. A drop that vanished before
         the lock was ours (another intake took it) is left alone, with no status.
         """
+        self.tick()
         if not os.path.lexists(drop) or quarantine.left_in_place(self.layout, drop):
             return Outcome(
                 drop, None, None, False, ("gone: taken in or removed meanwhile",), gone=True
@@ -243,16 +267,25 @@ class Intake:
         return count < MAX_STATUS_FILES
 
     def _remove(self, drop: Path, why: str) -> None:
-        """Remove a drop taken in or superseded; one that resists goes to the quarantine."""
+        """Dispose of a drop taken in or superseded: into the trash by one rename.
+
+        The trash is emptied after the scan (:meth:`empty_trash`), so a drop with a huge
+        tree delays no other drop. Where the rename cannot be done (another file system)
+        the drop is removed at once; one that resists goes to the quarantine.
+        """
         try:
             _unlink_manifest(drop)
             faults.hit("drop.removing")
-            remove_tree(
-                drop.parent,
-                drop.name,
-                max_entries=self.config.limits.max_tree_entries,
-                tick=self.tick,
-            )
+            self.layout.trash.mkdir(mode=0o700, exist_ok=True)
+            try:
+                os.rename(drop, self.layout.trash / drop.name)
+            except OSError:
+                remove_tree(
+                    drop.parent,
+                    drop.name,
+                    max_entries=self.config.limits.max_tree_entries,
+                    tick=self.tick,
+                )
         except OSError as exc:
             reason = f"could not be removed after it was {why}: {exc}"
             quarantine.put(self.layout, drop, None, [reason], self.config.limits, self.tick)
@@ -366,6 +399,14 @@ def record_pending(bundle: BundleState, manifest: Manifest, retain: int) -> Bund
         g.id for g in sorted(moved.generations.values(), key=lambda g: g.added)[-retain:]
     }
     return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
+
+
+def _manifest_size(drop: Path) -> tuple[int, str]:
+    """Sort key: drops with small manifests first, so a huge one delays no small one."""
+    try:
+        return os.lstat(drop / MANIFEST_NAME).st_size, drop.name
+    except OSError:
+        return 0, drop.name
 
 
 def _unlink_manifest(drop: Path) -> None:

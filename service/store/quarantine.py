@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class Record:
     at: float
     kept: bool  # its contents are under quarantine/<drop>
     left: str | None = None  # where it stays when it could be neither moved nor removed
+    size: int = 0  # bytes its kept contents take
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``status --json`` and the record file show it."""
@@ -63,6 +64,7 @@ class Record:
                 at=float(doc["at"]),
                 kept=bool(doc.get("kept")),
                 left=None if doc.get("left") is None else str(doc["left"]),
+                size=int(doc.get("size") or 0),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a quarantine record: {exc}") from exc
@@ -91,10 +93,13 @@ def put(
     except OSError as exc:
         log.warning("quarantine.move_failed", drop=drop.name, error=shown(exc))
         left = _remove_or_leave(drop, limits, tick)
-    record = Record(drop.name, bundle, tuple(bounded(list(reasons))), time.time(), kept, left)
+    size = 0
+    if kept:
+        measured = tree_size(where, drop.name, max_entries=limits.max_tree_entries)
+        size = measured if measured is not None else limits.quarantine_bytes + 1
+    record = Record(drop.name, bundle, tuple(bounded(list(reasons))), time.time(), kept, left, size)
     try:
-        write_atomic(where / f"{drop.name}{RECORD}", json.dumps(record.to_dict()).encode())
-        prune(layout, limits, tick)
+        prune(layout, limits, tick, adding=record)
     except OSError as exc:
         log.error("quarantine.unwritable", drop=drop.name, error=shown(exc))
     log.info("drop.quarantined", drop=drop.name, kept=kept, left=left)
@@ -137,49 +142,65 @@ def left_in_place(layout: Layout, drop: Path) -> bool:
     return record.left == str(drop)
 
 
-def prune(layout: Layout, limits: Limits, tick: Tick | None = None) -> None:
-    """Keep the newest ``quarantine_drops`` drops within ``quarantine_bytes`` together."""
+def prune(
+    layout: Layout, limits: Limits, tick: Tick | None = None, *, adding: Record | None = None
+) -> None:
+    """Keep the newest ``quarantine_drops`` records, their drops within the byte limit.
+
+    ``adding`` is a drop just moved here: room is made for it before its record is
+    written, so the bounds hold at every moment. Sizes come from the records (each
+    drop is measured once, when it arrives).
+    """
     kept = records(layout)
-    _orphans(layout, {r.drop for r in kept}, limits, tick)
+    _orphans(layout, {r.drop for r in kept}, limits, tick, adding.drop if adding else None)
+    if adding is not None:
+        kept.append(adding)
     for old in kept[: max(0, len(kept) - limits.quarantine_drops)]:
-        _forget(layout, old, limits, tick, record_too=True)
+        if old is not adding:
+            _forget(layout, old, limits, tick, record_too=True)
     budget = limits.quarantine_bytes
     for record in reversed(kept[-limits.quarantine_drops :]):
-        if not record.kept:
+        if record.kept and record.size <= budget:
+            budget -= record.size
+        elif record.kept:
+            _forget(layout, record, limits, tick, record_too=False)
             continue
-        size = tree_size(layout.quarantine, record.drop, max_entries=limits.max_tree_entries)
-        if size is not None and size <= budget:
-            budget -= size
-            continue
-        _forget(layout, record, limits, tick, record_too=False)
+        if record is adding:
+            _write(layout, record)
 
 
 def _forget(
     layout: Layout, record: Record, limits: Limits, tick: Tick | None, *, record_too: bool
 ) -> None:
-    """Remove a quarantined drop's contents (and its record when ``record_too``)."""
+    """Remove a quarantined drop's contents; its record too, or rewrite it as not kept."""
     if parse_drop_name(record.drop) is None:
         return  # a record not written by put(): leave it to the admin
     try:
         remove_tree(layout.quarantine, record.drop, max_entries=limits.max_tree_entries, tick=tick)
     except RemoveError as exc:
         log.error("quarantine.unremovable", drop=record.drop, error=shown(exc))
+        if not record_too:
+            _write(layout, record)  # kept as it is: the record must exist
         return
-    path = layout.quarantine / f"{record.drop}{RECORD}"
     if record_too:
         with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-    elif record.kept:
-        doc = record.to_dict() | {
-            "kept": False,
-            "reasons": [*record.reasons, "contents removed: over the quarantine's size limit"],
-        }
-        write_atomic(path, json.dumps(doc).encode())
+            (layout.quarantine / f"{record.drop}{RECORD}").unlink()
+    else:
+        why = "contents removed: over the quarantine's size limit"
+        _write(layout, replace(record, kept=False, size=0, reasons=(*record.reasons, why)))
 
 
-def _orphans(layout: Layout, recorded: set[str], limits: Limits, tick: Tick | None) -> None:
+def _write(layout: Layout, record: Record) -> None:
+    write_atomic(
+        layout.quarantine / f"{record.drop}{RECORD}", json.dumps(record.to_dict()).encode()
+    )
+
+
+def _orphans(
+    layout: Layout, recorded: set[str], limits: Limits, tick: Tick | None, adding: str | None
+) -> None:
     """Remove drops moved here whose record was never written (a kill in between)."""
     for name in os.listdir(layout.quarantine):
-        if parse_drop_name(name) is not None and name not in recorded:
+        if parse_drop_name(name) and name not in recorded and name != adding:
             with contextlib.suppress(RemoveError):
                 remove_tree(layout.quarantine, name, max_entries=limits.max_tree_entries, tick=tick)

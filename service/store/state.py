@@ -219,6 +219,8 @@ def read(path: Path) -> State:
         raw = path.read_bytes()
     except FileNotFoundError:
         return State()
+    except (IsADirectoryError, NotADirectoryError) as exc:  # planted or mistaken: not a file
+        raise StateError(f"{path}: not a regular file ({exc.strerror})") from exc
     return State.from_json(raw)
 
 

@@ -23,10 +23,12 @@ from service.layout import Layout
 from service.store import quarantine
 from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
 from service.store.state import load
+from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
+from tests.kmod import SigningKey
 
 M = "ms_exporter"
 
@@ -311,3 +313,20 @@ def test_state_untouched_by_round_two(host: Layout, kernel: str, signed: dict[st
     (drop / "modules" / f"{M}.ko").write_bytes(b"swapped")
     make_intake(host).run()
     assert load(host.state) == before
+
+
+def test_messy_trusted_directory_is_skipped_with_reasons(
+    host: Layout, kernel: str, signed: dict[str, Path], rsa_key: SigningKey
+) -> None:
+    """Found 11: an empty .pem, a private key, a duplicate certificate stopped serve and boot."""
+    (host.trusted / "empty.pem").write_bytes(b"")
+    (host.trusted / "key.pem").write_bytes(rsa_key.key.read_bytes())
+    (host.trusted / "again.pem").write_bytes(rsa_key.cert_pem.read_bytes())
+    with capture_logs() as logs:
+        trust = TrustStore.from_directory(host.trusted)
+    assert [k.subject for k in trust.keys] == ["modstage rsa"]
+    skipped = sorted(Path(e["path"]).name for e in logs if e["event"] == "trust.skipped")
+    assert len(skipped) == 3, logs
+    drop = _good(host, kernel, signed)
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted and not drop.exists()
