@@ -33,7 +33,7 @@ from service.store.statusfile import write_status
 from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
-from stager.shown import shown
+from stager.shown import MAX_REASON, shown
 
 log = structlog.get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -159,7 +159,7 @@ class Daemon:
         try:
             return step()
         except (ServiceError, OSError) as exc:  # OSError: a full disk, a state.json gone odd
-            log.error("daemon.step_failed", step=step.__name__, error=shown(exc))
+            log.error("daemon.step_failed", step=step.__name__, error=shown(exc, MAX_REASON))
             notify(f"STATUS=error: {shown(exc)}")
             return None
 

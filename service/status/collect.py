@@ -24,6 +24,7 @@ from service.errors import ConfigError, StateError
 from service.kernel.memory import MEMORY
 from service.layout import Layout
 from service.reboot import reboot_required
+from service.store import quarantine
 from service.store.state import BundleState, Phase, State, read
 
 SCHEMA = 1
@@ -266,6 +267,7 @@ def collect(layout: Layout) -> dict[str, Any]:
         "problems": problems,
         "bundles": bundles,
         "memory": memory_summary(layout.sys),
+        "quarantine": [r.to_dict() for r in quarantine.records(layout)],
     }
 
 

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,13 +59,20 @@ class Notifications:
     sock: socket.socket
     seen: list[tuple[float, str]] = field(default_factory=list)
 
-    def pump(self) -> None:
-        while True:
+    def read_until(self, stop: threading.Event) -> None:
+        """Receive what the daemon sends, as systemd would, until ``stop``."""
+        self.sock.settimeout(0.05)
+        while not stop.is_set():
             try:
                 data = self.sock.recv(4096)
-            except BlockingIOError:
+            except TimeoutError:
+                continue
+            except OSError:
                 return
             self.seen.append((time.time(), data.decode(errors="replace")))
+
+    def pump(self) -> None:
+        """Nothing to do: a thread reads continuously (kept for the callers)."""
 
     def widest_gap(self, line: str) -> float:
         """The longest time between two ``line`` messages, or since the last one."""
@@ -94,7 +102,6 @@ def served(
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(sock_path))
-    sock.setblocking(False)
     log = tmp_path / "serve.log"
     env = {
         **os.environ,
@@ -119,6 +126,9 @@ def served(
             env=env,
         )
     notes = Notifications(sock)
+    stop = threading.Event()
+    reader = threading.Thread(target=notes.read_until, args=(stop,), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 60
     while notes.last("READY=1") is None:
         assert proc.poll() is None, log.read_text()[-4000:]
@@ -133,6 +143,8 @@ def served(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        stop.set()
+        reader.join(timeout=5)
         sock.close()
 
 

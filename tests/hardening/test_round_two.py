@@ -7,30 +7,60 @@ follows nothing, bounded validation and output, admin commands within their cont
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import socket
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import structlog
 import tomli_w
 from structlog.testing import capture_logs
 
 from service.cli import main
 from service.config import Config, Limits
+from service.daemon.events import DropWatcher
+from service.daemon.loop import Daemon
+from service.daemon.notify import notify
 from service.layout import Layout
+from service.reboot import NoRebooter
+from service.status.collect import collect
+from service.status.view import lines, render_rich
 from service.store import quarantine
 from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
-from service.store.state import load
+from service.store.state import load, save
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.kmod import SigningKey
+from tests.service.fakes import make_host
 
 M = "ms_exporter"
+
+
+@pytest.fixture(autouse=True)
+def uncached_loggers() -> Iterator[None]:
+    """``capture_logs`` sees every event even after a CLI test configured structlog.
+
+    ``configure()`` caches each module's logger on first use; a cached logger keeps the
+    processors it was built with and bypasses ``capture_logs``.
+    """
+    from service.daemon import loop
+    from service.store import intake
+    from service.verify import trust
+
+    structlog.reset_defaults()
+    for module in (loop, intake, quarantine, trust):
+        vars(module.log).pop("bind", None)
+    yield
+    structlog.reset_defaults()
 
 
 def _chain(top: Path, depth: int, extra: bool = True) -> None:
@@ -330,3 +360,115 @@ def test_messy_trusted_directory_is_skipped_with_reasons(
     drop = _good(host, kernel, signed)
     [outcome] = make_intake(host).run()
     assert outcome.accepted and not drop.exists()
+
+
+def _fill(directory: Path) -> None:
+    """Fill the file system holding ``directory`` to the last block."""
+    with (directory / "filler").open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+    with contextlib.suppress(OSError):
+        for i in range(10_000):
+            (directory / f"small{i}").write_bytes(b"x" * 512)
+
+
+def test_full_disk_rejection_and_restart_are_not_fatal(
+    tmp_path: Path,
+    tmpfs: Callable[[Path, str], Path],
+    kernel: str,
+    rsa_key: SigningKey,
+    signed: dict[str, Path],
+) -> None:
+    """Found 6: ENOSPC writing status in the rejection handler killed the daemon, and again
+    at every start; reconcile's save crashed it after a reboot; ``intake`` printed a traceback.
+    """
+    root = tmp_path / "root"
+    tmpfs(root / "var/lib/modstage", "4m")
+    host = make_host(root, kernel, rsa_key.cert_pem)
+    _good(host, kernel, signed, bundle="other")
+    assert make_intake(host).run()[0].accepted
+    bad = _good(host, kernel, signed)
+    (bad / "modules" / f"{M}.ko").write_bytes(b"swapped")
+    state = load(host.state)
+    save(host.state, replace(state, reboot={"at": 1.0, "boot_id": "earlier boot"}))
+    _fill(host.var)
+    with capture_logs() as logs:
+        outcomes = make_intake(host).run()
+    assert [o.accepted for o in outcomes] == [False]
+    assert any(e["event"] in ("status.unwritable", "quarantine.unwritable") for e in logs) or (
+        outcomes[0].deferred
+    )
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    with capture_logs() as logs:
+        daemon._guarded(daemon.reconcile)  # what serve() does at start
+    assert any(e["event"] == "daemon.step_failed" for e in logs), logs
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["intake", "--root", str(root)], out)
+    assert code == 1 and "Traceback" not in err.getvalue()
+
+
+def test_state_json_directory_does_not_stop_serve(host: Layout) -> None:
+    """Found 13: ``state.json`` as a directory killed ``serve`` at start with a traceback."""
+    host.state.mkdir(parents=True)
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    with capture_logs() as logs:
+        daemon._guarded(daemon.reconcile)
+        daemon._guarded(daemon.take_drops)
+        daemon._guarded(daemon.maybe_reboot)
+    failed = [e for e in logs if e["event"] == "daemon.step_failed"]
+    assert failed and all("state.json" in e["error"] for e in failed), logs
+    [aside] = host.var.glob("state.json.corrupt-*")
+    assert aside.is_dir()
+
+
+def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
+    """Found 12: 300 junk directories spent the 256 watches; a real drop waited 300 s.
+
+    Past the cap the daemon rescans every ``poll_unwatched`` seconds instead.
+    """
+    for i in range(300):
+        (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    try:
+        daemon.take_drops()
+    finally:
+        daemon.watcher.observer.unschedule_all()
+    assert daemon.unwatched == 300 - DropWatcher.MAX_DROP_WATCHES
+    assert daemon.poll_unwatched <= 1.0
+
+
+def test_status_lists_the_quarantine_and_never_renders_drop_markup(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 8 and issue 14: a key "[/]" crashed the rich view (MarkupError); status lists
+    the quarantined drops with their reasons."""
+    drop = _good(host, kernel, signed)
+    data = (drop / MANIFEST_NAME).read_text()
+    (drop / MANIFEST_NAME).unlink()
+    (drop / MANIFEST_NAME).write_text(data + '"[/]" = 1\n"[bold]x" = 2\n')
+    make_intake(host).run()
+    doc = collect(host)
+    [q] = doc["quarantine"]
+    assert q["drop"] == drop.name and "[/]: unknown key" in q["reasons"][0]
+    plain = "\n".join(lines(doc))
+    assert f"quarantined {drop.name} (kept" in plain
+    out = io.StringIO()
+    render_rich(doc, out)
+    assert "[/]" in out.getvalue()
+
+
+def test_notify_never_blocks_on_a_slow_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notify socket nobody reads (its queue full) must not stall the daemon's loop."""
+    path = tmp_path / "n.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        started = time.monotonic()
+        sent = [notify("WATCHDOG=1") for _ in range(2000)]
+        assert time.monotonic() - started < 5.0
+        assert not all(sent)  # the queue filled up: later messages were dropped, not waited on
