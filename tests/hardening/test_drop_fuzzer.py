@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from service.config import Limits
 from service.layout import Layout
 from service.store import quarantine
 from service.store.dropfs import remove_tree
@@ -240,8 +241,11 @@ def _bounded(host: Layout, log: Path, cases: int) -> list[str]:
     if longest > MAX_LOG_LINE:
         problems.append(f"a log line of {longest} bytes")
     records = quarantine.records(host)
-    if len(records) > 16:
+    limits = Limits()
+    if len(records) > limits.quarantine_drops:
         problems.append(f"{len(records)} quarantine records")
+    if sum(r.size for r in records if r.kept) > limits.quarantine_bytes:
+        problems.append("the quarantine holds more than its byte limit")
     return problems
 
 
