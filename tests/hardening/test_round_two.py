@@ -12,6 +12,7 @@ import io
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -472,3 +473,49 @@ def test_notify_never_blocks_on_a_slow_reader(
         sent = [notify("WATCHDOG=1") for _ in range(2000)]
         assert time.monotonic() - started < 5.0
         assert not all(sent)  # the queue filled up: later messages were dropped, not waited on
+
+
+def test_wall_time_per_drop_is_bounded(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+    """A drop that takes longer than ``limits.max_seconds`` is rejected saying so (the limit is
+    checked before each file and before verification), and the next drop is taken in."""
+    _good(host, kernel, signed, bundle="slow")
+    intake = make_intake(host, Config(limits=Limits(max_seconds=1)))
+    intake.tick = lambda: time.sleep(0.4)
+    [outcome] = intake.run()
+    assert not outcome.accepted and not outcome.deferred
+    assert "took over 1 s" in outcome.reasons[0]
+    _good(host, kernel, signed)
+    assert make_intake(host).run()[0].accepted
+
+
+def test_long_step_feeds_the_watchdog_only_while_it_progresses(
+    host: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found 2: 48.6 s without ``WATCHDOG=1`` while validating. A long step is now covered by
+    a feeder, but only up to ``limits.max_seconds`` after its last progress."""
+    path = tmp_path / "n.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(0.01)
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        monkeypatch.setenv("WATCHDOG_USEC", "400000")  # pings every 0.1 s
+        monkeypatch.delenv("WATCHDOG_PID", raising=False)
+        daemon = Daemon(host, Config(limits=Limits(max_seconds=1)), make_intake(host), NoRebooter())
+        started = time.monotonic()
+        seen: list[float] = []
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    if sock.recv(64) == b"WATCHDOG=1":
+                        seen.append(time.monotonic() - started)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        with daemon.feeding():
+            time.sleep(2.5)  # progresses for 1 s (max_seconds), then looks stuck
+        done.set()
+        reader.join()
+    assert len(seen) >= 4, seen
+    assert max(seen) < 1.5, seen  # nothing once the step was stuck past max_seconds
