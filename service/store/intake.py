@@ -113,9 +113,17 @@ class Intake:
         with locked(self.layout.var):
             self._clean_store()
             try:
-                return [self.take(drop) for drop in (drops or self.complete_drops())]
+                return [self.take(drop) for drop in (drops or self._scan())]
             finally:
                 self.empty_trash()
+
+    def _scan(self) -> list[Path]:
+        """:meth:`complete_drops`, contained: a scan that fails takes nothing, says why."""
+        try:
+            return self.complete_drops()
+        except Exception as exc:  # the daemon never dies because of a drop
+            log.error("scan.failed", incoming=str(self.layout.incoming), error=shown(exc))
+            return []
 
     def empty_trash(self) -> None:
         """Remove the drops renamed into the trash (after the scan: they delay no one)."""
