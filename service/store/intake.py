@@ -176,7 +176,7 @@ class Intake:
             log.error("drop.deferred", drop=drop.name, bundle=bundle, reason=shown(reason))
             self._status_after_host_error(bundle, shown(reason, MAX_REASON), drop)
             return Outcome(drop, bundle, None, False, (shown(reason, MAX_REASON),), deferred=True)
-        except Exception as exc:
+        except Exception as exc:  # never fatal: whatever the drop did, it is rejected
             reasons = [f"cannot be taken in: {type(exc).__name__}: {exc}"]
             return self._reject(drop, named[0] if named else None, reasons)
 
