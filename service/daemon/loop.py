@@ -20,7 +20,7 @@ from service.daemon import heap
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError
-from service.kernel.memory import online_blocks
+from service.kernel.memory import block_number, online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
@@ -179,11 +179,13 @@ class Daemon:
         if self.config.hotplug_policy == "kernel":
             return []
         started = min((e.at for e in events), default=self.clock.monotonic())
+        added = [block_number(e.detail.removeprefix("add ")) for e in events]
         done = online_blocks(
             Sysfs(self.layout.sys),
             MemoryPolicy(self.config.hotplug_policy),
             since=started,
             clock=self.clock.monotonic,
+            only=None if not events or None in added else [n for n in added if n is not None],
         )
         for step in done:
             if "error" in step:
@@ -222,15 +224,20 @@ class Daemon:
             memory = [e for e in batch if e.kind == "memory"]
             if memory:
                 self.online_memory(memory)
-                self.write_metrics()
+                if self.events.empty():  # after a burst of blocks, not between them
+                    self.write_metrics()
             if now >= next_rescan:
                 dirty_at, next_rescan = now, now + self.rescan_every
-            if dirty_at is not None and now >= dirty_at:
+            scanned = dirty_at is not None and now >= dirty_at
+            if scanned:
                 dirty_at = None
                 self._guarded(self.take_drops)
                 self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            if self._guarded(self.maybe_reboot) in (
+            memory_only = bool(batch) and len(memory) == len(batch) and not scanned
+            if memory_only and (next_check is None or now < next_check):
+                pass  # hot-added memory changes nothing about reboots: back to listening
+            elif self._guarded(self.maybe_reboot) in (
                 "requested",
                 "no generation waits for a reboot",
             ):
