@@ -68,6 +68,7 @@ class Daemon:
     debounce: float = 0.2
     rescan_every: float = 300.0
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
+    settle: float = 1.0  # metrics wait this long after the last hot-added block
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
@@ -201,9 +202,11 @@ class Daemon:
         ping = watchdog_interval()
         next_ping = self.clock.monotonic()
         next_check: float | None = None  # re-decide a reboot while a generation waits
+        metrics_at: float | None = None  # rewrite metrics once hot-added memory settles
         while True:
             now = self.clock.monotonic()
             deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
+            deadlines += [metrics_at] if metrics_at is not None else []
             deadlines += [next_ping] if ping else []
             deadlines += [next_check] if next_check is not None else []
             batch: list[Event] = []
@@ -224,8 +227,10 @@ class Daemon:
             memory = [e for e in batch if e.kind == "memory"]
             if memory:
                 self.online_memory(memory)
-                if self.events.empty():  # after a burst of blocks, not between them
-                    self.write_metrics()
+                metrics_at = now + self.settle  # not between the blocks of one DIMM
+            elif metrics_at is not None and now >= metrics_at:
+                metrics_at = None
+                self.write_metrics()
             if now >= next_rescan:
                 dirty_at, next_rescan = now, now + self.rescan_every
             scanned = dirty_at is not None and now >= dirty_at
