@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, fields
 from datetime import time
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from service.errors import ConfigError
 from service.window import DAYS, Guard, Window
@@ -214,6 +213,8 @@ def _clock(value: Any, key: str, problems: list[str]) -> time:
 
 
 def _zone(value: Any, problems: list[str]) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only when a zone is configured
+
     try:
         ZoneInfo(value)
     except (TypeError, ValueError, ZoneInfoNotFoundError):
