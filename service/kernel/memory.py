@@ -79,14 +79,9 @@ def online_blocks(
     """
     started = clock() if since is None else since
     done: list[dict[str, object]] = []
-    if only is None:
-        steps: Iterable[Onlining] = plan_onlining(blocks(sysfs), policy)
-    else:  # each block read just before its write: the first write waits for no other read
-        order = sorted(set(only), reverse=policy is MemoryPolicy.ONLINE_MOVABLE)
-        steps = (s for n in order for s in plan_onlining(blocks(sysfs, [n]), policy))
-    for step in steps:
+    for step in plan_onlining(blocks(sysfs, only), policy):
         try:
-            sysfs.put(f"{MEMORY}/memory{step.block}/state", step.state)  # planned: offline
+            sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
         except OSError as exc:
             done.append({"block": step.block, "state": step.state, "error": str(exc)})
             continue

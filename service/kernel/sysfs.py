@@ -19,10 +19,6 @@ class Sysfs:
         """Write ``value`` if it differs from what is there; return whether it wrote."""
         if self.read(attribute) == value:
             return False
-        self.put(attribute, value)
-        return True
-
-    def put(self, attribute: str, value: str) -> None:
-        """Write ``value`` unconditionally (the caller has just read what is there)."""
         with open(self.root / attribute, "w") as f:  # one write(2), as sysfs wants
             f.write(value)
+        return True
