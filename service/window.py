@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
@@ -24,8 +25,6 @@ class Window:
 
     def contains(self, when: datetime) -> bool:
         """Whether the aware datetime ``when`` lies in the window."""
-        from zoneinfo import ZoneInfo  # the daemon's reboot decision, not the boot path
-
         local = when.astimezone(ZoneInfo(self.timezone))
         days = self.days or DAYS
         now = local.time()

@@ -45,7 +45,6 @@ NEVER = {
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
     "tomli_w": "writing manifests (the boot path only reads them)",
-    "zoneinfo": "the daemon's reboot window; config validates a zone only when one is set",
     "urllib": "via prometheus_client",
 }
 
