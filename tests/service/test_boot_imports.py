@@ -1,8 +1,8 @@
 """The boot path imports what it uses and nothing else (a set check, not a timing).
 
 ``modstage boot`` runs on every node's boot critical path. A whole ``modstage boot`` of a
-signed two-module bundle runs in a fresh interpreter (the kernel's two syscalls answered by
-a stand-in: the build machine has no module support); the modules it leaves in
+signed two-module bundle runs in a fresh interpreter (under a sandbox root, so with the
+recording kernel: the build machine has no module support); the modules it leaves in
 ``sys.modules`` beyond a bare interpreter's are compared with the list below. A new
 package on this path must be added here with the reason it is needed.
 """
@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
-    "tomli_w": "stager.manifest writes manifests (imported with it)",
     "structlog": "the log (imported lean by service.logs)",
     "asn1crypto": "parses the modules' PKCS#7 signatures and the trusted certificates",
     "cryptography": "the RSA/ECDSA public-key step of signature verification",
@@ -45,22 +44,13 @@ NEVER = {
     "pyudev": "the daemon's memory watcher",
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
+    "tomli_w": "writing manifests (the boot path only reads them)",
     "urllib": "via prometheus_client",
 }
 
 PROBE = """
-import sys
+import io, sys
 bare = set(sys.modules)
-import service.kernel.modules as modules
-
-class StandIn(modules.LinuxKernel):
-    def load(self, fd, params, *, compressed=False): pass
-    def unload(self, name): pass
-    def loaded(self): return {}
-    def modprobe(self, names): pass
-
-modules.LinuxKernel = StandIn
-import io
 from service.cli import main
 rc = main(["boot", "--root", sys.argv[1]], io.StringIO())
 real = {m for m in set(sys.modules) - bare if type(sys.modules[m]).__name__ == "module"}

@@ -148,3 +148,17 @@ def test_deferred_modules_load_on_first_use() -> None:
         [sys.executable, "-c", DEFERRED], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "ok"
+
+
+def test_only_the_logging_module_imports_structlog() -> None:
+    """Every other module asks service.logs for its logger, so structlog always comes in lean."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        if path.name != "logs.py"
+        and any(
+            line.strip().startswith(("import structlog", "from structlog"))
+            for line in path.read_text().splitlines()
+        )
+    ]
+    assert offenders == []
