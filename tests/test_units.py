@@ -91,3 +91,34 @@ def test_state_and_runtime_directories_survive_a_stop(unit: Path) -> None:
     keys = service(unit)
     assert keys["StateDirectory"] == ["modstage"] and keys["RuntimeDirectory"] == ["modstage"]
     assert keys["RuntimeDirectoryPreserve"] == ["yes"]
+
+
+def unit_conditions(unit: Path) -> list[tuple[str, str]]:
+    """The [Unit] section's ``Condition*`` lines as (key, value) pairs, in order."""
+    section, found = "", []
+    for line in unit.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif section == "Unit" and line.startswith("Condition"):
+            key, _, value = line.partition("=")
+            found.append((key, value))
+    return found
+
+
+def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
+    """The boot unit starts on a state, a set-aside corrupt state, or the last-good pointer.
+
+    With only ``state.json`` as its condition, a boot that set a corrupt state aside and
+    crashed before rebuilding would skip the unit on every later boot and leave the node
+    without its last good modules (issue 14). Each path is the one ``Layout`` and
+    ``service.store.state`` use on a host.
+    """
+    from service.layout import Layout
+    from service.store.state import LAST_GOOD
+
+    state = Layout(Path("/")).state
+    conditions = unit_conditions(BOOT)
+    assert ("ConditionPathExists", f"|{state}") in conditions
+    assert ("ConditionPathExistsGlob", f"|{state}.corrupt-*") in conditions
+    assert ("ConditionPathExists", f"|{state.parent / LAST_GOOD}") in conditions
+    assert all(value.startswith("|") for _, value in conditions), "one plain condition gates all"
