@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import tomli_w
+
 from stager.errors import ManifestError
 from stager.paths import module_name
 
@@ -117,8 +119,6 @@ class Manifest:
 
     def to_toml(self) -> bytes:
         """The canonical byte form (UTF-8 TOML): equal manifests give equal bytes."""
-        import tomli_w  # writing only: the boot path reads manifests and never pays for it
-
         return tomli_w.dumps(self.to_dict()).encode()
 
     @property

@@ -100,9 +100,9 @@ class Daemon:
         with locked(self.layout.var):
             state = load(self.layout.state)
             if state.reboot and state.reboot.get("boot_id") != current:
-                log.info("reboot.happened", asked_at=state.reboot.get("at"))
                 save(self.layout.state, replace(state, reboot=None))
                 self.rebooter.clear()
+                log.info("reboot.happened", asked_at=state.reboot.get("at"))  # once it is saved
             elif state.reboot:
                 log.info("daemon.restarted", reboot_intent=state.reboot)
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
+    "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
     "structlog": "the log (imported lean by service.logs)",
     "asn1crypto": "parses the modules' PKCS#7 signatures and the trusted certificates",
     "cryptography": "the RSA/ECDSA public-key step of signature verification",
@@ -44,7 +45,6 @@ NEVER = {
     "pyudev": "the daemon's memory watcher",
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
-    "tomli_w": "writing manifests (the boot path only reads them)",
     "urllib": "via prometheus_client",
 }
 
