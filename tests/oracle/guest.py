@@ -7,8 +7,7 @@ Imported by the VM agent (the repository is on its sys.path): `vm.eval("__import
 from __future__ import annotations
 
 import ctypes
-import gzip
-import io
+import errno
 import json
 import lzma
 import os
@@ -75,30 +74,35 @@ def unload(name: str) -> int:
     return 0 if rc == 0 else ctypes.get_errno()
 
 
-def decompress_like_kmod(data: bytes, kind: str) -> bytes:
-    """The first stream of `data`, decompressed as kmod does in userspace (rest ignored)."""
-    if kind == "xz":
-        return lzma.LZMADecompressor().decompress(data)
-    if kind == "gz":
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            out = b""
-            try:
-                while chunk := f.read(1 << 20):
-                    out += chunk
-            except (OSError, EOFError):
-                pass  # gzread stops at trailing garbage after the first member
-            return out
-    import zstandard  # the host's Python: the guest runs it
+def first_stream(data: bytes, kind: str) -> bytes:
+    """The first complete stream of `data`, decompressed as 6.1's in-kernel decompressors do
+    (kernel/module/decompress.c: stop at the end of the stream, ignore what follows);
+    ValueError if the stream is truncated or corrupt (the kernel's EINVAL)."""
+    import zlib
 
-    return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+    if kind == "xz":
+        xz = lzma.LZMADecompressor()
+        out = xz.decompress(data)
+    elif kind == "gz":
+        xz = zlib.decompressobj(wbits=31)  # type: ignore[assignment]
+        out = xz.decompress(data)
+    else:
+        import zstandard  # the host's Python runs in the guest
+
+        xz = zstandard.ZstdDecompressor().decompressobj()  # type: ignore[assignment]
+        out = xz.decompress(data)
+    if not xz.eof:
+        raise ValueError(f"truncated {kind} stream")
+    return bytes(out)
 
 
 def judge(path: str, name: str, compressed: str, scratch: str) -> dict[str, Any]:
     """The kernel's verdict on one case: errno of a plain load (0 = loaded, then unloaded).
 
-    A compressed case records the in-kernel route (`MODULE_INIT_COMPRESSED_FILE`) and the
-    kmod route (decompressed in userspace, loaded from a file on tmpfs); `errno` is the
-    kmod route's.
+    A compressed case records the in-kernel route (`MODULE_INIT_COMPRESSED_FILE`, EOPNOTSUPP
+    without CONFIG_MODULE_DECOMPRESS) as `in_kernel`; `errno` is the load of its first
+    stream decompressed in userspace (what a decompressing kernel or loader hands over), or
+    EINVAL when that stream is truncated or corrupt.
     """
     result: dict[str, Any] = {"name": name}
     if compressed:
@@ -108,10 +112,10 @@ def judge(path: str, name: str, compressed: str, scratch: str) -> dict[str, Any]
         with open(path, "rb") as f:
             raw = f.read()
         try:
-            plain = decompress_like_kmod(raw, compressed)
-        except Exception as exc:  # kmod gives up before finit_module
-            result["errno"] = -1
-            result["note"] = f"userspace decompression failed: {exc}"
+            plain = first_stream(raw, compressed)
+        except Exception as exc:  # the kernel's decompressors say EINVAL
+            result["errno"] = errno.EINVAL
+            result["note"] = f"decompression failed: {exc}"
             return result
         path = os.path.join(scratch, f"{name}.ko")
         with open(path, "wb") as f:

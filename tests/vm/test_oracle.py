@@ -8,11 +8,23 @@ enforcement and the kernel's own verdict (an errno) can be compared with modstag
 from __future__ import annotations
 
 import errno
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.oracle.cases import SEED, generate
+from tests.oracle.judge import (
+    compare,
+    modstage_verdicts,
+    problems,
+    table,
+    target_root,
+    trusted_dir,
+    write_cases,
+)
 from tests.oracle.module import base_module, renamed
 from tests.oracle.pki import Pki, load_pki
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
@@ -73,3 +85,42 @@ def test_kernel_judges_test_signed_modules(oracle: OracleVm, pki: Pki, tmp_path:
     flags = renamed(base, 90004).replace(b" preempt mod_unload", b" preempt mod_unlXad")
     mismatch = sign_file(flags, pki.ca, tmp_path / "flags.ko")
     assert _load(oracle, mismatch, "flags") == errno.ENOEXEC
+
+
+def test_differential_kernel_judges_modstage(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Over >= 300 seeded cases, judged by `modstage verify` and by finit_module under
+    enforcement in one boot: nothing modstage accepts is refused by the kernel, every module
+    modstage refuses but the kernel loads is refused as a named policy, and every errno
+    modstage claims is the kernel's."""
+    release = oracle.vm.run("uname -r").check().stdout.strip()
+    cases = generate(pki, tmp_path / "gen", SEED)
+    assert len(cases) >= 300 and len({c.name for c in cases}) == len(cases)
+    paths = write_cases(cases, oracle.vm.state_dir / "cases")
+    modstage = modstage_verdicts(
+        list(paths.values()),
+        target_root(tmp_path / "root", release),
+        trusted_dir(pki, tmp_path / "trusted"),
+        release,
+    )
+    plan = [
+        {"id": c.id, "path": oracle.vm.guest_path(paths[c.id]), "name": c.name,
+         "compressed": c.compressed}
+        for c in cases
+    ]  # fmt: skip
+    (oracle.vm.state_dir / "plan.json").write_text(json.dumps(plan))
+    guest_dir = oracle.vm.guest_path(oracle.vm.state_dir)
+    oracle.guest(f"judge_all('{guest_dir}/plan.json', '{guest_dir}/kernel.json')", timeout=900)
+    kernel = json.loads((oracle.vm.state_dir / "kernel.json").read_text())
+    outcomes = compare(cases, paths, modstage, kernel)
+    report = table(outcomes) + "\n" + "\n".join(problems(outcomes))
+    (Path(os.environ.get("MODSTAGE_ORACLE_REPORT", tmp_path / "oracle.txt"))).write_text(
+        report
+        + "\n"
+        + "\n".join(f"{o.case}\t{o.verdict}\t{o.kernel_text()}\t{o.reason}" for o in outcomes)
+    )
+    with capsys.disabled():
+        print(f"\n{report}")
+    assert kernel["baseline/ca-sha256-issuer"]["errno"] == 0, "the test bed refuses a good module"
+    assert not problems(outcomes), report
