@@ -13,6 +13,7 @@ import datetime as dt
 import gzip
 import lzma
 import random
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -430,6 +431,8 @@ def modinfo(g: Generator) -> None:
         "crc-module-layout": lambda e: _versions_crc(e, b"module_layout"),
         "crc-other-symbol": lambda e: _versions_crc(e, None),
         "name-mismatch": lambda e: _modinfo(e, b"name=msorc_", b"name=msorX_"),
+        "name-of-a-builtin": lambda e: re.sub(rb"msorc_\d{5}", b"rsa_generic", e),
+        "name-of-a-builtin-with-params": lambda e: re.sub(rb"msorc_\d{5}", b"pci_hotplug", e),
     }
     for label, edit in edits.items():
         g.add("modinfo", label, g.sign_file(edit(g.payload())))

@@ -113,9 +113,10 @@ class Outcome:
     def errno_check(self) -> bool | None:
         """None if modstage claims no kernel errno here, else whether the claim is right."""
         claimed = claimed_errno(self.reason)
-        refused = self.kernel_errno != 0 or bool(self.in_kernel_errno)
-        if self.modstage_ok or not refused or claimed is None or is_policy(self.reason):
+        if self.modstage_ok or claimed is None or is_policy(self.reason):
             return None
+        if self.kernel_errno == 0 and not self._names_in_kernel_route():
+            return None  # the kernel loads it: an unnamed refusal, counted in its own column
         seen = {errno_name(self.kernel_errno)}
         if self.in_kernel_errno:
             seen.add(errno_name(self.in_kernel_errno))

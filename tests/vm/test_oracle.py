@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,7 +96,9 @@ def test_differential_kernel_judges_modstage(
     modstage refuses but the kernel loads is refused as a named policy, and every errno
     modstage claims is the kernel's."""
     release = oracle.vm.run("uname -r").check().stdout.strip()
+    began = time.monotonic()
     cases = generate(pki, tmp_path / "gen", SEED)
+    generated = time.monotonic()
     assert len(cases) >= 300 and len({c.name for c in cases}) == len(cases)
     paths = write_cases(cases, oracle.vm.state_dir / "cases")
     modstage = modstage_verdicts(
@@ -104,6 +107,7 @@ def test_differential_kernel_judges_modstage(
         trusted_dir(pki, tmp_path / "trusted"),
         release,
     )
+    judged = time.monotonic()
     plan = [
         {"id": c.id, "path": oracle.vm.guest_path(paths[c.id]), "name": c.name,
          "compressed": c.compressed}
@@ -113,8 +117,13 @@ def test_differential_kernel_judges_modstage(
     guest_dir = oracle.vm.guest_path(oracle.vm.state_dir)
     oracle.guest(f"judge_all('{guest_dir}/plan.json', '{guest_dir}/kernel.json')", timeout=900)
     kernel = json.loads((oracle.vm.state_dir / "kernel.json").read_text())
+    timing = (
+        f"{len(cases)} cases: generated in {generated - began:.1f} s, modstage verify "
+        f"{judged - generated:.1f} s, kernel (finit_module in the guest) "
+        f"{time.monotonic() - judged:.1f} s"
+    )
     outcomes = compare(cases, paths, modstage, kernel)
-    report = table(outcomes) + "\n" + "\n".join(problems(outcomes))
+    report = "\n".join([timing, table(outcomes), *problems(outcomes)])
     (Path(os.environ.get("MODSTAGE_ORACLE_REPORT", tmp_path / "oracle.txt"))).write_text(
         report
         + "\n"
