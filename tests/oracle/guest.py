@@ -11,6 +11,7 @@ import errno
 import json
 import lzma
 import os
+import time
 from typing import Any
 
 SYS_ADD_KEY = 248  # x86_64
@@ -96,8 +97,11 @@ def first_stream(data: bytes, kind: str) -> bytes:
     return bytes(out)
 
 
-def judge(path: str, name: str, compressed: str, scratch: str) -> dict[str, Any]:
-    """The kernel's verdict on one case: errno of a plain load (0 = loaded, then unloaded).
+def judge(
+    path: str, name: str, compressed: str, scratch: str, unload_loaded: bool = False
+) -> dict[str, Any]:
+    """The kernel's verdict on one case: errno of a plain load (0 = loaded; every case has
+    its own module name, so a loaded one may stay, or is unloaded with `unload_loaded`).
 
     A compressed case records the in-kernel route (`MODULE_INIT_COMPRESSED_FILE`, EOPNOTSUPP
     without CONFIG_MODULE_DECOMPRESS) as `in_kernel`; `errno` is the load of its first
@@ -120,8 +124,10 @@ def judge(path: str, name: str, compressed: str, scratch: str) -> dict[str, Any]
         path = os.path.join(scratch, f"{name}.ko")
         with open(path, "wb") as f:
             f.write(plain)
+    began = time.monotonic()
     result["errno"] = finit(path)
-    if result["errno"] == 0:
+    result["load_ms"] = round((time.monotonic() - began) * 1000, 1)
+    if result["errno"] == 0 and unload_loaded:
         result["unload"] = unload(name)
     return result
 
