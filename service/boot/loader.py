@@ -28,6 +28,7 @@ from service.layout import Layout
 from service.store.generations import Store
 from service.store.state import BundleState, Phase, State, load, locked, save
 from service.store.statusfile import write_status
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.errors import ManifestError
@@ -50,6 +51,7 @@ class Boot:
         self.store = Store(self.layout.store)
         self.sysfs = Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
+        self.target = Target.from_layout(self.layout, self.release)
         self._manifests: dict[str, Manifest] = {}
         self.firmware = FirmwareView(
             self.layout.run / "firmware",
@@ -184,7 +186,7 @@ class Boot:
         """Open the module once, re-verify it from that descriptor, load from the same one."""
         started = time.monotonic()
         with open(root / module.file, "rb") as f:
-            v = verify_module(f, display=module.file, trust=self.trust, kernel=self.release)
+            v = verify_module(f, display=module.file, trust=self.trust, kernel=self.target)
             if not v.ok or v.sha256 != module.sha256:
                 raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
             name = normalize_module_name(v.name or module.name)

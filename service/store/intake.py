@@ -31,6 +31,7 @@ from service.store.generations import Store
 from service.store.state import BundleState, Generation, Phase, load, locked, save
 from service.store.statusfile import write_status
 from service.verify.keyring import Keyring, enforcing
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_files
 from stager.errors import ManifestError
@@ -221,9 +222,8 @@ class Intake:
             os.close(fd)
         faults.hit("store.copied")
         try:
-            verdicts = verify_files(
-                tmp, manifest, trust=self.trust, kernel=manifest.kernel, shown=drop
-            )
+            target = Target.from_layout(self.layout, manifest.kernel)
+            verdicts = verify_files(tmp, manifest, trust=self.trust, kernel=target, shown=drop)
             reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
             if not reasons:
                 reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])

@@ -15,7 +15,7 @@ from service.store.intake import Intake
 from service.store.state import Phase, load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
+from tests.kmod import SigningKey, install_target, sign
 
 
 class FakeKeyring:
@@ -39,6 +39,7 @@ def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
     (layout.proc / "sys/kernel").mkdir(parents=True)
     layout.os_release.write_text(kernel + "\n")
     layout.incoming.mkdir(parents=True)
+    install_target(layout.root, kernel)  # the target's vermagic and config
     return layout
 
 
