@@ -94,6 +94,20 @@ class Outcome:
     reason: str
     kernel_errno: int  # 0 = loaded
     in_kernel_errno: int | None = None
+    claim: str | None = None  # the errno modstage says the kernel gives (None: says none)
+    policy: bool = False  # modstage names its refusal a policy
+
+    @classmethod
+    def of(cls, case: Case, verdict: dict[str, Any], kernel: dict[str, Any]) -> Outcome:
+        """From a `verify --json` verdict (its `errno`/`policy` fields, else read from the
+        reason) and the guest's result."""
+        reason = str(verdict.get("reason") or "")
+        claim = verdict["errno"] if "errno" in verdict else claimed_errno(reason)
+        policy = bool(verdict["policy"]) if "policy" in verdict else is_policy(reason)
+        return cls(
+            case.id, case.category, bool(verdict["ok"]), reason, int(kernel["errno"]),
+            kernel.get("in_kernel"), _alias(claim) if claim else None, policy,
+        )  # fmt: skip
 
     @property
     def verdict(self) -> str:
@@ -103,17 +117,16 @@ class Outcome:
             return AGREE_ACCEPT if kernel_ok else M_ACCEPT_K_REFUSE
         if not kernel_ok or self._names_in_kernel_route():
             return AGREE_REFUSE
-        return POLICY if is_policy(self.reason) else UNNAMED
+        return POLICY if self.policy else UNNAMED
 
     def _names_in_kernel_route(self) -> bool:
-        claimed = claimed_errno(self.reason)
-        return bool(self.in_kernel_errno) and claimed == errno_name(self.in_kernel_errno or 0)
+        return bool(self.in_kernel_errno) and self.claim == errno_name(self.in_kernel_errno or 0)
 
     @property
     def errno_check(self) -> bool | None:
         """None if modstage claims no kernel errno here, else whether the claim is right."""
-        claimed = claimed_errno(self.reason)
-        if self.modstage_ok or claimed is None or is_policy(self.reason):
+        claimed = self.claim
+        if self.modstage_ok or claimed is None or self.policy:
             return None
         if self.kernel_errno == 0 and not self._names_in_kernel_route():
             return None  # the kernel loads it: an unnamed refusal, counted in its own column
@@ -138,9 +151,11 @@ def is_policy(reason: str) -> bool:
 def claimed_errno(reason: str) -> str | None:
     """The errno a reason starts with (`EKEYREJECTED: ...`), if any."""
     match = re.match(r"\s*(E[A-Z0-9]+)\b", reason)
-    if not match:
-        return None
-    return "EOPNOTSUPP" if match[1] == "ENOTSUP" else match[1]
+    return _alias(match[1]) if match else None
+
+
+def _alias(name: str) -> str:
+    return "EOPNOTSUPP" if name == "ENOTSUP" else name
 
 
 def errno_name(number: int) -> str:
@@ -156,15 +171,11 @@ def compare(
     cases: list[Case], paths: dict[str, Path], modstage: dict[str, Any], kernel: dict[str, Any]
 ) -> list[Outcome]:
     """One Outcome per case (a case modstage did not report counts as accepted: never silent)."""
-    outcomes = []
-    for case in cases:
-        verdict = modstage.get(str(paths[case.id].resolve()), {"ok": True, "reason": "NO VERDICT"})
-        k = kernel[case.id]
-        outcomes.append(
-            Outcome(case.id, case.category, bool(verdict["ok"]), str(verdict.get("reason") or ""),
-                    int(k["errno"]), k.get("in_kernel"))
-        )  # fmt: skip
-    return outcomes
+    missing = {"ok": True, "reason": "NO VERDICT"}
+    return [
+        Outcome.of(case, modstage.get(str(paths[case.id].resolve()), missing), kernel[case.id])
+        for case in cases
+    ]
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 
+from tests.oracle.cases import Case
 from tests.oracle.judge import (
     AGREE_ACCEPT,
     AGREE_REFUSE,
@@ -17,8 +18,23 @@ from tests.oracle.judge import (
 
 
 def outcome(ok: bool, reason: str, kernel: int, in_kernel: int | None = None) -> Outcome:
-    """An Outcome in category `c`."""
-    return Outcome("c/x", "c", ok, reason, kernel, in_kernel)
+    """An Outcome in category `c`, from a verdict without `errno`/`policy` fields."""
+    verdict = {"ok": ok, "reason": reason}
+    result = {"errno": kernel, "in_kernel": in_kernel}
+    return Outcome.of(Case("c/x", "c", "msorc_00001", b""), verdict, result)
+
+
+def test_json_errno_and_policy_fields_win_over_the_reason_text() -> None:
+    """`verify --json`'s `errno` and `policy` fields are used when present."""
+    case = Case("c/x", "c", "msorc_00001", b"")
+    named = Outcome.of(
+        case, {"ok": False, "reason": "x", "errno": "EBADMSG", "policy": True}, {"errno": 0}
+    )
+    assert named.verdict == POLICY and named.errno_check is None
+    claim = Outcome.of(
+        case, {"ok": False, "reason": "x", "errno": "EKEYREJECTED", "policy": False}, {"errno": 129}
+    )
+    assert claim.errno_check is True
 
 
 def test_verdict_columns() -> None:
