@@ -32,6 +32,7 @@ from tests.oracle.cases import Case
 from tests.oracle.pki import Pki
 
 IN_TREE_MODULE = "kernel/lib/crc-itu-t.ko"  # Debian-signed, carries the target's vermagic
+BUILTIN_LISTS = ("modules.builtin", "modules.builtin.modinfo")
 ENFORCED = {"ENOKEY": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENODATA": "EKEYREJECTED"}
 REPO = Path(__file__).resolve().parents[2]
 AGREE_ACCEPT, AGREE_REFUSE = "agree-accept", "agree-refuse"
@@ -44,10 +45,12 @@ COLUMNS = (AGREE_ACCEPT, AGREE_REFUSE, M_ACCEPT_K_REFUSE, POLICY, UNNAMED)
 
 
 def target_root(directory: Path, release: str) -> Path:
-    """A --root holding the target's config and one in-tree module (its full vermagic)."""
-    module = directory / "lib/modules" / release / IN_TREE_MODULE
-    module.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path("/lib/modules") / release / IN_TREE_MODULE, module)
+    """A --root holding the target's config, its built-in module lists and one in-tree
+    module (its full vermagic)."""
+    modules = directory / "lib/modules" / release
+    (modules / IN_TREE_MODULE).parent.mkdir(parents=True, exist_ok=True)
+    for relative in (IN_TREE_MODULE, *BUILTIN_LISTS):
+        shutil.copyfile(Path("/lib/modules") / release / relative, modules / relative)
     (directory / "boot").mkdir(exist_ok=True)
     shutil.copyfile(f"/boot/config-{release}", directory / f"boot/config-{release}")
     return directory
