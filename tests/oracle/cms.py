@@ -69,6 +69,9 @@ class Signer:
     ber_signature: bool = False  # ECDSA (r, s) with non-minimal lengths
     issuer_indefinite: bool = False
     issuer_octets: int | None = None  # long-form length on the issuer Name
+    sid_raw: bytes | None = None  # an encoded sid used as is
+    digest_params: bytes | None = None  # encoded parameters of the digest AlgorithmIdentifier
+    signature_pad: bytes = b""  # bytes put before the signature value
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Cms:
     outer_octets: int | None = None
     extra: bytes = b""  # bytes after the ContentInfo (inside sig_len)
     field_order_swap: bool = False  # certificates after the SignerInfos (not allowed)
+    sd_extra: bytes = b""  # encoded elements after the SignerInfos, inside SignedData
+    no_content: bool = False  # ContentInfo without its [0] content
     meta: dict[str, str] = field(default_factory=dict)
 
 
@@ -103,6 +108,8 @@ def cert_parts(cert_der: bytes) -> tuple[bytes, int, bytes]:
 
 
 def _sid(signer: Signer) -> bytes:
+    if signer.sid_raw is not None:
+        return signer.sid_raw
     issuer, serial, skid = cert_parts((signer.cert or signer.key).der)
     if signer.sid == "skid":
         return der.tlv(0x80, skid)
@@ -155,10 +162,12 @@ def signer_info(signer: Signer, content: bytes) -> bytes:
     parts = [
         der.integer(version),
         _sid(signer),
-        alg_id(digest_oid, signer.digest_params_null),
+        der.seq(der.oid(digest_oid), signer.digest_params)
+        if signer.digest_params is not None
+        else alg_id(digest_oid, signer.digest_params_null),
         signed_attrs,
         alg_id(SIG_ALGS[sig_alg], params_null=not sig_alg.startswith("ecdsa")),
-        der.octets(_sign(signer, to_sign)),
+        der.octets(signer.signature_pad + _sign(signer, to_sign)),
     ]
     if signer.unsigned_attrs is not None:
         parts.append(der.tlv(0xA1, signer.unsigned_attrs))
@@ -178,6 +187,8 @@ def build(cms: Cms, content: bytes) -> bytes:
     crls = der.tlv(0xA1, b"".join(cms.crls)) if cms.crls else b""
     infos = der.tlv(cms.signers_tag, b"".join(signer_info(s, content) for s in cms.signers))
     middle = [certs, crls, infos] if not cms.field_order_swap else [infos, certs, crls]
-    signed_data = der.seq(der.integer(sd_version), digest_set, der.seq(*encap), *middle)
-    body = der.oid(cms.outer_oid) + der.explicit(0, signed_data)
+    signed_data = der.seq(
+        der.integer(sd_version), digest_set, der.seq(*encap), *middle, cms.sd_extra
+    )
+    body = der.oid(cms.outer_oid) + (b"" if cms.no_content else der.explicit(0, signed_data))
     return der.tlv(0x30, body, octets=cms.outer_octets) + cms.extra

@@ -82,7 +82,7 @@ def first_stream(data: bytes, kind: str) -> bytes:
     import zlib
 
     if kind == "xz":
-        xz = lzma.LZMADecompressor()
+        xz = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
         out = xz.decompress(data)
     elif kind == "gz":
         xz = zlib.decompressobj(wbits=31)  # type: ignore[assignment]

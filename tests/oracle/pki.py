@@ -195,3 +195,28 @@ def load_pki() -> Pki:
 
 def _cn(cert: x509.Certificate) -> str:
     return str(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def reissue(
+    pki: Pki,
+    name: str,
+    serial: int,
+    *,
+    not_before: dt.datetime = NOT_BEFORE,
+    not_after: dt.datetime = NOT_AFTER,
+    is_ca: bool = False,
+) -> bytes:
+    """DER of a new CA-issued certificate for `name`'s key (deterministic: RSA signatures)."""
+    cert = _cert(_cn(pki[name].cert), pki[name].key, (_cn(pki.ca.cert), pki.ca.key), serial, is_ca)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(cert.subject)
+        .issuer_name(cert.issuer)
+        .public_key(cert.public_key())  # type: ignore[arg-type]
+        .serial_number(serial)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+    )
+    for extension in cert.extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    return builder.sign(pki.ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)  # type: ignore[arg-type]

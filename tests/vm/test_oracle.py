@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.oracle import elf
 from tests.oracle.cases import SEED, generate
 from tests.oracle.judge import (
     compare,
@@ -29,6 +30,7 @@ from tests.oracle.judge import (
 from tests.oracle.module import base_module, renamed
 from tests.oracle.pki import Pki, load_pki
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
+from tests.vm.harness.errors import VmError
 
 pytestmark = pytest.mark.vm
 
@@ -133,3 +135,22 @@ def test_differential_kernel_judges_modstage(
         print(f"\n{report}")
     assert kernel["baseline/ca-sha256-issuer"]["errno"] == 0, "the test bed refuses a good module"
     assert not problems(outcomes), report
+
+
+def short_this_module(pki: Pki, directory: Path) -> bytes:
+    """A CA-signed module whose .gnu.linkonce.this_module is 0x100 bytes (struct module is
+    0x380 on Debian's 6.1)."""
+    payload = elf.set_section(
+        renamed(base_module(), 90010), ".gnu.linkonce.this_module", size=0x100
+    )
+    return sign_file(payload, pki.ca, directory / "short.ko")
+
+
+def test_short_this_module_oopses_the_kernel(oracle: OracleVm, pki: Pki, tmp_path: Path) -> None:
+    """Kernel fact found by the oracle: 6.1 does not check the size of
+    .gnu.linkonce.this_module, and a signed module with a short one oopses in add_kallsyms
+    (the loading process dies). Runs last: it takes the shared guest down."""
+    data = short_this_module(pki, tmp_path)
+    with pytest.raises(VmError):
+        _load(oracle, data, "short")
+    assert "add_kallsyms" in oracle.vm.serial_log
