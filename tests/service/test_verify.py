@@ -242,3 +242,16 @@ def test_bytes_after_the_content_info_are_ignored_as_the_kernel_does(
     data = split(signed_rsa.read_bytes())
     verdict = check(file_with(tmp_path, data.with_(blob=data.blob + b"\0junk")), trust, target)
     assert verdict.ok, verdict.reason
+
+
+def test_write_exec_section_is_enoexec_with_strict_module_rwx(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """A signed module with a W+X section: ENOEXEC from module_enforce_rwx_sections."""
+    from tests.service.test_modinfo import section_index, set_field
+
+    data = modules["ms_params"].read_bytes()
+    wx = set_field(data, section_index(data, b".data"), "flags", 0x7)
+    signed = sign(file_with(tmp_path, wx, "raw.ko"), rsa_key, tmp_path / "m.ko")
+    verdict = check(signed, trust, target)
+    assert verdict.reason == "ENOEXEC: section .data is writable and executable (STRICT_MODULE_RWX)"
