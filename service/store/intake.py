@@ -30,6 +30,7 @@ from service.store.dropfs import open_dir, read_small
 from service.store.generations import Store
 from service.store.state import BundleState, Generation, Phase, load, locked, save
 from service.store.statusfile import write_status
+from service.verify.bundle import order_problems
 from service.verify.keyring import Keyring, enforcing
 from service.verify.target import Target
 from service.verify.trust import TrustStore
@@ -225,6 +226,8 @@ class Intake:
             target = Target.from_layout(self.layout, manifest.kernel)
             verdicts = verify_files(tmp, manifest, trust=self.trust, kernel=target, shown=drop)
             reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
+            if not reasons:
+                reasons = order_problems(verdicts[: len(manifest.modules)])
             if not reasons:
                 reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
             if reasons:
