@@ -34,7 +34,7 @@ from service.verify.bundle import order_problems
 from service.verify.keyring import Keyring, enforcing
 from service.verify.target import Target
 from service.verify.trust import TrustStore
-from service.verify.verdict import verify_files
+from service.verify.verdict import Verdict, verify_files
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params
@@ -229,25 +229,33 @@ class Intake:
             if not reasons:
                 reasons = order_problems(verdicts[: len(manifest.modules)])
             if not reasons:
-                reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
+                reasons = self._preflight(manifest, verdicts[: len(manifest.modules)], target)
             if reasons:
                 raise Rejected(reasons)
             self.store.publish(tmp, generation)
         finally:
             self.store.discard(tmp)
 
-    def _preflight(self, manifest: Manifest, key_ids: list[str]) -> list[str]:
-        """Signers the running kernel will refuse, when it enforces and is the target."""
+    def _preflight(self, manifest: Manifest, verdicts: list[Verdict], target: Target) -> list[str]:
+        """What the running kernel will refuse, when it enforces and is the target: asked
+        as it asks (``.secondary_trusted_keys``, then ``.platform`` on ENOKEY when built
+        with it, then the module's hash against ``.blacklist``)."""
         if manifest.kernel != self.layout.kernel_release():
             return []
         why = enforcing(self.layout)
         if why is None:
             return []
-        return [
+        platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+        reasons = [
             f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {k}"
-            for k in dict.fromkeys(key_ids)
-            if not self.keyring.trusts(k)
+            for k in dict.fromkeys(v.key_id for v in verdicts if v.key_id)
+            if not self.keyring.trusts(k, platform=platform)
         ]
+        for v in verdicts:
+            digest = v.image_sha256 or v.sha256
+            if digest and self.keyring.blacklisted(digest):
+                reasons.append(f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist")
+        return reasons
 
 
 def record_pending(bundle: BundleState, manifest: Manifest, retain: int) -> BundleState:

@@ -68,6 +68,7 @@ class Verdict:
     firmware: tuple[str, ...] = ()
     key_id: str | None = None  # hex of the kernel's key id ("ex:" id) of the signer
     compression: str | None = None  # "xz", "zst", "gz" by content, None for a plain ELF
+    image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
     notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
 
     @property
@@ -262,6 +263,7 @@ def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: i
         while read(CHUNK):
             pass
         facts.fields["sha256"] = whole.hexdigest()
+    facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
     _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
 
 
