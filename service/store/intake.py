@@ -32,6 +32,7 @@ from service.store.state import BundleState, Generation, Phase, load, locked, sa
 from service.store.statusfile import write_status
 from service.verify.bundle import order_problems
 from service.verify.keyring import Keyring, enforcing
+from service.verify.params import param_problems
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import Verdict, verify_files
@@ -206,6 +207,7 @@ class Intake:
             problems.append(f"memory policy {manifest.memory.value!r} is not allowed on this host")
         forbidden = {n.replace("-", "_") for n in cfg.forbidden_params}
         for i, module in enumerate(manifest.modules):
+            problems += [f"module[{i}].params: {p}" for p in param_problems(module.params)]
             for name, _value in parse_params(module.params):
                 if name.replace("-", "_") in forbidden:
                     problems.append(f"module[{i}].params: {name!r} is forbidden on this host")

@@ -103,3 +103,22 @@ def test_sealed_memfd_is_read_only_and_sealed() -> None:
             os.close(writable)
     finally:
         os.close(fd)
+
+
+def test_firmware_path_is_cleared_with_a_nul_and_bounded_to_255_bytes(tmp_path: Path) -> None:
+    """param_set_copystring keeps "\\n" verbatim; a lone NUL clears; 256+ bytes is ENOSPC."""
+    from service.errors import BootError
+    from service.kernel.firmware import PATH_PARAM, FirmwareView
+    from service.kernel.sysfs import Sysfs
+
+    sys = tmp_path / "sys"
+    (sys / PATH_PARAM).parent.mkdir(parents=True)
+    (sys / PATH_PARAM).write_text("\n")
+    view = FirmwareView(tmp_path / "view", Sysfs(sys), allow_foreign=False)
+    view.point(True)
+    assert (sys / PATH_PARAM).read_text() == str(tmp_path / "view")
+    view.point(False)
+    assert (sys / PATH_PARAM).read_bytes() == b"\0"
+    long_view = FirmwareView(tmp_path / ("x" * 256), Sysfs(sys), allow_foreign=False)
+    with pytest.raises(BootError, match=r"longer than firmware_class\.path's 255 bytes"):
+        long_view.point(True)

@@ -76,3 +76,12 @@ def test_intake_refuses_consumer_before_its_exporter_even_renamed(
     assert any("depends on ms_exporter" in r and "exporter-2.ko" in r for r in reasons), reasons
     accepted, reasons = take(host, kernel, [exporter / "exporter-2.ko", consumer])
     assert accepted, reasons
+
+
+def test_parameter_with_byte_a0_outside_quotes_is_refused() -> None:
+    """lib/ctype.c counts 0xA0 as a space: U+00A0 (UTF-8 C2 A0) would split the value."""
+    from service.verify.params import param_problems
+
+    assert param_problems("label=a\u00a0b")[0].startswith("EINVAL (policy): byte 0xA0 at offset 8")
+    assert param_problems('label="a\u00a0b" count=1') == []
+    assert param_problems("label=caf\u00e9 count=2") == []  # é is C3 A9: no 0xA0
