@@ -261,20 +261,26 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
                 "would force-load it and taint"
             )
         raise ModuleRejected("ENOEXEC: no vermagic in .modinfo and no MODULE_FORCE_LOAD")
-    if target.vermagic is None:
-        raise ModuleRejected(
-            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
-        )
-    if not same_magic(info.vermagic, target.vermagic, info.has_versions):
+    if target.vermagic is not None and not same_magic(
+        info.vermagic, target.vermagic, info.has_versions
+    ):
         raise ModuleRejected(
             f"ENOEXEC: vermagic {info.vermagic!r} does not match the target's "
             f"{target.vermagic!r} (from {target.vermagic_source})"
         )
     built_for = info.vermagic.split(" ", 1)[0]
     if built_for != target.release:
+        if not info.has_versions:  # same_magic compares the whole string, release included
+            raise ModuleRejected(
+                f"ENOEXEC: vermagic is for kernel {built_for}, not {target.release}"
+            )
         raise ModuleRejected(
-            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release}; "
-            "the kernel would fall back to symbol CRCs modstage cannot check"
+            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
+            "(with modversions the kernel would compare symbol CRCs, which modstage cannot)"
+        )
+    if target.vermagic is None:
+        raise ModuleRejected(
+            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
         )
 
 
