@@ -255,3 +255,14 @@ def test_write_exec_section_is_enoexec_with_strict_module_rwx(
     signed = sign(file_with(tmp_path, wx, "raw.ko"), rsa_key, tmp_path / "m.ko")
     verdict = check(signed, trust, target)
     assert verdict.reason == "ENOEXEC: section .data is writable and executable (STRICT_MODULE_RWX)"
+
+
+def test_module_named_like_a_built_in_is_refused(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """A name in the target's modules.builtin: EINVAL at load when the built-in has a
+    /sys/module entry; modstage refuses it always, and says it is policy."""
+    verdict = check(signed_rsa, trust, replace(target, builtin=frozenset({"ms_params"})))
+    assert (verdict.errno, verdict.policy) == ("EINVAL", True)
+    assert verdict.reason is not None and "built into the target kernel" in verdict.reason
+    assert check(signed_rsa, trust, target).ok
