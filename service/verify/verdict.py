@@ -25,7 +25,7 @@ from service.beneath import open_regular
 from service.errors import ModuleRejected
 from service.verify.asn1 import MAX_BLOB, Asn1Error
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
-from service.verify.modinfo import ModInfo, check_vermagic
+from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
 from service.verify.pkcs7 import Message, parse_message
 from service.verify.signature import TAIL, parse_trailer
 from service.verify.signers import Refused, pkcs7_verify, validate_trust
@@ -229,11 +229,13 @@ def _check_elf(
         depends=info.depends,
         firmware=info.firmware,
     )
+    check_crcs(info, target.crcs, layout=True)
     check_vermagic(info, target)
     if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
         raise ModuleRejected(
             f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
+    check_crcs(info, target.crcs, layout=False)
     name = (info.module_name or "").replace("-", "_")
     if name in target.builtin:
         raise ModuleRejected(

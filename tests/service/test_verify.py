@@ -266,3 +266,37 @@ def test_module_named_like_a_built_in_is_refused(
     assert (verdict.errno, verdict.policy) == ("EINVAL", True)
     assert verdict.reason is not None and "built into the target kernel" in verdict.reason
     assert check(signed_rsa, trust, target).ok
+
+
+def _with_crc(data: bytes, symbol: bytes, crc: int) -> bytes:
+    """``data`` with ``symbol``'s CRC in __versions replaced (entries: u64 crc, name[56])."""
+    at = data.index(symbol + b"\0") - 8
+    return data[:at] + crc.to_bytes(8, "little") + data[at + 8 :]
+
+
+def test_symbol_crcs_the_target_exports_are_checked(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """check_modstruct_version: a wrong module_layout CRC is ENOEXEC (before vermagic);
+    resolve_symbol: a wrong CRC of another known export is EINVAL."""
+    assert "module_layout" in target.crcs, target.crcs_source
+    data = modules["ms_params"].read_bytes()
+    layout = sign(
+        file_with(tmp_path, _with_crc(data, b"module_layout", 1), "a.ko"),
+        rsa_key,
+        tmp_path / "l.ko",
+    )
+    verdict = check(layout, trust, target)
+    assert (verdict.errno, verdict.policy) == ("ENOEXEC", False)
+    assert verdict.reason is not None and "version of symbol module_layout" in verdict.reason
+    info_symbols = [
+        n for n in ("param_ops_int", "_printk", "param_ops_charp") if n.encode() + b"\0" in data
+    ]
+    symbol = info_symbols[0]
+    other = sign(
+        file_with(tmp_path, _with_crc(data, symbol.encode(), 2), "b.ko"), rsa_key, tmp_path / "o.ko"
+    )
+    known = replace(target, crcs={**target.crcs, symbol: 12345})
+    assert check(other, trust, target).ok or symbol in target.crcs
+    verdict = check(other, trust, known)
+    assert verdict.errno == "EINVAL" and f"version of symbol {symbol}" in (verdict.reason or "")

@@ -193,3 +193,16 @@ def test_ec_keys_need_crypto_ecdsa_in_the_target(
     assert verdict(payload, blob, trust, target).ok
     v = verdict(payload, blob, trust, debian_target)
     assert v.reason is not None and v.reason.startswith("ENOKEY") and "cannot load" in v.reason
+
+
+def test_signer_identifier_of_the_wrong_kind_is_an_empty_key_id_einval(
+    payload: bytes, alice: Cert, target: Target
+) -> None:
+    """A v1 SignerInfo carrying a SKID leaves serial+issuer empty: the keyring search for
+    "ex:" with no hex fails with EINVAL (asymmetric_key_hex_to_key_id), fatal as it is."""
+    signer = signer_info(payload, alice, skid=True)
+    signer["version"] = "v1"
+    v = verdict(
+        payload, signed_data([signer], version="v1"), TrustStore.from_der(alice.der), target
+    )
+    assert (v.errno, v.policy) == ("EINVAL", False), v.reason
