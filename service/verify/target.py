@@ -87,6 +87,7 @@ class Target:
     builtin: frozenset[str] = field(default_factory=frozenset)
     crcs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     crcs_source: str = "none"
+    builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
 
     @classmethod
     def from_layout(cls, layout: Layout, release: str | None = None) -> Target:
@@ -108,6 +109,7 @@ class Target:
             _builtin(modules / "modules.builtin"),
             crcs,
             crcs_source,
+            _builtin_sysfs(modules / "modules.builtin.modinfo"),
         )
 
     @classmethod
@@ -243,3 +245,17 @@ def _builtin(path: Path) -> frozenset[str]:
         return frozenset()
     names = (Path(line).name for line in lines)
     return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
+
+
+def _builtin_sysfs(path: Path) -> frozenset[str]:
+    """Built-ins with parameters or a version: the kernel gives them a /sys/module entry."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return frozenset()
+    names = set()
+    for entry in data.split(b"\0"):
+        name, dot, rest = entry.partition(b".")
+        if dot and rest.startswith((b"parm=", b"parmtype=", b"version=")):
+            names.add(name.decode("utf-8", "replace").replace("-", "_"))
+    return frozenset(names)

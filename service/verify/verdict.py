@@ -237,6 +237,11 @@ def _check_elf(
         )
     check_crcs(info, target.crcs, layout=False)
     name = (info.module_name or "").replace("-", "_")
+    if name in target.builtin_sysfs:
+        raise ModuleRejected(
+            f"EINVAL: module {name} is built into the target kernel with a /sys/module entry "
+            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it"
+        )
     if name in target.builtin:
         raise ModuleRejected(
             f"EINVAL (policy): module {name} is built into the target kernel (modules.builtin); "

@@ -266,6 +266,10 @@ def test_module_named_like_a_built_in_is_refused(
     assert (verdict.errno, verdict.policy) == ("EINVAL", True)
     assert verdict.reason is not None and "built into the target kernel" in verdict.reason
     assert check(signed_rsa, trust, target).ok
+    with_sysfs = replace(target, builtin_sysfs=frozenset({"ms_params"}))
+    verdict = check(signed_rsa, trust, with_sysfs)
+    assert (verdict.errno, verdict.policy) == ("EINVAL", False)
+    assert "pci_hotplug" in target.builtin_sysfs  # a built-in with parameters on Debian 6.1
 
 
 def _with_crc(data: bytes, symbol: bytes, crc: int) -> bytes:
