@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,6 +151,7 @@ class ModInfo:
     fields: tuple[tuple[str, str], ...]  # every key=value, in file order
     module_name: str | None = None  # the name the kernel registers (struct module's)
     write_exec: str | None = None  # the first W+X section, if any
+    versions: tuple[tuple[str, int], ...] = ()  # __versions: (symbol, crc) as the kernel reads
 
     @classmethod
     def from_bytes(cls, data: bytes, machine: int | None = None) -> ModInfo:
@@ -176,12 +177,14 @@ class ModInfo:
         raw_name = read_at(this.offset + MODULE_NAME_AT, MODULE_NAME_LEN)
         struct_name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace") or None
         wx = elf.write_exec()
-        parsed = cls.from_fields(fields, elf.machine, elf.find_sec(b"__versions") is not None)
+        vers = elf.find_sec(b"__versions")
+        parsed = cls.from_fields(fields, elf.machine, vers is not None)
         return cls(
             **{
                 **parsed.__dict__,
                 "module_name": struct_name,
                 "write_exec": None if wx is None else (wx.name or b"?").decode("utf-8", "replace"),
+                "versions": () if vers is None else _versions(read, vers),
             }
         )
 
@@ -212,8 +215,36 @@ class ModInfo:
         )
 
 
-def read_vermagic(path: Path) -> str | None:
-    """``vermagic=`` of an installed module file (compressed ones too), or None."""
+def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:
+    """``struct modversion_info`` entries (unsigned long crc, char name[56])."""
+    if sec.type == SHT_NOBITS or sec.size > MAX_TABLE:
+        return ()
+    data = read(sec.offset, sec.size - sec.size % 64)
+    out = []
+    for at in range(0, len(data), 64):
+        crc = struct.unpack_from("<Q", data, at)[0]
+        name = data[at + 8 : at + 64].split(b"\0", 1)[0].decode("utf-8", "replace")
+        out.append((name, crc))
+    return tuple(out)
+
+
+def check_crcs(info: ModInfo, crcs: dict[str, int] | Mapping[str, int], *, layout: bool) -> None:
+    """``check_version`` for the symbols whose CRC the target is known to export.
+
+    ``layout``: only ``module_layout`` (``check_modstruct_version``: ENOEXEC, checked before
+    vermagic); else every other symbol (``resolve_symbol``: EINVAL, after it).
+    """
+    for name, crc in info.versions:
+        if (name == "module_layout") != layout or name not in crcs or crc == crcs[name]:
+            continue
+        code = "ENOEXEC" if layout else "EINVAL"
+        raise ModuleRejected(
+            f"{code}: disagrees about version of symbol {name} "
+            f"(module {crc:#x}, target {crcs[name]:#x})"
+        )
+
+
+def _installed(path: Path) -> ModInfo | None:
     from service.verify.decompress import compression, decompress
 
     try:
@@ -221,9 +252,21 @@ def read_vermagic(path: Path) -> str | None:
             kind = compression(f.read(6))
             f.seek(0)
             data = f.read() if kind is None else decompress(f.read, kind)
-        return ModInfo.from_bytes(data).vermagic
+        return ModInfo.from_bytes(data)
     except (OSError, ModuleRejected):
         return None
+
+
+def read_vermagic(path: Path) -> str | None:
+    """``vermagic=`` of an installed module file (compressed ones too), or None."""
+    info = _installed(path)
+    return None if info is None else info.vermagic
+
+
+def read_versions(path: Path) -> tuple[tuple[str, int], ...]:
+    """``__versions`` of an installed module file: CRCs the target kernel exports."""
+    info = _installed(path)
+    return () if info is None else info.versions
 
 
 def _fields(section: bytes) -> list[tuple[str, str]]:
@@ -261,20 +304,26 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
                 "would force-load it and taint"
             )
         raise ModuleRejected("ENOEXEC: no vermagic in .modinfo and no MODULE_FORCE_LOAD")
-    if target.vermagic is None:
-        raise ModuleRejected(
-            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
-        )
-    if not same_magic(info.vermagic, target.vermagic, info.has_versions):
+    if target.vermagic is not None and not same_magic(
+        info.vermagic, target.vermagic, info.has_versions
+    ):
         raise ModuleRejected(
             f"ENOEXEC: vermagic {info.vermagic!r} does not match the target's "
             f"{target.vermagic!r} (from {target.vermagic_source})"
         )
     built_for = info.vermagic.split(" ", 1)[0]
     if built_for != target.release:
+        if not info.has_versions:  # same_magic compares the whole string, release included
+            raise ModuleRejected(
+                f"ENOEXEC: vermagic is for kernel {built_for}, not {target.release}"
+            )
         raise ModuleRejected(
-            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release}; "
-            "the kernel would fall back to symbol CRCs modstage cannot check"
+            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
+            "(with modversions the kernel would compare symbol CRCs, which modstage cannot)"
+        )
+    if target.vermagic is None:
+        raise ModuleRejected(
+            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
         )
 
 

@@ -57,6 +57,8 @@ class Keyring:
     def find(self, id_0: bytes | None, id_1: bytes | None) -> KernelKey:
         """The key matching ``id_0`` (else ``id_1``); raises :class:`Refused` (ENOKEY...)."""
         want = id_0 if id_0 is not None else id_1
+        if not want:  # "ex:" with no hex: asymmetric_key_hex_to_key_id says EINVAL
+            raise Refused(errno.EINVAL, "signer's key id is empty (identifier of the wrong kind)")
         for key in self.keys:
             if want is not None and want in (key.id, key.skid):
                 if id_0 is not None and id_1 is not None and key.skid != id_1:

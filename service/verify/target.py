@@ -85,6 +85,9 @@ class Target:
     vermagic_source: str
     config: KernelConfig
     builtin: frozenset[str] = field(default_factory=frozenset)
+    crcs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    crcs_source: str = "none"
+    builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
 
     @classmethod
     def from_layout(cls, layout: Layout, release: str | None = None) -> Target:
@@ -95,11 +98,18 @@ class Target:
             raise ModuleRejected(
                 f"EINVAL: no target release given and {layout.os_release} unreadable"
             )
+        modules = layout.modules_dir(release)
+        vermagic, source, probe = _vermagic(modules)
+        crcs, crcs_source = _crcs(modules, probe)
         return cls(
             release,
-            *_vermagic(layout.modules_dir(release)),
+            vermagic,
+            source,
             _config(layout, release, running),
-            _builtin(layout.modules_dir(release) / "modules.builtin"),
+            _builtin(modules / "modules.builtin"),
+            crcs,
+            crcs_source,
+            _builtin_sysfs(modules / "modules.builtin.modinfo"),
         )
 
     @classmethod
@@ -159,6 +169,7 @@ class Target:
             "vermagic": self.vermagic,
             "vermagic_source": self.vermagic_source,
             "config_source": self.config.source,
+            "crcs_source": self.crcs_source,
             "notes": list(self.notes()),
         }
 
@@ -170,8 +181,8 @@ def _running(layout: Layout) -> str | None:
         return None
 
 
-def _vermagic(directory: Path) -> tuple[str | None, str]:
-    """``vermagic=`` of the first readable in-tree module under ``directory/kernel``."""
+def _vermagic(directory: Path) -> tuple[str | None, str, Path | None]:
+    """(``vermagic=``, its source, the module) of the first readable in-tree module."""
     from service.verify.modinfo import read_vermagic  # modinfo imports nothing from here
 
     tree = directory / "kernel"
@@ -185,10 +196,30 @@ def _vermagic(directory: Path) -> tuple[str | None, str]:
             probes += 1
             vermagic = read_vermagic(path)
             if vermagic is not None:
-                return vermagic, str(path)
+                return vermagic, str(path), path
             if probes >= _MAX_PROBES:
-                return None, f"not found: no readable vermagic in {probes} modules under {tree}"
-    return None, f"not found: no in-tree module under {tree}"
+                why = f"not found: no readable vermagic in {probes} modules under {tree}"
+                return None, why, None
+    return None, f"not found: no in-tree module under {tree}", None
+
+
+def _crcs(directory: Path, probe: Path | None) -> tuple[Mapping[str, int], str]:
+    """Exported symbols' CRCs: ``build/Module.symvers``, plus the probed module's __versions."""
+    from service.verify.modinfo import read_versions
+
+    crcs: dict[str, int] = dict(read_versions(probe)) if probe is not None else {}
+    sources = [str(probe)] if crcs else []
+    symvers = directory / "build" / "Module.symvers"
+    try:
+        with symvers.open(errors="replace") as f:
+            for line in f:
+                fields = line.split("\t")
+                if len(fields) >= 2 and fields[0].startswith("0x"):
+                    crcs[fields[1]] = int(fields[0], 16)
+        sources.append(str(symvers))
+    except (OSError, ValueError):
+        pass
+    return MappingProxyType(crcs), " + ".join(sources) or "none"
 
 
 def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
@@ -214,3 +245,17 @@ def _builtin(path: Path) -> frozenset[str]:
         return frozenset()
     names = (Path(line).name for line in lines)
     return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
+
+
+def _builtin_sysfs(path: Path) -> frozenset[str]:
+    """Built-ins with parameters or a version: the kernel gives them a /sys/module entry."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return frozenset()
+    names = set()
+    for entry in data.split(b"\0"):
+        name, dot, rest = entry.partition(b".")
+        if dot and rest.startswith((b"parm=", b"parmtype=", b"version=")):
+            names.add(name.decode("utf-8", "replace").replace("-", "_"))
+    return frozenset(names)

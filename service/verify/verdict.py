@@ -25,7 +25,7 @@ from service.beneath import open_regular
 from service.errors import ModuleRejected
 from service.verify.asn1 import MAX_BLOB, Asn1Error
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
-from service.verify.modinfo import ModInfo, check_vermagic
+from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
 from service.verify.pkcs7 import Message, parse_message
 from service.verify.signature import TAIL, parse_trailer
 from service.verify.signers import Refused, pkcs7_verify, validate_trust
@@ -68,6 +68,7 @@ class Verdict:
     firmware: tuple[str, ...] = ()
     key_id: str | None = None  # hex of the kernel's key id ("ex:" id) of the signer
     compression: str | None = None  # "xz", "zst", "gz" by content, None for a plain ELF
+    image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
     notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
 
     @property
@@ -228,12 +229,19 @@ def _check_elf(
         depends=info.depends,
         firmware=info.firmware,
     )
+    check_crcs(info, target.crcs, layout=True)
     check_vermagic(info, target)
     if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
         raise ModuleRejected(
             f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
+    check_crcs(info, target.crcs, layout=False)
     name = (info.module_name or "").replace("-", "_")
+    if name in target.builtin_sysfs:
+        raise ModuleRejected(
+            f"EINVAL: module {name} is built into the target kernel with a /sys/module entry "
+            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it"
+        )
     if name in target.builtin:
         raise ModuleRejected(
             f"EINVAL (policy): module {name} is built into the target kernel (modules.builtin); "
@@ -262,6 +270,7 @@ def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: i
         while read(CHUNK):
             pass
         facts.fields["sha256"] = whole.hexdigest()
+    facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
     _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
 
 

@@ -22,7 +22,8 @@ def install_target(root: Path, release: str, *, config_extra: str = "") -> Path:
     modules = root / "lib/modules" / release
     (modules / IN_TREE).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(real / IN_TREE, modules / IN_TREE)
-    shutil.copyfile(real / "modules.builtin", modules / "modules.builtin")
+    for listing in ("modules.builtin", "modules.builtin.modinfo"):
+        shutil.copyfile(real / listing, modules / listing)
     (root / "boot").mkdir(parents=True, exist_ok=True)
     config = Path(f"/boot/config-{release}").read_text()
     (root / "boot" / f"config-{release}").write_text(config + config_extra)

@@ -30,6 +30,13 @@ class FakeKernel:
             raise LoadError(self.fail[name], describe(self.fail[name]))
         self.live[name] = None
 
+    def load_image(self, image: bytes, name: str, params: str) -> None:
+        name = name.split(".")[0].replace("-", "_")
+        self.calls.append(("load", name, params))
+        if name in self.fail:
+            raise LoadError(self.fail[name], describe(self.fail[name]))
+        self.live[name] = None
+
     def unload(self, name: str) -> None:
         self.calls.append(("unload", name))
         if self.live.pop(name, "absent") == "absent":

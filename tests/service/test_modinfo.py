@@ -188,3 +188,88 @@ def test_fuzz_random_elf_headers_only_domain_error(data: bytes) -> None:
     """Random bytes behind an ELF64 magic raise only ModuleRejected."""
     with contextlib.suppress(ModuleRejected):
         ModInfo.from_bytes(data)
+
+
+def section_index(data: bytes, name: bytes) -> int:
+    """Index of the first section called ``name`` (test modules are well formed)."""
+    shoff, shnum, shstrndx = (
+        struct.unpack_from("<Q", data, 40)[0],
+        *struct.unpack_from("<HH", data, 60),
+    )
+    str_off = struct.unpack_from("<Q", data, shoff + shstrndx * 64 + 24)[0]
+    for i in range(shnum):
+        sh_name = struct.unpack_from("<I", data, shoff + i * 64)[0]
+        if data[str_off + sh_name : str_off + sh_name + len(name) + 1] == name + b"\0":
+            return i
+    raise KeyError(name)
+
+
+def set_field(data: bytes, index: int, field: str, value: int) -> bytes:
+    """``data`` with one field of section header ``index`` replaced."""
+    offsets = {"name": (0, "<I"), "type": (4, "<I"), "flags": (8, "<Q"), "addr": (16, "<Q")}
+    offsets |= {"offset": (24, "<Q"), "size": (32, "<Q"), "link": (40, "<I")}
+    at, fmt = offsets[field]
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    return patch(data, shoff + index * 64 + at, fmt, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: set_field(d, section_index(d, b".symtab"), "type", 1), "module has no symbols"),
+        (lambda d: set_field(d, section_index(d, b".symtab"), "link", 0), "links to section 0"),
+        (lambda d: set_field(d, 0, "addr", 0x1000), "section 0 is not an empty SHT_NULL"),
+        (
+            lambda d: set_field(d, section_index(d, b".gnu.linkonce.this_module"), "flags", 0x1),
+            "no module found in object",
+        ),
+    ],
+    ids=["no SHT_SYMTAB", "symtab sh_link 0", "section 0 address", "this_module not ALLOC"],
+)
+def test_elf_validity_and_setup_load_info_rules(
+    modules: dict[str, Path], edit: object, expected: str
+) -> None:
+    """elf_validity_check / setup_load_info refusals are ENOEXEC, each naming its rule."""
+    data = edit(modules["ms_params"].read_bytes())  # type: ignore[operator]
+    reason = rejected(data)
+    assert reason.startswith("ENOEXEC: ") and expected in reason, reason
+
+
+def test_non_alloc_decoy_modinfo_before_the_real_one_is_ignored(modules: dict[str, Path]) -> None:
+    """find_sec takes SHF_ALLOC sections only: a non-allocated ".modinfo" placed earlier is
+    invisible to the kernel, and so to modstage."""
+    data = modules["ms_params"].read_bytes()
+    real = section_index(data, b".modinfo")
+    decoy_index = section_index(data, b".rela.exit.text")
+    assert decoy_index < real
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    name = struct.unpack_from("<I", data, shoff + real * 64)[0]
+    decoy = b"vermagic=0.0.0-decoy SMP \0name=decoy\0"
+    data += decoy
+    for field, value in (
+        ("name", name),
+        ("type", 1),
+        ("flags", 0),
+        ("offset", len(data) - len(decoy)),
+    ):
+        data = set_field(data, decoy_index, field, value)
+    data = set_field(data, decoy_index, "size", len(decoy))
+    info = ModInfo.from_bytes(data)
+    assert info.name == "ms_params" and info.vermagic is not None
+    assert not info.vermagic.startswith("0.0.0-decoy")
+
+
+def test_what_the_kernel_does_not_check_is_not_refused(modules: dict[str, Path]) -> None:
+    """EI_CLASS/EI_DATA and the section name table's type are not examined by 6.1."""
+    data = modules["ms_params"].read_bytes()
+    assert ModInfo.from_bytes(data[:4] + b"\x01\x02" + data[6:]).name == "ms_params"
+    shstrndx = struct.unpack_from("<H", data, 62)[0]
+    assert ModInfo.from_bytes(set_field(data, shstrndx, "type", 1)).name == "ms_params"
+
+
+def test_write_exec_section_is_reported(modules: dict[str, Path]) -> None:
+    """module_enforce_rwx_sections looks at every section: a W+X one is named."""
+    data = modules["ms_params"].read_bytes()
+    assert ModInfo.from_bytes(data).write_exec is None
+    wx = set_field(data, section_index(data, b".data"), "flags", 0x7)
+    assert ModInfo.from_bytes(wx).write_exec == ".data"

@@ -242,3 +242,65 @@ def test_bytes_after_the_content_info_are_ignored_as_the_kernel_does(
     data = split(signed_rsa.read_bytes())
     verdict = check(file_with(tmp_path, data.with_(blob=data.blob + b"\0junk")), trust, target)
     assert verdict.ok, verdict.reason
+
+
+def test_write_exec_section_is_enoexec_with_strict_module_rwx(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """A signed module with a W+X section: ENOEXEC from module_enforce_rwx_sections."""
+    from tests.service.test_modinfo import section_index, set_field
+
+    data = modules["ms_params"].read_bytes()
+    wx = set_field(data, section_index(data, b".data"), "flags", 0x7)
+    signed = sign(file_with(tmp_path, wx, "raw.ko"), rsa_key, tmp_path / "m.ko")
+    verdict = check(signed, trust, target)
+    assert verdict.reason == "ENOEXEC: section .data is writable and executable (STRICT_MODULE_RWX)"
+
+
+def test_module_named_like_a_built_in_is_refused(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """A name in the target's modules.builtin: EINVAL at load when the built-in has a
+    /sys/module entry; modstage refuses it always, and says it is policy."""
+    verdict = check(signed_rsa, trust, replace(target, builtin=frozenset({"ms_params"})))
+    assert (verdict.errno, verdict.policy) == ("EINVAL", True)
+    assert verdict.reason is not None and "built into the target kernel" in verdict.reason
+    assert check(signed_rsa, trust, target).ok
+    with_sysfs = replace(target, builtin_sysfs=frozenset({"ms_params"}))
+    verdict = check(signed_rsa, trust, with_sysfs)
+    assert (verdict.errno, verdict.policy) == ("EINVAL", False)
+    assert "pci_hotplug" in target.builtin_sysfs  # a built-in with parameters on Debian 6.1
+
+
+def _with_crc(data: bytes, symbol: bytes, crc: int) -> bytes:
+    """``data`` with ``symbol``'s CRC in __versions replaced (entries: u64 crc, name[56])."""
+    at = data.index(symbol + b"\0") - 8
+    return data[:at] + crc.to_bytes(8, "little") + data[at + 8 :]
+
+
+def test_symbol_crcs_the_target_exports_are_checked(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """check_modstruct_version: a wrong module_layout CRC is ENOEXEC (before vermagic);
+    resolve_symbol: a wrong CRC of another known export is EINVAL."""
+    assert "module_layout" in target.crcs, target.crcs_source
+    data = modules["ms_params"].read_bytes()
+    layout = sign(
+        file_with(tmp_path, _with_crc(data, b"module_layout", 1), "a.ko"),
+        rsa_key,
+        tmp_path / "l.ko",
+    )
+    verdict = check(layout, trust, target)
+    assert (verdict.errno, verdict.policy) == ("ENOEXEC", False)
+    assert verdict.reason is not None and "version of symbol module_layout" in verdict.reason
+    info_symbols = [
+        n for n in ("param_ops_int", "_printk", "param_ops_charp") if n.encode() + b"\0" in data
+    ]
+    symbol = info_symbols[0]
+    other = sign(
+        file_with(tmp_path, _with_crc(data, symbol.encode(), 2), "b.ko"), rsa_key, tmp_path / "o.ko"
+    )
+    known = replace(target, crcs={**target.crcs, symbol: 12345})
+    assert check(other, trust, target).ok or symbol in target.crcs
+    verdict = check(other, trust, known)
+    assert verdict.errno == "EINVAL" and f"version of symbol {symbol}" in (verdict.reason or "")
