@@ -496,7 +496,7 @@ def randomized(g: Generator, count: int = 40) -> None:
 
 
 def edges(g: Generator) -> None:
-    """Boundary cases spread over the categories: odd fields, skipped signers, odd chains."""
+    """Boundary cases of the PKCS#7 fields and of embedded chains."""
     s, pki = g.signer, g.pki
     chain = pki["chain2048"].der
     broken = chain[:-4] + bytes(b ^ 0xFF for b in chain[-4:])
@@ -526,6 +526,11 @@ def edges(g: Generator) -> None:
     }  # fmt: skip
     for label, cms in keys_cases.items():
         g.add("keys", label, g.cms(g.payload(), cms))
+
+
+def edges_signers_and_files(g: Generator) -> None:
+    """Signers the kernel skips next to a good one; trailer, ELF and xz boundaries."""
+    s = g.signer
     skipped = {
         "good+sha3-signer": (s(), s("rsa3072", digest="sha3-256")),
         "sha3-signer+good": (s("rsa3072", digest="sha3-256"), s()),
@@ -567,6 +572,7 @@ CATEGORIES = (
     modinfo,
     compression,
     edges,
+    edges_signers_and_files,
     randomized,
 )
 
