@@ -20,6 +20,7 @@ from stager.errors import StagerError
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
 
 Runner = Callable[[argparse.Namespace, TextIO], int]
 
@@ -30,7 +31,8 @@ def _root(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("/"),
         metavar="PREFIX",
-        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /)",
+        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /); "
+        "any other PREFIX is a sandbox: modules are never loaded, the machine never rebooted",
     )
 
 
@@ -168,11 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DROP",
         help="drop directories (default: every complete drop in incoming/)",
     )
-    _host(
+    boot = _host(
         sub,
         "boot",
         "service.cmd.boot",
         "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    boot.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
+        "and change nothing",
     )
     _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
     status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
@@ -180,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--reboot-required",
         action="store_true",
-        help="exit 0 if a reboot is required, 1 if not (kured sentinel command)",
+        help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "
+        "(the reason on stderr); kured's sentinel command",
     )
     wait = sub.add_parser("wait", help="(container) wait until a bundle's generation is active")
     wait.add_argument(
@@ -216,6 +225,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run ``modstage``; the one place that turns errors into messages and exit codes."""
     out = out if out is not None else sys.stdout
     args = build_parser().parse_args(argv)
+    error = EXIT_ERROR
+    if getattr(args, "reboot_required", False):
+        error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
     try:
         module = importlib.import_module(args.command)
     except ModuleNotFoundError as exc:
@@ -227,7 +239,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             "(install modstage[host] on the host)",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return error
     run: Runner = module.run
     try:
         return run(args, out)
@@ -239,7 +251,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
         if isinstance(exc, ServiceError):
             print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+            return error
         raise
 
 

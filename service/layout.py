@@ -19,6 +19,15 @@ class Layout:
     def _under(self, absolute: str) -> Path:
         return self.root / absolute.lstrip("/")
 
+    def sandboxed(self) -> bool:
+        """``--root`` other than ``/``: never load modules, never reboot the machine."""
+        resolved = self.root.resolve()
+        return resolved != Path(resolved.anchor)
+
+    def host(self, path: Path | str) -> Path:
+        """A host path named in the config (``/run/x``), under this layout's root."""
+        return self._under(str(path))
+
     # admin-owned configuration
     @property
     def etc(self) -> Path:

@@ -272,10 +272,12 @@ def collect(layout: Layout) -> dict[str, Any]:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage status``: print the status; exit 0 healthy, 1 degraded, 2 failed."""
     layout = Layout(args.root)
-    if args.reboot_required:
-        waiting = reboot_required(read_state(layout.state), layout.kernel_release())
-        print(" ".join(waiting) if waiting else "no reboot required", file=out)
-        return 0 if waiting else 1
+    if args.reboot_required:  # kured's sentinel command: exit 0, 1, or 3 on any error
+        import sys
+
+        from service.status import required
+
+        return required.run(layout, out, sys.stderr)
     doc = collect(layout)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
