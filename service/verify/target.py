@@ -155,6 +155,11 @@ class Target:
         out = []
         if self.vermagic is None:
             out.append(f"target vermagic {self.vermagic_source}")
+        if "Module.symvers" not in self.crcs_source:
+            out.append(
+                f"symbol CRCs: no build/Module.symvers; only {len(self.crcs)} CRCs known "
+                f"({self.crcs_source}), other symbols' CRC mismatches (EINVAL) are not caught"
+            )
         if not self.config.known:
             out.append(
                 f"target config {self.config.source}; assumed no ECDSA, no in-kernel "

@@ -1,4 +1,4 @@
-"""A target kernel's facts under a test root: one in-tree module, its config, modules.builtin.
+"""A target kernel's facts under a test root: one in-tree module, config, built-ins, CRCs.
 
 ``service.verify.target.Target.from_layout`` reads exactly these; the copies come from the
 installed Debian kernel, so the vermagic and configuration are the real ones.
@@ -22,7 +22,8 @@ def install_target(root: Path, release: str, *, config_extra: str = "") -> Path:
     modules = root / "lib/modules" / release
     (modules / IN_TREE).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(real / IN_TREE, modules / IN_TREE)
-    for listing in ("modules.builtin", "modules.builtin.modinfo"):
+    for listing in ("modules.builtin", "modules.builtin.modinfo", "build/Module.symvers"):
+        (modules / listing).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(real / listing, modules / listing)
     (root / "boot").mkdir(parents=True, exist_ok=True)
     config = Path(f"/boot/config-{release}").read_text()

@@ -304,3 +304,11 @@ def test_symbol_crcs_the_target_exports_are_checked(
     assert check(other, trust, target).ok or symbol in target.crcs
     verdict = check(other, trust, known)
     assert verdict.errno == "EINVAL" and f"version of symbol {symbol}" in (verdict.reason or "")
+
+
+def test_target_says_when_symbol_crcs_are_partly_unknown(target: Target) -> None:
+    """Without build/Module.symvers only the probe's CRCs are known, and the notes say so."""
+    assert "Module.symvers" in target.crcs_source and not target.notes()
+    partial = replace(target, crcs={"module_layout": 1}, crcs_source="/x/crc8.ko")
+    (note,) = partial.notes()
+    assert note.startswith("symbol CRCs: no build/Module.symvers; only 1 CRCs known")
