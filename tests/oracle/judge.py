@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.kmod.build import HEADERS
 from tests.oracle.cases import Case
 from tests.oracle.pki import Pki
 
@@ -44,13 +45,19 @@ POLICY, UNNAMED = (
 COLUMNS = (AGREE_ACCEPT, AGREE_REFUSE, M_ACCEPT_K_REFUSE, POLICY, UNNAMED)
 
 
-def target_root(directory: Path, release: str) -> Path:
+def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path:
     """A --root holding the target's config, its built-in module lists and one in-tree
-    module (its full vermagic)."""
+    module (its full vermagic); with `symvers`, also build/Module.symvers (every exported
+    symbol's CRC, as on a node with the kernel headers installed)."""
     modules = directory / "lib/modules" / release
     (modules / IN_TREE_MODULE).parent.mkdir(parents=True, exist_ok=True)
     for relative in (IN_TREE_MODULE, *BUILTIN_LISTS):
         shutil.copyfile(Path("/lib/modules") / release / relative, modules / relative)
+    if symvers:
+        (modules / "build").mkdir()
+        shutil.copyfile(
+            HEADERS / f"linux-headers-{release}/Module.symvers", modules / "build/Module.symvers"
+        )
     (directory / "boot").mkdir(exist_ok=True)
     shutil.copyfile(f"/boot/config-{release}", directory / f"boot/config-{release}")
     return directory
