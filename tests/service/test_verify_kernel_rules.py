@@ -245,3 +245,18 @@ def test_rsa_key_operation_errnos_are_rsa_pkcs1pads(alice: Cert) -> None:
     assert code(raw(n - 1)) == errno.EINVAL  # full-length block: no leading zero byte
     assert code(raw(2 << (8 * (size - 2)))) == errno.EBADMSG  # 00 02 ...: not type 1
     assert code(good[1:]) == errno.EINVAL  # signature shorter than the modulus
+
+
+def test_embedded_certificate_time_with_a_non_digit_is_ebadmsg(alice: Cert) -> None:
+    """x509_decode_time's dec2bin refuses anything but digits: the whole message fails."""
+    import errno
+
+    from service.verify.asn1 import Asn1Error
+    from service.verify.x509 import parse_certificate
+
+    der = bytearray(alice.der)
+    at = der.index(b"\x17\x0d") + 3  # second digit of notBefore's UTCTime
+    der[at] = 0xA0
+    with pytest.raises(Asn1Error) as exc:
+        parse_certificate(bytes(der), hashes=frozenset({"sha256"}), have_ecdsa=False)
+    assert exc.value.code == errno.EBADMSG and "not a digit" in exc.value.why
