@@ -82,6 +82,11 @@ class Layout:
         return self._under("/run/modstage")
 
     @property
+    def heartbeat(self) -> Path:
+        """The daemon's heartbeat file (refreshed every loop; ``status`` shows its age)."""
+        return self.run / "heartbeat.json"
+
+    @property
     def reboot_sentinel(self) -> Path:
         """kured's default sentinel file."""
         return self._under("/var/run/reboot-required")

@@ -27,6 +27,7 @@ def reboot_required(state: State, kernel: str) -> list[str]:
         if (
             gen is not None
             and not gen.failed
+            and not b.held
             and gen.kernel == kernel
             and b.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
         ):

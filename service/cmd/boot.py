@@ -44,20 +44,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     layout = Layout(args.root)
     if getattr(args, "dry_run", False):
         return dry_run(layout, out)
-    from service.boot.loader import Boot
+    from service.boot.loader import Boot, log
     from service.logs import configure
 
     configure()
+    config, problems = Config.salvage(layout.config)  # a typo must never load less
+    if problems:
+        log.error("config.invalid", path=str(layout.config), problems=list(problems))
     kernel = kernel_for(layout)
-    state = Boot(
-        layout, Config.load(layout.config), TrustStore.from_directory(layout.trusted), kernel
-    ).run()
+    state = Boot(layout, config, TrustStore.from_directory(layout.trusted), kernel).run()
     from service.status.metrics import write_metrics  # after loading: off the critical path
 
     try:
         write_metrics(layout, layout.metrics)
     except OSError as exc:  # metrics must never fail a boot
-        print(f"metrics: cannot write {layout.metrics}: {exc.strerror or exc}", file=out)
+        log.error("metrics.write_failed", path=str(layout.metrics), error=exc.strerror or str(exc))
     for call in getattr(kernel, "calls", ()):
         print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
     for name, b in sorted(state.bundles.items()):

@@ -4,7 +4,8 @@ Returns the errno the kernel's key operation would return, 0 when it verifies. R
 done by hand (one modular exponentiation) so that the PKCS#1 v1.5 checks of
 crypto/rsa-pkcs1pad.c give the same errnos: a modulus whose byte size is not one of
 512/1024/1536/2048/3072/4096 bits, a signature of another length or not below the
-modulus is ``EINVAL``, bad padding or DigestInfo ``EBADMSG``, another digest
+modulus, or a decrypted block without its leading zero byte, is ``EINVAL``; bad padding
+or DigestInfo ``EBADMSG``; another digest
 ``EKEYREJECTED``. ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target (else ``ENOENT``, the
 missing algorithm) and one of the curves P-192/256/384.
 """
@@ -100,11 +101,9 @@ def _rsa(pub: PublicKey, sig: SigParams) -> int:
     if s >= n:
         return errno.EINVAL
     m = pow(s, e, n)
-    out = m.to_bytes(_byte_len(m), "big") if m else b""
-    if len(out) == size:
-        if out[0] != 0:
-            return errno.EBADMSG
-        out = out[1:]
+    out = m.to_bytes(_byte_len(m), "big") if m else b""  # mpi_write_to_sgl: no leading zeros
+    if len(out) < size - 1 or len(out) == size:  # too short, or no leading 0 byte: EINVAL
+        return errno.EINVAL
     if not out or out[0] != 0x01:
         return errno.EBADMSG
     pos = 1

@@ -88,6 +88,9 @@ class Target:
     crcs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     crcs_source: str = "none"
     builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
+    # without build/Module.symvers, refuse (policy) a module importing a symbol whose CRC is
+    # unknown; boot sets it False: intake judged the same kernel's facts already
+    strict_crcs: bool = True
 
     @classmethod
     def from_layout(cls, layout: Layout, release: str | None = None) -> Target:
@@ -123,6 +126,11 @@ class Target:
         return cls(release, vermagic, source, config or KernelConfig.missing("not read"))
 
     @property
+    def crcs_complete(self) -> bool:
+        """Whether every exported symbol's CRC is known (the headers' Module.symvers was read)."""
+        return "Module.symvers" in self.crcs_source
+
+    @property
     def version(self) -> tuple[int, int]:
         """(major, minor) of the release; unknown shapes count as newest."""
         match = re.match(r"(\d+)\.(\d+)", self.release)
@@ -155,10 +163,15 @@ class Target:
         out = []
         if self.vermagic is None:
             out.append(f"target vermagic {self.vermagic_source}")
-        if "Module.symvers" not in self.crcs_source:
+        if not self.crcs_complete:
             out.append(
                 f"symbol CRCs: no build/Module.symvers; only {len(self.crcs)} CRCs known "
-                f"({self.crcs_source}), other symbols' CRC mismatches (EINVAL) are not caught"
+                f"({self.crcs_source}); "
+                + (
+                    "a module importing another symbol is refused (policy)"
+                    if self.strict_crcs
+                    else "other symbols' CRC mismatches (EINVAL) are not caught"
+                )
             )
         if not self.config.known:
             out.append(

@@ -236,6 +236,13 @@ def _check_elf(
             f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
     check_crcs(info, target.crcs, layout=False)
+    unknown = [n for n, _crc in info.versions if n not in target.crcs]
+    if unknown and target.strict_crcs and not target.crcs_complete:
+        raise ModuleRejected(
+            f"EINVAL (policy): the target's CRCs of {len(unknown)} imported symbols are unknown "
+            f"(e.g. {unknown[0]}): no build/Module.symvers under lib/modules/{target.release}; "
+            "the kernel refuses a CRC mismatch with EINVAL"
+        )
     name = (info.module_name or "").replace("-", "_")
     if name in target.builtin_sysfs:
         raise ModuleRejected(

@@ -198,25 +198,30 @@ class _Ctx:
 
 
 def _decode_time(tag: int, value: bytes) -> None:
-    """``x509_decode_time``: only the checks that can fail."""
-    digits = value[:-1]
+    """``x509_decode_time``: only the checks that can fail (every digit is a digit)."""
     if tag == 23 and len(value) == 13:
-        year = int(digits[:2]) if digits[:2].isdigit() else -1
+        digits = value[:12]
+    elif tag == 24 and len(value) == 15:
+        digits = value[:14]
+    else:
+        raise Asn1Error(errno.EBADMSG, "unsupported certificate time")
+    if not all(0x30 <= b <= 0x39 for b in digits):
+        raise Asn1Error(errno.EBADMSG, "invalid certificate time (not a digit)")
+    if tag == 23:
+        year = int(digits[:2])
         year += 1900 if year >= 50 else 2000
         rest = digits[2:]
-    elif tag == 24 and len(value) == 15:
-        year = int(digits[:4]) if digits[:4].isdigit() else -1
+    else:
+        year = int(digits[:4])
         if 1950 <= year <= 2049:
             raise Asn1Error(errno.EBADMSG, "GeneralizedTime year that UTCTime must carry")
         rest = digits[4:]
-    else:
-        raise Asn1Error(errno.EBADMSG, "unsupported certificate time")
-    if not rest.isdigit() or value[-1:] != b"Z" or year < 1970:
-        raise Asn1Error(errno.EBADMSG, "invalid certificate time")
+    if value[-1:] != b"Z":
+        raise Asn1Error(errno.EBADMSG, "unsupported certificate time (no Z)")
     mon, day, hour, minute, sec = (int(rest[i : i + 2]) for i in range(0, 10, 2))
+    if year < 1970 or not 1 <= mon <= 12:
+        raise Asn1Error(errno.EBADMSG, "invalid certificate time")
     days = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
-    if not 1 <= mon <= 12:
-        raise Asn1Error(errno.EBADMSG, "invalid certificate month")
     limit = days[mon - 1]
     if mon == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
         limit = 29

@@ -231,7 +231,7 @@ def test_asn1_decoder_limits(signed_rsa: Path) -> None:
     assert refused(three) == "EBADMSG: unsupported length (3 length octets)"
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(der)
 def test_fuzz_random_der_only_domain_error(data: bytes) -> None:
     """Random DER trees of PKCS#7 tags never raise anything but Asn1Error."""
@@ -239,7 +239,7 @@ def test_fuzz_random_der_only_domain_error(data: bytes) -> None:
         parse(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_fuzz_mutated_real_blobs_only_domain_error(
     signed_rsa: Path, signed_ec: Path, data: st.DataObject

@@ -312,3 +312,20 @@ def test_target_says_when_symbol_crcs_are_partly_unknown(target: Target) -> None
     partial = replace(target, crcs={"module_layout": 1}, crcs_source="/x/crc8.ko")
     (note,) = partial.notes()
     assert note.startswith("symbol CRCs: no build/Module.symvers; only 1 CRCs known")
+
+
+def test_unknown_crcs_without_module_symvers_are_refused_by_policy_except_at_boot(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """No build/Module.symvers: a module importing a symbol whose CRC is unknown could be
+    EINVAL at load, so verify and intake refuse it (policy); boot (strict_crcs=False) trusts
+    intake's judgment of the same kernel."""
+    minimal = replace(
+        target,
+        crcs={"module_layout": target.crcs["module_layout"]},
+        crcs_source="/lib/modules/x/kernel/lib/crc8.ko",
+    )
+    verdict = check(signed_rsa, trust, minimal)
+    assert (verdict.errno, verdict.policy) == ("EINVAL", True), verdict.reason
+    assert "no build/Module.symvers" in (verdict.reason or "")
+    assert check(signed_rsa, trust, replace(minimal, strict_crcs=False)).ok

@@ -64,7 +64,7 @@ def test_truncated_or_padded_compressed_files_are_rejected(
     packed = compress(signed_rsa.read_bytes(), kind)
     for data, expected in (
         (packed[:-20], "EINVAL: truncated"),
-        (packed + b"\0" * 8, "EINVAL: data after"),
+        (packed + b"\0" * 8, "EINVAL (policy): data after"),
     ):
         verdict = verify_module(io.BytesIO(data), display="m", trust=trust, kernel=target)
         assert verdict.reason is not None and verdict.reason.startswith(expected), verdict.reason

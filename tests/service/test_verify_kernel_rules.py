@@ -113,7 +113,7 @@ def test_embedded_certificate_with_the_signers_id_but_another_key_fails_pkcs7_ve
     trust = TrustStore.from_der(alice.der)
     blob = signed_data([signer_info(payload, alice)], certs=(forged.der,))
     v = verdict(payload, blob, trust, target)
-    assert not v.ok and v.errno in ("EBADMSG", "EKEYREJECTED"), v.reason
+    assert not v.ok and v.errno in ("EINVAL", "EBADMSG"), v.reason  # pkcs1pad's, as is
     assert v.reason is not None and "embedded certificate" in v.reason
 
 
@@ -206,3 +206,57 @@ def test_signer_identifier_of_the_wrong_kind_is_an_empty_key_id_einval(
         payload, signed_data([signer], version="v1"), TrustStore.from_der(alice.der), target
     )
     assert (v.errno, v.policy) == ("EINVAL", False), v.reason
+
+
+def test_rsa_key_operation_errnos_are_rsa_pkcs1pads(alice: Cert) -> None:
+    """pkcs1pad_verify_complete: a block without its leading zero is EINVAL, bad padding
+    EBADMSG, a wrong digest EKEYREJECTED, the right one 0 (these reach finit_module as is
+    when the key is an embedded certificate's)."""
+    import errno
+    import hashlib
+
+    from cryptography.hazmat.primitives.asymmetric import padding as pad
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.hashes import SHA256
+
+    from service.verify.pubkey import PublicKey, SigParams, verify_signature
+
+    key = alice.key
+    assert isinstance(key, rsa.RSAPrivateKey)
+    numbers = key.private_numbers()
+    n, d, size = numbers.public_numbers.n, numbers.d, key.key_size // 8
+    der = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.PKCS1
+    )
+    pub = PublicKey("rsa", der)
+    digest = hashlib.sha256(b"module").digest()
+
+    def raw(m: int) -> bytes:
+        return pow(m, d, n).to_bytes(size, "big")
+
+    def code(sig: bytes, want: bytes = digest) -> int:
+        return verify_signature(
+            pub, SigParams("rsa", "pkcs1", "sha256", sig, want), have_ecdsa=False
+        )
+
+    good = key.sign(b"module", pad.PKCS1v15(), SHA256())
+    assert code(good) == 0
+    assert code(good, hashlib.sha256(b"other").digest()) == errno.EKEYREJECTED
+    assert code(raw(n - 1)) == errno.EINVAL  # full-length block: no leading zero byte
+    assert code(raw(2 << (8 * (size - 2)))) == errno.EBADMSG  # 00 02 ...: not type 1
+    assert code(good[1:]) == errno.EINVAL  # signature shorter than the modulus
+
+
+def test_embedded_certificate_time_with_a_non_digit_is_ebadmsg(alice: Cert) -> None:
+    """x509_decode_time's dec2bin refuses anything but digits: the whole message fails."""
+    import errno
+
+    from service.verify.asn1 import Asn1Error
+    from service.verify.x509 import parse_certificate
+
+    der = bytearray(alice.der)
+    at = der.index(b"\x17\x0d") + 3  # second digit of notBefore's UTCTime
+    der[at] = 0xA0
+    with pytest.raises(Asn1Error) as exc:
+        parse_certificate(bytes(der), hashes=frozenset({"sha256"}), have_ecdsa=False)
+    assert exc.value.code == errno.EBADMSG and "not a digit" in exc.value.why
