@@ -118,7 +118,12 @@ def _verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="certificate directory (default: /etc/modstage/trusted.d under --root)",
     )
     p.add_argument(
-        "--kernel", metavar="RELEASE", help="target kernel release (default: the running kernel)"
+        "--kernel",
+        metavar="RELEASE",
+        help=(
+            "target kernel release (default: the running kernel); its vermagic and config "
+            "are read under --root (lib/modules/RELEASE, boot/config-RELEASE)"
+        ),
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of verdicts")
     p.add_argument(

@@ -125,3 +125,17 @@ class Layout:
     def kernel_release(self) -> str:
         """The running kernel's release, read under this layout's root."""
         return self.os_release.read_text().strip()
+
+    # the target kernel's own files (read by service.verify.target)
+    def modules_dir(self, release: str) -> Path:
+        """A kernel release's module tree (in-tree modules, ``modules.builtin``)."""
+        return self._under("/lib/modules") / release
+
+    def kernel_config(self, release: str) -> Path:
+        """A kernel release's build configuration, as distributions install it."""
+        return self._under("/boot") / f"config-{release}"
+
+    @property
+    def proc_config(self) -> Path:
+        """The running kernel's configuration, where ``CONFIG_IKCONFIG_PROC`` is set."""
+        return self.proc / "config.gz"

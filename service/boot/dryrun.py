@@ -8,7 +8,7 @@ so the plan also says whether the kernel would accept it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from service.boot.plan import Choice, choose, order
@@ -18,6 +18,7 @@ from service.kernel.firmware import PATH_PARAM
 from service.layout import Layout
 from service.store.generations import Store
 from service.store.state import State, read
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.errors import ManifestError
@@ -48,7 +49,7 @@ class PlannedBundle:
 
 
 def _modules(
-    store: Store, generation: str, manifest: Manifest, trust: TrustStore, kernel: str
+    store: Store, generation: str, manifest: Manifest, trust: TrustStore, kernel: str | Target
 ) -> list[PlannedModule]:
     ours = {normalize_module_name(m.name) for m in manifest.modules}
     planned = []
@@ -61,7 +62,9 @@ def _modules(
     return planned
 
 
-def plan_bundle(store: Store, choice: Choice, trust: TrustStore, kernel: str) -> PlannedBundle:
+def plan_bundle(
+    store: Store, choice: Choice, trust: TrustStore, kernel: str | Target
+) -> PlannedBundle:
     """The plan for one bundle's choice (reads the store, changes nothing)."""
     if choice.generation is None:
         return PlannedBundle(choice)
@@ -88,7 +91,8 @@ def plan_boot(layout: Layout, config: Config, trust: TrustStore) -> list[Planned
     kernel = layout.kernel_release()
     store = Store(layout.store)
     choices = [choose(n, b, kernel, config.max_boot_attempts) for n, b in state.bundles.items()]
-    plans = {c.bundle: plan_bundle(store, c, trust, kernel) for c in choices}
+    target = replace(Target.from_layout(layout, kernel), strict_crcs=False)  # as boot judges
+    plans = {c.bundle: plan_bundle(store, c, trust, target) for c in choices}
     after: dict[str, tuple[str, ...]] = {}
     for c in choices:
         if c.generation is not None and plans[c.bundle].problem is None:

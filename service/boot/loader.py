@@ -9,15 +9,17 @@ the generation failed with the kernel's words and bring up the last known good.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from service import faults
 from service.boot.plan import Choice, choose, order
 from service.config import Config
-from service.errors import BootError, LoadError
+from service.errors import BootError, LoadError, ModuleRejected
 from service.kernel.firmware import FirmwareView
 from service.kernel.memory import apply_policy
 from service.kernel.modules import Kernel
@@ -28,6 +30,8 @@ from service.store.generations import Store
 from service.store.recover import load_or_rebuild
 from service.store.state import BundleState, Phase, State, locked, save
 from service.store.statusfile import write_status
+from service.verify.decompress import compression, decompress
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.errors import ManifestError
@@ -50,6 +54,9 @@ class Boot:
         self.store = Store(self.layout.store)
         self.sysfs = Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
+        # intake judged this kernel's facts already; without Module.symvers boot cannot do
+        # better, so it does not refuse what intake accepted for unknown CRCs
+        self.target = replace(Target.from_layout(self.layout, self.release), strict_crcs=False)
         self._manifests: dict[str, Manifest] = {}
         self.firmware = FirmwareView(
             self.layout.run / "firmware",
@@ -181,11 +188,18 @@ class Boot:
     def _load_module(
         self, root: Path, module: ModuleEntry, live: dict[str, str | None], ours: set[str]
     ) -> dict[str, Any]:
-        """Open the module once, re-verify it from that descriptor, load from the same one."""
+        """Open the module once, re-verify what the kernel will get, load exactly that.
+
+        A plain ELF is verified from its descriptor and loaded from the same descriptor;
+        a compressed one (told by content, never by suffix) is decompressed once in
+        memory, verified, and loaded from a sealed memfd with flags 0.
+        """
         started = time.monotonic()
         with open(root / module.file, "rb") as f:
-            v = verify_module(f, display=module.file, trust=self.trust, kernel=self.release)
-            if not v.ok or v.sha256 != module.sha256:
+            stored, image = _image(f, module.file)
+            elf: BinaryIO = f if image is None else io.BytesIO(image)
+            v = verify_module(elf, display=module.file, trust=self.trust, kernel=self.target)
+            if not v.ok or (stored or v.sha256) != module.sha256:
                 raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
             name = normalize_module_name(v.name or module.name)
             if name in live:
@@ -202,7 +216,10 @@ class Boot:
             ]
             self.kernel.modprobe(deps)
             faults.hit("boot.finit.before")
-            self.kernel.load(f.fileno(), module.params, compressed=not module.file.endswith(".ko"))
+            if image is None:
+                self.kernel.load(f.fileno(), module.params)
+            else:
+                self.kernel.load_image(image, Path(module.file).name, module.params)
             faults.hit("boot.finit.after")
         live[name] = v.srcversion
         ms = round((time.monotonic() - started) * 1000, 3)
@@ -216,3 +233,23 @@ class Boot:
                 log.info("module.unloaded", module=name)
             except LoadError as exc:
                 log.error("module.unload_failed", module=name, reason=str(exc))
+
+
+def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None]:
+    """(stored file's sha256, decompressed image) of a compressed module; (None, None) if plain."""
+    kind = compression(f.read(6))
+    f.seek(0)
+    if kind is None:
+        return None, None
+    whole = hashlib.sha256()
+
+    def read(n: int) -> bytes:
+        data = f.read(n)
+        whole.update(data)
+        return data
+
+    try:
+        image = decompress(read, kind)
+    except ModuleRejected as exc:
+        raise BootError(f"{display}: {exc.reason}") from exc
+    return whole.hexdigest(), image

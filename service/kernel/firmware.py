@@ -16,6 +16,10 @@ from service.errors import BootError
 from service.kernel.sysfs import Sysfs
 
 PATH_PARAM = "module/firmware_class/parameters/path"
+PATH_MAX_BYTES = 255  # fw_path_para[256], set by param_set_copystring (longer: ENOSPC)
+# param_attr_store hands the written bytes to param_set_copystring verbatim: "\n" would be
+# kept as the path. A lone NUL is copied as the empty string, which clears it.
+CLEAR = "\0"
 
 
 class FirmwareView:
@@ -62,7 +66,7 @@ class FirmwareView:
     def point(self, wanted: bool) -> None:
         """Point ``firmware_class.path`` at the view if ``wanted``, else clear our value."""
         try:
-            current = self.sysfs.read(PATH_PARAM).strip()
+            current = self.sysfs.read(PATH_PARAM).strip().strip("\0")
         except FileNotFoundError:
             if wanted:
                 raise BootError("the kernel has no firmware_class.path parameter") from None
@@ -70,8 +74,13 @@ class FirmwareView:
         mine = str(self.view)
         if not wanted:
             if current == mine:
-                self.sysfs.write(PATH_PARAM, "\n")
+                self.sysfs.write(PATH_PARAM, CLEAR)
             return
+        if len(mine.encode()) > PATH_MAX_BYTES:
+            raise BootError(
+                f"firmware view {mine!r} is longer than firmware_class.path's "
+                f"{PATH_MAX_BYTES} bytes"
+            )
         if current and current != mine and not self.allow_foreign:
             raise BootError(
                 f"firmware_class.path is already set to {current!r} by someone else; "

@@ -2,8 +2,11 @@
 
 ``auto_online_blocks`` decides what the kernel does with blocks added later;
 blocks already present and offline are onlined by modstage as the policy says.
-For ``online_movable`` the highest block goes first: onlining low blocks first
-can leave later ones only the Normal zone.
+Order: since Linux 4.13 zones may overlap, and 6.1 puts a block written
+``online_movable`` into ZONE_MOVABLE whatever its neighbours (``zone_for_pfn_range``
+with MMOP_ONLINE_MOVABLE), so the order no longer decides the zone. Blocks are still
+onlined highest first for ``online_movable``, which is harmless and keeps the movable
+range contiguous at the top on older kernels.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ class RecordingKernel:
         name = Path(path).name.split(".", 1)[0].replace("-", "_")
         self._view()[name] = None
 
+    def load_image(self, image: bytes, name: str, params: str) -> None:
+        """Record a decompressed image's load (from a memfd named ``name``, flags 0)."""
+        self.calls.append(("finit_module", f"memfd:{name}", params))
+        self._view()[name.split(".", 1)[0].replace("-", "_")] = None
+
     def unload(self, name: str) -> None:
         """Record the unload; a module this kernel never saw is ENOENT, as on a host."""
         self.calls.append(("delete_module", name))

@@ -30,9 +30,12 @@ from service.store.dropfs import open_dir, read_small, remove_tree
 from service.store.generations import Store
 from service.store.state import BundleState, Generation, Phase, load, locked, read, save
 from service.store.statusfile import write_status
+from service.verify.bundle import order_problems
 from service.verify.keyring import Keyring, enforcing
+from service.verify.params import param_problems
+from service.verify.target import Target
 from service.verify.trust import TrustStore
-from service.verify.verdict import verify_files
+from service.verify.verdict import Verdict, verify_files
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params
@@ -334,6 +337,7 @@ class Intake:
             problems.append(f"memory policy {manifest.memory.value!r} is not allowed on this host")
         forbidden = {n.replace("-", "_") for n in cfg.forbidden_params}
         for i, module in enumerate(manifest.modules):
+            problems += [f"module[{i}].params: {p}" for p in param_problems(module.params)]
             for name, _value in parse_params(module.params):
                 if name.replace("-", "_") in forbidden:
                     problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
@@ -365,12 +369,13 @@ class Intake:
         faults.hit("store.copied")
         try:
             tick()
-            verdicts = verify_files(
-                tmp, manifest, trust=self.trust, kernel=manifest.kernel, shown=drop
-            )
+            target = Target.from_layout(self.layout, manifest.kernel)
+            verdicts = verify_files(tmp, manifest, trust=self.trust, kernel=target, shown=drop)
             reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
             if not reasons:
-                reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
+                reasons = order_problems(verdicts[: len(manifest.modules)])
+            if not reasons:
+                reasons = self._preflight(manifest, verdicts[: len(manifest.modules)], target)
             if reasons:
                 raise Rejected(reasons)
             tick()
@@ -378,18 +383,26 @@ class Intake:
         finally:
             self.store.discard(tmp)
 
-    def _preflight(self, manifest: Manifest, key_ids: list[str]) -> list[str]:
-        """Signers the running kernel will refuse, when it enforces and is the target."""
+    def _preflight(self, manifest: Manifest, verdicts: list[Verdict], target: Target) -> list[str]:
+        """What the running kernel will refuse, when it enforces and is the target: asked
+        as it asks (``.secondary_trusted_keys``, then ``.platform`` on ENOKEY when built
+        with it, then the module's hash against ``.blacklist``)."""
         if manifest.kernel != self.layout.kernel_release():
             return []
         why = enforcing(self.layout)
         if why is None:
             return []
-        return [
+        platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+        reasons = [
             f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {k}"
-            for k in dict.fromkeys(key_ids)
-            if not self.keyring.trusts(k)
+            for k in dict.fromkeys(v.key_id for v in verdicts if v.key_id)
+            if not self.keyring.trusts(k, platform=platform)
         ]
+        for v in verdicts:
+            digest = v.image_sha256 or v.sha256
+            if digest and self.keyring.blacklisted(digest):
+                reasons.append(f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist")
+        return reasons
 
 
 def record_pending(bundle: BundleState, manifest: Manifest, retain: int) -> BundleState:

@@ -1,7 +1,9 @@
 """Compressed modules (``.ko.xz``, ``.ko.zst``, ``.ko.gz``), decompressed under a size cap.
 
 kbuild compresses after signing, so the signature lies inside the decompressed ELF.
-The format is told by magic bytes, as the kernel's ``module_decompress`` does. Output is
+The format is told by magic bytes, once, by verification and boot alike; modstage always
+decompresses in userspace (as kmod does) and the kernel gets the ELF, because Debian's
+6.1 has no in-kernel decompression and no 6.1 decompresses zstd. Output is
 produced in bounded steps, so a decompression bomb is stopped at the cap rather than
 after it has filled memory; a stream that ends early or is followed by other bytes is
 refused.
@@ -103,5 +105,8 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
     except errors as exc:
         raise ModuleRejected(f"EINVAL: corrupt {kind} stream: {exc}") from exc
     if queued or read(CHUNK):
-        raise ModuleRejected(f"EINVAL: data after the end of the {kind} stream")
+        raise ModuleRejected(
+            f"EINVAL (policy): data after the end of the {kind} stream "
+            "(modstage decompresses in userspace and refuses it; the kernel never sees the stream)"
+        )
     return bytes(out)

@@ -1,10 +1,13 @@
 """Does the running kernel enforce module signatures, and does it trust a given key?
 
 The kernel checks module signatures against ``.secondary_trusted_keys`` (which
-links the builtin keys and, where configured, the machine/MOK keys). When it
-enforces signatures, intake asks it, through ``keyctl(KEYCTL_SEARCH)``, whether
-each signer's key id is there: a generation the kernel is bound to refuse must
-never cost a reboot.
+links the builtin keys and, where configured, the machine/MOK keys); Debian's,
+Ubuntu's and Fedora's kernels then fall back to ``.platform`` (UEFI db, MOK) on
+``ENOKEY`` when built with ``CONFIG_INTEGRITY_PLATFORM_KEYRING``, and refuse a
+module whose sha256 is in ``.blacklist`` (``bin:<hex>``). When the running kernel
+enforces signatures, intake asks it the same questions through
+``keyctl(KEYCTL_SEARCH)``: a generation the kernel is bound to refuse must never
+cost a reboot.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from service.layout import Layout
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_SEARCH = 10
 _KEYRINGS = (".secondary_trusted_keys", ".builtin_trusted_keys")
+_PLATFORM = (".platform",)
+_BLACKLIST = (".blacklist",)
 
 
 def enforcing(layout: Layout) -> str | None:
@@ -43,8 +48,12 @@ def enforcing(layout: Layout) -> str | None:
 class Keyring(Protocol):
     """The kernel's trusted keys, asked by key id (hex)."""
 
-    def trusts(self, key_id: str) -> bool:
-        """Whether a key with this exact id is one the kernel verifies modules against."""
+    def trusts(self, key_id: str, *, platform: bool = False) -> bool:
+        """Whether a key with this exact id is one the kernel verifies modules against
+        (``platform``: the ``.platform`` fallback counts too)."""
+
+    def blacklisted(self, sha256: str) -> bool:
+        """Whether a module with this sha256 (of the whole file the kernel reads) is refused."""
 
 
 class KernelKeyring:
@@ -54,21 +63,28 @@ class KernelKeyring:
         self.proc = proc
         self._libc = ctypes.CDLL(None, use_errno=True)
 
-    def _keyring_ids(self) -> list[int]:
+    def _keyring_ids(self, names: tuple[str, ...]) -> list[int]:
         ids = []
         for line in (self.proc / "keys").read_text().splitlines():
             fields = line.split()
-            if len(fields) >= 9 and fields[7] == "keyring" and fields[8].rstrip(":") in _KEYRINGS:
+            if len(fields) >= 9 and fields[7] == "keyring" and fields[8].rstrip(":") in names:
                 ids.append(int(fields[0], 16))
         return ids
 
-    def trusts(self, key_id: str) -> bool:
-        """Search the system keyrings for ``asymmetric`` key ``ex:<key_id>``."""
+    def trusts(self, key_id: str, *, platform: bool = False) -> bool:
+        """Search the system keyrings (then ``.platform``) for key ``ex:<key_id>``."""
+        if self._search(_KEYRINGS, b"asymmetric", f"ex:{key_id}"):
+            return True
+        return platform and self._search(_PLATFORM, b"asymmetric", f"ex:{key_id}")
+
+    def blacklisted(self, sha256: str) -> bool:
+        """Search ``.blacklist`` for ``bin:<sha256>``, as ``mod_is_hash_blacklisted`` does."""
+        return self._search(_BLACKLIST, b"blacklist", f"bin:{sha256}")
+
+    def _search(self, names: tuple[str, ...], key_type: bytes, description: str) -> bool:
         nr = _SYS_KEYCTL[os.uname().machine]
-        for ring in self._keyring_ids():
-            found = self._libc.syscall(
-                nr, _KEYCTL_SEARCH, ring, b"asymmetric", f"ex:{key_id}".encode(), 0
-            )
+        for ring in self._keyring_ids(names):
+            found = self._libc.syscall(nr, _KEYCTL_SEARCH, ring, key_type, description.encode(), 0)
             err = ctypes.get_errno()
             # The system keys grant root VIEW|READ but not SEARCH; the kernel matches a key
             # before it checks SEARCH, so EACCES means "a key with this id is there" and

@@ -1,32 +1,138 @@
-"""A module's identity from its ELF ``.modinfo`` section, and the kernel's vermagic rule.
+"""A module's identity from its ELF, checked as Linux 6.1's loader checks it, and ``same_magic``.
 
-The reader is hand-written (pyelftools is ~18x slower and unnecessary): ELF header,
-section header table, section name table, ``.modinfo``. Every offset and size is checked
-against the signed length before it is used, in the spirit of the kernel's
-``elf_validity_check``; anything malformed raises
-:class:`~service.errors.ModuleRejected` with ``ENOEXEC``, as ``finit_module`` would.
+The reader is hand-written (pyelftools is ~18x slower and unnecessary) and follows
+kernel/module/main.c in order: ``elf_validity_check`` (header, section table, section
+name table, section 0, every section's extent, SHT_SYMTAB links, names of SHF_ALLOC
+sections), ``setup_load_info`` (``find_sec`` takes SHF_ALLOC sections only, so a
+non-allocated ``.modinfo`` or ``.gnu.linkonce.this_module`` is invisible to it; a
+symbol table is required) and ``module_enforce_rwx_sections`` (no W+X section with
+``STRICT_MODULE_RWX``). Like the kernel it reads the headers in the host's byte order
+and does not look at ``EI_CLASS``/``EI_DATA`` or the name table's type. Anything it
+refuses raises :class:`~service.errors.ModuleRejected` with ``ENOEXEC``.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.errors import ModuleRejected
+
+if TYPE_CHECKING:
+    from service.verify.target import Target
 
 ReadAt = Callable[[int, int], bytes]  # (offset, length) -> exactly length bytes
 
 ET_REL = 1
-SHT_NULL, SHT_STRTAB, SHT_NOBITS = 0, 3, 8
+SHT_NULL, SHT_SYMTAB, SHT_NOBITS = 0, 2, 8
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHDR_SIZE = 64
 MAX_TABLE = 16 << 20  # modstage policy: bound the strings and .modinfo read into memory
 MULTI = ("alias", "parm", "parmtype", "firmware", "softdep", "import_ns", "weakdep")
+MODULE_NAME_AT, MODULE_NAME_LEN = 24, 56  # struct module: state, list, name[56] (64-bit)
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_EHDR = struct.Struct("<HHIQQQIHHHHHH")
 
 
 def _fail(why: str) -> ModuleRejected:
     return ModuleRejected(f"ENOEXEC: {why}")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section header, and its name when the name table holds it."""
+
+    index: int
+    name: bytes | None
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+
+
+@dataclass(frozen=True)
+class Elf:
+    """What ``elf_validity_check`` and ``setup_load_info`` establish about a module."""
+
+    machine: int
+    sections: tuple[Section, ...]
+
+    def find_sec(self, name: bytes) -> Section | None:
+        """The kernel's ``find_sec``: the first SHF_ALLOC section of that name."""
+        for sec in self.sections[1:]:
+            if sec.flags & SHF_ALLOC and sec.name == name:
+                return sec
+        return None
+
+    def write_exec(self) -> Section | None:
+        """The first section both writable and executable (``module_enforce_rwx_sections``)."""
+        wx = SHF_WRITE | SHF_EXECINSTR
+        return next((s for s in self.sections if s.flags & wx == wx), None)
+
+
+def _reader(read_at: ReadAt, size: int) -> ReadAt:
+    def read(at: int, n: int) -> bytes:
+        if at < 0 or n < 0 or at + n > size:
+            raise _fail(f"ELF reference [{at}, +{n}) outside the {size}-byte module")
+        data = read_at(at, n)
+        if len(data) != n:
+            raise _fail("module shorter than its size (changed while read?)")
+        return data
+
+    return read
+
+
+def parse_elf(read_at: ReadAt, size: int, machine: int | None = None) -> Elf:
+    """``elf_validity_check`` and the section lookups of ``setup_load_info``."""
+    read = _reader(read_at, size)
+    if size < 64:
+        raise _fail("too short for an ELF header")
+    header = read(0, 64)
+    if header[:4] != b"\x7fELF":
+        raise _fail("not an ELF file")
+    e_type, e_machine, *_, shoff, _fl, _eh, _pe, _pn, shentsize, shnum, shstrndx = (
+        _EHDR.unpack_from(header, 16)
+    )
+    if e_type != ET_REL:
+        raise _fail(f"ELF type {e_type} is not a relocatable object")
+    if machine is not None and e_machine != machine:
+        raise _fail(f"ELF machine {e_machine} is not the target's ({machine})")
+    if shentsize != SHDR_SIZE:
+        raise _fail(f"section header size {shentsize} is not {SHDR_SIZE}")
+    if shoff >= size or shnum * SHDR_SIZE > size - shoff:
+        raise _fail("section header table outside the module")
+    if shstrndx == 0 or shstrndx >= shnum:
+        raise _fail("bad section name table index")
+    table = read(shoff, shnum * SHDR_SIZE)
+    raw = [_SHDR.unpack_from(table, i * SHDR_SIZE) for i in range(shnum)]
+    _n, _t, _f, _a, str_off, str_len, *_ = raw[shstrndx]
+    if str_off + str_len > size:
+        raise _fail("section name table outside the module")
+    if str_len == 0 or str_len > MAX_TABLE:
+        raise _fail(f"section name table of {str_len} bytes")
+    strtab = read(str_off, str_len)
+    if strtab[-1] != 0:
+        raise _fail("section name table is not NUL-terminated")
+    if raw[0][1] != SHT_NULL or raw[0][5] != 0 or raw[0][3] != 0:
+        raise _fail("section 0 is not an empty SHT_NULL section")
+    sections = []
+    for i, (sh_name, sh_type, flags, addr, offset, length, link, *_) in enumerate(raw):
+        if i and sh_type not in (SHT_NULL, SHT_NOBITS):
+            if sh_type == SHT_SYMTAB and (link == 0 or link >= shnum):
+                raise _fail(f"symbol table {i} links to section {link}")
+            if offset + length > size:
+                raise _fail(f"section {i} lies outside the module")
+            if flags & SHF_ALLOC and sh_name >= str_len:
+                raise _fail(f"allocated section {i} has its name outside the name table")
+        name = strtab[sh_name : strtab.index(b"\0", sh_name)] if sh_name < str_len else None
+        sections.append(Section(i, name, sh_type, flags, addr, offset, length, link))
+    return Elf(e_machine, tuple(sections))
 
 
 @dataclass(frozen=True)
@@ -40,83 +146,47 @@ class ModInfo:
     firmware: tuple[str, ...]
     parm: tuple[str, ...]
     license: str | None
-    has_versions: bool  # a ``__versions`` section: modversions CRCs, relaxes vermagic
+    has_versions: bool  # an allocated ``__versions`` section: modversions CRCs
     machine: int  # e_machine
     fields: tuple[tuple[str, str], ...]  # every key=value, in file order
+    module_name: str | None = None  # the name the kernel registers (struct module's)
+    write_exec: str | None = None  # the first W+X section, if any
+    versions: tuple[tuple[str, int], ...] = ()  # __versions: (symbol, crc) as the kernel reads
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ModInfo:
+    def from_bytes(cls, data: bytes, machine: int | None = None) -> ModInfo:
         """Parse an in-memory ELF (e.g. a decompressed module)."""
-        return cls.from_elf(lambda at, n: data[at : at + n], len(data))
+        return cls.from_elf(lambda at, n: data[at : at + n], len(data), machine)
 
     @classmethod
-    def from_elf(cls, read_at: ReadAt, size: int) -> ModInfo:
-        """Parse the ELF64 object held in ``[0, size)`` of whatever ``read_at`` reads."""
-
-        def read(at: int, n: int) -> bytes:
-            if at < 0 or n < 0 or at + n > size:
-                raise _fail(f"ELF reference [{at}, +{n}) outside the {size}-byte module")
-            data = read_at(at, n)
-            if len(data) != n:
-                raise _fail("module shorter than its size (changed while read?)")
-            return data
-
-        if size < 64:
-            raise _fail("too short for an ELF header")
-        header = read(0, 64)
-        if header[:4] != b"\x7fELF":
-            raise _fail("not an ELF file")
-        if header[4] != 2 or header[5] not in (1, 2):
-            raise _fail("not a 64-bit ELF object")
-        end = "<" if header[5] == 1 else ">"
-        (
-            e_type,
-            machine,
-            _v,
-            _entry,
-            _phoff,
-            shoff,
-            _flags,
-            _ehsize,
-            _phentsize,
-            _phnum,
-            shentsize,
-            shnum,
-            shstrndx,
-        ) = struct.unpack_from(end + "HHIQQQIHHHHHH", header, 16)
-        if e_type != ET_REL:
-            raise _fail(f"ELF type {e_type} is not a relocatable object")
-        if shentsize != SHDR_SIZE or shoff >= size or shnum * SHDR_SIZE > size - shoff:
-            raise _fail("section header table outside the module")
-        if shstrndx == 0 or shstrndx >= shnum:
-            raise _fail("bad section name table index")
-        table = read(shoff, shnum * SHDR_SIZE)
-        sections = [
-            struct.unpack_from(end + "IIQQQQIIQQ", table, i * SHDR_SIZE) for i in range(shnum)
-        ]
-        for _name, sh_type, _f, _a, offset, length, *_ in sections:
-            if sh_type not in (SHT_NULL, SHT_NOBITS) and offset + length > size:
-                raise _fail("a section lies outside the module")
-        _n, str_type, _f, _a, str_off, str_len, *_ = sections[shstrndx]
-        if str_type != SHT_STRTAB or str_len == 0 or str_len > MAX_TABLE:
-            raise _fail("bad section name table")
-        strtab = read(str_off, str_len)
-        if strtab[-1] != 0:
-            raise _fail("section name table is not NUL-terminated")
-        names: dict[bytes, tuple[int, int, int]] = {}
-        for sh_name, sh_type, _f, _a, offset, length, *_ in sections:
-            if sh_name >= str_len:
-                raise _fail("section name outside the name table")
-            name = strtab[sh_name : strtab.index(b"\0", sh_name)]
-            names.setdefault(name, (sh_type, offset, length))
-        if b".gnu.linkonce.this_module" not in names:
-            raise _fail("no module found in object (.gnu.linkonce.this_module)")
-        if b".modinfo" not in names:
-            raise _fail("no .modinfo section (so no vermagic)")
-        mi_type, mi_off, mi_len = names[b".modinfo"]
-        if mi_type == SHT_NOBITS or mi_len > MAX_TABLE:
-            raise _fail("bad .modinfo section")
-        return cls.from_fields(_fields(read(mi_off, mi_len)), machine, b"__versions" in names)
+    def from_elf(cls, read_at: ReadAt, size: int, machine: int | None = None) -> ModInfo:
+        """Check and parse the ELF object held in ``[0, size)`` of whatever ``read_at`` reads."""
+        elf = parse_elf(read_at, size, machine)
+        read = _reader(read_at, size)
+        info = elf.find_sec(b".modinfo")
+        fields: list[tuple[str, str]] = []
+        if info is not None and info.type != SHT_NOBITS:
+            if info.size > MAX_TABLE:
+                raise _fail(f".modinfo of {info.size} bytes")
+            fields = _fields(read(info.offset, info.size))
+        if not any(s.type == SHT_SYMTAB for s in elf.sections[1:]):
+            raise _fail("module has no symbols (no SHT_SYMTAB section)")
+        this = elf.find_sec(b".gnu.linkonce.this_module")
+        if this is None:
+            raise _fail("no module found in object (no allocated .gnu.linkonce.this_module)")
+        raw_name = read_at(this.offset + MODULE_NAME_AT, MODULE_NAME_LEN)
+        struct_name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace") or None
+        wx = elf.write_exec()
+        vers = elf.find_sec(b"__versions")
+        parsed = cls.from_fields(fields, elf.machine, vers is not None)
+        return cls(
+            **{
+                **parsed.__dict__,
+                "module_name": struct_name,
+                "write_exec": None if wx is None else (wx.name or b"?").decode("utf-8", "replace"),
+                "versions": () if vers is None else _versions(read, vers),
+            }
+        )
 
     @classmethod
     def from_fields(
@@ -145,6 +215,60 @@ class ModInfo:
         )
 
 
+def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:
+    """``struct modversion_info`` entries (unsigned long crc, char name[56])."""
+    if sec.type == SHT_NOBITS or sec.size > MAX_TABLE:
+        return ()
+    data = read(sec.offset, sec.size - sec.size % 64)
+    out = []
+    for at in range(0, len(data), 64):
+        crc = struct.unpack_from("<Q", data, at)[0]
+        name = data[at + 8 : at + 64].split(b"\0", 1)[0].decode("utf-8", "replace")
+        out.append((name, crc))
+    return tuple(out)
+
+
+def check_crcs(info: ModInfo, crcs: dict[str, int] | Mapping[str, int], *, layout: bool) -> None:
+    """``check_version`` for the symbols whose CRC the target is known to export.
+
+    ``layout``: only ``module_layout`` (``check_modstruct_version``: ENOEXEC, checked before
+    vermagic); else every other symbol (``resolve_symbol``: EINVAL, after it).
+    """
+    for name, crc in info.versions:
+        if (name == "module_layout") != layout or name not in crcs or crc == crcs[name]:
+            continue
+        code = "ENOEXEC" if layout else "EINVAL"
+        raise ModuleRejected(
+            f"{code}: disagrees about version of symbol {name} "
+            f"(module {crc:#x}, target {crcs[name]:#x})"
+        )
+
+
+def _installed(path: Path) -> ModInfo | None:
+    from service.verify.decompress import compression, decompress
+
+    try:
+        with path.open("rb") as f:
+            kind = compression(f.read(6))
+            f.seek(0)
+            data = f.read() if kind is None else decompress(f.read, kind)
+        return ModInfo.from_bytes(data)
+    except (OSError, ModuleRejected):
+        return None
+
+
+def read_vermagic(path: Path) -> str | None:
+    """``vermagic=`` of an installed module file (compressed ones too), or None."""
+    info = _installed(path)
+    return None if info is None else info.vermagic
+
+
+def read_versions(path: Path) -> tuple[tuple[str, int], ...]:
+    """``__versions`` of an installed module file: CRCs the target kernel exports."""
+    info = _installed(path)
+    return () if info is None else info.versions
+
+
 def _fields(section: bytes) -> list[tuple[str, str]]:
     """``key=value`` strings of a ``.modinfo`` section; the kernel's ``next_string`` walk."""
     out = []
@@ -163,23 +287,44 @@ def same_magic(amagic: str, bmagic: str, has_crcs: bool) -> bool:
     return amagic == bmagic
 
 
-def check_vermagic(info: ModInfo, kernel: str) -> None:
-    """Refuse a module whose vermagic does not fit ``kernel``.
+def check_vermagic(info: ModInfo, target: Target) -> None:
+    """``check_modinfo``'s vermagic rule for ``target``, plus modstage's policies.
 
-    ``kernel`` is a release (``6.1.0-57-amd64``) or the target kernel's full vermagic
-    (``"6.1.0-57-amd64 SMP preempt mod_unload modversions "``, compared with
-    :func:`same_magic`). Either way the release word must equal the target's: with
-    modversions the kernel would fall back to symbol CRCs that modstage cannot see
-    before the reboot, so a module built for another release is refused by policy.
+    The kernel compares the module's vermagic with its own by :func:`same_magic`.
+    Policies (the kernel would accept): the release word must equal the target's even
+    with modversions (the kernel then checks symbol CRCs, which modstage cannot see
+    before the reboot); a module without vermagic is refused although a kernel with
+    ``MODULE_FORCE_LOAD=y`` force-loads it tainted; without the target's full vermagic
+    nothing is accepted, as ``same_magic`` cannot be applied.
     """
     if info.vermagic is None:
-        raise ModuleRejected("ENOEXEC: no vermagic in .modinfo")
-    release = kernel.split(" ", 1)[0]
+        if target.config.enabled("MODULE_FORCE_LOAD"):
+            raise ModuleRejected(
+                "ENOEXEC (policy): no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "
+                "would force-load it and taint"
+            )
+        raise ModuleRejected("ENOEXEC: no vermagic in .modinfo and no MODULE_FORCE_LOAD")
+    if target.vermagic is not None and not same_magic(
+        info.vermagic, target.vermagic, info.has_versions
+    ):
+        raise ModuleRejected(
+            f"ENOEXEC: vermagic {info.vermagic!r} does not match the target's "
+            f"{target.vermagic!r} (from {target.vermagic_source})"
+        )
     built_for = info.vermagic.split(" ", 1)[0]
-    if " " in kernel and not same_magic(info.vermagic, kernel, info.has_versions):
-        raise ModuleRejected(f"ENOEXEC: vermagic {info.vermagic!r} does not match {kernel!r}")
-    if built_for != release:
-        raise ModuleRejected(f"ENOEXEC: vermagic is for kernel {built_for}, not {release}")
+    if built_for != target.release:
+        if not info.has_versions:  # same_magic compares the whole string, release included
+            raise ModuleRejected(
+                f"ENOEXEC: vermagic is for kernel {built_for}, not {target.release}"
+            )
+        raise ModuleRejected(
+            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
+            "(with modversions the kernel would compare symbol CRCs, which modstage cannot)"
+        )
+    if target.vermagic is None:
+        raise ModuleRejected(
+            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
+        )
 
 
 def kernel_version(release: str) -> tuple[int, int]:

@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from service.errors import TrustError
 from service.logs import get_logger
+from service.verify.asn1 import Asn1Error
+from service.verify.signers import KernelKey, Keyring
+from service.verify.x509 import parse_certificate
 
 log = get_logger("modstage.trust")
 
@@ -40,6 +43,7 @@ class TrustedKey:
     subject: str  # the subject's commonName, or the whole subject when it has none
     key_ids: tuple[bytes, ...]
     public_key: PublicKeyTypes
+    der: bytes = b""
 
     @classmethod
     def from_der(cls, der: bytes, source: str) -> TrustedKey:
@@ -63,7 +67,7 @@ class TrustedKey:
             subject = str(names[0]) if names else subject_name.human_friendly
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
-        return cls(source, subject, tuple(key_ids), public_key)
+        return cls(source, subject, tuple(key_ids), public_key, der)
 
 
 def _der_sequence(data: bytes, at: int, source: str) -> int:
@@ -108,6 +112,7 @@ class TrustStore:
     def __init__(self, keys: Iterable[TrustedKey] = ()) -> None:
         self.keys = tuple(keys)
         self._by_id: dict[bytes, TrustedKey] = {}
+        self._kernel: dict[tuple[frozenset[str], bool], tuple[Keyring, tuple[str, ...]]] = {}
         for key in self.keys:
             for key_id in key.key_ids:
                 other = self._by_id.setdefault(key_id, key)
@@ -166,6 +171,31 @@ class TrustStore:
     def find(self, key_id: bytes) -> TrustedKey | None:
         """The trusted key the kernel would find for ``key_id``, if any."""
         return self._by_id.get(key_id)
+
+    def kernel_keys(
+        self, *, hashes: frozenset[str], ecdsa: bool
+    ) -> tuple[Keyring, tuple[str, ...]]:
+        """The keyring a target kernel would build from these certificates, and what it drops.
+
+        Each certificate goes through the kernel's own X.509 parse for that target: one
+        it cannot load (an EC key without ``CONFIG_CRYPTO_ECDSA``, a self-signed RSA key
+        of a size the kernel's RSA refuses, a malformed extension) is left out, as the
+        kernel leaves it out of its keyring, and named in the second element.
+        """
+        cache_key = (hashes, ecdsa)
+        cached = self._kernel.get(cache_key)
+        if cached is None:
+            loaded, dropped = [], []
+            for key in self.keys:
+                try:
+                    cert = parse_certificate(key.der, hashes=hashes, have_ecdsa=ecdsa)
+                except Asn1Error as exc:
+                    dropped.append(f"{key.source} ({key.subject}): {exc}")
+                    continue
+                if cert.pub is not None:
+                    loaded.append(KernelKey(cert.id, cert.skid, cert.pub, key.subject, key.source))
+            cached = self._kernel[cache_key] = (Keyring(loaded), tuple(dropped))
+        return cached
 
 
 def _certificates(path: Path) -> list[TrustedKey]:

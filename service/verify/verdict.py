@@ -23,14 +23,32 @@ from typing import Any, BinaryIO, cast
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected
+from service.verify.asn1 import MAX_BLOB, Asn1Error
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
-from service.verify.modinfo import ModInfo, check_vermagic, kernel_version
-from service.verify.signature import TAIL, Signature, check_signature, parse_pkcs7, parse_trailer
+from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
+from service.verify.pkcs7 import Message, parse_message
+from service.verify.signature import TAIL, parse_trailer
+from service.verify.signers import Refused, pkcs7_verify, validate_trust
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 
 _MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
+
+
+# ENODATA, ENOPKG and ENOKEY from the signature check become EKEYREJECTED under enforcement
+_ENFORCED = {"ENODATA": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENOKEY": "EKEYREJECTED"}
+_WEAK_DIGESTS = ("md4", "md5", "sha1", "sm3", "streebog256", "streebog512")
+
+
+def errno_of(reason: str | None) -> tuple[str | None, bool]:
+    """(the errno finit_module returns under ``sig_enforce``, is it a modstage policy)."""
+    if reason is None:
+        return None, False
+    head = reason.split(":", 1)[0]
+    name = head.split(" ", 1)[0]
+    return _ENFORCED.get(name, name), "(policy)" in head
 
 
 @dataclass(frozen=True)
@@ -42,31 +60,51 @@ class Verdict:
     reason: str | None = None
     signer: str | None = None
     hash: str | None = None
-    name: str | None = None
+    name: str | None = None  # the name the kernel registers (struct module's)
     vermagic: str | None = None
     sha256: str | None = None  # of the file as stored (compressed, if it is)
     srcversion: str | None = None
     depends: tuple[str, ...] = ()
     firmware: tuple[str, ...] = ()
     key_id: str | None = None  # hex of the kernel's key id ("ex:" id) of the signer
+    compression: str | None = None  # "xz", "zst", "gz" by content, None for a plain ELF
+    image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
+    notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
+
+    @property
+    def errno(self) -> str | None:
+        """The errno finit_module returns on the target with signature enforcement."""
+        return errno_of(self.reason)[0]
+
+    @property
+    def policy(self) -> bool:
+        """Refused by a modstage policy, where the kernel itself would load the module."""
+        return errno_of(self.reason)[1]
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
+        """A JSON-ready dict of every field, with ``errno`` and ``policy``."""
         out = asdict(self)
         out["depends"], out["firmware"] = list(self.depends), list(self.firmware)
+        out["notes"] = list(self.notes)
+        out["errno"], out["policy"] = errno_of(self.reason)
         return out
 
 
 @dataclass
 class _Facts:
-    """What the checks learned so far; the first recorded problem becomes the reason."""
+    """What the checks learned so far; the first kernel problem becomes the reason.
+
+    A policy problem (``"(policy)"`` in its errno part) is the reason only when the
+    kernel itself would accept the module.
+    """
 
     display: str
     problems: list[str] = field(default_factory=list)
     fields: dict[str, Any] = field(default_factory=dict)
 
     def verdict(self) -> Verdict:
-        reason = self.problems[0] if self.problems else None
+        kernel = [p for p in self.problems if not errno_of(p)[1]]
+        reason = (kernel or self.problems)[0] if self.problems else None
         return Verdict(self.display, reason is None, reason, **self.fields)
 
 
@@ -80,6 +118,8 @@ def _stream(
     buf = memoryview(bytearray(CHUNK))
     f.seek(0)
     pos = 0
+    if signed_len == 0:
+        digests = {name: h.digest() for name, h in hashers.items()}
     while pos < size:
         n = cast(io.RawIOBase, f).readinto(buf[: min(CHUNK, size - pos)])
         if not n:
@@ -106,62 +146,124 @@ def _read_at(f: BinaryIO, at: int, n: int) -> bytes:
     return f.read(n)
 
 
-def _signer(
-    sigs: tuple[Signature, ...], digests: dict[str, bytes], trust: TrustStore, facts: _Facts
+def _code(code: int) -> str:
+    return errno.errorcode.get(code, f"errno {code}")
+
+
+def _signers(
+    msg: Message, digests: dict[str, bytes], trust: TrustStore, target: Target, facts: _Facts
 ) -> None:
-    """As ``pkcs7_validate_trust``: one verified signer suffices; a failing one is fatal."""
-    facts.fields.update(hash=sigs[0].digest.name, key_id=sigs[0].key_id.hex())
-    for sig in sigs:
-        key = trust.find(sig.key_id)
-        if key is None:
-            continue
-        facts.fields.update(signer=key.subject, hash=sig.digest.name, key_id=sig.key_id.hex())
-        check_signature(sig, key.public_key, digests[sig.digest.name])
-        return
-    raise ModuleRejected(f"ENOKEY: no trusted certificate has key id {sigs[0].key_id.hex()}")
+    """``verify_pkcs7_message_sig`` for a module, then modstage's digest policy."""
+    first = msg.signers[0]
+    facts.fields.update(hash=first.hash_algo, key_id=first.auth_id.hex())
+    if msg.has_data:
+        raise ModuleRejected("EBADMSG: PKCS#7 signature with non-detached data")
+    keyring, dropped = trust.kernel_keys(hashes=target.hashes, ecdsa=target.ecdsa)
+    try:
+        pkcs7_verify(msg, digests, target.ecdsa)
+        trusted = validate_trust(msg, keyring, digests, target.ecdsa)
+    except Refused as exc:
+        reason = f"{_code(exc.code)}: {exc.why}"
+        if exc.code == errno.ENOKEY and dropped:
+            reason += "; trusted certificates the target kernel cannot load: " + "; ".join(dropped)
+        raise ModuleRejected(reason) from exc
+    sinfo = trusted.signer
+    facts.fields.update(
+        signer=trusted.key.subject, hash=sinfo.hash_algo, key_id=sinfo.auth_id.hex()
+    )
+    if sinfo.hash_algo in _WEAK_DIGESTS or sinfo.pkey_oid == "id_ecdsa_with_sha1":
+        weak = "ecdsa-with-SHA1" if sinfo.pkey_oid == "id_ecdsa_with_sha1" else sinfo.hash_algo
+        raise ModuleRejected(
+            f"ENOPKG (policy): {weak} signatures are refused by modstage "
+            "(the target kernel would accept this one)"
+        )
+
+
+def _signature(f: BinaryIO, size: int, facts: _Facts, target: Target) -> tuple[int, Message | None]:
+    """Trailer and PKCS#7 parse: (signed length, the parsed message or None)."""
+    try:
+        trailer = parse_trailer(_read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
+    except ModuleRejected as exc:
+        facts.problems.append(exc.reason)
+        return size, None
+    if trailer.sig_len > MAX_BLOB:
+        facts.problems.append(
+            f"EMSGSIZE: PKCS#7 blob of {trailer.sig_len} bytes (kernel max {MAX_BLOB})"
+        )
+        return trailer.signed_len, None
+    try:
+        msg = parse_message(
+            _read_at(f, trailer.signed_len, trailer.sig_len),
+            hashes=target.hashes,
+            have_ecdsa=target.ecdsa,
+        )
+    except Asn1Error as exc:
+        what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""
+        facts.problems.append(f"{_code(exc.code)}: {what}{exc.why}")
+        return trailer.signed_len, None
+    return trailer.signed_len, msg
 
 
 def _check_elf(
-    f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, kernel: str, whole: Any
+    f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, target: Target, whole: Any
 ) -> None:
-    """Signature, modinfo and vermagic of the (decompressed) module held in ``f``."""
-    sigs: tuple[Signature, ...] = ()
-    signed_len = size
-    try:
-        trailer = parse_trailer(_read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
-        signed_len = trailer.signed_len
-        sigs = parse_pkcs7(_read_at(f, signed_len, trailer.sig_len), kernel_version(kernel))
-    except ModuleRejected as exc:
-        facts.problems.append(exc.reason)
-    digests = _stream(f, size, signed_len, {s.digest.name for s in sigs}, whole)
+    """Signature, ELF, modinfo and vermagic of the (decompressed) module held in ``f``."""
+    signed_len, msg = _signature(f, size, facts, target)
+    names = {s.hash_algo or "" for s in msg.signers} if msg else set()
+    names &= target.hashes & hashlib.algorithms_available
+    digests = _stream(f, size, signed_len, names, whole)
     if whole is not None:
         facts.fields["sha256"] = whole.hexdigest()
-    if sigs:
+    if msg is not None:
         try:
-            _signer(sigs, digests, trust, facts)
+            _signers(msg, digests, trust, target, facts)
         except ModuleRejected as exc:
             facts.problems.append(exc.reason)
-    info = ModInfo.from_elf(lambda at, n: _read_at(f, at, n), signed_len)
+    info = ModInfo.from_elf(
+        lambda at, n: _read_at(f, at, n), signed_len, _MACHINES.get(platform.machine())
+    )
     facts.fields.update(
-        name=info.name,
+        name=info.module_name or info.name,
         vermagic=info.vermagic,
         srcversion=info.srcversion,
         depends=info.depends,
         firmware=info.firmware,
     )
-    host = _MACHINES.get(platform.machine())
-    if host is not None and info.machine != host:
-        raise ModuleRejected(f"ENOEXEC: ELF machine {info.machine} is not this host's ({host})")
-    check_vermagic(info, kernel)
+    check_crcs(info, target.crcs, layout=True)
+    check_vermagic(info, target)
+    if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
+        raise ModuleRejected(
+            f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
+        )
+    check_crcs(info, target.crcs, layout=False)
+    unknown = [n for n, _crc in info.versions if n not in target.crcs]
+    if unknown and target.strict_crcs and not target.crcs_complete:
+        raise ModuleRejected(
+            f"EINVAL (policy): the target's CRCs of {len(unknown)} imported symbols are unknown "
+            f"(e.g. {unknown[0]}): no build/Module.symvers under lib/modules/{target.release}; "
+            "the kernel refuses a CRC mismatch with EINVAL"
+        )
+    name = (info.module_name or "").replace("-", "_")
+    if name in target.builtin_sysfs:
+        raise ModuleRejected(
+            f"EINVAL: module {name} is built into the target kernel with a /sys/module entry "
+            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it"
+        )
+    if name in target.builtin:
+        raise ModuleRejected(
+            f"EINVAL (policy): module {name} is built into the target kernel (modules.builtin); "
+            "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry"
+        )
 
 
-def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, kernel: str, cap: int) -> None:
+def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: int) -> None:
     size = f.seek(0, os.SEEK_END)
     whole = hashlib.sha256()
     kind = compression(_read_at(f, 0, 6))
     if kind is None:
-        _check_elf(f, size, facts, trust, kernel, whole)
+        _check_elf(f, size, facts, trust, target, whole)
         return
+    facts.fields["compression"] = kind
 
     def read(n: int) -> bytes:
         data = f.read(n)
@@ -175,7 +277,13 @@ def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, kernel: str, cap: int)
         while read(CHUNK):
             pass
         facts.fields["sha256"] = whole.hexdigest()
-    _check_elf(io.BytesIO(elf), len(elf), facts, trust, kernel, None)
+    facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
+    _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
+
+
+def as_target(kernel: str | Target) -> Target:
+    """A :class:`Target` from a release or full vermagic string (nothing read), or as is."""
+    return kernel if isinstance(kernel, Target) else Target.from_spec(kernel)
 
 
 def verify_module(
@@ -183,17 +291,19 @@ def verify_module(
     *,
     display: str,
     trust: TrustStore,
-    kernel: str,
+    kernel: str | Target,
     max_decompressed: int = MAX_DECOMPRESSED,
 ) -> Verdict:
     """Verify the module open in ``f`` (seekable, binary) for the target ``kernel``.
 
-    ``kernel`` is a release (``6.1.0-57-amd64``) or a full vermagic string. Never raises
-    for bad content: every problem is a ``Verdict(ok=False, reason=...)``.
+    ``kernel`` is a :class:`Target` (see :meth:`Target.from_layout`), or a release /
+    full vermagic string with no configuration known. Never raises for bad content:
+    every problem is a ``Verdict(ok=False, reason=...)``.
     """
-    facts = _Facts(display)
+    target = as_target(kernel)
+    facts = _Facts(display, fields={"notes": target.notes()})
     try:
-        _check(f, facts, trust, kernel, max_decompressed)
+        _check(f, facts, trust, target, max_decompressed)
     except ModuleRejected as exc:
         facts.problems.append(exc.reason)
     except OSError as exc:
@@ -207,7 +317,7 @@ def _failed(display: str, exc: OSError) -> Verdict:
 
 
 def _module_at(
-    root: Path, relative: str, display: str, trust: TrustStore, kernel: str, follow: bool
+    root: Path, relative: str, display: str, trust: TrustStore, kernel: str | Target, follow: bool
 ) -> Verdict:
     try:
         f = open_regular(root, relative, follow=follow)
@@ -217,7 +327,7 @@ def _module_at(
         return verify_module(f, display=display, trust=trust, kernel=kernel)
 
 
-def verify_path(path: Path, *, trust: TrustStore, kernel: str) -> Verdict:
+def verify_path(path: Path, *, trust: TrustStore, kernel: str | Target) -> Verdict:
     """Verify one module file (symlinks followed: the path comes from the admin)."""
     return _module_at(path.parent, path.name, str(path), trust, kernel, True)
 
@@ -253,7 +363,7 @@ def _run_all(jobs: Sequence[Callable[[], Verdict]]) -> list[Verdict]:
         return list(pool.map(lambda job: job(), jobs))
 
 
-def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
+def verify_drop(drop: Path, *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
     """Verify a drop directory: every module and firmware file against its manifest entry.
 
     Files are opened beneath ``drop`` without following symlinks. A manifest that cannot
@@ -269,7 +379,7 @@ def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
     except ManifestError as exc:
         return [Verdict(display, False, f"EINVAL: {exc}")]
     verdicts = verify_files(drop, manifest, trust=trust, kernel=kernel)
-    release = kernel.split(" ", 1)[0]
+    release = as_target(kernel).release
     if manifest.kernel != release:
         reason = f"EINVAL: manifest is for kernel {manifest.kernel}, the target is {release}"
         verdicts.insert(0, Verdict(display, False, reason))
@@ -277,7 +387,12 @@ def verify_drop(drop: Path, *, trust: TrustStore, kernel: str) -> list[Verdict]:
 
 
 def verify_files(
-    root: Path, manifest: Manifest, *, trust: TrustStore, kernel: str, shown: Path | None = None
+    root: Path,
+    manifest: Manifest,
+    *,
+    trust: TrustStore,
+    kernel: str | Target,
+    shown: Path | None = None,
 ) -> list[Verdict]:
     """Verify the files ``manifest`` names beneath ``root`` (modules, then firmware).
 
@@ -301,7 +416,7 @@ def verify_files(
     return verdicts
 
 
-def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str) -> list[Verdict]:
+def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
     """Verdicts for module files and drop directories, in order; files verified in parallel."""
     files = [partial(verify_path, p, trust=trust, kernel=kernel) for p in paths if not p.is_dir()]
     done = iter(_run_all(files))

@@ -32,6 +32,7 @@ from tests.kmod.forge import (
     split,
 )
 from tests.kmod.keys import SigningKey, cms_sign, debian_build_cert, make_key, sign
+from tests.kmod.target import install_target
 
 __all__ = [
     "MARKER",
@@ -46,6 +47,7 @@ __all__ = [
     "debian_build_cert",
     "flip_bit",
     "graft",
+    "install_target",
     "kernel_release",
     "make_key",
     "padded_module",

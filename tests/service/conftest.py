@@ -10,14 +10,32 @@ from pathlib import Path
 
 import pytest
 
+from service.layout import Layout
+from service.verify.target import Target
 from service.verify.trust import TrustStore
-from tests.kmod import SigningKey, build_modules, kernel_release, make_key, sign
+from tests.kmod import SigningKey, build_modules, install_target, kernel_release, make_key, sign
 
 
 @pytest.fixture(scope="session")
 def kernel() -> str:
     """The installed Debian kernel release the test modules are built for."""
     return kernel_release()
+
+
+@pytest.fixture(scope="session")
+def debian_target(kernel: str, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The installed Debian kernel as a target: its real vermagic and configuration."""
+    root = install_target(tmp_path_factory.mktemp("debian-root"), kernel)
+    return Target.from_layout(Layout(root), kernel)
+
+
+@pytest.fixture(scope="session")
+def target(kernel: str, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The Debian kernel built with ``CONFIG_CRYPTO_ECDSA=y``, so EC keys can be trusted."""
+    root = install_target(
+        tmp_path_factory.mktemp("ecdsa-root"), kernel, config_extra="CONFIG_CRYPTO_ECDSA=y\n"
+    )
+    return Target.from_layout(Layout(root), kernel)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 from service.errors import LoadError
 from service.kernel.modules import describe
 from service.layout import Layout
+from tests.kmod.target import install_target
 
 
 class FakeKernel:
@@ -24,6 +25,13 @@ class FakeKernel:
 
     def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
         name = Path(os.readlink(f"/proc/self/fd/{fd}")).name.split(".")[0].replace("-", "_")
+        self.calls.append(("load", name, params))
+        if name in self.fail:
+            raise LoadError(self.fail[name], describe(self.fail[name]))
+        self.live[name] = None
+
+    def load_image(self, image: bytes, name: str, params: str) -> None:
+        name = name.split(".")[0].replace("-", "_")
         self.calls.append(("load", name, params))
         if name in self.fail:
             raise LoadError(self.fail[name], describe(self.fail[name]))
@@ -51,6 +59,7 @@ def make_host(root: Path, kernel: str, cert: Path, blocks: dict[int, str] | None
     (layout.proc / "sys/kernel/random").mkdir(parents=True)
     layout.os_release.write_text(kernel + "\n")
     layout.boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
+    install_target(root, kernel)  # the target's vermagic and config, read by verification
     layout.incoming.mkdir(parents=True)
     memory = layout.sys / "devices/system/memory"
     memory.mkdir(parents=True)

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 from pathlib import Path
 
 import pytest
 from asn1crypto import cms
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.verify.signature import (
-    MAX_SIG_LEN,
-    check_signature,
-    parse_pkcs7,
-    parse_trailer,
-)
+from service.verify.asn1 import Asn1Error
+from service.verify.pkcs7 import Message, parse_message
+from service.verify.signature import parse_trailer
 from tests.kmod import MARKER, SigningKey, cms_sign, split
 from tests.kmod.forge import INFO, rsa_oid_as_sha256_with_rsa
 from tests.service.strategies_verify import der, mutated, trailers
@@ -94,12 +90,9 @@ def test_non_zero_info_fields_are_ebadmsg(fields: dict[str, object]) -> None:
     assert reason(exc).startswith("EBADMSG: module_signature has non-zero")
 
 
-def test_sig_len_above_the_cap_is_refused() -> None:
-    """A blob larger than 64 KiB is refused before anything reads it."""
-    assert parse_trailer(trailer_of(sig_len=MAX_SIG_LEN), 1 << 20).sig_len == MAX_SIG_LEN
-    with pytest.raises(ModuleRejected) as exc:
-        parse_trailer(trailer_of(sig_len=MAX_SIG_LEN + 1), 1 << 20)
-    assert "cap" in reason(exc)
+def test_sig_len_is_bounded_only_by_the_file() -> None:
+    """mod_check_sig has no cap of its own: a 64 KiB blob is a layout (the decoder refuses it)."""
+    assert parse_trailer(trailer_of(sig_len=1 << 16), 1 << 20).sig_len == 1 << 16
 
 
 @settings(max_examples=400)
@@ -119,6 +112,19 @@ def blob(path: Path) -> bytes:
     return split(path.read_bytes()).blob
 
 
+DEBIAN_HASHES = frozenset({"md5", "sha1", "sha224", "sha256", "sha384", "sha512"})
+
+
+def parse(data: bytes) -> Message:
+    return parse_message(data, hashes=DEBIAN_HASHES, have_ecdsa=False)
+
+
+def refused(data: bytes) -> str:
+    with pytest.raises(Asn1Error) as exc:
+        parse(data)
+    return f"{errno.errorcode[exc.value.code]}: {exc.value.why}"
+
+
 def test_issuer_serial_key_id_is_raw_serial_then_issuer(
     signed_rsa: Path, rsa_key: SigningKey
 ) -> None:
@@ -129,123 +135,116 @@ def test_issuer_serial_key_id_is_raw_serial_then_issuer(
     issuer_content = (
         issuer[4:] if issuer[1] == 0x82 else issuer[3:] if issuer[1] == 0x81 else issuer[2:]
     )
-    (sig,) = parse_pkcs7(blob(signed_rsa))
-    assert (sig.key_type, sig.digest.name) == ("rsa", "sha256")
-    assert sig.key_id == serial + issuer_content
+    (sig,) = parse(blob(signed_rsa)).signers
+    assert (sig.pkey_algo, sig.hash_algo, sig.skid_form) == ("rsa", "sha256", False)
+    assert sig.auth_id == serial + issuer_content
 
 
 def test_skid_key_id_is_the_subject_key_identifier(signed_ec: Path, ec_key: SigningKey) -> None:
     """SignerInfo v3 (sign-file -k): key id = the certificate's raw SKID."""
     cert = x509.load_der_x509_certificate(ec_key.cert_der.read_bytes())
     skid = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
-    (sig,) = parse_pkcs7(blob(signed_ec))
-    assert (sig.key_type, sig.digest.name, sig.key_id) == ("ecdsa", "sha384", skid)
+    (sig,) = parse(blob(signed_ec)).signers
+    assert (sig.pkey_algo, sig.hash_algo, sig.auth_id) == ("ecdsa", "sha384", skid)
 
 
-def test_signed_attributes_are_ekeyrejected(
+def test_openssl_signed_attributes_carry_smime_capabilities(
     modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
 ) -> None:
-    """openssl cms without -noattr adds signed attributes: the kernel refuses module sigs with them."""
+    """openssl cms without -noattr adds S/MIME capabilities: the parser's EKEYREJECTED."""
     signed = cms_sign(modules["ms_params"], rsa_key, tmp_path / "a.ko")
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(blob(signed))
-    assert reason(exc) == "EKEYREJECTED: module signature has signed attributes"
+    assert refused(blob(signed)) == (
+        "EKEYREJECTED: signed attribute smimeCapabilites outside Authenticode"
+    )
 
 
-def test_sha1_is_refused(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> None:
-    """A SHA-1 digest is refused with ENOPKG, whatever the target kernel."""
+def test_sha1_parses_as_61_parses_it(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """6.1's parser knows SHA-1 (modstage refuses it later, by policy)."""
     signed = cms_sign(
         modules["ms_params"], rsa_key, tmp_path / "a.ko", hash="sha1", attributes=False
     )
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(blob(signed), (6, 1))
-    assert reason(exc).startswith("ENOPKG: SHA-1")
+    assert parse(blob(signed)).signers[0].hash_algo == "sha1"
 
 
-def test_sha3_depends_on_the_target_kernel(
+def test_sha3_is_unknown_to_the_61_parser(
     modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
 ) -> None:
-    """SHA3-256 is unknown to a 6.1 kernel's PKCS#7 parser (ENOPKG) and accepted from 6.7."""
+    """SHA3-256 is not in 6.1's pkcs7_sig_note_digest_algo: ENOPKG, naming the OID."""
     signed = cms_sign(
         modules["ms_params"], rsa_key, tmp_path / "a.ko", hash="sha3-256", attributes=False
     )
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(blob(signed), (6, 1))
-    assert reason(exc).startswith("ENOPKG: digest algorithm 2.16.840.1.101.3.4.2.8")
-    assert parse_pkcs7(blob(signed), (6, 7))[0].digest.name == "sha3_256"
+    assert refused(blob(signed)) == "ENOPKG: digest algorithm 2.16.840.1.101.3.4.2.8"
 
 
 def test_sha256_with_rsa_oid_is_enopkg(signed_rsa: Path) -> None:
     """RSA must be announced as rsaEncryption; sha256WithRSAEncryption is ENOPKG."""
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(split(rsa_oid_as_sha256_with_rsa(signed_rsa.read_bytes())).blob)
-    assert reason(exc).startswith("ENOPKG: signature algorithm 1.2.840.113549.1.1.11")
+    data = split(rsa_oid_as_sha256_with_rsa(signed_rsa.read_bytes())).blob
+    assert refused(data) == "ENOPKG: signature algorithm 1.2.840.113549.1.1.11"
 
 
-def test_embedded_content_is_refused(
+def test_ecdsa_with_sha3_oid_is_enopkg(signed_ec: Path) -> None:
+    """ecdsa-with-SHA3-384 is not in 6.1's pkcs7_sig_note_pkey_algo: ENOPKG."""
+    info = cms.ContentInfo.load(blob(signed_ec))
+    signer = info["content"]["signer_infos"][0]
+    signer["signature_algorithm"]["algorithm"] = "2.16.840.1.101.3.4.3.11"
+    data = info.dump(force=True)
+    assert refused(data) == "ENOPKG: signature algorithm 2.16.840.1.101.3.4.3.11"
+
+
+def test_embedded_content_is_parsed_and_noted(
     modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
 ) -> None:
-    """The module must be detached from the PKCS#7 message."""
-    signed = cms_sign(
-        modules["ms_enodev"], rsa_key, tmp_path / "a.ko", attributes=False, detached=False
-    )
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(blob(signed))
-    assert reason(exc) == "EBADMSG: signature is not detached (embedded content)"
+    """Embedded content parses; verify_pkcs7_message_sig then refuses it (EBADMSG)."""
+    small = tmp_path / "small"
+    small.write_bytes(modules["ms_enodev"].read_bytes()[:4096])
+    signed = cms_sign(small, rsa_key, tmp_path / "a.ko", attributes=False, detached=False)
+    assert parse(blob(signed)).has_data
 
 
 def test_signed_data_version_must_match_signer_info(signed_ec: Path) -> None:
     """A v3 (SKID) SignerInfo inside a v1 SignedData is EBADMSG (version coupling)."""
     info = cms.ContentInfo.load(blob(signed_ec))
     info["content"]["version"] = "v1"
-    with pytest.raises(ModuleRejected) as exc:
-        parse_pkcs7(info.dump(force=True))
-    assert reason(exc) == "EBADMSG: SignerInfo version does not match SignedData version"
+    assert (
+        refused(info.dump(force=True)) == "EBADMSG: SignerInfo version does not match SignedData's"
+    )
 
 
 @pytest.mark.parametrize("cut", [1, 10, 300])
-def test_truncated_or_padded_der_is_ebadmsg(signed_rsa: Path, cut: int) -> None:
-    """Strict DER: a truncated blob and one with trailing junk are both malformed."""
+def test_truncated_der_is_ebadmsg_trailing_bytes_are_ignored(signed_rsa: Path, cut: int) -> None:
+    """A truncated blob overruns (EBADMSG); bytes after the ContentInfo are ignored, as in 6.1."""
     der_blob = blob(signed_rsa)
-    for bad in (der_blob[:-cut], der_blob + b"\0" * cut):
-        with pytest.raises(ModuleRejected) as exc:
-            parse_pkcs7(bad)
-        assert reason(exc).startswith("EBADMSG: malformed PKCS#7")
+    assert refused(der_blob[:-cut]).startswith("EBADMSG: ")
+    assert parse(der_blob + b"\0" * cut).signers
 
 
-def test_key_operation_checks_digest_and_key_type(
-    signed_rsa: Path, rsa_key: SigningKey, ec_key: SigningKey
-) -> None:
-    """The RSA signature verifies over its true digest only, and never with an EC key."""
-    parts = split(signed_rsa.read_bytes())
-    (sig,) = parse_pkcs7(parts.blob)
-    digest = hashlib.sha256(parts.payload).digest()
-    rsa_public = x509.load_der_x509_certificate(rsa_key.cert_der.read_bytes()).public_key()
-    check_signature(sig, rsa_public, digest)
-    with pytest.raises(ModuleRejected) as exc:
-        check_signature(sig, rsa_public, bytes(32))
-    assert reason(exc).startswith("EKEYREJECTED: signature does not match")
-    ec_public = x509.load_der_x509_certificate(ec_key.cert_der.read_bytes()).public_key()
-    assert isinstance(ec_public, ec.EllipticCurvePublicKey)
-    with pytest.raises(ModuleRejected) as exc:
-        check_signature(sig, ec_public, digest)
-    assert reason(exc).startswith("EKEYREJECTED: rsa signature but")
+def test_asn1_decoder_limits(signed_rsa: Path) -> None:
+    """Over 65,535 bytes is EMSGSIZE; a length with 3 length octets is EBADMSG."""
+    der_blob = blob(signed_rsa)
+    with pytest.raises(Asn1Error) as exc:
+        parse(der_blob + bytes(65536 - len(der_blob)))
+    assert exc.value.code == errno.EMSGSIZE
+    body = der_blob[4:] if der_blob[1] == 0x82 else der_blob[3:]
+    three = b"\x30\x83" + len(body).to_bytes(3, "big") + body
+    assert refused(three) == "EBADMSG: unsupported length (3 length octets)"
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(der)
 def test_fuzz_random_der_only_domain_error(data: bytes) -> None:
-    """Random DER trees of PKCS#7 tags never raise anything but ModuleRejected."""
-    with contextlib.suppress(ModuleRejected):
-        parse_pkcs7(data)
+    """Random DER trees of PKCS#7 tags never raise anything but Asn1Error."""
+    with contextlib.suppress(Asn1Error):
+        parse(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_fuzz_mutated_real_blobs_only_domain_error(
     signed_rsa: Path, signed_ec: Path, data: st.DataObject
 ) -> None:
-    """Bit flips, cuts and insertions in sign-file blobs never raise anything but ModuleRejected."""
+    """Bit flips, cuts and insertions in sign-file blobs never raise anything but Asn1Error."""
     base = blob(data.draw(st.sampled_from([signed_rsa, signed_ec])))
-    with contextlib.suppress(ModuleRejected):
-        parse_pkcs7(data.draw(mutated(base)))
+    with contextlib.suppress(Asn1Error):
+        parse(data.draw(mutated(base)))

@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.errors import TrustError
-from service.verify.signature import parse_pkcs7
+from service.verify.pkcs7 import parse_message
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_path
 from tests.kmod import SigningKey, make_key, sign, split
@@ -48,8 +49,10 @@ def test_pem_bundle_and_concatenated_der_load_every_certificate(tmp_path: Path) 
 def test_key_ids_match_what_sign_file_writes(signed_rsa: Path, rsa_key: SigningKey) -> None:
     """The id the store files a certificate under is the id in sign-file's SignerInfo."""
     trust = TrustStore.from_der(rsa_key.cert_der.read_bytes())
-    (sig,) = parse_pkcs7(split(signed_rsa.read_bytes()).blob)
-    found = trust.find(sig.key_id)
+    message = parse_message(
+        split(signed_rsa.read_bytes()).blob, hashes=frozenset({"sha256"}), have_ecdsa=False
+    )
+    found = trust.find(message.signers[0].auth_id)
     assert found is not None and found.subject == "modstage rsa"
 
 
@@ -123,7 +126,7 @@ def expired_certificate(key: SigningKey) -> bytes:
 
 
 def test_expired_certificate_still_verifies(
-    tmp_path: Path, modules: dict[str, Path], kernel: str
+    tmp_path: Path, modules: dict[str, Path], kernel: str, target: Target
 ) -> None:
     """Date policy: the kernel ignores validity dates for module signatures; so does modstage."""
     key = make_key(tmp_path, "p256", cn="fresh")
@@ -131,6 +134,6 @@ def test_expired_certificate_still_verifies(
     expired = SigningKey(key.key, key.cert_der, key.cert_der, key.kind)  # sign-file reads DER too
     signed = sign(modules["ms_exporter"], expired, tmp_path / "m.ko")
     trust = TrustStore.from_der(key.cert_der.read_bytes())
-    verdict = verify_path(signed, trust=trust, kernel=kernel)
+    verdict = verify_path(signed, trust=trust, kernel=target)
     assert verdict.ok, verdict.reason
     assert verdict.signer == "expired"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import Verdict, verify_path
 from tests.kmod import (
@@ -23,7 +25,7 @@ from tests.kmod import (
 )
 
 
-def check(path: Path, trust: TrustStore, kernel: str) -> Verdict:
+def check(path: Path, trust: TrustStore, kernel: str | Target) -> Verdict:
     verdict = verify_path(path, trust=trust, kernel=kernel)
     assert verdict.file == str(path)
     return verdict
@@ -41,24 +43,24 @@ def check(path: Path, trust: TrustStore, kernel: str) -> Verdict:
     ],
 )
 def test_sign_file_signatures_are_accepted(
-    tmp_path: Path, modules: dict[str, Path], kernel: str, kind: str, hash_: str, skid: bool
+    tmp_path: Path, modules: dict[str, Path], target: Target, kind: str, hash_: str, skid: bool
 ) -> None:
     """sign-file output for each key type, digest and signer-id form verifies, with identity."""
     key = make_key(tmp_path, kind, cn=f"{kind} signer")
     signed = sign(modules["ms_params"], key, tmp_path / "m.ko", hash=hash_, skid=skid)
-    verdict = check(signed, TrustStore.from_der(key.cert_der.read_bytes()), kernel)
+    verdict = check(signed, TrustStore.from_der(key.cert_der.read_bytes()), target)
     assert verdict.ok, verdict.reason
     assert (verdict.signer, verdict.hash, verdict.name) == (f"{kind} signer", hash_, "ms_params")
     assert verdict.sha256 == hashlib.sha256(signed.read_bytes()).hexdigest()
-    assert verdict.srcversion is not None and verdict.vermagic.startswith(kernel)  # type: ignore[union-attr]
+    assert verdict.srcversion is not None and verdict.vermagic.startswith(target.release)  # type: ignore[union-attr]
 
 
 def test_identity_fields_of_a_consumer(
-    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, kernel: str
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
 ) -> None:
     """depends and firmware come from .modinfo; key_id is the kernel's "ex:" id in hex."""
-    consumer = check(sign(modules["ms_consumer"], rsa_key, tmp_path / "c.ko"), trust, kernel)
-    firmware = check(sign(modules["ms_firmware"], rsa_key, tmp_path / "f.ko"), trust, kernel)
+    consumer = check(sign(modules["ms_consumer"], rsa_key, tmp_path / "c.ko"), trust, target)
+    firmware = check(sign(modules["ms_firmware"], rsa_key, tmp_path / "f.ko"), trust, target)
     assert consumer.ok and consumer.depends == ("ms_exporter",)
     assert firmware.ok and firmware.firmware == ("modstage/test.bin",)
     found = trust.find(bytes.fromhex(consumer.key_id or ""))
@@ -89,10 +91,6 @@ TRAILER_EDITS: dict[str, tuple[Edit, str]] = {
     "sig_len past the file": (lambda d: split(d).with_(sig_len=len(d)), "EBADMSG: sig_len"),
     "id_type 1": (lambda d: split(d).with_(id_type=1), "ENOPKG: signature id_type 1"),
     "non-zero pad": (lambda d: split(d).with_(pad=b"\0\x01\0"), "EBADMSG: module_signature"),
-    "junk after blob": (
-        lambda d: split(d).with_(blob=split(d).blob + b"\0junk"),
-        "EBADMSG: malformed PKCS#7: Extra data",
-    ),
     "sha256WithRSAEncryption": (rsa_oid_as_sha256_with_rsa, "ENOPKG: signature algorithm"),
     "unsigned": (lambda d: split(d).payload, "ENODATA: module is unsigned"),
 }
@@ -100,71 +98,77 @@ TRAILER_EDITS: dict[str, tuple[Edit, str]] = {
 
 @pytest.mark.parametrize("edit", PAYLOAD_EDITS.values(), ids=PAYLOAD_EDITS.keys())
 def test_one_flipped_bit_is_ekeyrejected(
-    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str, edit: Edit
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, target: Target, edit: Edit
 ) -> None:
     """Any changed bit of the signed bytes or the signature value: the key rejects it."""
-    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, kernel)
+    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, target)
     assert not verdict.ok
-    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+    assert (
+        verdict.reason == "EKEYREJECTED: signature does not match the module (key 'modstage rsa')"
+    )
 
 
 @pytest.mark.parametrize("case", TRAILER_EDITS.values(), ids=TRAILER_EDITS.keys())
 def test_broken_trailers_are_rejected_with_their_rule(
-    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str, case: tuple[Edit, str]
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, target: Target, case: tuple[Edit, str]
 ) -> None:
     """Each defect of the trailer or the PKCS#7 blob is refused with the rule it breaks."""
     edit, expected = case
-    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, kernel)
+    verdict = check(file_with(tmp_path, edit(signed_rsa.read_bytes())), trust, target)
     assert not verdict.ok
     assert verdict.reason is not None and verdict.reason.startswith(expected), verdict.reason
 
 
 def test_identity_is_reported_on_rejection(
-    tmp_path: Path, signed_rsa: Path, trust: TrustStore, kernel: str
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, target: Target
 ) -> None:
     """A rejected module still shows its name, vermagic and file digest to the operator."""
     data = split(signed_rsa.read_bytes()).with_(id_type=1)
-    verdict = check(file_with(tmp_path, data), trust, kernel)
+    verdict = check(file_with(tmp_path, data), trust, target)
     assert (verdict.ok, verdict.name) == (False, "ms_params")
     assert verdict.vermagic is not None and verdict.sha256 == hashlib.sha256(data).hexdigest()
 
 
 def test_wrong_certificate_is_enokey(
-    tmp_path: Path, modules: dict[str, Path], other_key: SigningKey, trust: TrustStore, kernel: str
+    tmp_path: Path,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    trust: TrustStore,
+    target: Target,
 ) -> None:
     """A signer the trust store does not hold: ENOKEY, naming the key id."""
-    verdict = check(sign(modules["ms_params"], other_key, tmp_path / "m.ko"), trust, kernel)
+    verdict = check(sign(modules["ms_params"], other_key, tmp_path / "m.ko"), trust, target)
     assert not verdict.ok and verdict.reason is not None
     assert verdict.reason.startswith("ENOKEY: no trusted certificate has key id ")
     assert verdict.key_id is not None and verdict.key_id in verdict.reason
 
 
 def test_same_issuer_and_serial_with_another_key_is_ekeyrejected(
-    tmp_path: Path, modules: dict[str, Path], kernel: str
+    tmp_path: Path, modules: dict[str, Path], target: Target
 ) -> None:
     """A forged certificate with the real signer's issuer and serial finds the key id, then fails."""
     real = make_key(tmp_path / "real", "rsa2048", cn="vendor", serial=1001)
     forged = make_key(tmp_path / "forged", "rsa2048", cn="vendor", serial=1001)
     signed = sign(modules["ms_params"], real, tmp_path / "m.ko")
-    verdict = check(signed, TrustStore.from_der(forged.cert_der.read_bytes()), kernel)
-    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+    verdict = check(signed, TrustStore.from_der(forged.cert_der.read_bytes()), target)
+    assert (verdict.reason or "").startswith("EKEYREJECTED: signature does not match the module")
 
 
 def test_grafted_trailer_of_another_module_is_ekeyrejected(
-    tmp_path: Path, modules: dict[str, Path], signed_ec: Path, trust: TrustStore, kernel: str
+    tmp_path: Path, modules: dict[str, Path], signed_ec: Path, trust: TrustStore, target: Target
 ) -> None:
     """A valid signature of ms_params pasted onto ms_enodev does not verify."""
     data = graft(signed_ec.read_bytes(), append_signature(modules["ms_enodev"].read_bytes(), b"x"))
-    verdict = check(file_with(tmp_path, data), trust, kernel)
-    assert verdict.reason == "EKEYREJECTED: signature does not match the module"
+    verdict = check(file_with(tmp_path, data), trust, target)
+    assert (verdict.reason or "").startswith("EKEYREJECTED: signature does not match the module")
     assert verdict.name == "ms_enodev"
 
 
 @pytest.mark.parametrize(
     ("hash_", "attributes", "expected"),
     [
-        ("sha256", True, "EKEYREJECTED: module signature has signed attributes"),
-        ("sha1", False, "ENOPKG: SHA-1 module signatures are refused"),
+        ("sha256", True, "EKEYREJECTED: signed attribute smimeCapabilites outside Authenticode"),
+        ("sha1", False, "ENOPKG (policy): sha1 signatures are refused by modstage"),
     ],
 )
 def test_openssl_cms_variants_are_rejected(
@@ -172,25 +176,35 @@ def test_openssl_cms_variants_are_rejected(
     modules: dict[str, Path],
     rsa_key: SigningKey,
     trust: TrustStore,
-    kernel: str,
+    target: Target,
     hash_: str,
     attributes: bool,
     expected: str,
 ) -> None:
-    """Signed attributes and SHA-1, which sign-file never makes, are refused as the kernel does."""
+    """OpenSSL's signed attributes carry S/MIME capabilities: the parser's EKEYREJECTED;
+    SHA-1, which 6.1 takes, is refused by policy."""
     signed = cms_sign(
         modules["ms_params"], rsa_key, tmp_path / "m.ko", hash=hash_, attributes=attributes
     )
-    verdict = check(signed, trust, kernel)
+    verdict = check(signed, trust, target)
     assert verdict.reason is not None and verdict.reason.startswith(expected)
 
 
-def test_vermagic_for_another_kernel_is_enoexec(signed_rsa: Path, trust: TrustStore) -> None:
-    """A correctly signed module built for another release is refused (ENOEXEC)."""
-    verdict = check(signed_rsa, trust, "6.1.0-99-amd64")
-    assert verdict.reason is not None and verdict.reason.startswith(
-        "ENOEXEC: vermagic is for kernel"
+def test_vermagic_for_another_kernel_is_enoexec(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """A module for another release passes same_magic (modversions) but is refused by policy."""
+    assert target.vermagic is not None
+    other = replace(
+        target,
+        release="6.1.0-99-amd64",
+        vermagic=target.vermagic.replace(target.release, "6.1.0-99-amd64"),
     )
+    verdict = check(signed_rsa, trust, other)
+    assert verdict.reason is not None and verdict.reason.startswith(
+        "ENOEXEC (policy): vermagic is for kernel"
+    )
+    assert verdict.policy and verdict.errno == "ENOEXEC"
     assert verdict.signer == "modstage rsa"
 
 
@@ -201,19 +215,117 @@ def test_signature_is_checked_before_vermagic(modules: dict[str, Path], trust: T
 
 
 def test_signed_non_elf_is_enoexec(
-    tmp_path: Path, rsa_key: SigningKey, trust: TrustStore, kernel: str
+    tmp_path: Path, rsa_key: SigningKey, trust: TrustStore, target: Target
 ) -> None:
     """A good signature over something that is not an ELF module is still refused."""
     text = file_with(tmp_path, b"#!/bin/sh\necho not a module\n" * 20, "text")
-    verdict = check(sign(text, rsa_key, tmp_path / "m.ko"), trust, kernel)
+    verdict = check(sign(text, rsa_key, tmp_path / "m.ko"), trust, target)
     assert verdict.reason == "ENOEXEC: not an ELF file" and verdict.signer == "modstage rsa"
 
 
 def test_signed_elf_without_modinfo_is_enoexec(
-    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, kernel: str
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
 ) -> None:
-    """A signed ELF whose .modinfo section is gone has no vermagic: ENOEXEC."""
+    """No .modinfo means no vermagic: 6.1 with MODULE_FORCE_LOAD=y force-loads, modstage refuses."""
     data = modules["ms_params"].read_bytes().replace(b".modinfo\0", b".modinfX\0")
     signed = sign(file_with(tmp_path, data, "raw.ko"), rsa_key, tmp_path / "m.ko")
-    verdict = check(signed, trust, kernel)
-    assert verdict.reason == "ENOEXEC: no .modinfo section (so no vermagic)"
+    verdict = check(signed, trust, target)
+    assert verdict.reason is not None
+    assert verdict.reason.startswith("ENOEXEC (policy): no vermagic in .modinfo; the target")
+    assert verdict.policy
+
+
+def test_bytes_after_the_content_info_are_ignored_as_the_kernel_does(
+    tmp_path: Path, signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """6.1's BER decoder stops after the top-level element: trailing bytes are not an error."""
+    data = split(signed_rsa.read_bytes())
+    verdict = check(file_with(tmp_path, data.with_(blob=data.blob + b"\0junk")), trust, target)
+    assert verdict.ok, verdict.reason
+
+
+def test_write_exec_section_is_enoexec_with_strict_module_rwx(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """A signed module with a W+X section: ENOEXEC from module_enforce_rwx_sections."""
+    from tests.service.test_modinfo import section_index, set_field
+
+    data = modules["ms_params"].read_bytes()
+    wx = set_field(data, section_index(data, b".data"), "flags", 0x7)
+    signed = sign(file_with(tmp_path, wx, "raw.ko"), rsa_key, tmp_path / "m.ko")
+    verdict = check(signed, trust, target)
+    assert verdict.reason == "ENOEXEC: section .data is writable and executable (STRICT_MODULE_RWX)"
+
+
+def test_module_named_like_a_built_in_is_refused(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """A name in the target's modules.builtin: EINVAL at load when the built-in has a
+    /sys/module entry; modstage refuses it always, and says it is policy."""
+    verdict = check(signed_rsa, trust, replace(target, builtin=frozenset({"ms_params"})))
+    assert (verdict.errno, verdict.policy) == ("EINVAL", True)
+    assert verdict.reason is not None and "built into the target kernel" in verdict.reason
+    assert check(signed_rsa, trust, target).ok
+    with_sysfs = replace(target, builtin_sysfs=frozenset({"ms_params"}))
+    verdict = check(signed_rsa, trust, with_sysfs)
+    assert (verdict.errno, verdict.policy) == ("EINVAL", False)
+    assert "pci_hotplug" in target.builtin_sysfs  # a built-in with parameters on Debian 6.1
+
+
+def _with_crc(data: bytes, symbol: bytes, crc: int) -> bytes:
+    """``data`` with ``symbol``'s CRC in __versions replaced (entries: u64 crc, name[56])."""
+    at = data.index(symbol + b"\0") - 8
+    return data[:at] + crc.to_bytes(8, "little") + data[at + 8 :]
+
+
+def test_symbol_crcs_the_target_exports_are_checked(
+    tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
+) -> None:
+    """check_modstruct_version: a wrong module_layout CRC is ENOEXEC (before vermagic);
+    resolve_symbol: a wrong CRC of another known export is EINVAL."""
+    assert "module_layout" in target.crcs, target.crcs_source
+    data = modules["ms_params"].read_bytes()
+    layout = sign(
+        file_with(tmp_path, _with_crc(data, b"module_layout", 1), "a.ko"),
+        rsa_key,
+        tmp_path / "l.ko",
+    )
+    verdict = check(layout, trust, target)
+    assert (verdict.errno, verdict.policy) == ("ENOEXEC", False)
+    assert verdict.reason is not None and "version of symbol module_layout" in verdict.reason
+    info_symbols = [
+        n for n in ("param_ops_int", "_printk", "param_ops_charp") if n.encode() + b"\0" in data
+    ]
+    symbol = info_symbols[0]
+    other = sign(
+        file_with(tmp_path, _with_crc(data, symbol.encode(), 2), "b.ko"), rsa_key, tmp_path / "o.ko"
+    )
+    known = replace(target, crcs={**target.crcs, symbol: 12345})
+    assert check(other, trust, target).ok or symbol in target.crcs
+    verdict = check(other, trust, known)
+    assert verdict.errno == "EINVAL" and f"version of symbol {symbol}" in (verdict.reason or "")
+
+
+def test_target_says_when_symbol_crcs_are_partly_unknown(target: Target) -> None:
+    """Without build/Module.symvers only the probe's CRCs are known, and the notes say so."""
+    assert "Module.symvers" in target.crcs_source and not target.notes()
+    partial = replace(target, crcs={"module_layout": 1}, crcs_source="/x/crc8.ko")
+    (note,) = partial.notes()
+    assert note.startswith("symbol CRCs: no build/Module.symvers; only 1 CRCs known")
+
+
+def test_unknown_crcs_without_module_symvers_are_refused_by_policy_except_at_boot(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """No build/Module.symvers: a module importing a symbol whose CRC is unknown could be
+    EINVAL at load, so verify and intake refuse it (policy); boot (strict_crcs=False) trusts
+    intake's judgment of the same kernel."""
+    minimal = replace(
+        target,
+        crcs={"module_layout": target.crcs["module_layout"]},
+        crcs_source="/lib/modules/x/kernel/lib/crc8.ko",
+    )
+    verdict = check(signed_rsa, trust, minimal)
+    assert (verdict.errno, verdict.policy) == ("EINVAL", True), verdict.reason
+    assert "no build/Module.symvers" in (verdict.reason or "")
+    assert check(signed_rsa, trust, replace(minimal, strict_crcs=False)).ok

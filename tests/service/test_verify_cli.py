@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from tests.kmod import SigningKey
+from tests.kmod import SigningKey, install_target
 
 
 @pytest.fixture
@@ -22,16 +22,31 @@ def trusted(tmp_path: Path, rsa_key: SigningKey, ec_key: SigningKey) -> Path:
     return directory
 
 
+@pytest.fixture
+def root(tmp_path: Path, kernel: str) -> Path:
+    """A target root: the Debian kernel's in-tree module and config (plus ECDSA)."""
+    return install_target(tmp_path / "root", kernel, config_extra="CONFIG_CRYPTO_ECDSA=y\n")
+
+
 def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     return main(["verify", *argv], out), out.getvalue()
 
 
 def test_all_accepted_exits_0_with_one_line_each(
-    trusted: Path, signed_rsa: Path, signed_ec: Path, kernel: str
+    trusted: Path, root: Path, signed_rsa: Path, signed_ec: Path, kernel: str
 ) -> None:
     """Every file accepted: exit 0, one 'ok' line per file with signer and hash algorithm."""
-    code, out = run("--trusted", str(trusted), "--kernel", kernel, str(signed_rsa), str(signed_ec))
+    code, out = run(
+        "--root",
+        str(root),
+        "--trusted",
+        str(trusted),
+        "--kernel",
+        kernel,
+        str(signed_rsa),
+        str(signed_ec),
+    )
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2
     assert lines[0] == f'ok        {signed_rsa}  signer="modstage rsa" hash=sha256 name=ms_params'
@@ -51,10 +66,20 @@ def test_one_rejection_exits_1_and_prints_the_reason(
     assert bad.endswith("reason: ENODATA: module is unsigned (no signature marker)")
 
 
-def test_json_lists_the_required_fields(trusted: Path, signed_ec: Path, kernel: str) -> None:
-    """--json: a list of objects with file, ok, reason, signer, hash, name, vermagic (and more)."""
+def test_json_lists_the_required_fields(
+    trusted: Path, root: Path, signed_ec: Path, kernel: str
+) -> None:
+    """--json: file, ok, errno, policy, reason, signer, hash, name, vermagic, target facts."""
+    flags = "SMP mod_unload modversions "  # the target's flags differ: same_magic fails
     code, out = run(
-        "--json", "--trusted", str(trusted), "--kernel", "6.1.0-1-amd64", str(signed_ec)
+        "--json",
+        "--root",
+        str(root),
+        "--trusted",
+        str(trusted),
+        "--kernel",
+        f"{kernel} {flags}",
+        str(signed_ec),
     )
     (obj,) = json.loads(out)
     assert code == 1
@@ -65,20 +90,44 @@ def test_json_lists_the_required_fields(trusted: Path, signed_ec: Path, kernel: 
         "sha384",
         "ms_params",
     )
-    assert obj["reason"] == f"ENOEXEC: vermagic is for kernel {kernel}, not 6.1.0-1-amd64"
+    assert (obj["errno"], obj["policy"]) == ("ENOEXEC", False)
+    assert obj["reason"].startswith("ENOEXEC: vermagic") and "does not match" in obj["reason"]
+    assert obj["target"]["vermagic_source"] == "--kernel"
+    assert obj["target"]["config_source"] == str(root / f"boot/config-{kernel}")
+
+
+def test_json_errno_is_the_enforced_one_and_target_facts_say_their_source(
+    trusted: Path, root: Path, modules: dict[str, Path], kernel: str
+) -> None:
+    """Unsigned: reason ENODATA, errno EKEYREJECTED (sig_enforce); vermagic from an in-tree module."""
+    code, out = run(
+        "--json",
+        "--root",
+        str(root),
+        "--trusted",
+        str(trusted),
+        "--kernel",
+        kernel,
+        str(modules["ms_enodev"]),
+    )
+    (obj,) = json.loads(out)
+    assert code == 1 and obj["reason"].startswith("ENODATA")
+    assert (obj["errno"], obj["policy"]) == ("EKEYREJECTED", False)
+    assert obj["target"]["vermagic_source"].endswith(f"lib/modules/{kernel}/kernel/lib/crc8.ko")
+    assert obj["target"]["vermagic"].startswith(kernel + " ") and obj["target"]["notes"] == []
 
 
 def test_defaults_come_from_the_root(
-    tmp_path: Path, trusted: Path, signed_rsa: Path, kernel: str
+    root: Path, trusted: Path, signed_rsa: Path, kernel: str
 ) -> None:
     """Without --kernel/--trusted: the running release and /etc/modstage/trusted.d under --root."""
-    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
-    (tmp_path / "proc/sys/kernel/osrelease").write_text(kernel + "\n")
-    (tmp_path / "etc/modstage").mkdir(parents=True)
-    trusted.rename(tmp_path / "etc/modstage/trusted.d")
-    assert run("--root", str(tmp_path), str(signed_rsa))[0] == 0
-    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.2.0-1-amd64\n")
-    code, out = run("--root", str(tmp_path), str(signed_rsa))
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/osrelease").write_text(kernel + "\n")
+    (root / "etc/modstage").mkdir(parents=True)
+    trusted.rename(root / "etc/modstage/trusted.d")
+    assert run("--root", str(root), str(signed_rsa))[0] == 0
+    (root / "proc/sys/kernel/osrelease").write_text("6.2.0-1-amd64\n")
+    code, out = run("--root", str(root), str(signed_rsa))
     assert code == 1 and "not 6.2.0-1-amd64" in out
 
 

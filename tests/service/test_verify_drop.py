@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_drop, verify_paths
 from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
@@ -43,10 +44,10 @@ def write_manifest(root: Path, target: str, **overrides: str) -> None:
 
 
 def test_good_drop_accepts_every_file_in_manifest_order(
-    drop: Path, trust: TrustStore, kernel: str
+    drop: Path, trust: TrustStore, kernel: str, target: Target
 ) -> None:
     """Modules (signature + digest) then firmware (digest), each accepted, in manifest order."""
-    verdicts = verify_drop(drop, trust=trust, kernel=kernel)
+    verdicts = verify_drop(drop, trust=trust, kernel=target)
     assert [Path(v.file).name for v in verdicts] == ["ms_exporter.ko", "ms_consumer.ko", "test.bin"]
     assert all(v.ok for v in verdicts), [v.reason for v in verdicts]
     assert verdicts[2].sha256 == digest(drop / "firmware/modstage/test.bin")
@@ -54,55 +55,57 @@ def test_good_drop_accepts_every_file_in_manifest_order(
 
 @pytest.mark.parametrize("which", ["ms_consumer", "fw"])
 def test_digest_other_than_the_manifests_is_rejected(
-    drop: Path, trust: TrustStore, kernel: str, which: str
+    drop: Path, trust: TrustStore, kernel: str, which: str, target: Target
 ) -> None:
     """A module or firmware file whose sha256 differs from the manifest's is rejected."""
     write_manifest(drop, kernel, **{which: "0" * 64})
-    verdicts = verify_drop(drop, trust=trust, kernel=kernel)
+    verdicts = verify_drop(drop, trust=trust, kernel=target)
     bad = [v for v in verdicts if not v.ok]
     assert len(bad) == 1 and bad[0].reason is not None
     assert bad[0].reason.endswith(f"is not the manifest's {'0' * 64}")
 
 
 def test_manifest_for_another_kernel_is_rejected(
-    drop: Path, trust: TrustStore, kernel: str
+    drop: Path, trust: TrustStore, kernel: str, target: Target
 ) -> None:
     """A manifest naming another kernel than the target yields a rejected manifest verdict."""
     write_manifest(drop, kernel, kernel="6.1.0-99-amd64")
-    first = verify_drop(drop, trust=trust, kernel=kernel)[0]
+    first = verify_drop(drop, trust=trust, kernel=target)[0]
     assert first.file.endswith("manifest.toml") and not first.ok
     assert first.reason == f"EINVAL: manifest is for kernel 6.1.0-99-amd64, the target is {kernel}"
 
 
-def test_missing_or_invalid_manifest(drop: Path, trust: TrustStore, kernel: str) -> None:
+def test_missing_or_invalid_manifest(
+    drop: Path, trust: TrustStore, kernel: str, target: Target
+) -> None:
     """No manifest: ENOENT; an invalid one: EINVAL with the manifest's own problem text."""
     (drop / "manifest.toml").write_text('schema = 1\nbundle = "x"\n')
-    (invalid,) = verify_drop(drop, trust=trust, kernel=kernel)
+    (invalid,) = verify_drop(drop, trust=trust, kernel=target)
     assert invalid.reason is not None and invalid.reason.startswith("EINVAL: ")
     assert "version" in invalid.reason
     (drop / "manifest.toml").unlink()
-    (missing,) = verify_drop(drop, trust=trust, kernel=kernel)
+    (missing,) = verify_drop(drop, trust=trust, kernel=target)
     assert missing.reason == "ENOENT: cannot open: No such file or directory"
 
 
 def test_symlinks_and_fifos_in_a_drop_are_not_followed(
-    drop: Path, trust: TrustStore, kernel: str, signed_rsa: Path
+    drop: Path, trust: TrustStore, kernel: str, signed_rsa: Path, target: Target
 ) -> None:
     """A planted symlink (file or directory) or FIFO is refused, never read through."""
     consumer = drop / "modules/ms_consumer.ko"
     consumer.unlink()
     consumer.symlink_to(signed_rsa)
-    verdicts = verify_drop(drop, trust=trust, kernel=kernel)
+    verdicts = verify_drop(drop, trust=trust, kernel=target)
     assert verdicts[1].reason is not None and verdicts[1].reason.startswith("ELOOP")
     consumer.unlink()
     os.mkfifo(consumer)
-    assert verify_drop(drop, trust=trust, kernel=kernel)[1].reason == (
+    assert verify_drop(drop, trust=trust, kernel=target)[1].reason == (
         "EINVAL: cannot open: not a regular file"
     )
     (drop / "firmware/modstage/test.bin").rename(drop / "test.bin")
     (drop / "firmware/modstage").rmdir()
     (drop / "firmware/modstage").symlink_to(drop)
-    reason = verify_drop(drop, trust=trust, kernel=kernel)[2].reason
+    reason = verify_drop(drop, trust=trust, kernel=target)[2].reason
     assert reason is not None and reason.startswith(("ELOOP", "ENOTDIR"))
 
 
@@ -113,10 +116,11 @@ def test_verify_paths_keeps_argument_order(
     modules: dict[str, Path],
     trust: TrustStore,
     kernel: str,
+    target: Target,
 ) -> None:
     """Files verified in parallel and drops come back in the order they were given."""
     paths = [signed_ec, drop, modules["ms_params"], signed_rsa, drop / "nothere.ko"]
-    verdicts = verify_paths(paths, trust=trust, kernel=kernel)
+    verdicts = verify_paths(paths, trust=trust, kernel=target)
     assert [v.file for v in verdicts] == [
         str(signed_ec),
         *(

@@ -1,0 +1,166 @@
+"""``public_key_verify_signature`` (crypto/asymmetric_keys/public_key.c, Linux 6.1) over a digest.
+
+Returns the errno the kernel's key operation would return, 0 when it verifies. RSA is
+done by hand (one modular exponentiation) so that the PKCS#1 v1.5 checks of
+crypto/rsa-pkcs1pad.c give the same errnos: a modulus whose byte size is not one of
+512/1024/1536/2048/3072/4096 bits, a signature of another length or not below the
+modulus, or a decrypted block without its leading zero byte, is ``EINVAL``; bad padding
+or DigestInfo ``EBADMSG``; another digest
+``EKEYREJECTED``. ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target (else ``ENOENT``, the
+missing algorithm) and one of the curves P-192/256/384.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from asn1crypto import algos, keys
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, utils
+
+RSA_BITS = (512, 1024, 1536, 2048, 3072, 4096)
+_DIGEST_INFO = {
+    "md5": "3020300c06082a864886f70d020505000410",
+    "sha1": "3021300906052b0e03021a05000414",
+    "rmd160": "3021300906052b2403020105000414",
+    "sha256": "3031300d060960864801650304020105000420",
+    "sha384": "3041300d060960864801650304020205000430",
+    "sha512": "3051300d060960864801650304020305000440",
+    "sha224": "302d300d06096086480165030402040500041c",
+}
+_ECDSA_HASHES = ("sha1", "sha224", "sha256", "sha384", "sha512")
+_CURVES: dict[str, ec.EllipticCurve] = {
+    "ecdsa-nist-p192": ec.SECP192R1(),
+    "ecdsa-nist-p256": ec.SECP256R1(),
+    "ecdsa-nist-p384": ec.SECP384R1(),
+}
+_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
+    "sha1": hashes.SHA1,
+    "sha224": hashes.SHA224,
+    "sha256": hashes.SHA256,
+    "sha384": hashes.SHA384,
+    "sha512": hashes.SHA512,
+}
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A key as the kernel holds it: algorithm name and the SubjectPublicKey bits."""
+
+    algo: str  # "rsa", "ecdsa-nist-p256", "sm2", "ecrdsa", ...
+    key: bytes  # RSAPublicKey DER, or the EC point
+
+    def rsa_bits(self) -> int | None:
+        """The modulus size the kernel checks (its byte length times 8), for RSA keys."""
+        n = _rsa_numbers(self.key)
+        return None if n is None else _byte_len(n[0]) * 8
+
+
+@dataclass(frozen=True)
+class SigParams:
+    """What the key operation needs from a signature."""
+
+    pkey_algo: str | None  # "rsa", "ecdsa", ...
+    encoding: str | None  # "pkcs1", "x962", "raw"
+    hash_algo: str | None
+    s: bytes
+    digest: bytes
+
+
+def _byte_len(n: int) -> int:
+    return (n.bit_length() + 7) // 8
+
+
+def _rsa_numbers(key: bytes) -> tuple[int, int] | None:
+    try:
+        parsed = keys.RSAPublicKey.load(key)
+        n, e = parsed["modulus"].native, parsed["public_exponent"].native
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return (int(n), int(e)) if n > 0 and e > 0 else None
+
+
+def _rsa(pub: PublicKey, sig: SigParams) -> int:
+    numbers = _rsa_numbers(pub.key)
+    if numbers is None:
+        return errno.EBADMSG
+    n, e = numbers
+    size = _byte_len(n)
+    if size * 8 not in RSA_BITS:
+        return errno.EINVAL
+    if sig.encoding != "pkcs1" or not sig.digest:
+        return errno.EINVAL
+    info = _DIGEST_INFO.get(sig.hash_algo or "")
+    if info is None:
+        return errno.ENOENT  # no pkcs1pad(rsa,<hash>) instance
+    if len(sig.s) != size:
+        return errno.EINVAL
+    s = int.from_bytes(sig.s, "big")
+    if s >= n:
+        return errno.EINVAL
+    m = pow(s, e, n)
+    out = m.to_bytes(_byte_len(m), "big") if m else b""  # mpi_write_to_sgl: no leading zeros
+    if len(out) < size - 1 or len(out) == size:  # too short, or no leading 0 byte: EINVAL
+        return errno.EINVAL
+    if not out or out[0] != 0x01:
+        return errno.EBADMSG
+    pos = 1
+    while pos < len(out) and out[pos] == 0xFF:
+        pos += 1
+    if pos < 9 or pos == len(out) or out[pos] != 0:
+        return errno.EBADMSG
+    pos += 1
+    prefix = bytes.fromhex(info)
+    if len(prefix) > len(out) - pos or out[pos : pos + len(prefix)] != prefix:
+        return errno.EBADMSG
+    pos += len(prefix)
+    return 0 if out[pos:] == sig.digest else errno.EKEYREJECTED
+
+
+def _ecdsa(pub: PublicKey, sig: SigParams, have_ecdsa: bool) -> int:
+    if sig.encoding != "x962" or sig.hash_algo not in _ECDSA_HASHES:
+        return errno.EINVAL
+    curve = _CURVES.get(pub.algo)
+    if curve is None or not have_ecdsa:
+        return errno.ENOENT
+    try:
+        key = ec.EllipticCurvePublicKey.from_encoded_point(curve, pub.key)
+    except ValueError:
+        return errno.EINVAL
+    rs = _ber_rs(sig.s)
+    if rs is None:
+        return errno.EBADMSG
+    algorithm = _HASHES[sig.hash_algo or "sha256"]()
+    if len(sig.digest) != algorithm.digest_size:
+        return errno.EKEYREJECTED
+    try:
+        key.verify(
+            utils.encode_dss_signature(*rs), sig.digest, ec.ECDSA(utils.Prehashed(algorithm))
+        )
+    except (InvalidSignature, ValueError):
+        return errno.EKEYREJECTED
+    return 0
+
+
+def _ber_rs(s: bytes) -> tuple[int, int] | None:
+    """(r, s) of an ECDSA-Sig-Value, read as the kernel's BER decoder reads it."""
+    try:
+        parsed = algos.DSASignature.load(s)
+        r, t = parsed["r"].native, parsed["s"].native
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return (int(r), int(t)) if r > 0 and t > 0 else None
+
+
+def verify_signature(pub: PublicKey, sig: SigParams, *, have_ecdsa: bool) -> int:
+    """The kernel's ``public_key_verify_signature``: 0, or the errno it returns."""
+    ec_match = pub.algo.startswith("ecdsa-") and sig.pkey_algo == "ecdsa"
+    if sig.pkey_algo and pub.algo != sig.pkey_algo and not ec_match:
+        return errno.EKEYREJECTED
+    if pub.algo == "rsa":
+        return _rsa(pub, sig)
+    if pub.algo.startswith("ecdsa"):
+        return _ecdsa(pub, sig, have_ecdsa)
+    return errno.ENOENT  # sm2, ecrdsa: not modelled, treated as an algorithm the target lacks

@@ -1,0 +1,279 @@
+"""The target kernel, as verification needs it: release, full vermagic, build configuration.
+
+One :class:`Target` is shared by ``modstage verify``, intake, boot and the differential
+oracle, so all of them judge a module against the same facts. Each fact records where it
+came from; when one is missing the verdict says so and modstage assumes the less capable
+kernel (see ``docs/verify.md``, "Target kernel facts"):
+
+* vermagic: ``vermagic=`` of the first in-tree module (sorted walk) under
+  ``<root>/lib/modules/<release>/kernel``; missing → modules are refused (policy), since
+  ``same_magic`` cannot be applied.
+* configuration: ``<root>/boot/config-<release>``, else ``<root>/proc/config.gz`` when the
+  release is the running kernel's; missing → no ECDSA, no in-kernel decompression, no
+  ``MODULE_FORCE_LOAD``, ``STRICT_MODULE_RWX=y``, no ``.platform`` fallback, digests
+  sha224/256/384/512 only.
+* built-in modules: ``<root>/lib/modules/<release>/modules.builtin``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from service.errors import ModuleRejected
+from service.layout import Layout
+
+_ASSUMED = MappingProxyType(
+    {"CONFIG_CRYPTO_SHA256": "y", "CONFIG_CRYPTO_SHA512": "y", "CONFIG_STRICT_MODULE_RWX": "y"}
+)
+_HASH_OPTIONS = {
+    "md4": "CONFIG_CRYPTO_MD4",
+    "md5": "CONFIG_CRYPTO_MD5",
+    "sha1": "CONFIG_CRYPTO_SHA1",
+    "sha224": "CONFIG_CRYPTO_SHA256",
+    "sha256": "CONFIG_CRYPTO_SHA256",
+    "sha384": "CONFIG_CRYPTO_SHA512",
+    "sha512": "CONFIG_CRYPTO_SHA512",
+    "sm3": "CONFIG_CRYPTO_SM3",
+    "streebog256": "CONFIG_CRYPTO_STREEBOG",
+    "streebog512": "CONFIG_CRYPTO_STREEBOG",
+}
+_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+_MAX_PROBES = 50
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """``CONFIG_*`` options of the target build, and where they came from."""
+
+    options: Mapping[str, str]
+    source: str  # a path, or "missing: ..." when none was found
+    known: bool
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> KernelConfig:
+        """Parse a kconfig ``.config`` text."""
+        options = {}
+        for line in text.splitlines():
+            name, eq, value = line.partition("=")
+            if eq and name.startswith("CONFIG_"):
+                options[name] = value.strip().strip('"')
+        return cls(MappingProxyType(options), source, True)
+
+    @classmethod
+    def missing(cls, why: str) -> KernelConfig:
+        """No configuration: the conservative assumptions of the module docstring."""
+        return cls(_ASSUMED, f"missing: {why}", False)
+
+    def enabled(self, name: str) -> bool:
+        """Whether ``CONFIG_<name>`` is ``y`` or ``m``."""
+        return self.options.get(f"CONFIG_{name}") in ("y", "m")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The kernel a module must load into, with the source of every fact."""
+
+    release: str
+    vermagic: str | None
+    vermagic_source: str
+    config: KernelConfig
+    builtin: frozenset[str] = field(default_factory=frozenset)
+    crcs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    crcs_source: str = "none"
+    builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
+    # without build/Module.symvers, refuse (policy) a module importing a symbol whose CRC is
+    # unknown; boot sets it False: intake judged the same kernel's facts already
+    strict_crcs: bool = True
+
+    @classmethod
+    def from_layout(cls, layout: Layout, release: str | None = None) -> Target:
+        """Read the facts under ``layout.root``; ``release`` defaults to the running one."""
+        running = _running(layout)
+        release = release or running
+        if release is None:
+            raise ModuleRejected(
+                f"EINVAL: no target release given and {layout.os_release} unreadable"
+            )
+        modules = layout.modules_dir(release)
+        vermagic, source, probe = _vermagic(modules)
+        crcs, crcs_source = _crcs(modules, probe)
+        return cls(
+            release,
+            vermagic,
+            source,
+            _config(layout, release, running),
+            _builtin(modules / "modules.builtin"),
+            crcs,
+            crcs_source,
+            _builtin_sysfs(modules / "modules.builtin.modinfo"),
+        )
+
+    @classmethod
+    def from_spec(cls, kernel: str, config: KernelConfig | None = None) -> Target:
+        """A release or a full vermagic given by the caller; nothing read from disk."""
+        release = kernel.split(" ", 1)[0]
+        if " " in kernel:
+            vermagic, source = kernel, "given"
+        else:
+            vermagic, source = None, f"not given (only the release {release!r})"
+        return cls(release, vermagic, source, config or KernelConfig.missing("not read"))
+
+    @property
+    def crcs_complete(self) -> bool:
+        """Whether every exported symbol's CRC is known (the headers' Module.symvers was read)."""
+        return "Module.symvers" in self.crcs_source
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(major, minor) of the release; unknown shapes count as newest."""
+        match = re.match(r"(\d+)\.(\d+)", self.release)
+        return (int(match[1]), int(match[2])) if match else (99, 0)
+
+    @property
+    def ecdsa(self) -> bool:
+        """Can any keyring hold an EC key (``CONFIG_CRYPTO_ECDSA``)?"""
+        return self.config.enabled("CRYPTO_ECDSA")
+
+    @property
+    def decompress(self) -> str | None:
+        """The one format 6.1's ``finit_module(COMPRESSED_FILE)`` takes, or None."""
+        if not self.config.enabled("MODULE_DECOMPRESS"):
+            return None
+        for kind, option in (("gz", "MODULE_COMPRESS_GZIP"), ("xz", "MODULE_COMPRESS_XZ")):
+            if self.config.enabled(option):
+                return kind
+        if self.version >= (6, 2) and self.config.enabled("MODULE_COMPRESS_ZSTD"):
+            return "zst"
+        return None
+
+    @property
+    def hashes(self) -> frozenset[str]:
+        """Digest names the kernel can allocate (built in or as a module it loads)."""
+        return frozenset(h for h, opt in _HASH_OPTIONS.items() if self.config.enabled(opt[7:]))
+
+    def notes(self) -> tuple[str, ...]:
+        """What was missing and what was assumed instead, for the verdict."""
+        out = []
+        if self.vermagic is None:
+            out.append(f"target vermagic {self.vermagic_source}")
+        if not self.crcs_complete:
+            out.append(
+                f"symbol CRCs: no build/Module.symvers; only {len(self.crcs)} CRCs known "
+                f"({self.crcs_source}); "
+                + (
+                    "a module importing another symbol is refused (policy)"
+                    if self.strict_crcs
+                    else "other symbols' CRC mismatches (EINVAL) are not caught"
+                )
+            )
+        if not self.config.known:
+            out.append(
+                f"target config {self.config.source}; assumed no ECDSA, no in-kernel "
+                "decompression, no MODULE_FORCE_LOAD, STRICT_MODULE_RWX=y"
+            )
+        return tuple(out)
+
+    def to_json(self) -> dict[str, Any]:
+        """The facts and their sources, for ``modstage verify --json``."""
+        return {
+            "release": self.release,
+            "vermagic": self.vermagic,
+            "vermagic_source": self.vermagic_source,
+            "config_source": self.config.source,
+            "crcs_source": self.crcs_source,
+            "notes": list(self.notes()),
+        }
+
+
+def _running(layout: Layout) -> str | None:
+    try:
+        return layout.kernel_release()
+    except OSError:
+        return None
+
+
+def _vermagic(directory: Path) -> tuple[str | None, str, Path | None]:
+    """(``vermagic=``, its source, the module) of the first readable in-tree module."""
+    from service.verify.modinfo import read_vermagic  # modinfo imports nothing from here
+
+    tree = directory / "kernel"
+    probes = 0
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if not name.endswith(_SUFFIXES):
+                continue
+            path = Path(dirpath) / name
+            probes += 1
+            vermagic = read_vermagic(path)
+            if vermagic is not None:
+                return vermagic, str(path), path
+            if probes >= _MAX_PROBES:
+                why = f"not found: no readable vermagic in {probes} modules under {tree}"
+                return None, why, None
+    return None, f"not found: no in-tree module under {tree}", None
+
+
+def _crcs(directory: Path, probe: Path | None) -> tuple[Mapping[str, int], str]:
+    """Exported symbols' CRCs: ``build/Module.symvers``, plus the probed module's __versions."""
+    from service.verify.modinfo import read_versions
+
+    crcs: dict[str, int] = dict(read_versions(probe)) if probe is not None else {}
+    sources = [str(probe)] if crcs else []
+    symvers = directory / "build" / "Module.symvers"
+    try:
+        with symvers.open(errors="replace") as f:
+            for line in f:
+                fields = line.split("\t")
+                if len(fields) >= 2 and fields[0].startswith("0x"):
+                    crcs[fields[1]] = int(fields[0], 16)
+        sources.append(str(symvers))
+    except (OSError, ValueError):
+        pass
+    return MappingProxyType(crcs), " + ".join(sources) or "none"
+
+
+def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
+    path = layout.kernel_config(release)
+    try:
+        return KernelConfig.parse(path.read_text(errors="replace"), str(path))
+    except OSError:
+        pass
+    if release == running:
+        try:
+            with gzip.open(layout.proc_config, "rt", errors="replace") as f:
+                return KernelConfig.parse(f.read(), str(layout.proc_config))
+        except (OSError, EOFError):
+            pass
+        return KernelConfig.missing(f"neither {path} nor {layout.proc_config}")
+    return KernelConfig.missing(f"no {path}")
+
+
+def _builtin(path: Path) -> frozenset[str]:
+    try:
+        lines = path.read_text(errors="replace").split()
+    except OSError:
+        return frozenset()
+    names = (Path(line).name for line in lines)
+    return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
+
+
+def _builtin_sysfs(path: Path) -> frozenset[str]:
+    """Built-ins with parameters or a version: the kernel gives them a /sys/module entry."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return frozenset()
+    names = set()
+    for entry in data.split(b"\0"):
+        name, dot, rest = entry.partition(b".")
+        if dot and rest.startswith((b"parm=", b"parmtype=", b"version=")):
+            names.add(name.decode("utf-8", "replace").replace("-", "_"))
+    return frozenset(names)

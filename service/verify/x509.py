@@ -1,0 +1,279 @@
+"""``x509_cert_parse`` (crypto/asymmetric_keys/x509_cert_parser.c, Linux 6.1) for embedded certs.
+
+A PKCS#7 message may carry certificates; the kernel parses every one with its own X.509
+grammar and actions, and any failure fails the whole message. This module runs the same
+grammar (:mod:`service.verify.asn1`) with ports of the actions, then the parts of
+``x509_get_sig_params`` and ``x509_check_for_self_signed`` that decide acceptance.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+from dataclasses import dataclass, field
+
+from service.verify.asn1 import Asn1Error, ber_decode
+from service.verify.asn1_machines import (
+    X509_ACTIONS,
+    X509_AKID_ACTIONS,
+    X509_AKID_MACHINE,
+    X509_MACHINE,
+)
+from service.verify.oids import look_up
+from service.verify.pubkey import PublicKey, SigParams, verify_signature
+
+_SIG_ALGOS = {
+    "md4WithRSAEncryption": ("md4", "rsa", "pkcs1"),
+    "sha1WithRSAEncryption": ("sha1", "rsa", "pkcs1"),
+    "sha256WithRSAEncryption": ("sha256", "rsa", "pkcs1"),
+    "sha384WithRSAEncryption": ("sha384", "rsa", "pkcs1"),
+    "sha512WithRSAEncryption": ("sha512", "rsa", "pkcs1"),
+    "sha224WithRSAEncryption": ("sha224", "rsa", "pkcs1"),
+    "id_ecdsa_with_sha1": ("sha1", "ecdsa", "x962"),
+    "id_ecdsa_with_sha224": ("sha224", "ecdsa", "x962"),
+    "id_ecdsa_with_sha256": ("sha256", "ecdsa", "x962"),
+    "id_ecdsa_with_sha384": ("sha384", "ecdsa", "x962"),
+    "id_ecdsa_with_sha512": ("sha512", "ecdsa", "x962"),
+    "gost2012Signature256": ("streebog256", "ecrdsa", "raw"),
+    "gost2012Signature512": ("streebog512", "ecrdsa", "raw"),
+    "SM2_with_SM3": ("sm3", "sm2", "raw"),
+}
+_EC_CURVES = {
+    "sm2": "sm2",
+    "id_prime192v1": "ecdsa-nist-p192",
+    "id_prime256v1": "ecdsa-nist-p256",
+    "id_ansip384r1": "ecdsa-nist-p384",
+}
+
+
+@dataclass
+class Cert:
+    """One parsed certificate, with the fields the kernel's trust walk uses."""
+
+    der: bytes
+    index: int = 0
+    id: bytes = b""  # serial || issuer
+    skid: bytes | None = None
+    auth_ids: list[bytes | None] = field(default_factory=lambda: [None, None])
+    raw_subject: bytes = b""
+    raw_issuer: bytes = b""
+    subject: str = ""
+    pub: PublicKey | None = None
+    sig: SigParams | None = None
+    self_signed: bool = False
+    unsupported_sig: bool = False
+    signer: Cert | None = None  # set by the chain walk
+    seen: bool = False
+    verified: bool = False
+
+
+class _Ctx:
+    """The parse context of one certificate (``struct x509_parse_context``)."""
+
+    def __init__(self, data: bytes, cert: Cert) -> None:
+        self.data, self.cert = data, cert
+        self.last_oid: str | None = None
+        self.sig_algo: str | None = None
+        self.names: dict[str, bytes] = {}
+        self.key_algo: str | None = None
+        self.key: bytes | None = None
+        self.params: bytes | None = None
+        self.raw_akid: bytes | None = None
+        self.akid_issuer: bytes | None = None
+        self.serial = b""
+        self.tbs = b""
+        self.raw_sig = b""
+        self.hash: tuple[str, str, str] | None = None
+        self.have_issuer = self.have_subject = False
+
+    def value(self, at: int, n: int) -> bytes:
+        return self.data[at : at + n]
+
+    # the actions, by their C names
+    def x509_note_OID(self, hdr: int, tag: int, at: int, n: int) -> None:
+        self.last_oid = look_up(self.value(at, n))
+
+    def x509_note_tbs_certificate(self, hdr: int, tag: int, at: int, n: int) -> None:
+        self.tbs = self.data[at - hdr : at + n]
+
+    def x509_note_sig_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
+        found = _SIG_ALGOS.get(self.last_oid or "")
+        if found is None:
+            raise Asn1Error(errno.ENOPKG, f"certificate signature algorithm {self.last_oid}")
+        self.hash, self.sig_algo = found, self.last_oid
+
+    def x509_note_signature(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.last_oid != self.sig_algo:
+            raise Asn1Error(errno.EINVAL, "certificate signature algorithms differ")
+        value = self.value(at, n)
+        if self.hash and self.hash[1] in ("rsa", "ecrdsa", "sm2", "ecdsa"):
+            if not value or value[0] != 0:
+                raise Asn1Error(errno.EBADMSG, "certificate signature BIT STRING")
+            value = value[1:]
+        self.raw_sig = value
+
+    def x509_note_serial(self, hdr: int, tag: int, at: int, n: int) -> None:
+        self.serial = self.value(at, n)
+
+    def x509_extract_name_segment(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.last_oid in ("commonName", "organizationName", "email_address"):
+            self.names[self.last_oid] = self.value(at, n)
+
+    def _name(self) -> str:
+        names, self.names = self.names, {}
+        cn, o = names.get("commonName"), names.get("organizationName")
+        chosen = cn or o or names.get("email_address") or b""
+        if cn and o and not (cn.startswith(o) or (cn[:7] == o[:7] and len(o) >= 7)):
+            chosen = o + b": " + cn
+        return chosen.decode("utf-8", "replace")
+
+    def x509_note_issuer(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.have_issuer:
+            raise Asn1Error(errno.EINVAL, "second issuer name")
+        self.have_issuer = True
+        self.cert.raw_issuer = self.value(at, n)
+        self._name()
+
+    def x509_note_subject(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.have_subject:
+            raise Asn1Error(errno.EINVAL, "second subject name")
+        self.have_subject = True
+        self.cert.raw_subject = self.value(at, n)
+        self.cert.subject = self._name()
+
+    def x509_note_params(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if not self.cert.raw_subject or self.key is not None:
+            return
+        self.params = self.data[at - hdr : at + n]
+
+    def x509_extract_key_data(self, hdr: int, tag: int, at: int, n: int) -> None:
+        self.key_algo = self.last_oid
+        if self.last_oid == "rsaEncryption":
+            algo = "rsa"
+        elif self.last_oid in ("gost2012PKey256", "gost2012PKey512"):
+            algo = "ecrdsa"
+        elif self.last_oid == "sm2":
+            algo = "sm2"
+        elif self.last_oid == "id_ecPublicKey":
+            params = self.params or b""
+            if len(params) < 2 or params[0] != 0x06 or params[1] != len(params) - 2:
+                raise Asn1Error(errno.EBADMSG, "EC key parameters are not an OID")
+            curve = _EC_CURVES.get(look_up(params[2:]) or "")
+            if curve is None:
+                raise Asn1Error(errno.ENOPKG, "EC curve unknown to the kernel")
+            algo = curve
+        else:
+            raise Asn1Error(errno.ENOPKG, f"public key algorithm {self.last_oid}")
+        value = self.value(at, n)
+        if not value or value[0] != 0:
+            raise Asn1Error(errno.EBADMSG, "public key BIT STRING")
+        self.key, self.cert.pub = value[1:], PublicKey(algo, value[1:])
+
+    def x509_process_extension(self, hdr: int, tag: int, at: int, n: int) -> None:
+        v = self.value(at, n)
+        if self.last_oid == "subjectKeyIdentifier":
+            if self.cert.skid is not None or n < 3 or v[0] != 0x04 or v[1] != n - 2:
+                raise Asn1Error(errno.EBADMSG, "subjectKeyIdentifier extension")
+            self.cert.skid = v[2:]
+        elif self.last_oid == "authorityKeyIdentifier":
+            self.raw_akid = v
+
+    def x509_note_not_before(self, hdr: int, tag: int, at: int, n: int) -> None:
+        _decode_time(tag, self.value(at, n))
+
+    def x509_note_not_after(self, hdr: int, tag: int, at: int, n: int) -> None:
+        _decode_time(tag, self.value(at, n))
+
+    def x509_akid_note_kid(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.cert.auth_ids[1] is None:
+            self.cert.auth_ids[1] = self.value(at, n)
+
+    def x509_akid_note_name(self, hdr: int, tag: int, at: int, n: int) -> None:
+        self.akid_issuer = self.value(at, n)
+
+    def x509_akid_note_serial(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.akid_issuer is None or self.cert.auth_ids[0] is not None:
+            return
+        self.cert.auth_ids[0] = self.value(at, n) + self.akid_issuer
+
+
+def _decode_time(tag: int, value: bytes) -> None:
+    """``x509_decode_time``: only the checks that can fail (every digit is a digit)."""
+    if tag == 23 and len(value) == 13:
+        digits = value[:12]
+    elif tag == 24 and len(value) == 15:
+        digits = value[:14]
+    else:
+        raise Asn1Error(errno.EBADMSG, "unsupported certificate time")
+    if not all(0x30 <= b <= 0x39 for b in digits):
+        raise Asn1Error(errno.EBADMSG, "invalid certificate time (not a digit)")
+    if tag == 23:
+        year = int(digits[:2])
+        year += 1900 if year >= 50 else 2000
+        rest = digits[2:]
+    else:
+        year = int(digits[:4])
+        if 1950 <= year <= 2049:
+            raise Asn1Error(errno.EBADMSG, "GeneralizedTime year that UTCTime must carry")
+        rest = digits[4:]
+    if value[-1:] != b"Z":
+        raise Asn1Error(errno.EBADMSG, "unsupported certificate time (no Z)")
+    mon, day, hour, minute, sec = (int(rest[i : i + 2]) for i in range(0, 10, 2))
+    if year < 1970 or not 1 <= mon <= 12:
+        raise Asn1Error(errno.EBADMSG, "invalid certificate time")
+    days = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    limit = days[mon - 1]
+    if mon == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
+        limit = 29
+    if not 1 <= day <= limit or hour > 24 or minute > 59 or sec > 60:
+        raise Asn1Error(errno.EBADMSG, "invalid certificate time")
+
+
+def _actions(ctx: _Ctx, names: tuple[str, ...]) -> list[object]:
+    return [getattr(ctx, name) for name in names]
+
+
+def parse_certificate(der: bytes, *, hashes: frozenset[str], have_ecdsa: bool) -> Cert:
+    """``x509_cert_parse`` of one embedded certificate; raises :class:`Asn1Error`.
+
+    ``hashes`` are the digest names the target kernel can compute (a certificate signed
+    with another is kept, unverified, as the kernel keeps it).
+    """
+    cert = Cert(der)
+    ctx = _Ctx(der, cert)
+    ber_decode(X509_MACHINE, _actions(ctx, X509_ACTIONS), der)  # type: ignore[arg-type]
+    if ctx.raw_akid is not None:
+        akid = _Ctx(ctx.raw_akid, cert)
+        ber_decode(X509_AKID_MACHINE, _actions(akid, X509_AKID_ACTIONS), ctx.raw_akid)  # type: ignore[arg-type]
+    cert.id = ctx.serial + cert.raw_issuer
+    hash_algo, pkey_algo, encoding = ctx.hash or ("", "", "")
+    digest = b""
+    if hash_algo in hashes and hash_algo in hashlib.algorithms_available:
+        digest = hashlib.new(hash_algo, ctx.tbs).digest()
+    else:
+        cert.unsupported_sig = True
+    cert.sig = SigParams(pkey_algo, encoding, hash_algo, ctx.raw_sig, digest)
+    _check_self_signed(cert, have_ecdsa)
+    return cert
+
+
+def _check_self_signed(cert: Cert, have_ecdsa: bool) -> None:
+    if cert.raw_subject != cert.raw_issuer:
+        return
+    kid0, kid1 = cert.auth_ids
+    if kid0 is not None or kid1 is not None:
+        a = kid1 is not None and cert.skid == kid1
+        b = kid0 is not None and cert.id == kid0
+        if not a and not b:
+            return
+        if a != b and kid0 is not None and kid1 is not None:
+            raise Asn1Error(errno.EKEYREJECTED, "self-signed certificate with mismatched AKID")
+    if cert.unsupported_sig or cert.pub is None or cert.sig is None:
+        return
+    code = verify_signature(cert.pub, cert.sig, have_ecdsa=have_ecdsa)
+    if code == errno.ENOPKG:
+        cert.unsupported_sig = True
+    elif code:
+        raise Asn1Error(code, f"self-signed certificate {cert.subject!r} does not verify")
+    else:
+        cert.self_signed = True

@@ -1,0 +1,80 @@
+"""How the oracle compares modstage's verdicts with the kernel's errno."""
+
+from __future__ import annotations
+
+import errno
+
+from tests.oracle.cases import Case
+from tests.oracle.judge import (
+    AGREE_ACCEPT,
+    AGREE_REFUSE,
+    M_ACCEPT_K_REFUSE,
+    POLICY,
+    UNNAMED,
+    Outcome,
+    problems,
+    table,
+)
+
+
+def outcome(ok: bool, reason: str, kernel: int, in_kernel: int | None = None) -> Outcome:
+    """An Outcome in category `c`, from a verdict without `errno`/`policy` fields."""
+    verdict = {"ok": ok, "reason": reason}
+    result = {"errno": kernel, "in_kernel": in_kernel}
+    return Outcome.of(Case("c/x", "c", "msorc_00001", b""), verdict, result)
+
+
+def test_json_errno_and_policy_fields_win_over_the_reason_text() -> None:
+    """`verify --json`'s `errno` and `policy` fields are used when present."""
+    case = Case("c/x", "c", "msorc_00001", b"")
+    named = Outcome.of(
+        case, {"ok": False, "reason": "x", "errno": "EBADMSG", "policy": True}, {"errno": 0}
+    )
+    assert named.verdict == POLICY and named.errno_check is None
+    claim = Outcome.of(
+        case, {"ok": False, "reason": "x", "errno": "EKEYREJECTED", "policy": False}, {"errno": 129}
+    )
+    assert claim.errno_check is True
+
+
+def test_verdict_columns() -> None:
+    """Accepts and refusals land in the right column; a refusal of a loadable module is
+    fine only when it says "policy"."""
+    assert outcome(True, "", 0).verdict == AGREE_ACCEPT
+    assert outcome(True, "", errno.ENOEXEC).verdict == M_ACCEPT_K_REFUSE
+    assert outcome(False, "ENOEXEC: x", errno.ENOEXEC).verdict == AGREE_REFUSE
+    assert outcome(False, "ENOPKG: SHA-1 refused by policy", 0).verdict == POLICY
+    assert outcome(False, "EBADMSG: trailing bytes", 0).verdict == UNNAMED
+
+
+def test_errno_claims_are_seen_through_enforcement() -> None:
+    """ENOKEY/ENOPKG/ENODATA claims match the kernel's EKEYREJECTED under enforcement;
+    another errno is a mismatch; a policy refusal claims nothing."""
+    assert outcome(False, "ENOKEY: no key", errno.EKEYREJECTED).errno_check is True
+    assert outcome(False, "EBADMSG: bad", errno.EKEYREJECTED).errno_check is False
+    assert outcome(False, "ENOPKG: policy", errno.EKEYREJECTED).errno_check is None
+    assert outcome(False, "no errno here", errno.EKEYREJECTED).errno_check is None
+
+
+def test_compressed_refusal_may_name_the_in_kernel_route() -> None:
+    """A refusal naming EOPNOTSUPP (no in-kernel decompression) agrees with that route even
+    though the decompressed module loads."""
+    case = outcome(False, "EOPNOTSUPP: no CONFIG_MODULE_DECOMPRESS", 0, errno.EOPNOTSUPP)
+    assert case.verdict == AGREE_REFUSE and case.errno_check is True
+    assert outcome(False, "ENOTSUP: same", 0, errno.EOPNOTSUPP).errno_check is True
+
+
+def test_problems_and_table_name_every_broken_rule() -> None:
+    """problems() lists exactly the rule breakers; the table counts them per column."""
+    cases = [
+        outcome(True, "", 0),
+        outcome(True, "", errno.EBADMSG),
+        outcome(False, "EBADMSG: x", 0),
+        outcome(False, "EINVAL: x", errno.EBADMSG),
+        outcome(False, "ENOPKG: policy", 0),
+    ]
+    found = problems(cases)
+    assert len(found) == 3
+    assert "kernel EBADMSG" in found[0]
+    text = table(cases)
+    assert text.splitlines()[1].split()[1:] == ["1", "1", "1", "1", "1", "0/1"]

@@ -1,0 +1,124 @@
+"""Compressed modules at boot: told by content, decompressed once, verified, loaded as ELF."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.boot.loader import Boot
+from service.config import Config
+from service.layout import Layout
+from service.store.intake import Intake
+from service.verify.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, compress, sign
+from tests.service.fakes import FakeKernel, make_host
+from tests.service.test_intake import FakeKeyring
+
+
+class ImageKernel(FakeKernel):
+    """A recording kernel that also keeps what each load was handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[tuple[str, bytes]] = []
+        self.fds: list[int] = []
+
+    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+        assert not compressed, "the kernel is never asked to decompress"
+        self.fds.append(fd)
+        super().load(fd, params)
+
+    def load_image(self, image: bytes, name: str, params: str) -> None:
+        self.images.append((name, image))
+        super().load_image(image, name, params)
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree whose target is the installed Debian kernel (no in-kernel decompression)."""
+    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+
+
+def pending(host: Layout, kernel: str, module: Path) -> None:
+    stage(host.incoming, bundle="z", version="1", kernel=kernel, modules=[ModuleSpec(module, "")])
+    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    [outcome] = intake.run()
+    assert outcome.accepted, outcome.reasons
+
+
+@pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
+def test_compressed_module_is_loaded_decompressed_whatever_its_name(
+    tmp_path: Path,
+    host: Layout,
+    modules: dict[str, Path],
+    rsa_key: SigningKey,
+    kernel: str,
+    kind: str,
+) -> None:
+    """A ``.ko`` holding compressed data (the suffix lies) is decompressed by content and the
+    kernel gets the signed ELF, never a compressed file or the COMPRESSED flag."""
+    signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    lying = tmp_path / "drop" / "ms_params.ko"
+    lying.parent.mkdir()
+    lying.write_bytes(compress(signed.read_bytes(), kind))
+    pending(host, kernel, lying)
+    fake = ImageKernel()
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
+    assert state.bundle("z").loaded[0]["module"] == "ms_params"
+    assert fake.fds == []
+    assert fake.images == [("ms_params.ko", signed.read_bytes())]
+
+
+def test_plain_module_is_loaded_from_the_verified_descriptor(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """An uncompressed module goes to finit_module from the descriptor it was verified from."""
+    pending(host, kernel, sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko"))
+    fake = ImageKernel()
+    Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
+    assert len(fake.fds) == 1 and fake.images == []
+
+
+def test_sealed_memfd_is_read_only_and_sealed() -> None:
+    """The memfd handed to finit_module cannot be written through any descriptor."""
+    import fcntl
+
+    from service.kernel.modules import sealed_memfd
+
+    fd = sealed_memfd(b"\x7fELF image", "m.ko")
+    try:
+        assert os.read(fd, 64) == b"\x7fELF image"
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        assert seals & fcntl.F_SEAL_WRITE and seals & fcntl.F_SEAL_SEAL
+        with pytest.raises(OSError):
+            os.write(fd, b"x")
+        writable = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+        try:
+            with pytest.raises(PermissionError):  # F_SEAL_WRITE: EPERM
+                os.write(writable, b"x")
+        finally:
+            os.close(writable)
+    finally:
+        os.close(fd)
+
+
+def test_firmware_path_is_cleared_with_a_nul_and_bounded_to_255_bytes(tmp_path: Path) -> None:
+    """param_set_copystring keeps "\\n" verbatim; a lone NUL clears; 256+ bytes is ENOSPC."""
+    from service.errors import BootError
+    from service.kernel.firmware import PATH_PARAM, FirmwareView
+    from service.kernel.sysfs import Sysfs
+
+    sys = tmp_path / "sys"
+    (sys / PATH_PARAM).parent.mkdir(parents=True)
+    (sys / PATH_PARAM).write_text("\n")
+    view = FirmwareView(tmp_path / "view", Sysfs(sys), allow_foreign=False)
+    view.point(True)
+    assert (sys / PATH_PARAM).read_text() == str(tmp_path / "view")
+    view.point(False)
+    assert (sys / PATH_PARAM).read_bytes() == b"\0"
+    long_view = FirmwareView(tmp_path / ("x" * 256), Sysfs(sys), allow_foreign=False)
+    with pytest.raises(BootError, match=r"longer than firmware_class\.path's 255 bytes"):
+        long_view.point(True)

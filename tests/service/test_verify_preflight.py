@@ -1,0 +1,52 @@
+"""The intake pre-flight asks the enforcing running kernel what mod_verify_sig will ask."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.layout import Layout
+from service.store.intake import Intake
+from service.verify.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import make_host
+from tests.service.test_intake import FakeKeyring
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """The target is the running kernel (Debian's config: .platform fallback), enforcing."""
+    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+    enforce = layout.sys / "module/module/parameters/sig_enforce"
+    enforce.parent.mkdir(parents=True)
+    enforce.write_text("Y\n")
+    return layout
+
+
+def take(
+    host: Layout, kernel: str, module: Path, keyring: FakeKeyring, version: str = "1"
+) -> tuple[str, ...]:
+    specs = [ModuleSpec(module, "")]
+    stage(host.incoming, bundle="p", version=version, kernel=kernel, modules=specs)
+    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), keyring)
+    [outcome] = intake.run()
+    return outcome.reasons
+
+
+def test_platform_keyring_counts_on_enokey_and_blacklisted_hashes_do_not_load(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """A MOK/db key in .platform is enough (Debian's fallback); a module hash in .blacklist
+    is refused even with a trusted signer."""
+    signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    probe = FakeKeyring(set())
+    assert take(host, kernel, signed, probe)  # nowhere: refused
+    key_id = probe.asked[0]
+    assert take(host, kernel, signed, FakeKeyring(set(), platform={key_id})) == ()
+    digest = hashlib.sha256(signed.read_bytes()).hexdigest()
+    reasons = take(host, kernel, signed, FakeKeyring({key_id}, blacklist={digest}), "2")
+    assert len(reasons) == 1 and reasons[0].endswith(f"module hash {digest} is in .blacklist")
