@@ -86,6 +86,9 @@ class Config:
     allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
     forbidden_params: tuple[str, ...] = ()
     allow_foreign_firmware_path: bool = False
+    # Without the target's build/Module.symvers, refuse (policy) a module importing a symbol
+    # whose CRC is unknown (true), or take it and say the CRCs went unchecked (false).
+    require_symbol_crcs: bool = True
     hotplug_policy: str = "kernel"
     limits: Limits = field(default_factory=Limits)
     reboot: RebootConfig = field(default_factory=RebootConfig)
@@ -144,11 +147,11 @@ class Config:
                 values["allowed_memory_policies"] = tuple(MemoryPolicy(n) for n in names)
             except ValueError as exc:
                 problems.append(f"allowed_memory_policies: {exc}")
-        if "allow_foreign_firmware_path" in data:
-            flag = data["allow_foreign_firmware_path"]
-            if not isinstance(flag, bool):
-                problems.append("allow_foreign_firmware_path: must be a boolean")
-            values["allow_foreign_firmware_path"] = flag
+        for key in ("allow_foreign_firmware_path", "require_symbol_crcs"):
+            if key in data:
+                if not isinstance(data[key], bool):
+                    problems.append(f"{key}: must be a boolean")
+                values[key] = data[key]
         if "hotplug_policy" in data:
             if data["hotplug_policy"] not in HOTPLUG:
                 problems.append(f"hotplug_policy: must be one of {'|'.join(HOTPLUG)}")

@@ -369,7 +369,10 @@ class Intake:
         faults.hit("store.copied")
         try:
             tick()
-            target = Target.from_layout(self.layout, manifest.kernel)
+            target = replace(
+                Target.from_layout(self.layout, manifest.kernel),
+                strict_crcs=self.config.require_symbol_crcs,
+            )
             verdicts = verify_files(tmp, manifest, trust=self.trust, kernel=target, shown=drop)
             reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
             if not reasons:

@@ -242,3 +242,28 @@ def test_old_generations_are_collected_but_not_active_or_pending(
     kept = sorted(p.name for p in host.store.iterdir())
     assert kept == sorted([ids[0], ids[3], ids[4]])
     assert set(load(host.state).bundle("test").generations) == set(kept)
+
+
+@pytest.mark.parametrize("require", [True, False])
+def test_without_module_symvers_the_config_decides_about_unknown_crcs(
+    host: Layout, signed: dict[str, Path], kernel: str, require: bool
+) -> None:
+    """With no build/Module.symvers for the target (a host without kernel headers), a module
+    importing symbols whose CRCs are unknown is refused as a named policy by default, and
+    taken in when ``require_symbol_crcs = false`` says the admin accepts unchecked CRCs."""
+    (host.root / "lib/modules" / kernel / "build/Module.symvers").unlink()
+    _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
+    [outcome] = _intake(host, Config(require_symbol_crcs=require)).run()
+    if require:
+        assert not outcome.accepted
+        assert any("(policy)" in r and "Module.symvers" in r for r in outcome.reasons), outcome
+    else:
+        assert outcome.accepted, outcome.reasons
+
+
+def test_require_symbol_crcs_must_be_a_boolean() -> None:
+    """The config key is validated like every other: a string is a named problem."""
+    from service.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="require_symbol_crcs: must be a boolean"):
+        Config.from_dict({"require_symbol_crcs": "no"})
