@@ -19,6 +19,10 @@ class Layout:
     def _under(self, absolute: str) -> Path:
         return self.root / absolute.lstrip("/")
 
+    def host(self, absolute: str) -> Path:
+        """An absolute host path the admin configured (``config.toml``), under the root."""
+        return self._under(absolute)
+
     # admin-owned configuration
     @property
     def etc(self) -> Path:
@@ -60,6 +64,11 @@ class Layout:
     def status(self) -> Path:
         """Per-bundle status files, mounted read-only into containers."""
         return self.var / "status"
+
+    @property
+    def config_digests(self) -> Path:
+        """Config digests that drops carried, one file per generation id."""
+        return self.var / "config-digest"
 
     @property
     def metrics(self) -> Path:
