@@ -20,6 +20,7 @@ from stager.errors import StagerError
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
 
 Runner = Callable[[argparse.Namespace, TextIO], int]
 
@@ -30,7 +31,8 @@ def _root(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("/"),
         metavar="PREFIX",
-        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /)",
+        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /); "
+        "any other PREFIX is a sandbox: modules are never loaded, the machine never rebooted",
     )
 
 
@@ -144,6 +146,90 @@ def _host(
     return p
 
 
+EXIT_CODES = {
+    "modstage": "0 success, 1 error, 2 usage; each command lists its own (COMMAND --help)",
+    "stage": "0 drop written (its path printed), 1 error, 2 usage",
+    "verify": "0 every module accepted, 1 any rejected or unreadable, 2 usage",
+    "intake": "0 every drop accepted, 1 any rejected or deferred, 2 usage",
+    "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
+    "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
+    "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2); "
+    "--reboot-required has its own, see that option",
+    "wait": "0 the generation is active, 1 rejected or failed (or the ready file cannot be "
+    "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
+    "4 the generation waits for another kernel than the running one",
+    "generations": "0 listed, 1 state unreadable, 2 usage",
+    "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage",
+    "rollback": "0 recorded, 1 refused (already active, failed: use retry, not in the store), "
+    "2 usage",
+    "hold": "0 held, 1 already held or state unreadable, 2 usage",
+    "release": "0 released, 1 not held or state unreadable, 2 usage",
+    "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage",
+    "config": "0 config and certificates usable, 1 a problem (each named), 2 usage",
+    "check": "0 config and certificates usable, 1 a problem (each named), 2 usage",
+}
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked (importlib.metadata is off the boot path)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("modstage")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        print(f"modstage {found}")
+        parser.exit()
+
+
+def _admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The admin's verbs (service/cmd/admin.py, configcheck.py); each has --json."""
+    module = "service.cmd.admin"
+    gens = _host(sub, "generations", module, "list every stored generation and its role")
+    gens.add_argument("bundle", nargs="?", metavar="BUNDLE", help="only this bundle")
+    verbs = {
+        "retry": "clear a failed generation's failure so the next boot tries it again",
+        "rollback": "make an earlier generation the one the next boot loads",
+        "hold": "take no new generation and ask for no reboot for BUNDLE until released",
+        "release": "undo hold",
+    }
+    for verb, text in verbs.items():
+        p = _host(sub, verb, module, text)
+        p.add_argument("bundle", metavar="BUNDLE")
+        if verb in ("retry", "rollback"):
+            p.add_argument(
+                "generation",
+                nargs="?",
+                metavar="GEN",
+                help="generation id or unique prefix (default: the newest failed one for "
+                "retry, the one before the active one for rollback)",
+            )
+    prune = _host(
+        sub, "prune", module, "remove generations beyond retention (never active or pending)"
+    )
+    prune.add_argument(
+        "--keep", type=int, metavar="N", help="keep the newest N per bundle (default: retain)"
+    )
+    for name in ("generations", *verbs, "prune"):
+        sub.choices[name].set_defaults(verb=name)
+    config = sub.add_parser("config", help="check the host configuration")
+    csub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    _host(csub, "check", "service.cmd.configcheck", "validate config.toml and trusted certificates")
+    for p in (*(sub.choices[n] for n in ("generations", *verbs, "prune")), csub.choices["check"]):
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _exit_codes(parser: argparse.ArgumentParser, name: str = "modstage") -> None:
+    """Add each command's exit codes to its --help, recursively."""
+    parser.epilog = f"exit codes: {EXIT_CODES.get(name, EXIT_CODES['modstage'])}"
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub_parser in action.choices.items():
+                _exit_codes(sub_parser, sub_name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``modstage`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -153,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
             "host at the next reboot, falling back to the last good set."
         ),
     )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     _stage(sub)
     _verify(sub)
@@ -169,11 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DROP",
         help="drop directories (default: every complete drop in incoming/)",
     )
-    _host(
+    boot = _host(
         sub,
         "boot",
         "service.cmd.boot",
         "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    boot.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
+        "and change nothing",
     )
     _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
     status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
@@ -181,9 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--reboot-required",
         action="store_true",
-        help="exit 0 if a reboot is required, 1 if not (kured sentinel command)",
+        help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "
+        "(the reason on stderr); kured's sentinel command",
     )
-    wait = sub.add_parser("wait", help="(container) wait until a bundle's generation is active")
+    wait = sub.add_parser(
+        "wait",
+        help="(container) wait until a bundle's generation is active",
+        description=(
+            "Poll the bundle's status file (written by the host) until the generation is "
+            "active, was rejected or failed, or waits for another kernel; print one line "
+            "per change. Which generation: --generation, else the one of --drop, else the "
+            "one the status file names."
+        ),
+    )
     wait.add_argument(
         "--status-dir",
         type=Path,
@@ -191,9 +294,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the status directory mounted into the container",
     )
-    wait.add_argument("--bundle", required=True)
-    wait.add_argument("--generation", metavar="ID")
-    wait.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds (exit 3)")
+    wait.add_argument("--bundle", required=True, help="bundle (slot) name, e.g. nvidia")
+    wait.add_argument(
+        "--generation", metavar="ID", help="generation id (64 hex digits, or a prefix of 8 or more)"
+    )
+    wait.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="give up after S seconds, S >= 0 (exit 3; default: wait forever)",
+    )
     wait.add_argument(
         "--drop",
         type=Path,
@@ -210,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="create PATH once the generation is active (readiness probe)",
     )
     wait.set_defaults(command="stager.wait")
+    _admin(sub)
+    _exit_codes(parser)
     return parser
 
 
@@ -217,6 +329,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run ``modstage``; the one place that turns errors into messages and exit codes."""
     out = out if out is not None else sys.stdout
     args = build_parser().parse_args(argv)
+    error = EXIT_ERROR
+    if getattr(args, "reboot_required", False):
+        error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
     try:
         module = importlib.import_module(args.command)
     except ModuleNotFoundError as exc:
@@ -228,19 +343,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             "(install modstage[host] on the host)",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return error
     run: Runner = module.run
     try:
         return run(args, out)
     except StagerError as exc:
         print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return int(getattr(exc, "exit_code", EXIT_ERROR))
     except Exception as exc:
         from service.errors import ServiceError
 
         if isinstance(exc, ServiceError):
             print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+            return error
         raise
 
 

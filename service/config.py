@@ -101,6 +101,30 @@ class Config:
         return cls.from_dict(data, path)
 
     @classmethod
+    def salvage(cls, path: Path) -> tuple[Config, tuple[str, ...]]:
+        """For the boot path: the config and no problems, or on problems the keys that
+        are valid with defaults for the rest, and the problems (the caller logs them).
+
+        Only ``boot`` uses this: it must never load less because of a typo, while
+        ``serve`` and ``intake`` refuse an invalid config (:meth:`load`).
+        """
+        try:
+            return cls.load(path), ()
+        except ConfigError as exc:
+            problems = exc.problems
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+            return cls(), problems
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            try:
+                values[key] = getattr(cls.from_dict({key: value}, path), key)
+            except (ConfigError, AttributeError):
+                continue  # unknown or invalid: the default applies
+        return cls(**values), problems
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], path: object = "config.toml") -> Config:
         """Validate a parsed table; raises :class:`ConfigError` listing every problem."""
         problems: list[str] = []

@@ -19,9 +19,14 @@ class Layout:
     def _under(self, absolute: str) -> Path:
         return self.root / absolute.lstrip("/")
 
-    def host(self, absolute: str) -> Path:
-        """An absolute host path the admin configured (``config.toml``), under the root."""
-        return self._under(absolute)
+    def sandboxed(self) -> bool:
+        """``--root`` other than ``/``: never load modules, never reboot the machine."""
+        resolved = self.root.resolve()
+        return resolved != Path(resolved.anchor)
+
+    def host(self, path: Path | str) -> Path:
+        """A host path named in the config (``/run/x``), under this layout's root."""
+        return self._under(str(path))
 
     # admin-owned configuration
     @property
@@ -80,6 +85,11 @@ class Layout:
     def run(self) -> Path:
         """Runtime directory (snapshot for ``status``, firmware view)."""
         return self._under("/run/modstage")
+
+    @property
+    def heartbeat(self) -> Path:
+        """The daemon's heartbeat file (refreshed every loop; ``status`` shows its age)."""
+        return self.run / "heartbeat.json"
 
     @property
     def reboot_sentinel(self) -> Path:

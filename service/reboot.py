@@ -5,6 +5,7 @@ Decisions are pure functions of state, config and time; backends act.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ def reboot_required(state: State, kernel: str) -> list[str]:
         if (
             gen is not None
             and not gen.failed
+            and not b.held
             and gen.kernel == kernel
             and b.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
         ):
@@ -58,6 +60,28 @@ def run_command(argv: list[str]) -> None:
         raise RebootError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
 
 
+@dataclass(frozen=True)
+class SandboxRunner:
+    """Under a sandbox ``--root``: record each command in ``path`` instead of running it.
+
+    ``path`` (``<root>/run/modstage/reboot-commands``) gets one line per command, the
+    argv as JSON, so a test or an admin sees what would have rebooted the machine.
+    """
+
+    path: Path
+
+    def __call__(self, argv: list[str]) -> None:
+        """Append ``argv`` to the record."""
+        try:
+            before = self.path.read_bytes()
+        except FileNotFoundError:
+            before = b""
+        except OSError as exc:
+            raise RebootError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, before + json.dumps(argv).encode() + b"\n")
+
+
 @dataclass
 class KuredSentinel:
     """kured reboots the node (cluster lock, drain, window) once its sentinel file exists."""
@@ -66,13 +90,26 @@ class KuredSentinel:
     name: str = "kured"
 
     def request(self, reason: str) -> None:
-        """Write the sentinel."""
+        """Write the sentinel (one another tool wrote already asks for the same reboot)."""
+        if self.path.exists() and not self._mine():
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, f"modstage: {reason}\n".encode())
 
+    def _mine(self) -> bool:
+        try:
+            return self.path.read_bytes().startswith(b"modstage: ")
+        except OSError:
+            return False
+
     def clear(self) -> None:
-        """Remove the sentinel once the reboot happened."""
-        self.path.unlink(missing_ok=True)
+        """Remove the sentinel once the reboot happened, unless another tool wrote it.
+
+        The default path is the host's ``/var/run/reboot-required``, which
+        unattended-upgrades writes too: only a file this backend wrote is removed.
+        """
+        if self._mine():
+            self.path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -134,13 +171,17 @@ class NoRebooter:
 
 
 def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
-    """The backend the config names."""
+    """The backend the config names; under a sandbox root its commands are only recorded."""
+    runner: Runner = run_command
+    if layout.sandboxed():
+        runner = SandboxRunner(layout.run / "reboot-commands")
     if config.backend == "kured":
-        return KuredSentinel(config.sentinel or layout.reboot_sentinel)
+        sentinel = layout.host(config.sentinel) if config.sentinel else layout.reboot_sentinel
+        return KuredSentinel(sentinel)
     if config.backend == "systemd":
-        return CommandRebooter(["systemctl", "reboot"], name="systemd")
+        return CommandRebooter(["systemctl", "reboot"], name="systemd", runner=runner)
     if config.backend == "kexec":
-        return KexecRebooter(layout)
+        return KexecRebooter(layout, runner=runner)
     if config.backend == "command":
-        return CommandRebooter(list(config.command))
+        return CommandRebooter(list(config.command), runner=runner)
     return NoRebooter()

@@ -8,13 +8,18 @@ documents written after the drop was staged (its name carries the time).
 A rejection is ours when the status file names our drop, or, without one, when
 it was written after the drop.
 
-Exit codes: 0 active, 1 rejected or failed, 3 timed out.
+Exit codes: 0 active, 1 rejected or failed (or the ready file cannot be written),
+2 usage (a bad option value; a status directory still missing after
+:data:`MISSING_GRACE` seconds: the host may create it late, never that late), 3 timed out, 4 the
+generation waits for another kernel than the running one (it loads after a reboot
+into that kernel).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,7 +33,56 @@ from stager.paths import MANIFEST_NAME, parse_drop_name
 
 EXIT_ACTIVE = 0
 EXIT_REFUSED = 1
+EXIT_USAGE = 2
 EXIT_TIMEOUT = 3
+EXIT_OTHER_KERNEL = 4
+_GENERATION = re.compile(r"[0-9a-f]{8,64}\Z")
+MISSING_GRACE = 60.0  # seconds a missing status directory is waited for
+
+
+@dataclass
+class StatusReader:
+    """Reads ``status/<bundle>.json``; a status directory missing for ``grace`` seconds
+    is an error (a wrong ``--status-dir`` must not wait forever)."""
+
+    path: Path
+    grace: float = MISSING_GRACE
+    clock: Callable[[], float] = time.monotonic
+    missing_since: float | None = None
+
+    def __call__(self) -> dict[str, Any] | None:
+        """The document, None while there is none; raises :class:`WaitUsage` past the grace."""
+        directory = self.path.parent
+        if directory.is_dir():
+            self.missing_since = None
+            return read_status(self.path)
+        now = self.clock()
+        self.missing_since = now if self.missing_since is None else self.missing_since
+        if now - self.missing_since >= self.grace:
+            raise WaitUsage(
+                f"status directory {directory} still does not exist after {self.grace:g} s "
+                "(is the host's status directory mounted there? see --status-dir)"
+            )
+        return None
+
+
+class WaitUsage(StagerError):
+    """``wait`` was given an option it cannot act on (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse option values ``wait`` cannot act on, before waiting at all."""
+    if args.timeout is not None and not args.timeout >= 0:
+        raise WaitUsage(f"--timeout must be 0 or more seconds, not {args.timeout:g}")
+    if not args.interval > 0:
+        raise WaitUsage(f"--interval must be more than 0 seconds, not {args.interval:g}")
+    if args.generation is not None and not _GENERATION.match(args.generation):
+        raise WaitUsage(
+            f"--generation {args.generation!r} is not a generation id "
+            "(8 to 64 lowercase hex digits, as `modstage stage` and `status` print)"
+        )
 
 
 @dataclass(frozen=True)
@@ -67,7 +121,7 @@ def judge(doc: Mapping[str, Any] | None, target: Target) -> Outcome:
     if target.since is not None and float(doc.get("updated") or 0) < target.since:
         return Outcome(None, "waiting for the host to take the drop in")
     phase = str(doc.get("phase"))
-    gen = target.generation or doc.get("generation")
+    gen = _full(target.generation, doc) or doc.get("generation")
     short = str(gen)[:12] if gen else "-"
     errors = "; ".join(map(str, doc.get("errors") or ())) or "no reason given"
     failed = doc.get("failed") or {}
@@ -79,7 +133,28 @@ def judge(doc: Mapping[str, Any] | None, target: Target) -> Outcome:
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
     if phase == "failed" and doc.get("generation") == gen:
         return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
+    other, running = doc.get("pending_kernel"), doc.get("running_kernel")
+    if gen is not None and doc.get("pending") == gen and other and running and other != running:
+        return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
+    if gen is not None and gen not in _known(doc):
+        known = ", ".join(f"{k} {str(doc.get(k))[:12]}" for k in ("pending", "active"))
+        return Outcome(None, f"generation {short} is not known to the host yet ({known})")
     return Outcome(None, f"{phase} (generation {short})")
+
+
+def _known(doc: Mapping[str, Any]) -> set[str]:
+    """Generation ids the status document names."""
+    ids = {doc.get("generation"), doc.get("active"), doc.get("pending")}
+    ids |= set(doc.get("failed") or {})
+    return {str(i) for i in ids if i}
+
+
+def _full(generation: str | None, doc: Mapping[str, Any]) -> str | None:
+    """The full id the status document names for a prefix (the prefix itself if none)."""
+    if generation is None:
+        return None
+    found = [k for k in _known(doc) if k.startswith(generation)]
+    return found[0] if len(found) == 1 else generation
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
@@ -124,6 +199,7 @@ def wait_for(
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage wait``: print progress lines; exit 0 once the generation is active."""
+    check_args(args)
     if args.drop is not None:
         target = Target.from_drop(args.drop, args.generation)
     else:
@@ -133,14 +209,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     def emit(message: str) -> None:
         print(f"{args.bundle}: {message}", file=out, flush=True)
 
+    if not args.status_dir.is_dir():
+        emit(
+            f"status directory {args.status_dir} does not exist yet; giving up after "
+            f"{MISSING_GRACE:g} s unless it appears"
+        )
     code = wait_for(
-        lambda: read_status(path),
+        StatusReader(path),
         target,
         emit,
         timeout=args.timeout,
         interval=args.interval,
     )
     if code == EXIT_ACTIVE and args.ready_file is not None:
-        args.ready_file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.ready_file, b"")
+        try:
+            args.ready_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(args.ready_file, b"")
+        except OSError as exc:
+            raise StagerError(
+                f"the generation is active, but the ready file {args.ready_file} cannot be "
+                f"written: {exc.strerror or exc}"
+            ) from exc
     return code

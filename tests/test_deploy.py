@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +75,158 @@ def test_daemonset_mounts_exactly_the_layout_paths_at_the_same_place() -> None:
     assert subcommands()[container["command"][1]].get_default("command") == "service.cmd.serve"
 
 
-def test_kured_sentinel_is_the_configured_one_and_the_daemon_can_write_it() -> None:
-    """kured watches the sentinel config.example.toml names, which lies under a mounted path."""
-    sentinel = Config.load(DEPLOY / "config.example.toml").reboot.sentinel
-    assert sentinel is not None
-    args = daemonset("kured-daemonset.yaml")["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert f"--reboot-sentinel={sentinel}" in args
-    assert sentinel.is_relative_to(Layout(Path("/")).run)
+def kured() -> tuple[dict[str, Any], dict[str, str]]:
+    """kured's pod spec and its flags (``--name=value``) as kured parses them."""
+    spec = daemonset("kured-daemonset.yaml")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"][0] == "/usr/bin/kured"
+    flags = dict(a.removeprefix("--").partition("=")[::2] for a in container["command"][1:])
+    return spec, flags
+
+
+def tolerates(tolerations: list[dict[str, str]], taint: dict[str, str]) -> bool:
+    """Kubernetes' matching of one taint against a pod's tolerations."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint["key"]:
+                return True
+        elif t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+GPU_TAINTS = [
+    {"key": "nvidia.com/gpu", "value": v, "effect": e}
+    for v in ("", "present", "true")
+    for e in ("NoSchedule", "PreferNoSchedule", "NoExecute")
+]
+
+
+def test_kured_runs_on_gpu_and_control_plane_nodes() -> None:
+    """nvidia.com/gpu taints (any value, any effect) and control-plane ones are tolerated."""
+    spec, _ = kured()
+    for taint in [
+        *GPU_TAINTS,
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+    ]:
+        assert tolerates(spec["tolerations"], taint), taint
+    assert not tolerates(spec["tolerations"], {"key": "example.com/x", "effect": "NoSchedule"})
+
+
+def test_the_documented_broad_toleration_tolerates_any_taint() -> None:
+    """The commented alternative in the manifest is a valid toleration that matches anything."""
+    text = (DEPLOY / "kubernetes/kured-daemonset.yaml").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.strip() == "# - operator: Exists"]
+    broad = yaml.safe_load(line.replace("#", "", 1).strip())
+    assert tolerates(broad, {"key": "example.com/site", "value": "x", "effect": "NoExecute"})
+
+
+def test_kured_sentinel_file_resolves_to_the_host_file_modstage_and_apt_write() -> None:
+    """The path kured stats in its container is, through its hostPath mount, the host file
+    the kured backend writes by default (and unattended-upgrades writes)."""
+    from service.config import RebootConfig
+    from service.reboot import KuredSentinel, rebooter
+
+    spec, flags = kured()
+    stat = Path(flags["reboot-sentinel"])
+    (container,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = [m for m in container["volumeMounts"] if stat.is_relative_to(m["mountPath"])]
+    assert mounts, f"{stat} is not on any volume: kured would never see it"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    host = Path(volumes[mount["name"]]["hostPath"]["path"]) / stat.relative_to(mount["mountPath"])
+    backend = rebooter(RebootConfig(backend="kured"), Layout(Path("/")))
+    assert isinstance(backend, KuredSentinel)
+    assert host == backend.path == Layout(Path("/")).reboot_sentinel
+
+
+def test_example_config_lets_the_daemon_choose_the_moment() -> None:
+    """With kured, the example config's backend is "kured": the sentinel command then says
+    "required" once the daemon recorded its request (after min_delay, inside its window)."""
+    assert Config.load(DEPLOY / "config.example.toml").reboot.backend == "kured"
+
+
+def sentinel_command() -> list[str]:
+    """The sentinel command, split as kured splits it (google/shlex: POSIX words)."""
+    _, flags = kured()
+    return shlex.split(flags["reboot-sentinel-command"])
+
+
+def test_kured_sentinel_command_runs_modstage_in_the_host_namespace() -> None:
+    """kured may nsenter (hostPID, privileged); the command's programs are the host's."""
+    spec, _ = kured()
+    assert spec["hostPID"] is True and spec["containers"][0]["securityContext"]["privileged"]
+    argv = sentinel_command()
+    assert Path(argv[0]).is_absolute() and Path(argv[0]).exists(), argv[0]
+    installed = {shlex.split(unit(u)["ExecStart"][0])[0] for u in UNITS}
+    script = shlex.split(argv[-1].replace(";", " ; "))
+    (modstage,) = installed
+    call = script[script.index("exec") + 1 :][:3]
+    assert call[0] == modstage, "the command must run the modstage the units install"
+    assert build_parser().parse_args(call[1:]).reboot_required
+
+
+REPO = DEPLOY.parent
+NEEDS_REBOOT = "*** System restart required ***\n"
+
+
+def _pending_state(kernel: str) -> str:
+    from service.store.state import BundleState, Generation, Phase, State
+
+    gen = Generation("b" * 64, "2.0", kernel, added=1.0)
+    bundle = BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)
+    return State({"nvidia": bundle}).to_json().decode()
+
+
+SENTINEL_CASES = [
+    # (modstage installed, state.json, /var/run/reboot-required, exit code kured sees)
+    ("no modstage, nothing", False, None, False, 1),
+    ("no modstage, apt wants a reboot", False, None, True, 0),
+    ("modstage, nothing waits", True, None, False, 1),
+    ("modstage, a generation waits", True, "pending", False, 0),
+    ("modstage, apt wants a reboot", True, None, True, 0),
+    ("modstage, corrupt state", True, "{corrupt", False, 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "installed", "state", "apt", "code"),
+    SENTINEL_CASES,
+    ids=[c[0] for c in SENTINEL_CASES],
+)
+def test_kured_sentinel_command_exit_codes(
+    tmp_path: Path, case: str, installed: bool, state: str | None, apt: bool, code: int
+) -> None:
+    """Run as kured runs it (nsenter into a mount namespace standing in for the host's):
+    0 reboot, 1 silent no, 3 a warning with the reason; the host's files are never written."""
+    from tests.mountns import Overlay, run
+
+    bin_, lib, run_ = tmp_path / "bin", tmp_path / "lib", tmp_path / "run"
+    for d in (bin_, lib / "modstage", run_):
+        d.mkdir(parents=True)
+    if installed:
+        shim = bin_ / "modstage"
+        shim.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m service.cli "$@"\n')
+        shim.chmod(0o755)
+    if state is not None:
+        kernel = Path("/proc/sys/kernel/osrelease").read_text().strip()
+        text = _pending_state(kernel) if state == "pending" else state
+        (lib / "modstage/state.json").write_text(text)
+    if apt:
+        (run_ / "reboot-required").write_text(NEEDS_REBOOT)
+    overlays = [
+        Overlay("/usr/bin", bin_),
+        Overlay("/var/lib", lib, tmp_path / "w-lib"),
+        Overlay("/run", run_, tmp_path / "w-run"),
+        Overlay("/etc", None, tmp_path / "w-etc"),
+    ]
+    done = run(sentinel_command(), overlays, nsenter=True)
+    assert done.returncode == code, (case, done.stdout, done.stderr)
+    if code == 3:
+        assert "state.json" in done.stderr and "Traceback" not in done.stderr
+    assert [o.written() for o in overlays] == [[], [], [], []]
 
 
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)

@@ -27,7 +27,8 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.store.generations import Store
 from service.store.publish import mirror_status, publish_live
-from service.store.state import BundleState, Phase, State, load, locked, save
+from service.store.recover import load_or_rebuild
+from service.store.state import BundleState, Phase, State, locked, save
 from service.store.statusfile import write_status
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_module
@@ -61,7 +62,7 @@ class Boot:
     def run(self) -> State:
         """Bring up every bundle; return the final state."""
         with locked(self.layout.var):
-            state = load(self.layout.state)
+            state = load_or_rebuild(self.layout.state, self.store)
             state = replace(state, boot_id=self.layout.boot_id.read_text().strip())
             save(self.layout.state, state, step="boot_id")
             choices = [

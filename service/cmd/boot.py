@@ -1,35 +1,66 @@
-"""``modstage boot``: the oneshot run early at boot (see deploy/systemd)."""
+"""``modstage boot``: the oneshot run early at boot (see deploy/systemd).
+
+Under ``--root`` other than ``/`` (a sandbox) the kernel is a
+:class:`~service.kernel.recording.RecordingKernel`: the loader runs in full on the
+files under the root, and the ``finit_module`` calls it would have made are printed
+instead of made. ``--dry-run`` prints the plan and changes nothing at all.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import TextIO
 
-from service.boot.loader import Boot
 from service.config import Config
-from service.kernel.modules import LinuxKernel
+from service.kernel.modules import Kernel
 from service.layout import Layout
-from service.logs import configure
 from service.store.state import Phase
 from service.verify.trust import TrustStore
 
 
+def dry_run(layout: Layout, out: TextIO) -> int:
+    """Print what the next boot would load; exit 1 if a bundle would fail to start."""
+    from service.boot.dryrun import plan_boot, render
+
+    plans = plan_boot(layout, Config.load(layout.config), TrustStore.from_directory(layout.trusted))
+    render(plans, layout, out)
+    bad = [p for p in plans if p.problem or any(m.verdict != "ok" for m in p.modules)]
+    return 1 if bad else 0
+
+
+def kernel_for(layout: Layout) -> Kernel:
+    """The real kernel on ``/``, a recording one under any other root."""
+    if layout.sandboxed():
+        from service.kernel.recording import RecordingKernel
+
+        return RecordingKernel(layout.sys)
+    from service.kernel.modules import LinuxKernel
+
+    return LinuxKernel(layout.sys)
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Load every bundle; exit 1 if any bundle ended failed."""
-    configure()
     layout = Layout(args.root)
-    state = Boot(
-        layout,
-        Config.load(layout.config),
-        TrustStore.from_directory(layout.trusted),
-        LinuxKernel(layout.sys),
-    ).run()
+    if getattr(args, "dry_run", False):
+        return dry_run(layout, out)
+    from service.boot.loader import Boot, log
+    from service.logs import configure
+
+    configure()
+    config, problems = Config.salvage(layout.config)  # a typo must never load less
+    if problems:
+        log.error("config.invalid", path=str(layout.config), problems=list(problems))
+    kernel = kernel_for(layout)
+    state = Boot(layout, config, TrustStore.from_directory(layout.trusted), kernel).run()
     from service.status.metrics import write_metrics  # after loading: off the critical path
 
     try:
         write_metrics(layout, layout.metrics)
     except OSError as exc:  # metrics must never fail a boot
-        print(f"metrics: cannot write {layout.metrics}: {exc.strerror or exc}", file=out)
+        log.error("metrics.write_failed", path=str(layout.metrics), error=exc.strerror or str(exc))
+    for call in getattr(kernel, "calls", ()):
+        print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
     for name, b in sorted(state.bundles.items()):
         print(
             f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",

@@ -18,13 +18,14 @@ from typing import TextIO
 
 from service.errors import UsageError
 from service.layout import Layout
+from service.verify.keyid import describe_key_id
 from service.verify.trust import TrustStore
 from service.verify.verdict import Verdict, verify_paths
 
 
 def format_line(verdict: Verdict) -> str:
     """The human-readable line for one verdict."""
-    signer = json.dumps(verdict.signer) if verdict.signer else "-"
+    signer = json.dumps(verdict.signer) if verdict.signer else describe_key_id(verdict.key_id)
     line = f"{'ok' if verdict.ok else 'REJECTED':<9} {verdict.file}  signer={signer}"
     line += f" hash={verdict.hash or '-'}"
     if verdict.name:

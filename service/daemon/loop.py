@@ -20,7 +20,7 @@ import structlog
 from service.config import Config
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
-from service.errors import ServiceError
+from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
@@ -73,6 +73,20 @@ class Daemon:
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
+    next_beat: float = 0.0  # monotonic time of the next heartbeat
+
+    def heartbeat(self, decision: str | None) -> None:
+        """Refresh the heartbeat file (``status`` shows its age) at most every HEARTBEAT_EVERY s."""
+        from service.status.glance import HEARTBEAT_EVERY, write_heartbeat
+
+        if self.clock.monotonic() < self.next_beat:
+            return
+        self.next_beat = self.clock.monotonic() + HEARTBEAT_EVERY
+        try:
+            at = self.clock.now().timestamp()
+            write_heartbeat(self.layout.heartbeat, decision=decision or "error", at=at)
+        except OSError as exc:
+            log.error("heartbeat.write_failed", path=str(self.layout.heartbeat), error=str(exc))
 
     def reconcile(self) -> None:
         """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
@@ -134,9 +148,10 @@ class Daemon:
             for name in waiting:
                 b = state.bundle(name)
                 if b.phase is not Phase.REBOOT_SCHEDULED:
-                    b = b.move(
-                        Phase.REBOOT_SCHEDULED, note=f"reboot asked via {self.rebooter.name}"
-                    )
+                    note = f"reboot asked via {self.rebooter.name}"
+                    if self.rebooter.name == "none":
+                        note = "waiting for an admin reboot (backend none)"
+                    b = b.move(Phase.REBOOT_SCHEDULED, note=note)
                 state = state.with_bundle(name, b)
             save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
             for name in waiting:
@@ -150,15 +165,27 @@ class Daemon:
     def _guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of the loop; a service error is logged and the daemon goes on.
 
-        A recorded reboot intent keeps a failing backend from being hammered; a corrupt
-        state file keeps failing loudly on every step until an admin looks at it.
+        A recorded reboot intent keeps a failing backend from being hammered. A corrupt
+        state file is set aside and rebuilt from the last-good pointer and the store at
+        once (as boot does), so no later boot finds state.json missing; ``status`` stays
+        degraded, naming the set-aside file, until an admin removes it.
         """
         try:
             return step()
         except ServiceError as exc:
             log.error("daemon.step_failed", step=step.__name__, error=str(exc))
             notify(f"STATUS=error: {exc}")
+            if isinstance(exc, StateCorrupt):
+                self._guarded(self.rebuild_state)
             return None
+
+    def rebuild_state(self) -> None:
+        """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
+        from service.store.generations import Store
+        from service.store.recover import load_or_rebuild
+
+        with locked(self.layout.var):
+            load_or_rebuild(self.layout.state, Store(self.layout.store))
 
     def write_metrics(self) -> None:
         """Refresh the Prometheus textfile; a failure is logged, never fatal."""
@@ -206,6 +233,7 @@ class Daemon:
             deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
             deadlines += [next_ping] if ping else []
             deadlines += [next_check] if next_check is not None else []
+            deadlines.append(self.next_beat)
             batch: list[Event] = []
             try:
                 batch.append(self.events.get(timeout=max(0.0, min(deadlines) - now)))
@@ -232,7 +260,9 @@ class Daemon:
                 self._guarded(self.take_drops)
                 self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            if self._guarded(self.maybe_reboot) in (
+            decision = self._guarded(self.maybe_reboot)
+            self.heartbeat(decision)
+            if decision in (
                 "requested",
                 "no generation waits for a reboot",
             ):

@@ -66,6 +66,14 @@ def families(
             "Seconds the last intake of the bundle's drop took (copy and verification).",
         ),
         Family("modstage_memory_blocks", "Memory blocks by NUMA node, zone and state."),
+        Family(
+            "modstage_bundle_info",
+            "Always 1; labels name the active (last known good) and pending versions.",
+        ),
+        Family(
+            "modstage_daemon_heartbeat_age_seconds",
+            "Seconds since the daemon's last heartbeat (absent: no heartbeat).",
+        ),
     ]
     by = {f.name: f.samples for f in fams}
     for name, b in bundles.items():
@@ -87,16 +95,29 @@ def families(
             by["modstage_module_load_seconds"].append(
                 ({**bl, "module": str(m["module"])}, m["ms"] / 1000)
             )
+        by["modstage_bundle_info"].append(({**bl, **_versions(b)}, 1.0))
         if b["history"]:
             by["modstage_bundle_last_transition_timestamp_seconds"].append(
                 (bl, float(b["history"][-1]["at"]))
             )
     for name, seconds in sorted((verification or {}).items()):
         by["modstage_verification_seconds"].append(({"bundle": name}, seconds))
+    age = (doc.get("daemon") or {}).get("age_seconds")
+    if age is not None:
+        by["modstage_daemon_heartbeat_age_seconds"].append(({}, float(age)))
     for m in doc["memory"]:
         labels = {"node": "" if m["node"] is None else str(m["node"]), "zone": m["zone"] or ""}
         by["modstage_memory_blocks"].append(({**labels, "state": m["state"]}, float(m["blocks"])))
     return fams
+
+
+def _versions(bundle: Mapping[str, Any]) -> Labels:
+    """``active_version``/``pending_version`` labels (empty when there is none)."""
+    by_id = {g["id"]: g["version"] for g in bundle["generations"]}
+    return {
+        "active_version": by_id.get(bundle["active"], ""),
+        "pending_version": by_id.get(bundle["pending"], ""),
+    }
 
 
 def _escape(value: str) -> str:

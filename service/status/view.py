@@ -6,17 +6,16 @@ nothing here decides anything.
 
 from __future__ import annotations
 
-import time
 from typing import Any, TextIO
+
+from service.status.glance import iso
 
 _MARK = {"healthy": "ok", "degraded": "DEGRADED", "failed": "FAILED"}
 
 
 def when(epoch: float | None) -> str:
-    """A local timestamp for a table cell ('-' when unknown)."""
-    if not epoch:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+    """A UTC ISO 8601 timestamp for a table cell ('-' when unknown)."""
+    return iso(epoch) or "-"
 
 
 def short(generation: str | None) -> str:
@@ -26,48 +25,72 @@ def short(generation: str | None) -> str:
 
 def _reboot_line(doc: dict[str, Any]) -> str:
     r = doc["reboot"]
-    w = r["window"]
-    days = ",".join(w["days"]) or "every day"
     line = "required for " + ", ".join(r["bundles"]) if r["required"] else "not required"
     if r["scheduled"]:
         line += "; scheduled for " + ", ".join(r["scheduled"])
-    if r.get("asked"):
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["asked"]["at"]))
-        line += f"; asked via {r['asked']['backend']} at {when} UTC"
+    line += f": {r['why_not_asked']}" if r.get("why_not_asked") else ""
+    if r["backend"] is None:
+        return f"{line} (backend and window unknown: the config is invalid)"
+    w = r["window"]
+    days = ",".join(w["days"]) if w["days"] and len(w["days"]) < 7 else "every day"
+    opens = f", next open {r['next_window']}" if r.get("next_window") else ""
+    opens = ", open now" if r.get("window_open") else opens
     return (
         f"{line} (backend {r['backend']}, window {days} {w['start']}-{w['end']} "
-        f"{w['timezone']}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"
+        f"{w['timezone']}{opens}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"
     )
 
 
+def _daemon_line(doc: dict[str, Any]) -> str:
+    d = doc.get("daemon") or {}
+    if not d.get("at"):
+        return f"daemon: no heartbeat ({d.get('path', '?')}): not running"
+    alive = "alive" if d.get("alive") else "NOT RESPONDING"
+    return f"daemon: {alive}, last heartbeat {d['at']} ({d['age_seconds']:.0f} s ago)"
+
+
+def _said(text: str, said: list[str]) -> bool:
+    """Whether ``text`` was already printed (inside a longer line counts)."""
+    return any(text and text in line for line in said)
+
+
 def lines(doc: dict[str, Any]) -> list[str]:
-    """The plain-text view, one line per fact."""
+    """The plain-text view, one line per fact; each failure is printed once."""
     out = [
         f"host: {_MARK[doc['health']]}  kernel {doc['kernel'] or '?'}",
         f"reboot: {_reboot_line(doc)}",
+        _daemon_line(doc),
     ]
     for problem in doc["problems"]:
         where = problem["bundle"] or "host"
         out.append(f"  ! {where}: {problem['reason']}")
     for name, b in doc["bundles"].items():
+        held = " HELD" if b.get("held") else ""
+        waits = f" ({b['waiting']})" if b.get("waiting") else ""
         out.append(
-            f"bundle {name}: {b['phase']} [{_MARK[b['health']]}] "
+            f"bundle {name}: {b['phase']} [{_MARK[b['health']]}]{held}{waits} "
             f"active {short(b['active'])} pending {short(b['pending'])}"
         )
         for g in b["generations"]:
-            fail = f" failed: {g['failed']}" if g["failed"] else ""
+            fail = ""
+            if g["failed"]:
+                fail = " failed" if _said(g["failed"], out) else f" failed: {g['failed']}"
             out.append(
                 f"  {g['role']:<8} {short(g['id'])} {g['version']} kernel {g['kernel']} "
                 f"added {when(g['added'])} attempts {g['attempts']}{fail}"
             )
         for m in b["loaded"]:
             took = "already loaded" if m["already_loaded"] else f"{m['ms']} ms"
-            out.append(f"  module {m['module']} srcversion {m['srcversion']} ({took})")
+            now = m.get("live")
+            state = "NOT LIVE" if now is None else f"live, refcnt {now['refcnt']}"
+            out.append(f"  module {m['module']} srcversion {m['srcversion']} ({took}; {state})")
         for h in b["history"][-5:]:
-            note = f": {h['note']}" if h["note"] else ""
+            note = f": {h['note']}" if h["note"] and not _said(h["note"], out) else ""
             out.append(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}")
         for err in b["errors"][-5:]:
-            out.append(f"  error: {err}")
+            text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
+            if not _said(text, out):
+                out.append(f"  error: {err}")
     for m in doc["memory"]:
         node = "-" if m["node"] is None else m["node"]
         out.append(f"memory node {node} zone {m['zone'] or '-'} {m['state']}: {m['blocks']} blocks")
@@ -86,12 +109,14 @@ def render_rich(doc: dict[str, Any], out: TextIO) -> None:
         f"reboot {_reboot_line(doc)}",
         highlight=False,
     )
+    console.print(_daemon_line(doc), highlight=False)
     for problem in doc["problems"]:
         console.print(f"  [yellow]![/] {problem['bundle'] or 'host'}: {problem['reason']}")
     for name, b in doc["bundles"].items():
         table = Table(title=f"{name}: {b['phase']} ({b['health']})", title_justify="left")
         for col in ("role", "generation", "version", "kernel", "added", "attempts", "failed"):
-            table.add_column(col)
+            wide = {"generation": 12, "added": 20}.get(col)
+            table.add_column(col, overflow="fold", no_wrap=bool(wide), min_width=wide)
         for g in b["generations"]:
             table.add_row(
                 g["role"],
@@ -104,10 +129,16 @@ def render_rich(doc: dict[str, Any], out: TextIO) -> None:
             )
         console.print(table)
         if b["loaded"]:
-            mods = Table("module", "srcversion", "load ms", title="loaded", title_justify="left")
+            mods = Table(
+                "module", "srcversion", "load ms", "live", title="loaded", title_justify="left"
+            )
             for m in b["loaded"]:
+                now = m.get("live")
                 mods.add_row(
-                    m["module"], m["srcversion"], "already" if m["already_loaded"] else str(m["ms"])
+                    m["module"],
+                    m["srcversion"],
+                    "already" if m["already_loaded"] else str(m["ms"]),
+                    "NOT LIVE" if now is None else f"refcnt {now['refcnt']}",
                 )
             console.print(mods)
         for h in b["history"][-5:]:
@@ -116,7 +147,8 @@ def render_rich(doc: dict[str, Any], out: TextIO) -> None:
     if doc["memory"]:
         mem = Table("node", "zone", "state", "blocks", title="memory", title_justify="left")
         for m in doc["memory"]:
-            mem.add_row(str(m["node"]), m["zone"] or "-", m["state"], str(m["blocks"]))
+            node = "-" if m["node"] is None else str(m["node"])
+            mem.add_row(node, m["zone"] or "-", m["state"], str(m["blocks"]))
         console.print(mem)
 
 

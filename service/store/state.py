@@ -30,6 +30,7 @@ from stager.atomic import fsync_dir, write_atomic
 
 FORMAT = 1
 HISTORY_LIMIT = 64
+LAST_GOOD = "last-good.json"  # beside state.json: each bundle's last known good generation
 
 
 class Phase(StrEnum):
@@ -90,6 +91,12 @@ class BundleState:
     generations: dict[str, Generation] = field(default_factory=dict)
     loaded: tuple[dict[str, Any], ...] = ()
     history: tuple[dict[str, Any], ...] = ()
+    held: bool = False  # an admin's hold: no new generation, no reboot asked
+
+    @property
+    def last_known_good(self) -> str | None:
+        """The generation that last came up (the boot falls back to it)."""
+        return self.active
 
     def move(self, target: Phase, note: str = "", **changes: Any) -> BundleState:
         """A copy in phase ``target`` with ``changes``, the move appended to history."""
@@ -107,6 +114,104 @@ class BundleState:
     def keep(self) -> set[str]:
         """Generation ids the store must never collect for this bundle."""
         return {g for g in (self.active, self.pending) if g}
+
+    def record(self, note: str) -> BundleState:
+        """A copy with ``note`` appended to history, the phase unchanged (an admin's act)."""
+        entry = {"at": round(time.time(), 3), "from": self.phase.value, "to": self.phase.value}
+        entry["note"] = note
+        return replace(self, history=(*self.history, entry)[-HISTORY_LIMIT:])
+
+    def resolve(self, generation: str) -> Generation:
+        """The known generation whose id is or starts with ``generation``; raises StateError."""
+        found = [g for g in self.generations.values() if g.id.startswith(generation.lower())]
+        if len(found) != 1 or not generation:
+            known = ", ".join(sorted(g[:12] for g in self.generations)) or "none"
+            what = "is ambiguous" if found else "is not a known generation"
+            raise StateError(f"{generation!r} {what} (known: {known})")
+        return found[0]
+
+    def retry(self, generation: str | None = None) -> BundleState:
+        """Clear a failed generation's failure and make it pending for the next boot.
+
+        Without ``generation``: the most recently added failed one.
+        """
+        if generation is None:
+            failed = sorted((g for g in self.generations.values() if g.failed), key=_added)
+            if not failed:
+                raise StateError("no failed generation to retry")
+            gen = failed[-1]
+        else:
+            gen = self.resolve(generation)
+        if not gen.failed:
+            raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
+        self._not_loading("retry")
+        cleared = replace(gen, failed=None, attempts=0)
+        return self.with_generation(cleared).move(
+            Phase.PENDING, pending=gen.id, note=f"admin: retry {gen.id[:12]} ({gen.failed})"
+        )
+
+    def rollback(self, generation: str | None = None) -> BundleState:
+        """Make an earlier generation the one to load at the next boot.
+
+        Without ``generation``: the newest generation added before the active one
+        that did not fail.
+        """
+        if generation is None:
+            since = self.generations[self.active].added if self.active else float("inf")
+            older = sorted(
+                (
+                    g
+                    for g in self.generations.values()
+                    if not g.failed and g.id != self.active and g.added < since
+                ),
+                key=_added,
+            )
+            if not older:
+                raise StateError("no earlier generation to roll back to")
+            gen = older[-1]
+        else:
+            gen = self.resolve(generation)
+        if gen.id == self.active:
+            raise StateError(f"generation {gen.id[:12]} is already active")
+        if gen.failed:
+            raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
+        self._not_loading("rollback")
+        note = f"admin: rollback to {gen.id[:12]} ({gen.version})"
+        return self.with_generation(replace(gen, attempts=0)).move(
+            Phase.PENDING, pending=gen.id, note=note
+        )
+
+    def hold(self) -> BundleState:
+        """Take no new generation and ask for no reboot until :meth:`release`."""
+        if self.held:
+            raise StateError("already held")
+        return replace(self, held=True).record("admin: hold")
+
+    def release(self) -> BundleState:
+        """Undo :meth:`hold`."""
+        if not self.held:
+            raise StateError("not held")
+        return replace(self, held=False).record("admin: release")
+
+    def prune(self, retain: int) -> tuple[BundleState, list[str]]:
+        """Forget generations beyond the newest ``retain``; never active (last known good)
+        or pending. Returns the copy and the forgotten ids (the caller removes them)."""
+        newest = {g.id for g in sorted(self.generations.values(), key=_added)[-retain:]}
+        keep = self.keep() | (newest if retain > 0 else set())
+        gone = sorted(g for g in self.generations if g not in keep)
+        if not gone:
+            return self, []
+        left = {k: v for k, v in self.generations.items() if k in keep}
+        note = "admin: prune " + ", ".join(g[:12] for g in gone)
+        return replace(self, generations=left).record(note), gone
+
+    def _not_loading(self, verb: str) -> None:
+        if self.phase is Phase.LOADING:
+            raise StateError(f"cannot {verb} while the bundle is being loaded")
+
+
+def _added(gen: Generation) -> float:
+    return gen.added
 
 
 @dataclass(frozen=True)
@@ -207,6 +312,7 @@ def _bundle(name: str, b: Any) -> BundleState:
         history=tuple(
             _want(x, dict, "history entry") for x in _want(b["history"], list, "history")
         ),
+        held=_want(b.get("held", False), bool, f"bundles.{name}.held"),
     )
     if any(g not in gens for g in bundle.keep()):
         raise StateError(f"state file is corrupt: bundles.{name} names an unknown generation")
@@ -262,6 +368,36 @@ def save(path: Path, state: State, *, step: str = "state") -> None:
         before_replace=lambda: faults.hit(f"state.{step}.renaming"),
     )
     faults.hit(f"state.{step}.saved")
+    _point_last_good(path.with_name(LAST_GOOD), state)
+
+
+def read_last_good(path: Path) -> dict[str, dict[str, Any]]:
+    """The last-good pointer file (``{bundle: {generation, version, kernel}}``); {} if unusable."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        k: v for k, v in doc.items() if isinstance(v, dict) and isinstance(v.get("generation"), str)
+    }
+
+
+def _point_last_good(path: Path, state: State) -> None:
+    """Keep the last-good pointer beside state (written only when it changes).
+
+    It survives a corrupt ``state.json``: boot rebuilds from it and the store.
+    Bundles without an active generation keep what the pointer said.
+    """
+    old = read_last_good(path)
+    new = dict(old)
+    for name, b in state.bundles.items():
+        gen = b.generations.get(b.active) if b.active else None
+        if gen is not None:
+            new[name] = {"generation": gen.id, "version": gen.version, "kernel": gen.kernel}
+    if new != old:
+        write_atomic(path, json.dumps(new, indent=1, sort_keys=True).encode() + b"\n", mode=0o600)
 
 
 @contextmanager

@@ -26,6 +26,7 @@ def write_status(
     **extra: Any,
 ) -> dict[str, Any]:
     """Write the bundle's status: its persisted state plus what the last step found."""
+    pending = state.generations.get(state.pending) if state.pending else None
     doc: dict[str, Any] = {
         "bundle": bundle,
         "phase": (phase or state.phase).value,
@@ -35,6 +36,8 @@ def write_status(
         "failed": {g.id: g.failed for g in state.generations.values() if g.failed},
         "errors": errors or [],
         "updated": round(time.time(), 3),
+        "pending_kernel": pending.kernel if pending else None,
+        "running_kernel": _release(layout),
         **extra,
     }
     layout.status.mkdir(parents=True, exist_ok=True)
@@ -42,3 +45,11 @@ def write_status(
         layout.status / f"{bundle}.json", json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
     )
     return doc
+
+
+def _release(layout: Layout) -> str | None:
+    """The running kernel (``wait`` tells a generation for another kernel by it)."""
+    try:
+        return layout.kernel_release()
+    except OSError:
+        return None

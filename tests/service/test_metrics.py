@@ -32,6 +32,9 @@ def fallback_host(tmp_path: Path) -> Layout:
     b = b.with_generation(Generation("c" * 64, "3", KERNEL, added=3.0, attempts=2))
     b = b.move(Phase.PENDING, pending="c" * 64)
     save(layout.state, State({"nvidia": b}))
+    for m in loaded:
+        (layout.sys / "module" / m["module"]).mkdir(parents=True)
+        (layout.sys / "module" / m["module"] / "srcversion").write_text(f"{m['srcversion']}\n")
     block = layout.sys / "devices/system/memory/memory7"
     block.mkdir(parents=True)
     (block / "state").write_text("offline\n")
@@ -65,6 +68,8 @@ def test_textfile_holds_phase_reboot_loads_failures_attempts_and_memory(tmp_path
     assert got[("modstage_bundle_boot_attempts", b)] == 2
     assert got[("modstage_verification_seconds", b)] == 1.5
     assert got[("modstage_health", ())] == 1  # degraded: NEW failed after OLD
+    info = (("active_version", "1"), *b, ("pending_version", "3"))
+    assert got[("modstage_bundle_info", info)] == 1  # the versions, named
     mem = (("node", ""), ("state", "offline"), ("zone", ""))
     assert got[("modstage_memory_blocks", mem)] == 1
     assert not list(path.parent.glob(".*.tmp")), "the crash-safe write leaves no temporaries"

@@ -48,7 +48,18 @@ def host(tmp_path: Path, state: State) -> Layout:
     layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
     layout.boot_id.write_text("boot-2\n")
     save(layout.state, state)
+    for b in state.bundles.values():
+        for m in b.loaded:
+            live(layout, m["module"], m["srcversion"])
     return layout
+
+
+def live(layout: Layout, module: str, srcversion: str, refcnt: int = 0) -> None:
+    """Make ``module`` live in the host's sysfs with ``srcversion``."""
+    base = layout.sys / "module" / module
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "srcversion").write_text(srcversion + "\n")
+    (base / "refcnt").write_text(f"{refcnt}\n")
 
 
 def test_an_active_bundle_is_healthy() -> None:
@@ -128,7 +139,13 @@ def test_json_schema_on_a_host_with_a_fallback(tmp_path: Path) -> None:
     b = doc["bundles"]["nvidia"]
     assert {g["id"]: g["role"] for g in b["generations"]} == {OLD: "active", NEW: "failed"}
     assert b["loaded"] == [
-        {"module": "nvidia", "srcversion": "ABC", "ms": 412.5, "already_loaded": False}
+        {
+            "module": "nvidia",
+            "srcversion": "ABC",
+            "ms": 412.5,
+            "already_loaded": False,
+            "live": {"srcversion": "ABC", "version": None, "refcnt": 0},
+        }
     ]
     assert b["history"][-1]["to"] == "active" and b["status_file"]["errors"] == ["ENOKEY: unsigned"]
     assert doc["reboot"]["required"] is False and doc["reboot"]["backend"] == "none"
@@ -187,7 +204,8 @@ def test_plain_text_names_generations_modules_and_problems(tmp_path: Path) -> No
     layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}))
     text = "\n".join(lines(collect(layout)))
     assert "DEGRADED" in text and "ENOKEY: unsigned" in text
-    assert "module nvidia srcversion ABC (412.5 ms)" in text and "\x1b[" not in text
+    assert "module nvidia srcversion ABC (412.5 ms; live, refcnt 0)" in text
+    assert "\x1b[" not in text
 
 
 def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
@@ -204,8 +222,8 @@ def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
     """The daemon's recorded request (when, how) is in --json and in the plain view."""
     scheduled = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = {"at": 0.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
+    asked = {"at": 1.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
     doc = collect(layout)
     assert doc["reboot"]["asked"] == asked and doc["reboot"]["scheduled"] == ["nvidia"]
-    assert any("asked via kured at 1970-01-01 00:00:00 UTC" in line for line in lines(doc))
+    assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(doc))

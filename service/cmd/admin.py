@@ -1,0 +1,189 @@
+"""The admin's verbs: ``generations``, ``retry``, ``rollback``, ``hold``, ``release``, ``prune``.
+
+Every verb that changes something runs under the state lock (so it is safe while the
+daemon runs), goes through a named transition of :class:`~service.store.state.BundleState`
+(recorded in the bundle's history), saves with the one crash-safe write, and rewrites
+the bundle's status file so the container sees it. ``generations`` only reads.
+Exit codes: 0 done, 1 refused (the message says why), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from service.config import Config
+from service.errors import StateError, UsageError
+from service.layout import Layout
+from service.status.collect import read_state
+from service.status.glance import iso
+from service.store.generations import Store
+from service.store.state import BundleState, State, locked, save
+from service.store.statusfile import write_status
+
+Change = Callable[[BundleState], BundleState]
+
+
+def roles(bundle: BundleState, generation: str) -> list[str]:
+    """What a generation is to its bundle: active, last-known-good, pending, failed."""
+    gen = bundle.generations[generation]
+    found = []
+    if generation == bundle.active:
+        found.append("active")
+    if generation == bundle.last_known_good:
+        found.append("last-known-good")
+    if generation == bundle.pending:
+        found.append("pending")
+    if gen.failed:
+        found.append("failed")
+    return found or ["retained"]
+
+
+def generation_rows(state: State, store: Store, only: str | None) -> list[dict[str, Any]]:
+    """One row per known generation (oldest first per bundle)."""
+    if only is not None and only not in state.bundles:
+        raise UsageError(f"no bundle named {only!r} (known: {', '.join(state.bundles) or 'none'})")
+    rows = []
+    for name, b in sorted(state.bundles.items()):
+        if only is not None and name != only:
+            continue
+        for g in sorted(b.generations.values(), key=lambda g: g.added):
+            rows.append(
+                {
+                    "bundle": name,
+                    "id": g.id,
+                    "version": g.version,
+                    "kernel": g.kernel,
+                    "added": iso(g.added),
+                    "attempts": g.attempts,
+                    "failed": g.failed,
+                    "roles": roles(b, g.id),
+                    "in_store": store.has(g.id),
+                    "held": b.held,
+                }
+            )
+    return rows
+
+
+def _print_rows(rows: list[dict[str, Any]], out: TextIO) -> None:
+    if not rows:
+        print("no generations", file=out)
+    for r in rows:
+        fail = f" failed: {r['failed']}" if r["failed"] else ""
+        gone = "" if r["in_store"] else " (not in the store)"
+        print(
+            f"{r['bundle']} {r['id'][:12]} {r['version']} kernel {r['kernel']} "
+            f"added {r['added'] or '-'} attempts {r['attempts']} "
+            f"[{','.join(r['roles'])}]{gone}{fail}",
+            file=out,
+        )
+
+
+def current(layout: Layout) -> State:
+    """The state, read without moving a corrupt file aside (boot rebuilds it); raises
+    :class:`StateError` naming the file when it is unreadable or was set aside."""
+    aside = sorted(layout.state.parent.glob(f"{layout.state.name}.corrupt-*"))
+    if aside and not layout.state.exists():
+        raise StateError(
+            f"{layout.state} is missing and a corrupt one is set aside at {aside[-1]}: "
+            "the next modstage boot rebuilds it from last-good.json and the store"
+        )
+    return read_state(layout.state)
+
+
+def change(layout: Layout, name: str, how: Change) -> BundleState:
+    """Apply ``how`` to bundle ``name`` under the state lock; save; rewrite its status file."""
+    with locked(layout.var):
+        state = current(layout)
+        if name not in state.bundles:
+            known = ", ".join(sorted(state.bundles)) or "none"
+            raise UsageError(f"no bundle named {name!r} in {layout.state} (known: {known})")
+        try:
+            bundle = how(state.bundles[name])
+        except StateError as exc:
+            raise StateError(f"{name}: {exc}") from exc
+        save(layout.state, state.with_bundle(name, bundle), step="admin")
+        write_status(layout, name, bundle)
+    return bundle
+
+
+def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        doc = {
+            "bundle": bundle,
+            "done": what,
+            "phase": b.phase.value,
+            "active": b.active,
+            "pending": b.pending,
+            "held": b.held,
+        }
+        print(json.dumps(doc, indent=2, sort_keys=True), file=out)
+    else:
+        pending = f", pending {b.pending[:12]} (loads at the next boot)" if b.pending else ""
+        print(f"{bundle}: {what}; phase {b.phase.value}{pending}", file=out)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Dispatch one verb (``args.verb``)."""
+    layout = Layout(args.root)
+    verb = args.verb
+    if verb == "generations":
+        rows = generation_rows(current(layout), Store(layout.store), args.bundle)
+        if args.json:
+            print(json.dumps(rows, indent=2, sort_keys=True), file=out)
+        else:
+            _print_rows(rows, out)
+        return 0
+    if verb == "prune":
+        return prune(layout, args, out)
+    gen = getattr(args, "generation", None)
+    transitions: dict[str, Change] = {
+        "retry": lambda b: b.retry(gen),
+        "rollback": lambda b: b.rollback(gen),
+        "hold": BundleState.hold,
+        "release": BundleState.release,
+    }
+    step = transitions[verb]
+
+    def how(b: BundleState) -> BundleState:
+        moved = step(b)
+        if verb in ("retry", "rollback") and not Store(layout.store).has(str(moved.pending)):
+            raise StateError(
+                f"generation {str(moved.pending)[:12]} is no longer in the store; stage it again"
+            )
+        return moved
+
+    b = change(layout, args.bundle, how)
+    what = {"retry": "retry recorded", "rollback": "rollback recorded"}.get(verb, f"{verb} done")
+    _report(args.bundle, b, what, args, out)
+    return 0
+
+
+def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
+    """Forget and remove generations beyond retention (never active or pending)."""
+    keep = args.keep if args.keep is not None else Config.load(layout.config).retain
+    if keep < 0:
+        raise UsageError("--keep must be 0 or more")
+    removed: dict[str, list[str]] = {}
+    with locked(layout.var):
+        state = current(layout)
+        for name, b in sorted(state.bundles.items()):
+            pruned, gone = b.prune(keep)
+            if gone:
+                state = state.with_bundle(name, pruned)
+                removed[name] = gone
+        if removed:
+            save(layout.state, state, step="admin")  # state first: no dangling id after a crash
+            Store(layout.store).collect(g for gone in removed.values() for g in gone)
+            for name in removed:
+                write_status(layout, name, state.bundles[name])
+    if args.json:
+        print(json.dumps({"removed": removed, "keep": keep}, indent=2, sort_keys=True), file=out)
+    else:
+        for name, gone in removed.items():
+            print(f"{name}: removed {', '.join(g[:12] for g in gone)}", file=out)
+        if not removed:
+            print(f"nothing to prune (keeping {keep} per bundle plus active and pending)", file=out)
+    return 0

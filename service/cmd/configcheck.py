@@ -1,0 +1,56 @@
+"""``modstage config check``: validate ``config.toml`` and the trusted certificates.
+
+Exit 0 when both are usable, 1 when either has a problem (each one named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+from service.config import Config
+from service.errors import ConfigError, TrustError
+from service.layout import Layout
+from service.verify.trust import TrustStore
+
+
+def check(layout: Layout) -> dict[str, Any]:
+    """Every problem of the host's config and trust directory, and what would apply."""
+    problems: list[str] = []
+    config: Config | None = None
+    try:
+        config = Config.load(layout.config)
+    except ConfigError as exc:
+        problems += [f"{exc.path}: {p}" for p in exc.problems]
+    certificates: list[dict[str, str]] = []
+    try:
+        trust = TrustStore.from_directory(layout.trusted)
+        certificates = [{"file": k.source, "subject": k.subject} for k in trust.keys]
+        if not certificates:
+            problems.append(f"{layout.trusted}: no trusted certificate: every module is refused")
+    except TrustError as exc:
+        problems.append(str(exc))
+    return {
+        "ok": not problems,
+        "config": {"path": str(layout.config), "exists": layout.config.exists()},
+        "trusted": {"path": str(layout.trusted), "certificates": certificates},
+        "backend": config.reboot.backend if config else None,
+        "problems": problems,
+    }
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Print the check; exit 1 on any problem."""
+    doc = check(Layout(args.root))
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True), file=out)
+    else:
+        where = doc["config"]["path"] + ("" if doc["config"]["exists"] else " (absent: defaults)")
+        print(f"config: {where}", file=out)
+        for c in doc["trusted"]["certificates"]:
+            print(f"trusted: {c['subject']} ({c['file']})", file=out)
+        for p in doc["problems"]:
+            print(f"problem: {p}", file=out)
+        print("ok" if doc["ok"] else f"{len(doc['problems'])} problem(s)", file=out)
+    return 0 if doc["ok"] else 1

@@ -1,0 +1,234 @@
+"""The admin's verbs on a temporary host: each through the state machine, under the lock."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from service.cli import build_parser, main
+from service.layout import Layout
+from service.reboot import reboot_required
+from service.store.generations import Store
+from service.store.state import BundleState, Generation, Phase, State, load, locked, read, save
+from stager.manifest import Manifest, ModuleEntry
+from stager.paths import MANIFEST_NAME
+from tests.kmod import SigningKey
+
+KERNEL = "6.1.0-test"
+
+
+def manifest(version: str) -> Manifest:
+    """A manifest for bundle nvidia at ``version``."""
+    return Manifest("nvidia", version, KERNEL, (ModuleEntry("m.ko", "0" * 64),))
+
+
+def put_in_store(layout: Layout, m: Manifest) -> str:
+    """Publish ``m`` in the store (only its manifest: enough for the verbs)."""
+    path = Store(layout.store).path(m.digest)
+    path.mkdir(parents=True)
+    (path / MANIFEST_NAME).write_bytes(m.to_toml())
+    return m.digest
+
+
+def failed_upgrade(layout: Layout) -> tuple[str, str, str]:
+    """v1 then v2 active in turn, then v3 failed at boot (ENOKEY) with v2 running."""
+    ids = [put_in_store(layout, manifest(v)) for v in ("1", "2", "3")]
+    b = BundleState()
+    for i, gid in enumerate(ids[:2]):
+        b = b.with_generation(Generation(gid, str(i + 1), KERNEL, added=100.0 * (i + 1)))
+        b = b.move(Phase.PENDING, pending=gid).move(Phase.LOADING)
+        b = b.move(Phase.ACTIVE, active=gid, pending=None)
+    b = b.with_generation(Generation(ids[2], "3", KERNEL, added=300.0))
+    b = b.move(Phase.PENDING, pending=ids[2]).move(Phase.LOADING)
+    bad = Generation(ids[2], "3", KERNEL, added=300.0, attempts=1, failed="ENOKEY: key unknown")
+    b = b.with_generation(bad).move(Phase.FAILED, pending=None, note="ENOKEY")
+    b = b.move(Phase.LOADING).move(Phase.ACTIVE, active=ids[1])
+    save(layout.state, State({"nvidia": b}))
+    return ids[0], ids[1], ids[2]
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    """A host tree with a running kernel."""
+    layout = Layout(tmp_path)
+    layout.os_release.parent.mkdir(parents=True)
+    layout.os_release.write_text(KERNEL + "\n")
+    return layout
+
+
+def cli(layout: Layout, *argv: str) -> tuple[int, str]:
+    """Run ``modstage`` with ``--root`` and return (exit code, stdout)."""
+    out = io.StringIO()
+    code = main([argv[0], "--root", str(layout.root), *argv[1:]], out)
+    return code, out.getvalue()
+
+
+def test_generations_lists_roles_in_json(layout: Layout) -> None:
+    """``generations --json`` shows every generation with version, added in UTC and its roles."""
+    v1, v2, v3 = failed_upgrade(layout)
+    code, out = cli(layout, "generations", "nvidia", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert code == 0 and set(rows) == {v1, v2, v3}
+    assert rows[v2]["roles"] == ["active", "last-known-good"]
+    assert rows[v3]["roles"] == ["failed"] and rows[v3]["failed"] == "ENOKEY: key unknown"
+    assert rows[v1]["roles"] == ["retained"] and rows[v1]["added"] == "1970-01-01T00:01:40Z"
+    code, text = cli(layout, "generations")
+    assert code == 0 and "[active,last-known-good]" in text and v3[:12] in text
+    assert cli(layout, "generations", "amd")[0] == 1
+
+
+def test_retry_clears_the_failure_and_makes_it_pending(layout: Layout) -> None:
+    """retry: the failed generation is pending again with no attempts, recorded in history."""
+    _v1, v2, v3 = failed_upgrade(layout)
+    code, out = cli(layout, "retry", "nvidia", "--json")
+    assert code == 0 and json.loads(out)["pending"] == v3
+    b = load(layout.state).bundle("nvidia")
+    assert b.phase is Phase.PENDING and b.pending == v3 and b.active == v2
+    assert b.generations[v3].failed is None and b.generations[v3].attempts == 0
+    assert b.history[-1]["note"].startswith(f"admin: retry {v3[:12]}")
+    assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
+    status = json.loads((layout.status / "nvidia.json").read_text())
+    assert status["pending"] == v3 and status["failed"] == {}
+    assert cli(layout, "retry", "nvidia")[0] == 1  # nothing failed any more
+
+
+def test_retry_refuses_a_generation_gone_from_the_store(layout: Layout) -> None:
+    """A failed generation no longer in the store cannot be retried; state is unchanged."""
+    _v1, _v2, v3 = failed_upgrade(layout)
+    Store(layout.store).collect([v3])
+    before = layout.state.read_bytes()
+    assert cli(layout, "retry", "nvidia", v3[:12])[0] == 1
+    assert layout.state.read_bytes() == before
+
+
+def test_rollback_defaults_to_the_generation_before_the_active(layout: Layout) -> None:
+    """rollback: the generation before the active one becomes pending; a failed one is refused."""
+    v1, v2, v3 = failed_upgrade(layout)
+    assert cli(layout, "rollback", "nvidia", v3[:10])[0] == 1  # failed: use retry
+    assert cli(layout, "rollback", "nvidia", v2)[0] == 1  # already active
+    code, out = cli(layout, "rollback", "nvidia")
+    assert code == 0 and v1[:12] in out
+    b = load(layout.state).bundle("nvidia")
+    assert b.pending == v1 and b.active == v2 and b.phase is Phase.PENDING
+    assert b.history[-1]["note"] == f"admin: rollback to {v1[:12]} (1)"
+
+
+def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -> None:
+    """hold: no reboot is required for a pending generation; release brings it back."""
+    _v1, _v2, _v3 = failed_upgrade(layout)
+    assert cli(layout, "retry", "nvidia")[0] == 0
+    assert cli(layout, "hold", "nvidia", "--json")[0] == 0
+    assert reboot_required(load(layout.state), KERNEL) == []
+    assert cli(layout, "hold", "nvidia")[0] == 1  # already held
+    b = load(layout.state).bundle("nvidia")
+    assert b.held and b.history[-1]["note"] == "admin: hold" and b.phase is Phase.PENDING
+    assert cli(layout, "release", "nvidia")[0] == 0
+    assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
+    assert load(layout.state).bundle("nvidia").history[-1]["note"] == "admin: release"
+
+
+def test_prune_never_removes_active_or_pending(layout: Layout) -> None:
+    """prune --keep 0 removes every generation but the active (last known good) and pending."""
+    v1, v2, v3 = failed_upgrade(layout)
+    assert cli(layout, "retry", "nvidia")[0] == 0
+    code, out = cli(layout, "prune", "--keep", "0", "--json")
+    assert code == 0 and json.loads(out)["removed"] == {"nvidia": [v1]}
+    b = load(layout.state).bundle("nvidia")
+    assert set(b.generations) == {v2, v3} and b.history[-1]["note"].startswith("admin: prune")
+    store = Store(layout.store)
+    assert not store.has(v1) and store.has(v2) and store.has(v3)
+    code, out = cli(layout, "prune")
+    assert code == 0 and "nothing to prune" in out
+
+
+def test_a_verb_waits_for_the_state_lock(layout: Layout) -> None:
+    """While another process (the daemon) holds the state lock, a verb does not write."""
+    failed_upgrade(layout)
+    done = threading.Event()
+
+    def verb() -> None:
+        cli(layout, "hold", "nvidia")
+        done.set()
+
+    with locked(layout.var):
+        worker = threading.Thread(target=verb)
+        worker.start()
+        time.sleep(0.3)
+        assert not done.is_set() and not read(layout.state).bundle("nvidia").held
+    worker.join(5)
+    assert done.is_set() and read(layout.state).bundle("nvidia").held
+
+
+def test_an_unknown_bundle_is_a_clear_error(
+    layout: Layout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verb on a bundle state does not know exits 1 naming the known bundles."""
+    failed_upgrade(layout)
+    assert cli(layout, "hold", "amd")[0] == 1
+    assert "no bundle named 'amd'" in capsys.readouterr().err
+
+
+def test_every_help_lists_exit_codes_and_version_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each command's --help ends with its exit codes; ``--version`` prints the version."""
+    parser = build_parser()
+    names = [a for a in parser._subparsers._group_actions[0].choices]  # type: ignore[union-attr]
+    assert {"generations", "retry", "rollback", "hold", "release", "prune", "config"} <= set(names)
+    for name in names:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert "exit codes: 0" in capsys.readouterr().out, name
+    with pytest.raises(SystemExit):
+        main(["config", "check", "--help"])
+    assert "exit codes: 0" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("modstage ")
+
+
+def test_wait_help_describes_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """``wait --help`` says what each option is for."""
+    with pytest.raises(SystemExit):
+        main(["wait", "--help"])
+    text = capsys.readouterr().out
+    for words in ("bundle (slot) name", "generation id", "S >= 0", "exit codes"):
+        assert words in text
+
+
+def test_config_check_names_problems(layout: Layout, rsa_key: SigningKey) -> None:
+    """config check: exit 1 naming a typo'd key and an empty trust directory; 0 when fine."""
+    layout.etc.mkdir(parents=True)
+    layout.config.write_text("max_boot_attempt = 3\n")
+    out = io.StringIO()
+    code = main(["config", "check", "--root", str(layout.root), "--json"], out)
+    doc = json.loads(out.getvalue())
+    assert code == 1 and not doc["ok"]
+    assert any("max_boot_attempt: unknown key" in p for p in doc["problems"])
+    assert any("trusted" in p for p in doc["problems"])
+    layout.config.write_text("max_boot_attempts = 3\n")
+    layout.trusted.mkdir()
+    shutil.copy(rsa_key.cert_pem, layout.trusted / "k.pem")
+    out = io.StringIO()
+    assert main(["config", "check", "--root", str(layout.root)], out) == 0
+    assert "modstage rsa" in out.getvalue() and out.getvalue().endswith("ok\n")
+
+
+def test_a_corrupt_state_is_named_and_left_in_place(
+    layout: Layout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verb on a garbled state.json names the file and does not move it aside."""
+    failed_upgrade(layout)
+    layout.state.write_text("{garbled")
+    assert cli(layout, "hold", "nvidia")[0] == 1
+    assert str(layout.state) in capsys.readouterr().err
+    assert layout.state.read_text() == "{garbled"
+    layout.state.rename(layout.state.with_name("state.json.corrupt-1"))
+    assert cli(layout, "generations")[0] == 1
+    assert "state.json.corrupt-1" in capsys.readouterr().err

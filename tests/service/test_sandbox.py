@@ -1,0 +1,206 @@
+"""``--root`` other than ``/`` is a sandbox: files only under the root, no module loaded, no reboot.
+
+The last test runs the real commands (``serve``, ``status``, ``boot --dry-run``, ``boot``)
+in a private mount namespace whose host directories are write-catching overlays, and
+proves that nothing outside the root was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+from service.cmd.boot import kernel_for
+from service.config import RebootConfig
+from service.kernel.modules import LinuxKernel
+from service.kernel.recording import RecordingKernel
+from service.layout import Layout
+from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, rebooter
+from service.store.state import Phase, load, read
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.mountns import Overlay, run
+from tests.service.fakes import make_host
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A sandbox host tree with two offline memory blocks."""
+    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem, {0: "online", 1: "offline"})
+
+
+@pytest.fixture
+def drop(host: Layout, modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
+    """A staged drop: two signed modules (one with parameters), firmware, a memory policy."""
+    (tmp_path / "signed").mkdir()
+    fw = tmp_path / "fw/modstage"
+    fw.mkdir(parents=True)
+    (fw / "test.bin").write_bytes(b"fw")
+    signed = {n: sign(modules[n], rsa_key, tmp_path / "signed" / f"{n}.ko") for n in modules}
+    return stage(
+        host.incoming,
+        bundle="nvidia",
+        version="580.1",
+        kernel=host.kernel_release(),
+        modules=[
+            ModuleSpec(signed["ms_exporter"], ""),
+            ModuleSpec(signed["ms_params"], "count=7 label=hi"),
+        ],
+        firmware_dirs=(tmp_path / "fw",),
+        memory="online_movable",
+    )
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    """Every file under ``root``: mode and content digest (links: their target)."""
+    seen: dict[str, tuple[int, str]] = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        body = os.readlink(p) if p.is_symlink() else ""
+        if p.is_file() and not p.is_symlink():
+            body = hashlib.sha256(p.read_bytes()).hexdigest()
+        seen[str(p.relative_to(root))] = (st.st_mode, body)
+    return seen
+
+
+def test_a_sandbox_root_gets_a_recording_kernel() -> None:
+    """``/`` (however spelled) is the machine; any other root never reaches finit_module."""
+    assert isinstance(kernel_for(Layout(Path("/tmp/x"))), RecordingKernel)
+    assert isinstance(kernel_for(Layout(Path("/tmp/.."))), LinuxKernel)
+    assert not Layout().sandboxed() and Layout(Path("relative")).sandboxed()
+
+
+@pytest.mark.parametrize("backend", ["systemd", "command", "kexec"])
+def test_machine_rebooting_backends_only_record_under_a_sandbox(host: Layout, backend: str) -> None:
+    """systemctl reboot, a command, kexec: recorded under the root's run/, never run."""
+    config = RebootConfig(backend=backend, command=("/sbin/reboot", "-f"))
+    chosen = rebooter(config, host)
+    assert isinstance(chosen, CommandRebooter | KexecRebooter)
+    chosen.request("test")
+    record = host.run / "reboot-commands"
+    argvs = [json.loads(line) for line in record.read_text().splitlines()]
+    expected = {
+        "systemd": [["systemctl", "reboot"]],
+        "command": [["/sbin/reboot", "-f"]],
+        "kexec": [argvs[0], ["systemctl", "kexec"]],
+    }[backend]
+    assert argvs == expected and (backend != "kexec" or argvs[0][0] == "kexec")
+
+
+def test_the_configured_kured_sentinel_lies_under_the_root(host: Layout) -> None:
+    """``sentinel = "/run/modstage/reboot-required"`` means that path under ``--root``."""
+    config = RebootConfig(backend="kured", sentinel=Path("/run/modstage/reboot-required"))
+    chosen = rebooter(config, host)
+    assert isinstance(chosen, KuredSentinel)
+    assert chosen.path == host.root / "run/modstage/reboot-required"
+
+
+def test_kured_backend_clears_only_its_own_sentinel(tmp_path: Path) -> None:
+    """An unattended-upgrades sentinel at the same path is never overwritten nor removed."""
+    path = tmp_path / "reboot-required"
+    path.write_text("*** System restart required ***\n")
+    KuredSentinel(path).request("x")  # the file asks for that reboot already: left as it is
+    KuredSentinel(path).clear()
+    assert path.read_text() == "*** System restart required ***\n"
+    path.unlink()
+    KuredSentinel(path).request("x")
+    KuredSentinel(path).clear()
+    assert not path.exists()
+
+
+def _intake(host: Layout) -> None:
+    assert main(["intake", "--root", str(host.root)], io.StringIO()) == 0
+    assert load(host.state).bundle("nvidia").phase is Phase.PENDING
+
+
+def test_boot_dry_run_prints_the_plan_and_changes_nothing(host: Layout, drop: Path) -> None:
+    """Order, parameters, firmware, memory policy and verdicts are printed; no file changes."""
+    _intake(host)
+    before = snapshot(host.root)
+    out = io.StringIO()
+    assert main(["boot", "--root", str(host.root), "--dry-run"], out) == 0
+    text = out.getvalue()
+    assert snapshot(host.root) == before
+    assert "1. nvidia: pending generation" in text and "(580.1)" in text
+    assert "auto_online_blocks = online_movable" in text
+    assert f"firmware: 1 files; module/firmware_class/parameters/path = {host.run}/firmware" in text
+    assert "firmware/modstage/test.bin" in text
+    exporter = text.index("1) finit_module modules/ms_exporter.ko: ok")
+    assert exporter < text.index("2) finit_module modules/ms_params.ko count=7 label=hi: ok")
+
+
+def test_boot_under_a_sandbox_root_records_the_loads(host: Layout, drop: Path) -> None:
+    """The loader runs in full on the tree; the kernel calls are printed, not made."""
+    _intake(host)
+    out = io.StringIO()
+    assert main(["boot", "--root", str(host.root)], out) == 0
+    lines = [ln for ln in out.getvalue().splitlines() if "not called" in ln]
+    assert [ln.split()[4] for ln in lines] == ["finit_module", "finit_module"]
+    assert lines[0].endswith("ms_exporter.ko") and lines[1].endswith(
+        "ms_params.ko count=7 label=hi"
+    )
+    assert read(host.state).bundle("nvidia").phase is Phase.ACTIVE
+    memory = host.sys / "devices/system/memory"
+    assert (memory / "auto_online_blocks").read_text() == "online_movable"
+
+
+CONFIG = """\
+[reboot]
+backend = "{backend}"
+{sentinel}
+min_delay = 0
+"""
+
+WATCHED = ["/etc", "/var", "/run", "/usr", "/opt", "/boot", "/root", "/home", "/srv"]
+
+
+def test_nothing_outside_the_root_changes(
+    host: Layout, drop: Path, tmp_path: Path, kernel: str, rsa_key: SigningKey
+) -> None:
+    """serve (systemd and kured backends), status, boot --dry-run and boot, run for real in a
+    mount namespace whose host directories catch writes: every write lands under the roots."""
+    host.etc.mkdir(parents=True, exist_ok=True)
+    host.config.write_text(CONFIG.format(backend="systemd", sentinel=""))
+    kured = make_host(tmp_path / "kured", kernel, rsa_key.cert_pem)
+    kured.config.write_text(
+        CONFIG.format(backend="kured", sentinel='sentinel = "/run/modstage/reboot-required"')
+    )
+    shutil.copytree(drop, kured.incoming / drop.name)  # the same drop for the second daemon
+    cli = f"{sys.executable} -m service.cli"
+    a, b = host.root, kured.root
+    script = f"""
+{cli} serve --root {a} > {tmp_path}/serve-a.log 2>&1 & A=$!
+{cli} serve --root {b} > {tmp_path}/serve-b.log 2>&1 & B=$!
+for i in $(seq 600); do
+  [ -e {a}/run/modstage/reboot-commands ] && [ -e {b}/run/modstage/reboot-required ] && break
+  sleep 0.1
+done
+kill -TERM $A $B; wait $A $B
+{cli} status --root {a} --reboot-required; echo "required-rc=$?"
+{cli} status --root {a} > /dev/null; echo "status-rc=$?"
+{cli} boot --root {a} --dry-run
+{cli} boot --root {a}
+"""
+    overlays = [Overlay(d, upper=tmp_path / "caught" / d.strip("/")) for d in WATCHED]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("NOTIFY_SOCKET", None)
+    done = run(["sh", "-c", script], overlays, env=env, timeout=240)
+    logs = (tmp_path / "serve-a.log").read_text() + (tmp_path / "serve-b.log").read_text()
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    caught = {d: o.written() for d, o in zip(WATCHED, overlays, strict=True)}
+    assert caught == {d: [] for d in WATCHED}
+    assert json.loads((a / "run/modstage/reboot-commands").read_text()) == ["systemctl", "reboot"]
+    assert (b / "run/modstage/reboot-required").read_text().startswith("modstage: ")
+    assert "required-rc=0" in done.stdout, done.stdout
+    assert "2) finit_module modules/ms_params.ko count=7 label=hi: ok" in done.stdout
+    assert f"sandbox {a}: not called: finit_module" in done.stdout
