@@ -38,6 +38,7 @@ from tests.vm.operator import (
     nvidia_driver,
     startup_probe,
 )
+from tests.vm.operator.image import driver_rootfs
 
 pytestmark = pytest.mark.vm
 KERNEL = kernel_release()
@@ -61,8 +62,14 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 
 @pytest.fixture(scope="module")
-def node(boot_vm: VmFactory, key: SigningKey) -> Iterator[Vm]:
-    """A GPU node with the driver images on its state share (the pod binds them)."""
+def rootfs() -> Path:
+    """The driver image built from deploy/driver-container (its root file system)."""
+    return driver_rootfs()
+
+
+@pytest.fixture(scope="module")
+def node(boot_vm: VmFactory, key: SigningKey, rootfs: Path) -> Iterator[Vm]:
+    """A GPU node with each version's payload on its state share (the pod binds them)."""
     vm = boot_vm("operator")
     params = {"1.0": {"nvidia": "fail=0"}, "2.0": {}, "3.0": {"nvidia-uvm": "fail=1"}}
     for version, conf in params.items():
@@ -73,6 +80,12 @@ def node(boot_vm: VmFactory, key: SigningKey) -> Iterator[Vm]:
 
 def _image(version: str) -> str:
     return f"/var/lib/modstage/images/{version}"
+
+
+def _driver(rootfs: Path, version: str, verb: str = "init", **env: str) -> str:
+    return nvidia_driver(
+        rootfs, _image(version), container_env(version, DIGEST[version], **env), verb
+    )
 
 
 def _host_up(vm: Vm, key: SigningKey) -> Path:
@@ -95,9 +108,9 @@ def _init_container(vm: Vm, version: str) -> str:
     return result.stdout
 
 
-def _start_pod(vm: Vm, version: str, name: str) -> int:
+def _start_pod(vm: Vm, rootfs: Path, version: str, name: str) -> int:
     """Start ``nvidia-driver init`` in the pod, in the background; return its pid."""
-    command = "exec " + nvidia_driver(_image(version), container_env(version, DIGEST[version]))
+    command = "exec " + _driver(rootfs, version)
     vm.python("import subprocess")
     return int(
         vm.eval(
@@ -133,32 +146,32 @@ def _ready(vm: Vm) -> bool:
     return bool(vm.eval("os.path.exists('/run/nvidia/validations/.driver-ctr-ready')"))
 
 
-def _finish_ready(vm: Vm, version: str, name: str) -> int:
+def _finish_ready(vm: Vm, rootfs: Path, version: str, name: str) -> int:
     """The pod's init finds its version loaded and finishes; the probe passes. Returns pid."""
     kept = _init_container(vm, version)
     assert "skipping the unload" in kept, kept
     assert _loaded(vm) == version
-    pid = _start_pod(vm, version, name)
+    pid = _start_pod(vm, rootfs, version, name)
     _wait_until(lambda: _ready(vm), 60, f"readiness of {name}: {_pod_log(vm, name)}")
     assert f"nvidia {version} is loaded (by the host)" in _pod_log(vm, name)
-    probe = vm.run(startup_probe(pid), timeout=30)
+    command, script = startup_probe(pid)
+    probe = vm.run(command, input=script, timeout=30)
     assert probe.rc == 0 and f"Driver Version: {version}" in probe.stdout, probe
-    root = vm.run("mountpoint -q /run/nvidia/driver && ls /run/nvidia/driver/opt/modstage/bin")
-    assert root.rc == 0 and "nvidia-smi" in root.stdout, root  # the other operands' driver root
+    root = vm.run("mountpoint -q /run/nvidia/driver && cat /run/nvidia/driver/etc/debian_version")
+    assert root.rc == 0 and root.stdout.startswith("12."), root  # the image, for the operands
     return pid
 
 
-def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey) -> None:
+def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey, rootfs: Path) -> None:
     """v1 and v2 go live through the operator's unchanged pod; the init container keeps each;
     a failing v3 falls back to v1 and is reported, not retried; another kernel is refused."""
     started = time.monotonic()
     # -- boot 1: nothing loaded yet ---------------------------------------------------------
     _host_up(node, key)
-    other = container_env("1.0", DIGEST["1.0"], KERNEL_VERSION="6.99.0-other")
-    result = node.run(nvidia_driver(_image("1.0"), other), timeout=60)
+    result = node.run(_driver(rootfs, "1.0", KERNEL_VERSION="6.99.0-other"), timeout=60)
     assert result.rc == 1 and "built for kernel 6.99.0-other, the node runs" in result.stderr
     assert "no nvidia driver loaded: uncordoning" in _init_container(node, "1.0")
-    _start_pod(node, "1.0", "pod-v1-a")
+    _start_pod(node, rootfs, "1.0", "pod-v1-a")
     _pending(node, "1.0")
     _wait_until(lambda: "reboot_scheduled" in _pod_log(node, "pod-v1-a"), 30, "the pod sees it")
     assert node.eval("os.listdir('/run/nvidia/modstage/incoming')") == []  # copied out
@@ -170,7 +183,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey) -> No
     assert node.read("/sys/module/nvidia_uvm/version") == "1.0"
     assert node.read("/sys/module/nvidia/parameters/fail") == "N"
     assert node.read("/run/modstage/firmware/nvidia/1.0/gsp_test.bin") == "gsp firmware 1.0"
-    pid = _finish_ready(node, "1.0", "pod-v1-b")
+    pid = _finish_ready(node, rootfs, "1.0", "pod-v1-b")
     assert node.eval("pods['pod-v1-b'].send_signal(15) or pods['pod-v1-b'].wait(30)") == 0
     assert "the nvidia modules stay loaded" in _pod_log(node, "pod-v1-b")
     assert set(NV) <= set(live_modules(node)) and pid
@@ -178,7 +191,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey) -> No
     changed = _init_container(node, "3.0")  # the ClusterPolicy now names v3
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     assert _loaded(node) is None
-    _start_pod(node, "3.0", "pod-v3-a")
+    _start_pod(node, rootfs, "3.0", "pod-v3-a")
     _pending(node, "3.0")
 
     # -- boot 3: v3 fails, v1 is back; the v3 pod reports instead of looping ----------------
@@ -193,9 +206,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey) -> No
     assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["1.0"]
     for attempt in ("b", "c"):  # the pod restarts: each time one clear failure, no reboot
         _init_container(node, "3.0")
-        run = node.run(
-            nvidia_driver(_image("3.0"), container_env("3.0", DIGEST["3.0"])), timeout=120
-        )
+        run = node.run(_driver(rootfs, "3.0"), timeout=120)
         assert run.rc == 1, f"pod-v3-{attempt}: {run.stdout}{run.stderr}"
         assert "failed: modules/nvidia-uvm.ko: ENODEV" in run.stdout, run.stdout
         b = state(node).bundle("nvidia")
@@ -203,14 +214,14 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey) -> No
 
     # v2: the init container finds nothing loaded (v3's pod unloaded v1), v2 is staged
     assert "no nvidia driver loaded" in _init_container(node, "2.0")
-    _start_pod(node, "2.0", "pod-v2-a")
+    _start_pod(node, rootfs, "2.0", "pod-v2-a")
     _pending(node, "2.0")
 
     # -- boot 4: v2 live, v1 last known good -------------------------------------------------
     node.reboot()
     _host_up(node, key)
     assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0"]
-    _finish_ready(node, "2.0", "pod-v2-b")
+    _finish_ready(node, rootfs, "2.0", "pod-v2-b")
     b = state(node).bundle("nvidia")
     v2 = next(g for g in b.generations.values() if g.version == "2.0")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, v2.id, None)

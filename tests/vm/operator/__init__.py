@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -96,8 +95,7 @@ def make_image(into: Path, version: str, key: SigningKey, params: dict[str, str]
 def container_env(version: str, digest: str, **extra: str) -> dict[str, str]:
     """The driver container's environment: the image's ENV and what the operator adds."""
     return {
-        "PATH": "/opt/modstage/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": str(REPO),  # the image has stager/ at /opt/modstage/lib
+        "PATH": "/opt/modstage/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONDONTWRITEBYTECODE": "1",
         "DRIVER_VERSION": version,
         "KERNEL_VERSION": kernel_release(),
@@ -108,16 +106,17 @@ def container_env(version: str, digest: str, **extra: str) -> dict[str, str]:
     }
 
 
-def pod(image: str, env: dict[str, str], *argv: str) -> str:
+def pod(rootfs: Path, payload: str, env: dict[str, str], *argv: str) -> str:
     """The shell command running ``argv`` in the driver container of the operator's pod."""
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     command = " ".join(shlex.quote(a) for a in argv)
-    return f"sh {HERE / 'pod.sh'} {shlex.quote(image)} env -i {assignments} {command}"
+    where = f"{shlex.quote(str(rootfs))} {shlex.quote(payload)}"
+    return f"sh {HERE / 'pod.sh'} {where} env -i {assignments} {command}"
 
 
-def nvidia_driver(image: str, env: dict[str, str], verb: str = "init") -> str:
+def nvidia_driver(rootfs: Path, payload: str, env: dict[str, str], verb: str = "init") -> str:
     """``nvidia-driver VERB`` in the pod, as the operator's ``command``/``args`` run it."""
-    return pod(image, env, sys.executable, "-m", "stager.driver", verb)
+    return pod(rootfs, payload, env, "nvidia-driver", verb)
 
 
 def init_container(digest: str) -> str:
@@ -125,9 +124,7 @@ def init_container(digest: str) -> str:
     return f"DRIVER_CONFIG_DIGEST={shlex.quote(digest)} sh {HERE / 'uninstall_driver.sh'}"
 
 
-def startup_probe(pid: int) -> str:
-    """The startup probe, inside the running driver container's mount namespace."""
-    return (
-        f"nsenter -t {pid} -m -r -w env PATH=/opt/modstage/bin:/usr/bin:/bin "
-        f"sh {HERE / 'startup_probe.sh'}"
-    )
+def startup_probe(pid: int) -> tuple[str, str]:
+    """The startup probe inside the running driver container: (command, script on stdin)."""
+    command = f"nsenter -t {pid} -m -r -w env PATH=/opt/modstage/bin:/usr/bin:/bin sh -s"
+    return command, (HERE / "startup_probe.sh").read_text()
