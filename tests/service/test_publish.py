@@ -264,7 +264,9 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         mirror = host.host(POD_STATUS) / "nvidia.json"
         deadline = time.monotonic() + 20
         while not (
-            mirror.exists() and json.loads(mirror.read_text())["phase"] == "reboot_scheduled"
+            asked  # the request follows the recorded intent and the status it shows
+            and mirror.exists()
+            and json.loads(mirror.read_text())["phase"] == "reboot_scheduled"
         ):
             assert time.monotonic() < deadline, "the pod never saw the reboot scheduled"
             time.sleep(0.05)
