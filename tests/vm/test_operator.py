@@ -176,6 +176,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey, rootf
     _wait_until(lambda: "reboot_scheduled" in _pod_log(node, "pod-v1-a"), 30, "the pod sees it")
     assert node.eval("os.listdir('/run/nvidia/modstage/incoming')") == []  # copied out
 
+    print(f"operator: {time.monotonic() - started:.0f} s before boot 2")
     # -- boot 2: v1 live; then the image changes to v3 --------------------------------------
     node.reboot()
     _host_up(node, key)
@@ -194,6 +195,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey, rootf
     _start_pod(node, rootfs, "3.0", "pod-v3-a")
     _pending(node, "3.0")
 
+    print(f"operator: {time.monotonic() - started:.0f} s before boot 3")
     # -- boot 3: v3 fails, v1 is back; the v3 pod reports instead of looping ----------------
     node.reboot()
     _host_up(node, key)
@@ -217,6 +219,7 @@ def test_driver_upgrades_under_the_operator_pod(node: Vm, key: SigningKey, rootf
     _start_pod(node, rootfs, "2.0", "pod-v2-a")
     _pending(node, "2.0")
 
+    print(f"operator: {time.monotonic() - started:.0f} s before boot 4")
     # -- boot 4: v2 live, v1 last known good -------------------------------------------------
     node.reboot()
     _host_up(node, key)
