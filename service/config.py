@@ -24,6 +24,11 @@ wrong types are errors naming the key, reported together.
     max_file_bytes = 2147483648
     max_total_bytes = 8589934592
     max_files = 10000
+    max_manifest_bytes = 1048576
+    max_tree_entries = 100000      # entries of a drop's tree removed or measured
+    max_seconds = 600              # wall time to take one drop in
+    quarantine_drops = 16          # rejected drops kept in quarantine/ for an admin
+    quarantine_bytes = 268435456
     [reboot]
     backend = "none"               # kured | systemd | kexec | command | none
     command = []                   # argv for backend = "command"
@@ -60,6 +65,11 @@ class Limits:
     max_file_bytes: int = 2 << 30
     max_total_bytes: int = 8 << 30
     max_files: int = 10_000
+    max_manifest_bytes: int = 1 << 20  # never more than the schema's 1 MiB
+    max_tree_entries: int = 100_000  # entries of a drop's tree removed or measured
+    max_seconds: int = 600  # wall time one drop may take to be taken in
+    quarantine_drops: int = 16  # rejected drops kept for an admin
+    quarantine_bytes: int = 256 << 20  # and the bytes they may hold together
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,10 @@ INTAKE_POINTS = (
     "intake.recorded",  # status says pending; the drop is still in incoming/
     "drop.removing",  # the drop's manifest is gone, its files not yet
 )
-REJECT_POINTS = ("intake.rejected",)  # status says rejected; the drop is still there
+REJECT_POINTS = (
+    "intake.rejected",  # status says rejected; the drop is still there
+    "quarantine.moved",  # the drop is in quarantine/, its record not yet written
+)
 BOOT_POINTS = (
     "state.boot_id.renaming",
     "state.boot_id.saved",

@@ -76,6 +76,16 @@ class Layout:
         return self.var / "config-digest"
 
     @property
+    def quarantine(self) -> Path:
+        """Rejected drops kept for an admin to inspect (root only, bounded)."""
+        return self.var / "quarantine"
+
+    @property
+    def trash(self) -> Path:
+        """Drops taken in or superseded, renamed here at once and removed after the scan."""
+        return self.var / ".trash"
+
+    @property
     def metrics(self) -> Path:
         """The Prometheus textfile (node-exporter's textfile collector; Debian's directory)."""
         return self._under("/var/lib/prometheus/node-exporter/modstage.prom")

@@ -6,9 +6,17 @@ import re
 from typing import Any
 
 from stager.errors import ManifestError
-from stager.manifest import SCHEMA, FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
+from stager.manifest import (
+    MAX_MANIFEST_BYTES,
+    SCHEMA,
+    FirmwareEntry,
+    Manifest,
+    MemoryPolicy,
+    ModuleEntry,
+)
 from stager.params import ParamsError, parse_params
 from stager.paths import MODULE_SUFFIXES, bundle_problem, relpath_problem
+from stager.shown import shown
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~:-]{0,127}\Z")
@@ -18,18 +26,35 @@ _FIRMWARE = {"file", "sha256"}
 _MEMORY = {"auto_online_blocks"}
 MAX_MODULES = 256
 MAX_FIRMWARE = 4096
+MAX_AFTER = 256
+MAX_PROBLEMS = 50
+MAX_PROBLEM_CHARS = 512
 
 
 class _Problems:
+    """Problems found so far: at most :data:`MAX_PROBLEMS` kept, each escaped and bounded.
+
+    A manifest is written by a container: a megabyte of unknown keys must not become a
+    megabyte-long error in a status file, a log line or a terminal.
+    """
+
     def __init__(self) -> None:
         self.items: list[str] = []
+        self.dropped = 0
 
     def add(self, key: str, message: str) -> None:
-        self.items.append(f"{key}: {message}")
+        if len(self.items) >= MAX_PROBLEMS:
+            self.dropped += 1
+            return
+        self.items.append(shown(f"{key}: {message}", MAX_PROBLEM_CHARS))
+
+    def all(self) -> list[str]:
+        more = [f"... and {self.dropped} more problems"] if self.dropped else []
+        return self.items + more
 
     def unknown(self, table: dict[str, Any], allowed: set[str], prefix: str) -> None:
         for key in sorted(set(table) - allowed):
-            self.add(f"{prefix}{key}", "unknown key")
+            self.add(f"{prefix}{shown(key, 64)}", "unknown key")
 
     def typed(self, table: dict[str, Any], key: str, kind: type, prefix: str = "") -> Any:
         if key not in table:
@@ -59,7 +84,7 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
     schema = p.typed(data, "schema", int)
     if schema is not None and schema != SCHEMA:
         p.add("schema", f"unknown schema {schema} (this modstage reads schema {SCHEMA})")
-        raise ManifestError(p.items, source)
+        raise ManifestError(p.all(), source)
     bundle = p.typed(data, "bundle", str)
     if bundle is not None and (why := bundle_problem(bundle)):
         p.add("bundle", why)
@@ -91,8 +116,8 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
             )
         names.setdefault(m.name, i)
     if p.items:
-        raise ManifestError(p.items, source)
-    return Manifest(
+        raise ManifestError(p.all(), source)
+    manifest = Manifest(
         bundle=bundle,
         version=data["version"],
         kernel=data["kernel"],
@@ -101,13 +126,22 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
         after=after,
         memory=memory,
     )
+    canonical = len(manifest.to_toml())
+    if canonical > MAX_MANIFEST_BYTES:  # what the store keeps, and boot reads back
+        p.add("manifest", f"canonical form is {canonical} bytes, over {MAX_MANIFEST_BYTES}")
+        raise ManifestError(p.all(), source)
+    return manifest
 
 
 def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
     if not isinstance(value, list):
         p.add("after", f"must be an array, not {_kind(type(value))}")
         return ()
+    if len(value) > MAX_AFTER:
+        p.add("after", f"{len(value)} entries, more than {MAX_AFTER}")
+        return ()
     out: list[str] = []
+    seen: set[str] = set()
     for i, name in enumerate(value):
         key = f"after[{i}]"
         if not isinstance(name, str):
@@ -116,10 +150,11 @@ def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
             p.add(key, why)
         elif name == bundle:
             p.add(key, "a bundle cannot load after itself")
-        elif name in out:
+        elif name in seen:
             p.add(key, f"{name!r} is listed twice")
         else:
             out.append(name)
+            seen.add(name)
     return tuple(out)
 
 

@@ -25,7 +25,7 @@ def check(layout: Layout) -> dict[str, Any]:
         problems += [f"{exc.path}: {p}" for p in exc.problems]
     certificates: list[dict[str, str]] = []
     try:
-        trust = TrustStore.from_directory(layout.trusted)
+        trust = TrustStore.from_directory(layout.trusted, strict=True)
         certificates = [{"file": k.source, "subject": k.subject} for k in trust.keys]
         if not certificates:
             problems.append(f"{layout.trusted}: no trusted certificate: every module is refused")

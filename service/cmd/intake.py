@@ -1,16 +1,26 @@
-"""``modstage intake``: take complete drops into the store as pending generations."""
+"""``modstage intake``: take complete drops into the store as pending generations.
+
+``intake PATH`` takes only what the daemon would: an entry of the incoming
+directory whose name is a drop's name. Anything else (the state directory, the
+store, a file elsewhere) is refused before anything is read or removed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import TextIO
 
 from service.config import Config
+from service.errors import ServiceError, UsageError
 from service.layout import Layout
 from service.logs import configure
-from service.store.intake import Intake
+from service.store.intake import Intake, Outcome
 from service.verify.keyring import KernelKeyring
 from service.verify.trust import TrustStore
+from stager.paths import parse_drop_name
+from stager.shown import MAX_REASON, shown
 
 
 def build(layout: Layout) -> Intake:
@@ -23,16 +33,53 @@ def build(layout: Layout) -> Intake:
     )
 
 
+def incoming_dirs(layout: Layout) -> list[Path]:
+    """The directories drops may be taken from."""
+    return [layout.incoming]
+
+
+def drop_path(layout: Layout, given: Path) -> Path:
+    """``given`` as an entry of an incoming directory, or :class:`UsageError` saying why.
+
+    The entry itself is not resolved (it may be a planted symlink: intake refuses
+    it as a drop); its directory must be one of :func:`incoming_dirs`.
+    """
+    absolute = Path(os.path.abspath(given))
+    if parse_drop_name(absolute.name) is None:
+        raise UsageError(
+            f"{shown(given)}: not a drop (a drop is named <bundle>.<time>.<token> "
+            "inside an incoming directory)"
+        )
+    parent = absolute.parent.resolve()
+    allowed = [d.resolve() for d in incoming_dirs(layout)]
+    if parent not in allowed:
+        where = ", ".join(str(d) for d in incoming_dirs(layout))
+        raise UsageError(f"{shown(given)}: not in an incoming directory ({where})")
+    return parent / absolute.name
+
+
+def line(o: Outcome) -> str:
+    """One line of output for an outcome; untrusted text escaped and bounded."""
+    name = shown(o.drop.name)
+    if o.accepted:
+        return f"{name}: pending {o.bundle} generation {o.generation}"
+    reasons = "; ".join(shown(r, MAX_REASON) for r in o.reasons)
+    if o.gone:
+        return f"{name}: {reasons}"
+    if o.deferred:
+        return f"{name}: deferred (drop kept): {reasons}"
+    return f"{name}: rejected: {reasons}"
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Take in the given drops (or all); exit 1 if any was rejected."""
+    """Take in the given drops (or all); exit 1 if any was rejected or deferred."""
     configure()
     layout = Layout(args.root)
-    outcomes = build(layout).run([d.absolute() for d in args.drops] or None)
+    drops = [drop_path(layout, d) for d in args.drops]
+    try:
+        outcomes = build(layout).run(drops or None)
+    except OSError as exc:  # the host's own failure (a full disk): a message, no traceback
+        raise ServiceError(f"{exc.filename or layout.var}: {exc.strerror or exc}") from exc
     for o in outcomes:
-        if o.accepted:
-            print(f"{o.drop.name}: pending {o.bundle} generation {o.generation}", file=out)
-        elif o.deferred:
-            print(f"{o.drop.name}: deferred (drop kept): {'; '.join(o.reasons)}", file=out)
-        else:
-            print(f"{o.drop.name}: rejected: {'; '.join(o.reasons)}", file=out)
-    return 0 if all(o.accepted for o in outcomes) else 1
+        print(line(o), file=out)
+    return 0 if all(o.accepted or o.gone for o in outcomes) else 1

@@ -66,8 +66,8 @@ class DropWatcher:
         self.observer.schedule(self.handler, str(incoming), recursive=False)
         self.drops: dict[str, Any] = {}
 
-    def track(self, names: set[str]) -> None:
-        """Watch exactly the drop directories ``names`` (up to the cap)."""
+    def track(self, names: set[str]) -> int:
+        """Watch exactly the drop directories ``names`` (up to the cap); return how many not."""
         for name in sorted(set(self.drops) - names):
             watch = self.drops.pop(name)
             with contextlib.suppress(KeyError, OSError):  # the directory took its watch along
@@ -77,6 +77,7 @@ class DropWatcher:
                 self.drops[name] = self.observer.schedule(
                     self.handler, str(self.incoming / name), recursive=False
                 )
+        return len(names - set(self.drops))
 
     def start(self) -> None:
         """Start watching (events from now on reach the queue)."""

@@ -7,10 +7,12 @@ periodic rescan, reboot check, watchdog ping), so an idle daemon sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -32,6 +34,7 @@ from service.store.statusfile import write_status
 from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
+from stager.shown import MAX_REASON, shown
 
 log = structlog.get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -73,6 +76,10 @@ class Daemon:
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
+    fed_at: float = float("-inf")  # when the watchdog was last fed
+    progress_at: float = 0.0  # last progress of a long step (see feeding())
+    unwatched: int = 0  # drop directories beyond the watch cap: polled instead
+    poll_unwatched: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
 
     def heartbeat(self, decision: str | None) -> None:
@@ -103,12 +110,14 @@ class Daemon:
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
         watchers = [self.watcher] if self.watcher is not None else []
+        unwatched = 0
         for watcher in watchers + self.more_watchers:
             try:
                 names = {p.name for p in watcher.incoming.iterdir() if parse_drop_name(p.name)}
             except OSError:
                 names = set()
-            watcher.track(names)
+            unwatched += watcher.track(names)
+        self.unwatched = unwatched
         outcomes = self.intake.run()
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
@@ -172,12 +181,51 @@ class Daemon:
         """
         try:
             return step()
-        except ServiceError as exc:
-            log.error("daemon.step_failed", step=step.__name__, error=str(exc))
-            notify(f"STATUS=error: {exc}")
+        except (ServiceError, OSError) as exc:  # OSError: a full disk, a state.json gone odd
+            log.error("daemon.step_failed", step=step.__name__, error=shown(exc, MAX_REASON))
+            notify(f"STATUS=error: {shown(exc)}")
             if isinstance(exc, StateCorrupt):
                 self._guarded(self.rebuild_state)
             return None
+
+    def feed_watchdog(self) -> None:
+        """Progress in a long step (intake calls it per drop and per chunk): we are alive."""
+        now = self.clock.monotonic()
+        self.progress_at = now
+        ping = watchdog_interval()
+        if ping and now >= self.fed_at + ping / 2:
+            notify("WATCHDOG=1")
+            self.fed_at = now
+
+    @contextlib.contextmanager
+    def feeding(self) -> Iterator[None]:
+        """Keep the watchdog fed during a step while it makes progress.
+
+        A step that cannot call :meth:`feed_watchdog` for a while (parsing a large
+        manifest) is covered by a thread that feeds the watchdog as long as the last
+        progress is younger than ``limits.max_seconds``: a step stuck longer than a
+        drop may take is left to systemd's watchdog, as it should be.
+        """
+        ping = watchdog_interval()
+        if not ping:
+            yield
+            return
+        stop = threading.Event()
+        self.progress_at = time.monotonic()
+        budget = self.config.limits.max_seconds
+
+        def feed() -> None:
+            while not stop.wait(ping / 2):
+                if time.monotonic() - self.progress_at < budget:
+                    notify("WATCHDOG=1")
+
+        thread = threading.Thread(target=feed, name="watchdog-feeder", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def rebuild_state(self) -> None:
         """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
@@ -257,7 +305,10 @@ class Daemon:
                 dirty_at, next_rescan = now, now + self.rescan_every
             if dirty_at is not None and now >= dirty_at:
                 dirty_at = None
-                self._guarded(self.take_drops)
+                with self.feeding():
+                    self._guarded(self.take_drops)
+                if self.unwatched:  # junk directories spent the watches: poll the rest
+                    next_rescan = min(next_rescan, now + self.poll_unwatched)
                 self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
             decision = self._guarded(self.maybe_reboot)
@@ -271,7 +322,7 @@ class Daemon:
                 next_check = now + min(self.recheck_every, self._delay_left())
             if ping and now >= next_ping:
                 notify("WATCHDOG=1")
-                next_ping = now + ping
+                next_ping = now + ping / 2  # twice per interval: slack for a loaded host
 
     def serve(self) -> None:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
@@ -280,13 +331,14 @@ class Daemon:
         memory = MemoryWatcher(self.layout.root / "run/udev", self.events)
         memory.start()
         self.online_memory([])  # blocks that arrived before we started
-        watchers = [DropWatcher(d, self.events) for d in dirs]
+        watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]
         for w in watchers:
             w.start()
         self.watcher, self.more_watchers = watchers[0], watchers[1:]
+        self.intake.tick = self.feed_watchdog
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event("stop", "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event("stop", "SIGINT")))
-        self.reconcile()
+        self._guarded(self.reconcile)
         notify("READY=1", "STATUS=watching for drops")
         log.info(
             "daemon.ready",

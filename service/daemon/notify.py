@@ -14,7 +14,10 @@ def notify(*lines: str) -> bool:
     if address.startswith("@"):
         address = "\0" + address[1:]
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-        sock.sendto("\n".join(lines).encode(), address)
+        try:  # never block the daemon on a reader that does not keep up
+            sock.sendto("\n".join(lines).encode(), socket.MSG_DONTWAIT, address)
+        except (BlockingIOError, ConnectionRefusedError, FileNotFoundError):
+            return False
     return True
 
 

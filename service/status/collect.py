@@ -28,6 +28,7 @@ from service.layout import Layout
 from service.reboot import reboot_required
 from service.status.glance import iso, next_open, read_heartbeat, why_no_reboot
 from service.status.live import LiveModule, live_modules, module_mismatches
+from service.store import quarantine
 from service.store.state import BundleState, Phase, State, read
 
 SCHEMA = 1
@@ -408,6 +409,7 @@ def collect(layout: Layout, *, now: float | None = None) -> dict[str, Any]:
         "problems": problems,
         "bundles": bundles,
         "memory": memory_summary(layout.sys),
+        "quarantine": [r.to_dict() for r in quarantine.records(layout)],
     }
 
 

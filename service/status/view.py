@@ -91,6 +91,9 @@ def lines(doc: dict[str, Any]) -> list[str]:
             text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
             if not _said(text, out):
                 out.append(f"  error: {err}")
+    for q in doc.get("quarantine", []):  # escaped and bounded when recorded
+        kept = "kept" if q["kept"] else "removed"
+        out.append(f"quarantined {q['drop']} ({kept}, {when(q['at'])}): {'; '.join(q['reasons'])}")
     for m in doc["memory"]:
         node = "-" if m["node"] is None else m["node"]
         out.append(f"memory node {node} zone {m['zone'] or '-'} {m['state']}: {m['blocks']} blocks")
@@ -100,6 +103,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
 def render_rich(doc: dict[str, Any], out: TextIO) -> None:
     """Tables for a terminal (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     style = {"healthy": "green", "degraded": "yellow", "failed": "bold red"}
@@ -111,7 +115,10 @@ def render_rich(doc: dict[str, Any], out: TextIO) -> None:
     )
     console.print(_daemon_line(doc), highlight=False)
     for problem in doc["problems"]:
-        console.print(f"  [yellow]![/] {problem['bundle'] or 'host'}: {problem['reason']}")
+        where = escape(
+            f"{problem['bundle'] or 'host'}: {problem['reason']}"
+        )  # drop text: no markup
+        console.print(f"  [yellow]![/] {where}", highlight=False)
     for name, b in doc["bundles"].items():
         table = Table(title=f"{name}: {b['phase']} ({b['health']})", title_justify="left")
         for col in ("role", "generation", "version", "kernel", "added", "attempts", "failed"):
@@ -144,6 +151,10 @@ def render_rich(doc: dict[str, Any], out: TextIO) -> None:
         for h in b["history"][-5:]:
             note = f": {h['note']}" if h["note"] else ""
             console.print(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}", highlight=False)
+    for q in doc.get("quarantine", []):
+        kept = "kept" if q["kept"] else "removed"
+        text = f"quarantined {q['drop']} ({kept}, {when(q['at'])}): {'; '.join(q['reasons'])}"
+        console.print(text, markup=False, highlight=False)
     if doc["memory"]:
         mem = Table("node", "zone", "state", "blocks", title="memory", title_justify="left")
         for m in doc["memory"]:

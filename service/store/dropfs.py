@@ -10,9 +10,11 @@ plain words.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from service.beneath import open_beneath
@@ -86,3 +88,163 @@ def read_small(dir_fd: int, relative: str, *, display: Path, max_bytes: int) -> 
     if len(data) > max_bytes:
         raise DropError(display / relative, f"grew beyond the limit of {max_bytes} bytes")
     return data
+
+
+MAX_OPEN_DEPTH = 32  # directories held open at once while removing; deeper ones are hoisted
+Tick = Callable[[], None]
+
+
+class RemoveError(OSError):
+    """A tree could not be removed completely; the message names the path and why."""
+
+
+def remove_tree(parent: Path, name: str, *, max_entries: int, tick: Tick | None = None) -> int:
+    """Remove ``parent/name`` and everything below it; return the entries removed.
+
+    Iterative (no recursion on the stack), relative to directory descriptors, never
+    following a symbolic link: each subdirectory is opened with ``O_NOFOLLOW`` from
+    its parent's descriptor. At most :data:`MAX_OPEN_DEPTH` directories are open at
+    once: a deeper one is renamed up into the top directory and removed from there.
+    More than ``max_entries`` entries (an absurd tree, or a container refilling it
+    while it is removed) raise :class:`RemoveError`, as does anything that cannot be
+    removed (a mount point). ``tick`` is called every 256 entries (the watchdog).
+    """
+    display = parent / name
+    try:
+        pfd = os.open(parent, _DIR_FLAGS)
+    except OSError as exc:
+        raise RemoveError(exc.errno, f"{parent}: {_why(exc)}") from exc
+    try:
+        if not _unlink(pfd, name):
+            return 0
+        removed = _empty_dir(pfd, name, display, max_entries, tick)
+        try:
+            os.rmdir(name, dir_fd=pfd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise RemoveError(exc.errno, f"{display}: {_why(exc)}") from exc
+        return removed + 1
+    finally:
+        os.close(pfd)
+
+
+def _unlink(fd: int, name: str) -> bool:
+    """Unlink ``name`` of ``fd`` unless it is a directory; whether one is left to empty."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        return True
+    except PermissionError:  # EPERM: what unlink(2) says of a directory on Linux
+        return stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    return False
+
+
+def _empty_dir(pfd: int, name: str, display: Path, max_entries: int, tick: Tick | None) -> int:
+    """Remove everything below the directory ``name`` of ``pfd`` (see :func:`remove_tree`)."""
+    stack: list[tuple[int, str]] = []
+    removed = hoisted = 0
+    try:
+        stack.append((os.open(name, _DIR_FLAGS, dir_fd=pfd), name))
+        top = stack[0][0]
+        while stack:
+            fd = stack[-1][0]
+            count, sub = _files_then_subdir(fd)
+            removed += count
+            if removed > max_entries:
+                raise RemoveError(errno.EFBIG, f"{display}: more than {max_entries} entries")
+            if tick is not None and count:
+                tick()
+            if sub is None and count:  # a batch went: look again
+                continue
+            if sub is None:  # empty now: close it, and remove it from its parent
+                _fd, own = stack.pop()
+                os.close(_fd)
+                if stack:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rmdir(own, dir_fd=stack[-1][0])
+                    removed += 1
+            elif len(stack) >= MAX_OPEN_DEPTH:
+                hoisted += 1
+                os.rename(sub, f".rm-{hoisted}", src_dir_fd=fd, dst_dir_fd=top)
+            else:
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    stack.append((os.open(sub, _DIR_FLAGS, dir_fd=fd), sub))
+    except RemoveError:
+        raise
+    except OSError as exc:
+        raise RemoveError(exc.errno, f"{display}: {_why(exc)}") from exc
+    finally:
+        for fd, _name in stack:
+            os.close(fd)
+    return removed
+
+
+def _files_then_subdir(fd: int) -> tuple[int, str | None]:
+    """Unlink non-directories of ``fd`` up to its first subdirectory; (how many, that one).
+
+    ``(0, None)`` means the directory is empty.
+    """
+    count = 0
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if _unlink(fd, entry.name):
+                return count, entry.name
+            count += 1
+            if count >= 4096:
+                break
+    return count, None
+
+
+def tree_size(parent: Path, name: str, *, max_entries: int) -> int | None:
+    """Bytes allocated below ``parent/name``, never following a link; None if unmeasurable.
+
+    Unmeasurable: deeper than :data:`MAX_OPEN_DEPTH`, more than ``max_entries``
+    entries, or unreadable. Iterative, relative to directory descriptors.
+    """
+    try:
+        st = os.stat(parent / name, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_blocks * 512
+    total, seen = 0, 0
+    stack: list[int] = []
+    try:
+        stack.append(os.open(parent / name, _DIR_FLAGS))
+        pending = [_names(stack[0], max_entries)]
+        while stack:
+            if not pending[-1]:
+                os.close(stack.pop())
+                pending.pop()
+                continue
+            entry = pending[-1].pop()
+            seen += 1
+            if seen > max_entries:
+                return None
+            st = os.stat(entry, dir_fd=stack[-1], follow_symlinks=False)
+            total += st.st_blocks * 512
+            if stat.S_ISDIR(st.st_mode):
+                if len(stack) >= MAX_OPEN_DEPTH:
+                    return None
+                stack.append(os.open(entry, _DIR_FLAGS, dir_fd=stack[-1]))
+                pending.append(_names(stack[-1], max_entries))
+    except OSError:
+        return None
+    finally:
+        for fd in stack:
+            os.close(fd)
+    return total
+
+
+def _names(fd: int, cap: int) -> list[str]:
+    """At most ``cap + 1`` entry names of directory ``fd``."""
+    out: list[str] = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            out.append(entry.name)
+            if len(out) > cap:
+                break
+    return out

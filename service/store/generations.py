@@ -8,10 +8,11 @@ a complete, verified generation. Files are read-only, directories too.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from service import faults
@@ -23,6 +24,7 @@ from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME
 
 CHUNK = 1 << 20
+_GENERATION = re.compile(r"[0-9a-f]{64}\Z")
 TMP_PREFIX = ".tmp-"
 
 
@@ -46,11 +48,20 @@ class Store:
             (self.path(generation) / MANIFEST_NAME).read_bytes(), source=generation
         )
 
-    def copy_drop(self, drop_fd: int, manifest: Manifest, *, display: Path, limits: Limits) -> Path:
+    def copy_drop(
+        self,
+        drop_fd: int,
+        manifest: Manifest,
+        *,
+        display: Path,
+        limits: Limits,
+        tick: Callable[[], None] = lambda: None,
+    ) -> Path:
         """Copy every file the manifest names out of the drop into a new temporary directory.
 
         The caller verifies the copies (never the container's files), then
-        publishes or discards the directory.
+        publishes or discards the directory. ``tick`` is called before each file and
+        every 64 MiB copied (it feeds the watchdog and may raise to stop a slow drop).
         """
         entries = [m.file for m in manifest.modules] + [f.file for f in manifest.firmware]
         if len(entries) > limits.max_files:
@@ -71,7 +82,10 @@ class Store:
                         f"the {left} bytes left of the drop's total limit of "
                         f"{limits.max_total_bytes}"
                     )
-                total += _copy(drop_fd, rel, tmp, display=display, max_bytes=budget, limit=limit)
+                tick()
+                total += _copy(
+                    drop_fd, rel, tmp, display=display, max_bytes=budget, limit=limit, tick=tick
+                )
             write_atomic(tmp / MANIFEST_NAME, manifest.to_toml(), mode=0o444)
         except BaseException:
             self.discard(tmp)
@@ -84,6 +98,7 @@ class Store:
         if self.has(generation):
             self.discard(tmp)
             return final
+        self.discard(final)  # half removed by a killed collection: never a generation
         for directory, _dirs, files in os.walk(tmp, topdown=False):
             for name in files:
                 os.chmod(Path(directory) / name, 0o444)
@@ -109,6 +124,23 @@ class Store:
             self.discard(path)
         return left
 
+    def clean_unpublished(self, referenced: set[str] | None) -> list[Path]:
+        """Remove generation directories without a manifest that state does not name.
+
+        A collection killed midway leaves such a half-deleted directory; nothing else
+        would ever remove it. With ``referenced`` None (state unreadable) nothing goes.
+        """
+        if referenced is None or not self.root.is_dir():
+            return []
+        left = [
+            p
+            for p in self.root.iterdir()
+            if _GENERATION.match(p.name) and p.name not in referenced and not self.has(p.name)
+        ]
+        for path in left:
+            self.discard(path)
+        return left
+
     def collect(self, generations: Iterable[str]) -> None:
         """Remove the given published generations."""
         for generation in generations:
@@ -117,7 +149,14 @@ class Store:
 
 
 def _copy(
-    drop_fd: int, rel: str, tmp: Path, *, display: Path, max_bytes: int, limit: str | None
+    drop_fd: int,
+    rel: str,
+    tmp: Path,
+    *,
+    display: Path,
+    max_bytes: int,
+    limit: str | None,
+    tick: Callable[[], None],
 ) -> int:
     """Copy one checked file of the drop; return its size.
 
@@ -131,7 +170,7 @@ def _copy(
         dest.parent.mkdir(parents=True, exist_ok=True)
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            size = _pump(src, out, max_bytes + 1, display / rel)
+            size = _pump(src, out, max_bytes + 1, display / rel, tick)
             os.fsync(out)
         finally:
             os.close(out)
@@ -145,9 +184,9 @@ def _copy(
     return size
 
 
-def _pump(src: int, out: int, cap: int, display: Path) -> int:
+def _pump(src: int, out: int, cap: int, display: Path, tick: Callable[[], None]) -> int:
     """Copy up to ``cap`` bytes from ``src`` (the drop's file) to ``out``."""
-    size = 0
+    size = chunks = 0
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     while size < cap:
@@ -161,6 +200,9 @@ def _pump(src: int, out: int, cap: int, display: Path) -> int:
         while written < n:
             written += os.write(out, view[written:n])
         size += n
+        chunks += 1
+        if chunks % 64 == 0:
+            tick()
     return size
 
 

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
 
 from service import faults
 from service.config import Config
-from service.errors import DropError
+from service.errors import DropError, ServiceError
 from service.layout import Layout
-from service.store.dropfs import open_dir, read_small
+from service.store import quarantine
+from service.store.dropfs import open_dir, read_small, remove_tree
 from service.store.generations import Store
 from service.store.publish import (
     forget_digests,
@@ -35,7 +36,7 @@ from service.store.publish import (
     read_digest,
     record_digest,
 )
-from service.store.state import BundleState, Generation, Phase, load, locked, save
+from service.store.state import BundleState, Generation, Phase, load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.keyring import Keyring, enforcing
 from service.verify.trust import TrustStore
@@ -44,8 +45,11 @@ from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.params import parse_params
 from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.shown import MAX_REASON, bounded, shown
 
 log = structlog.get_logger("modstage.intake")
+GONE = "gone: taken in or removed meanwhile"
+MAX_STATUS_FILES = 64  # status files a rejection may create for names state.json does not know
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class Outcome:
     reasons: tuple[str, ...] = ()
     deferred: bool = False  # the host failed; the drop is kept and retried
     seconds: float | None = None  # how long taking it in took (copy and verification)
+    gone: bool = False  # vanished before it could be taken (another intake took it)
+
+
+class _NoStatus(Exception):
+    """This rejection leaves no status file (see :meth:`Intake._may_keep_status`)."""
 
 
 class Rejected(Exception):
@@ -77,6 +86,7 @@ class Intake:
     config: Config
     trust: TrustStore
     keyring: Keyring
+    tick: Callable[[], None] = field(default=lambda: None)  # called during long steps
 
     @property
     def store(self) -> Store:
@@ -99,32 +109,94 @@ class Intake:
             named = parse_drop_name(entry.name)
             if named is None or not os.path.lexists(entry / MANIFEST_NAME):
                 continue
+            if quarantine.left_in_place(self.layout, entry):
+                continue
             bundle, key = named
             if bundle in newest and newest[bundle][0] > key:
-                _remove(entry, "superseded")
+                self._remove(entry, "superseded")
                 continue
             if bundle in newest:
-                _remove(newest[bundle][1], "superseded")
+                self._remove(newest[bundle][1], "superseded")
             newest[bundle] = (key, entry)
-        return sorted(path for _key, path in newest.values())
+        return sorted((path for _key, path in newest.values()), key=_manifest_size)
 
     def run(self, drops: list[Path] | None = None) -> list[Outcome]:
         """Take in ``drops`` (default: every complete drop) one after the other."""
         with locked(self.layout.var):
+            self._clean_store()
+            try:
+                outcomes = [self.take(drop) for drop in (drops or self._scan())]
+                mirror_status(self.layout, self.config)
+                return outcomes
+            finally:
+                self.empty_trash()
+
+    def _scan(self) -> list[Path]:
+        """:meth:`complete_drops`, contained: a scan that fails takes nothing, says why."""
+        try:
+            return self.complete_drops()
+        except Exception as exc:  # the daemon never dies because of a drop
+            log.error("scan.failed", incoming=str(self.layout.incoming), error=shown(exc))
+            return []
+
+    def empty_trash(self) -> None:
+        """Remove the drops renamed into the trash (after the scan: they delay no one)."""
+        try:
+            names = os.listdir(self.layout.trash)
+        except OSError:
+            return
+        for name in names:
+            try:
+                remove_tree(
+                    self.layout.trash,
+                    name,
+                    max_entries=self.config.limits.max_tree_entries,
+                    tick=self.tick,
+                )
+            except OSError as exc:
+                reason = f"could not be removed: {exc}"
+                quarantine.put(
+                    self.layout, self.layout.trash / name, None, [reason], self.config.limits
+                )
+
+    def _clean_store(self) -> None:
+        """Remove what a killed intake or collection left; a failure is logged, not fatal."""
+        try:
             self.store.clean_temporaries()
-            outcomes = [self.take(drop) for drop in (drops or self.complete_drops())]
-            mirror_status(self.layout, self.config)
-            return outcomes
+            self.store.clean_unpublished(_referenced(self.layout))
+        except OSError as exc:
+            log.error("store.clean_failed", error=shown(exc))
 
     def take(self, drop: Path) -> Outcome:
         """Take in one drop (the caller holds the state lock).
 
-        Never raises for anything the drop contains.
+        Never raises, whatever the drop contains: a failure of the drop is a rejection
+        (the drop goes to the quarantine), one of the host's a deferral (kept), and
+        anything unforeseen a rejection naming the error. A drop that vanished before
+        the lock was ours (another intake took it) is left alone, with no status.
         """
+        self.tick()
+        if not os.path.lexists(drop) or quarantine.left_in_place(self.layout, drop):
+            return Outcome(
+                drop, None, None, False, ("gone: taken in or removed meanwhile",), gone=True
+            )
+        named = parse_drop_name(drop.name)
+        started = time.monotonic()
+        try:
+            return self._take(drop, started)
+        except OSError as exc:
+            reason = f"the host could not take the drop in, it is kept for the next run: {exc}"
+            bundle = named[0] if named else None
+            log.error("drop.deferred", drop=drop.name, bundle=bundle, reason=shown(reason))
+            self._status_after_host_error(bundle, shown(reason, MAX_REASON), drop)
+            return Outcome(drop, bundle, None, False, (shown(reason, MAX_REASON),), deferred=True)
+        except Exception as exc:  # never fatal: whatever the drop did, it is rejected
+            reasons = [f"cannot be taken in: {type(exc).__name__}: {exc}"]
+            return self._reject(drop, named[0] if named else None, reasons)
+
+    def _take(self, drop: Path, started: float) -> Outcome:
         named = parse_drop_name(drop.name)
         bundle = named[0] if named else None
-        bound = log.bind(drop=drop.name)
-        started = time.monotonic()
         try:
             manifest = self._manifest(drop)
             bundle = manifest.bundle
@@ -134,16 +206,17 @@ class Intake:
                 raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
             self._check_policy(manifest, state.bundle(bundle))
             generation = manifest.digest
-            write_status(
-                self.layout,
-                bundle,
-                state.bundle(bundle),
-                phase=Phase.VERIFYING,
-                generation=generation,
-            )
+            if bundle in state.bundles or self._may_keep_status(bundle):
+                write_status(
+                    self.layout,
+                    bundle,
+                    state.bundle(bundle),
+                    phase=Phase.VERIFYING,
+                    generation=generation,
+                )
             faults.hit("intake.verifying")
             if not self.store.has(generation):
-                self._build(drop, manifest, generation)
+                self._build(drop, manifest, generation, started)
             before = state.bundle(bundle)
             bstate = record_pending(before, manifest, self.config.retain)
             record_digest(self.layout, generation, digest)  # before state names it
@@ -161,31 +234,88 @@ class Intake:
                 kernel=manifest.kernel,
             )
             faults.hit("intake.recorded")
-        except OSError as exc:
-            reason = f"the host could not take the drop in, it is kept for the next run: {exc}"
-            bound.error("drop.deferred", bundle=bundle, reason=reason)
-            self._status_after_host_error(bundle, reason, drop)
-            return Outcome(drop, bundle, None, False, (reason,), deferred=True)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
-            bound.warning("drop.rejected", bundle=bundle, reasons=reasons)
-            if bundle is not None:
-                current = load(self.layout.state).bundle(bundle)
+            return self._reject(drop, bundle, reasons)
+        seconds = time.monotonic() - started
+        log.info(
+            "drop.accepted",
+            drop=drop.name,
+            bundle=bundle,
+            generation=generation,
+            ms=round(seconds * 1000),
+        )
+        self._remove(drop, "taken in")
+        return Outcome(drop, bundle, generation, True, seconds=seconds)
+
+    def _reject(self, drop: Path, bundle: str | None, reasons: list[str]) -> Outcome:
+        """Record a rejection (status, log) and move the drop to the quarantine."""
+        shown_reasons = bounded(reasons)
+        log.warning("drop.rejected", drop=drop.name, bundle=bundle, reasons=shown_reasons)
+        if bundle is not None:
+            try:
+                state = load(self.layout.state)
+                if bundle not in state.bundles and not self._may_keep_status(bundle):
+                    raise _NoStatus
                 write_status(
                     self.layout,
                     bundle,
-                    current,
+                    state.bundle(bundle),
                     phase=Phase.REJECTED,
-                    errors=reasons,
+                    errors=shown_reasons,
                     drop=drop.name,
                 )
                 faults.hit("intake.rejected")
-            _remove(drop, "rejected")
-            return Outcome(drop, bundle, None, False, tuple(reasons))
-        seconds = time.monotonic() - started
-        bound.info("drop.accepted", bundle=bundle, generation=generation, ms=round(seconds * 1000))
-        _remove(drop, "taken in")
-        return Outcome(drop, bundle, generation, True, seconds=seconds)
+            except _NoStatus:
+                pass
+            except (OSError, ServiceError) as exc:  # a full disk, a corrupt state: logged
+                log.error("status.unwritable", bundle=bundle, error=shown(exc))
+        quarantine.put(self.layout, drop, bundle, shown_reasons, self.config.limits, self.tick)
+        return Outcome(drop, bundle, None, False, tuple(shown_reasons))
+
+    def _may_keep_status(self, bundle: str) -> bool:
+        """Whether a rejection of ``bundle`` may leave a status file.
+
+        Not for a bundle this host does not allow, nor for a new name once
+        :data:`MAX_STATUS_FILES` exist: rejected names must not grow files without bound.
+        """
+        allowed = self.config.allowed_bundles
+        if allowed and bundle not in allowed:
+            return False
+        if (self.layout.status / f"{bundle}.json").exists():
+            return True
+        try:
+            entries = self.layout.status.iterdir()
+            count = sum(1 for _, _n in zip(entries, range(MAX_STATUS_FILES), strict=False))
+        except OSError:
+            count = 0
+        return count < MAX_STATUS_FILES
+
+    def _remove(self, drop: Path, why: str) -> None:
+        """Dispose of a drop taken in or superseded: into the trash by one rename.
+
+        The trash is emptied after the scan (:meth:`empty_trash`), so a drop with a huge
+        tree delays no other drop. Where the rename cannot be done (another file system)
+        the drop is removed at once; one that resists goes to the quarantine.
+        """
+        try:
+            _unlink_manifest(drop)
+            faults.hit("drop.removing")
+            self.layout.trash.mkdir(mode=0o700, exist_ok=True)
+            try:
+                os.rename(drop, self.layout.trash / drop.name)
+            except OSError:
+                remove_tree(
+                    drop.parent,
+                    drop.name,
+                    max_entries=self.config.limits.max_tree_entries,
+                    tick=self.tick,
+                )
+        except OSError as exc:
+            reason = f"could not be removed after it was {why}: {exc}"
+            quarantine.put(self.layout, drop, None, [reason], self.config.limits, self.tick)
+            return
+        log.debug("drop.removed", drop=drop.name, why=why)
 
     def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
         if bundle is None:
@@ -197,9 +327,10 @@ class Intake:
             log.error("status.unwritable", bundle=bundle, error=str(exc))
 
     def _manifest(self, drop: Path) -> Manifest:
+        limit = min(MAX_MANIFEST_BYTES, self.config.limits.max_manifest_bytes)
         fd = open_dir(drop)
         try:
-            raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=MAX_MANIFEST_BYTES)
+            raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=limit)
         finally:
             os.close(fd)
         manifest = Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
@@ -239,14 +370,26 @@ class Intake:
         if problems:
             raise Rejected(problems)
 
-    def _build(self, drop: Path, manifest: Manifest, generation: str) -> None:
+    def _build(self, drop: Path, manifest: Manifest, generation: str, started: float) -> None:
+        deadline = started + self.config.limits.max_seconds
+
+        def tick() -> None:
+            self.tick()
+            if time.monotonic() > deadline:
+                raise Rejected(
+                    [f"taking the drop in took over {self.config.limits.max_seconds} s (limits)"]
+                )
+
         fd = open_dir(drop)
         try:
-            tmp = self.store.copy_drop(fd, manifest, display=drop, limits=self.config.limits)
+            tmp = self.store.copy_drop(
+                fd, manifest, display=drop, limits=self.config.limits, tick=tick
+            )
         finally:
             os.close(fd)
         faults.hit("store.copied")
         try:
+            tick()
             verdicts = verify_files(
                 tmp, manifest, trust=self.trust, kernel=manifest.kernel, shown=drop
             )
@@ -255,6 +398,7 @@ class Intake:
                 reasons = self._preflight(manifest, [v.key_id for v in verdicts if v.key_id])
             if reasons:
                 raise Rejected(reasons)
+            tick()
             self.store.publish(tmp, generation)
         finally:
             self.store.discard(tmp)
@@ -291,18 +435,24 @@ def record_pending(bundle: BundleState, manifest: Manifest, retain: int) -> Bund
     return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
 
-def _remove(drop: Path, why: str) -> None:
-    """Remove a drop: its manifest first, so that a half-removed drop is never complete.
+def _manifest_size(drop: Path) -> tuple[int, str]:
+    """Sort key: drops with small manifests first, so a huge one delays no small one."""
+    try:
+        return os.lstat(drop / MANIFEST_NAME).st_size, drop.name
+    except OSError:
+        return 0, drop.name
 
-    A drop that is not a directory (a planted symlink, FIFO, file) is unlinked itself,
-    never followed.
-    """
-    if os.path.islink(drop) or not os.path.isdir(drop):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(drop)
-    else:
-        with contextlib.suppress(OSError):
-            os.unlink(drop / MANIFEST_NAME)  # a directory there stays: rmtree takes it
-        faults.hit("drop.removing")
-        shutil.rmtree(drop, ignore_errors=True)
-    log.debug("drop.removed", drop=drop.name, why=why)
+
+def _unlink_manifest(drop: Path) -> None:
+    """Unlink the drop's manifest first, so that a half-removed drop is never complete."""
+    with contextlib.suppress(OSError):  # a directory there: remove_tree takes it
+        os.unlink(drop / MANIFEST_NAME)
+
+
+def _referenced(layout: Layout) -> set[str] | None:
+    """Generations state.json names (None when it cannot be read: then clean nothing)."""
+    try:
+        state = read(layout.state)
+    except (OSError, ServiceError):
+        return None
+    return {g for b in state.bundles.values() for g in b.generations}

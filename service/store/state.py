@@ -325,6 +325,8 @@ def read(path: Path) -> State:
         raw = path.read_bytes()
     except FileNotFoundError:
         return State()
+    except (IsADirectoryError, NotADirectoryError) as exc:  # planted or mistaken: not a file
+        raise StateError(f"{path}: cannot read: {exc.strerror} (not a regular file)") from exc
     return State.from_json(raw)
 
 

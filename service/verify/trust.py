@@ -18,11 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
 from asn1crypto import x509 as asn1_x509
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from service.errors import TrustError
+
+log = structlog.get_logger("modstage.trust")
 
 SUFFIXES = (".pem", ".der", ".crt", ".cer")
 MAX_CERT_FILE = 1 << 20
@@ -121,30 +124,57 @@ class TrustStore:
         )
 
     @classmethod
-    def from_directory(cls, directory: Path) -> TrustStore:
-        """Every certificate in ``directory``'s ``*.pem/*.der/*.crt/*.cer`` regular files."""
+    def from_directory(cls, directory: Path, *, strict: bool = False) -> TrustStore:
+        """Every certificate in ``directory``'s ``*.pem/*.der/*.crt/*.cer`` regular files.
+
+        A file that holds no usable certificate (empty, a private key, garbage, too
+        large, unreadable) and a certificate whose key id an earlier file already
+        files (a duplicate) are skipped with a logged reason: a stray file must not
+        cost a node its drivers. Only an unlistable directory is an error, unless
+        ``strict`` (a configuration check): then each of those is a :class:`TrustError`.
+        """
         try:
             entries = sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES)
         except OSError as exc:
             raise TrustError(
                 directory, f"cannot list trusted certificates: {exc.strerror}"
             ) from exc
-        keys = []
+        keys: list[TrustedKey] = []
+        filed: dict[bytes, TrustedKey] = {}
         for path in entries:
             if not path.is_file():
                 continue  # the directory is admin-owned: symlinks to certificates are fine
             try:
-                with path.open("rb") as f:
-                    data = f.read(MAX_CERT_FILE + 1)
-            except OSError as exc:
-                raise TrustError(path, f"cannot read: {exc.strerror}") from exc
-            if len(data) > MAX_CERT_FILE:
-                raise TrustError(path, f"larger than {MAX_CERT_FILE} bytes")
-            keys += [
-                TrustedKey.from_der(der, str(path)) for der in split_certificates(data, str(path))
-            ]
+                found = _certificates(path)
+            except TrustError as exc:
+                if strict:
+                    raise
+                log.warning("trust.skipped", path=str(path), reason=exc.reason)
+                continue
+            for key in found:
+                other = next((filed[k] for k in key.key_ids if k in filed), None)
+                if other is not None and strict:
+                    raise TrustError(key.source, f"key id is also filed by {other.source}")
+                if other is not None:
+                    why = f"duplicate: its key id is already filed by {other.source}"
+                    log.warning("trust.skipped", path=str(path), reason=why)
+                    continue
+                keys.append(key)
+                filed.update(dict.fromkeys(key.key_ids, key))
         return cls(keys)
 
     def find(self, key_id: bytes) -> TrustedKey | None:
         """The trusted key the kernel would find for ``key_id``, if any."""
         return self._by_id.get(key_id)
+
+
+def _certificates(path: Path) -> list[TrustedKey]:
+    """The certificates of one file; raises :class:`TrustError` naming it."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_CERT_FILE + 1)
+    except OSError as exc:
+        raise TrustError(path, f"cannot read: {exc.strerror}") from exc
+    if len(data) > MAX_CERT_FILE:
+        raise TrustError(path, f"larger than {MAX_CERT_FILE} bytes")
+    return [TrustedKey.from_der(der, str(path)) for der in split_certificates(data, str(path))]

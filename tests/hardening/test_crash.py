@@ -127,10 +127,10 @@ def test_rejection_passes_its_points(
     """Rejecting a drop that fails verification reaches the rejection points."""
     _spoil(host, kernel, modules)
     seen = _trace(tmp_path, lambda t: intake(host, trace=t))
-    assert seen == ["intake.verifying", "store.copied", "intake.rejected", "drop.removing"]
+    assert seen == ["intake.verifying", "store.copied", "intake.rejected", "quarantine.moved"]
 
 
-@pytest.mark.parametrize("point", (*faults.REJECT_POINTS, "drop.removing"))
+@pytest.mark.parametrize("point", faults.REJECT_POINTS)
 def test_rejection_killed(
     host: Layout, staged: dict[str, str], kernel: str, modules: dict[str, Path], point: str
 ) -> None:

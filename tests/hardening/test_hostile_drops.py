@@ -694,9 +694,14 @@ def test_hostile_drop_is_rejected_with_its_reason(ctx: Ctx, case: Case) -> None:
             assert got == want
     assert seen == [], f"opened or read outside the drop: {seen}"
     assert _snapshot(ctx.layout) == before
-    assert not os.path.lexists(ctx.drop), "a rejected drop is removed"
-    status = (ctx.layout.status / f"{outcome.bundle}.json").read_text()
-    assert '"phase": "rejected"' in status
+    assert not os.path.lexists(ctx.drop), "a rejected drop is removed from incoming/"
+    assert (ctx.layout.quarantine / f"{ctx.drop.name}.json").is_file(), "and quarantined"
+    status_file = ctx.layout.status / f"{outcome.bundle}.json"
+    allowed = case.config.allowed_bundles if case.config else ()
+    if allowed and outcome.bundle not in allowed:
+        assert not status_file.exists(), "a disallowed name leaves no per-name status"
+    else:
+        assert '"phase": "rejected"' in status_file.read_text()
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def test_same_issuer_and_serial_twice_is_a_configuration_error(tmp_path: Path) -
     (store / "a.der").write_bytes(a.cert_der.read_bytes())
     (store / "b.crt").write_bytes(b.cert_pem.read_bytes())
     with pytest.raises(TrustError, match="also filed by") as exc:
-        TrustStore.from_directory(store)
+        TrustStore.from_directory(store, strict=True)
     assert "a.der" in str(exc.value) and "b.crt" in str(exc.value)
 
 
@@ -84,10 +84,10 @@ def test_same_issuer_and_serial_twice_is_a_configuration_error(tmp_path: Path) -
 def test_unusable_files_are_trust_errors(
     tmp_path: Path, name: str, content: bytes, expected: str
 ) -> None:
-    """A broken file in the trust directory is an error naming the file, not a skipped file."""
+    """Checked strictly, a broken file in the trust directory is an error naming the file."""
     (tmp_path / name).write_bytes(content)
     with pytest.raises(TrustError, match=expected) as exc:
-        TrustStore.from_directory(tmp_path)
+        TrustStore.from_directory(tmp_path, strict=True)
     assert exc.value.path.endswith(name)
 
 

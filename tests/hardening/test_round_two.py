@@ -1,0 +1,521 @@
+"""Hostile drops, round two (issue 17): nothing a container writes may stop, stall or mislead.
+
+Each test reproduces one "Found" item of the issue against the code that had it,
+then checks the general defence: contained per-drop steps, iterative removal that
+follows nothing, bounded validation and output, admin commands within their contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import structlog
+import tomli_w
+from structlog.testing import capture_logs
+
+from service.cli import main
+from service.config import Config, Limits
+from service.daemon.events import DropWatcher
+from service.daemon.loop import Daemon
+from service.daemon.notify import notify
+from service.layout import Layout
+from service.reboot import NoRebooter
+from service.status.collect import collect
+from service.status.view import lines, render_rich
+from service.store import quarantine
+from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
+from service.store.state import load, save
+from service.verify.trust import TrustStore
+from stager.errors import ManifestError
+from stager.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.paths import MANIFEST_NAME
+from tests.hardening.conftest import make_intake, stage_drop
+from tests.kmod import SigningKey
+from tests.service.fakes import make_host
+
+M = "ms_exporter"
+
+
+@pytest.fixture(autouse=True)
+def uncached_loggers() -> Iterator[None]:
+    """``capture_logs`` sees every event even after a CLI test configured structlog.
+
+    ``configure()`` caches each module's logger on first use; a cached logger keeps the
+    processors it was built with and bypasses ``capture_logs``.
+    """
+    from service.daemon import loop
+    from service.store import intake
+    from service.verify import trust
+
+    structlog.reset_defaults()
+    for module in (loop, intake, quarantine, trust):
+        vars(module.log).pop("bind", None)
+    yield
+    structlog.reset_defaults()
+
+
+def _chain(top: Path, depth: int, extra: bool = True) -> None:
+    """A ``x/x/x…`` chain ``depth`` deep below ``top``, a file and a symlink at each level."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("x", dir_fd=fd)
+            nxt = os.open("x", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if extra:
+                os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+                os.symlink("/etc", "l", dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _good(host: Layout, kernel: str, signed: dict[str, Path], bundle: str = "good") -> Path:
+    return stage_drop(host, kernel, [signed[M]], bundle=bundle)
+
+
+def test_remove_tree_is_iterative_and_follows_nothing(tmp_path: Path) -> None:
+    """A 3,000-deep tree with symlinks to outside is removed; the symlinks' targets survive."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "canary").write_text("keep")
+    top = tmp_path / "drop"
+    top.mkdir()
+    _chain(top, 3000)
+    (top / "out").symlink_to(outside)
+    removed = remove_tree(tmp_path, "drop", max_entries=100_000)
+    assert not os.path.lexists(top)
+    assert removed == 3000 * 3 + 2
+    assert (outside / "canary").read_text() == "keep"
+    assert MAX_OPEN_DEPTH < 3000  # so the hoisting path was exercised
+
+
+def test_remove_tree_bounded_by_entries(tmp_path: Path) -> None:
+    """Past ``max_entries`` the removal stops with an error naming the tree, not a hang."""
+    top = tmp_path / "drop"
+    top.mkdir()
+    for i in range(50):
+        (top / f"f{i}").touch()
+    with pytest.raises(RemoveError, match="more than 10 entries"):
+        remove_tree(tmp_path, "drop", max_entries=10)
+
+
+def test_manifest_directory_with_deep_chain_is_rejected_and_others_taken(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 1: ``manifest.toml/`` holding a 1,500-deep chain crashed every intake (RecursionError).
+
+    Now the drop is rejected, moved to the quarantine, and another bundle's drop in the
+    same run is taken in.
+    """
+    bad = _good(host, kernel, signed, bundle="evil")
+    (bad / MANIFEST_NAME).unlink()
+    (bad / MANIFEST_NAME).mkdir()
+    _chain(bad / MANIFEST_NAME, 1500, extra=False)
+    good = _good(host, kernel, signed)
+    outcomes = {o.bundle: o for o in make_intake(host).run()}
+    assert outcomes["good"].accepted
+    assert not outcomes["evil"].accepted and not outcomes["evil"].deferred
+    assert "is a directory, not a regular file" in outcomes["evil"].reasons[0]
+    assert not os.path.lexists(bad) and not os.path.lexists(good)
+    [record] = quarantine.records(host)
+    assert record.drop == bad.name and record.bundle == "evil"
+    assert make_intake(host).run() == []  # nothing left to crash the next start
+
+
+def test_valid_drop_with_unlisted_deep_chain_is_removed_completely(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 1: a valid drop with an unlisted deep chain was taken in, then crashed removal."""
+    drop = _good(host, kernel, signed)
+    (drop / "junk").mkdir()
+    _chain(drop / "junk", 2000)
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    assert not os.path.lexists(drop)
+    assert quarantine.records(host) == []
+
+
+def test_unremovable_drop_goes_to_quarantine_once(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """A drop taken in that resists removal (over the entry limit) is quarantined, once."""
+    drop = _good(host, kernel, signed)
+    for i in range(40):
+        (drop / f"junk{i}").touch()
+    config = Config(limits=Limits(max_tree_entries=10))
+    [outcome] = make_intake(host, config).run()
+    assert outcome.accepted
+    assert not os.path.lexists(drop)
+    [record] = quarantine.records(host)
+    assert record.kept and "could not be removed" in record.reasons[0]
+
+
+def test_after_list_at_its_limit_is_accepted() -> None:
+    """256 ``after`` names (the limit) are valid and validated quickly."""
+    text = tomli_w.dumps(
+        {"schema": 1, "bundle": "a", "version": "1", "kernel": "k", "after": _names(256)}
+    )
+    started = time.monotonic()
+    manifest = Manifest.from_toml(text + _MODULE)
+    assert len(manifest.after) == 256 and time.monotonic() - started < 1.0
+
+
+_MODULE = '[[module]]\nfile = "modules/a.ko"\nsha256 = "' + "0" * 64 + '"\n'
+
+
+def _names(n: int) -> list[str]:
+    return [f"b{i}" for i in range(n)]
+
+
+def test_after_list_over_limit() -> None:
+    """Over 256 ``after`` names: one problem, in well under a second (was quadratic)."""
+    text = tomli_w.dumps(
+        {"schema": 1, "bundle": "a", "version": "1", "kernel": "k", "after": _names(40_000)}
+    )
+    text += _MODULE
+    started = time.monotonic()
+    with pytest.raises(ManifestError) as err:
+        Manifest.from_toml(text)
+    assert time.monotonic() - started < 2.0
+    assert err.value.problems == ("after: 40000 entries, more than 256",)
+
+
+def test_canonical_size_checked_at_intake() -> None:
+    """Found 4: a manifest under 1 MiB whose canonical form is over it passed intake.
+
+    Boot reads the canonical form back and refused it; now parsing refuses it first.
+    """
+    entries = ",".join(
+        f'{{file="firmware/{i:05d}{"y" * 150}",sha256="{"0" * 64}"}}' for i in range(4096)
+    )
+    raw = (
+        'schema=1\nbundle="a"\nversion="1"\nkernel="k"\n'
+        f'module=[{{file="modules/a.ko",sha256="{"0" * 64}"}}]\nfirmware=[{entries}]\n'
+    ).encode()
+    assert len(raw) <= MAX_MANIFEST_BYTES
+    with pytest.raises(ManifestError, match=r"canonical form is .* bytes, over 1048576"):
+        Manifest.from_toml(raw)
+
+
+def test_intake_cli_refuses_paths_outside_its_contract(
+    host: Layout, kernel: str, signed: dict[str, Path], tmp_path: Path
+) -> None:
+    """Found 3: ``intake R/var/lib/modstage`` deleted state and store; a plain file was unlinked."""
+    queued = _good(host, kernel, signed, bundle="queued")
+    make_intake(host).run()
+    queued = _good(host, kernel, signed, bundle="queued2")
+    state = host.state.read_bytes()
+    plain = tmp_path / "notes.txt"
+    plain.write_text("mine")
+    for path in (host.var, plain, host.store, host.incoming, tmp_path / f"x/{queued.name}"):
+        out = io.StringIO()
+        assert main(["intake", "--root", str(host.root), str(path)], out) == 1, path
+    assert host.state.read_bytes() == state and plain.read_text() == "mine"
+    assert queued.is_dir() and any(host.store.iterdir())
+
+
+def test_intake_racing_another_writes_no_false_rejection(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 5: an intake of a drop another intake just took wrote "rejected … does not exist"."""
+    drop = _good(host, kernel, signed)
+    [first] = make_intake(host).run()
+    assert first.accepted
+    status = (host.status / "good.json").read_bytes()
+    [second] = make_intake(host).run([drop])  # the CLI's list, made before the lock was free
+    assert second.gone and not second.deferred
+    assert (host.status / "good.json").read_bytes() == status
+    out = io.StringIO()
+    assert main(["intake", "--root", str(host.root), str(drop)], out) == 0
+    assert "gone" in out.getvalue()
+
+
+def test_half_deleted_generation_is_cleaned_and_restaged(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 7: a collection killed midway left store/<id>/ without a manifest; forever deferred."""
+    drop = _good(host, kernel, signed)
+    digest = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+    half = host.store / digest / "modules"
+    half.mkdir(parents=True)
+    (half / "left.ko").write_bytes(b"x")
+    os.chmod(host.store / digest, 0o700)
+    stray = host.store / ("f" * 64)
+    (stray / "modules").mkdir(parents=True)
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    assert (host.store / digest / MANIFEST_NAME).is_file()
+    assert not stray.exists()
+
+
+CONTROL = "\x1b[2J\x1b[H\nhost: ok\r"
+
+
+def test_escape_sequences_never_reach_output(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 8: an unknown key holding escapes and newlines drew fake lines in intake output."""
+    drop = _good(host, kernel, signed)
+    data = (drop / MANIFEST_NAME).read_text()
+    (drop / MANIFEST_NAME).unlink()
+    (drop / MANIFEST_NAME).write_text(data + f"{json.dumps(CONTROL)} = 1\n")
+    out = io.StringIO()
+    assert main(["intake", "--root", str(host.root)], out) == 1
+    text = out.getvalue()
+    assert text.count("\n") == 1 and "\x1b" not in text and "\r" not in text, text
+    doc = json.loads((host.status / "good.json").read_text())
+    assert not any(c in "".join(doc["errors"]) for c in "\x1b\n\r")
+
+
+def test_output_is_bounded_for_a_megabyte_of_unknown_keys(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 9: a 1 MiB manifest became a 48.9 MB status file and log line."""
+    drop = _good(host, kernel, signed)
+    data = (drop / MANIFEST_NAME).read_text()
+    junk = "".join(f"k{i:06d} = 1\n" for i in range((MAX_MANIFEST_BYTES - len(data)) // 12 - 10))
+    (drop / MANIFEST_NAME).unlink()
+    (drop / MANIFEST_NAME).write_text(data + junk)
+    with capture_logs() as logs:
+        [outcome] = make_intake(host).run()
+    assert not outcome.accepted
+    assert (host.status / "good.json").stat().st_size < 32 << 10
+    assert len(json.dumps(logs, default=str)) < 64 << 10
+    assert len(outcome.reasons) <= 21
+
+
+def test_disallowed_names_leave_no_per_name_state(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 10: 2,000 disallowed bundles left 2,000 status files (and metric series)."""
+    config = Config(allowed_bundles=("nvidia",))
+    for i in range(60):
+        _good(host, kernel, signed, bundle=f"junk{i}")
+    outcomes = make_intake(host, config).run()
+    assert len(outcomes) == 60 and not any(o.accepted for o in outcomes)
+    assert not host.status.exists() or list(host.status.iterdir()) == []
+    assert len(quarantine.records(host)) == Limits().quarantine_drops
+
+
+def test_new_rejected_names_bounded_without_allowed_list(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Without ``allowed_bundles``, rejections of unknown names create at most 64 status files."""
+    for i in range(80):
+        drop = _good(host, kernel, signed, bundle=f"junk{i}")
+        (drop / "modules" / f"{M}.ko").write_bytes(b"swapped")
+    outcomes = make_intake(host).run()
+    assert len(outcomes) == 80 and not any(o.accepted for o in outcomes)
+    assert len(list(host.status.iterdir())) == 64
+
+
+def test_quarantine_is_bounded_in_bytes(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+    """Quarantined drops over the byte budget lose their contents, newest kept, records stay."""
+    config = Config(limits=Limits(quarantine_bytes=600 << 10, quarantine_drops=4))
+    for i in range(6):
+        drop = _good(host, kernel, signed, bundle=f"b{i}")
+        (drop / "modules" / f"{M}.ko").write_bytes(os.urandom(256 << 10))
+        make_intake(host, config).run()
+    records = quarantine.records(host)
+    assert [r.bundle for r in records] == ["b2", "b3", "b4", "b5"]
+    assert [r.kept for r in records] == [False, False, True, True]
+    assert sorted(p.name for p in host.quarantine.iterdir() if p.is_dir()) == sorted(
+        r.drop for r in records if r.kept
+    )
+
+
+def test_state_untouched_by_round_two(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+    """A rejected drop leaves state.json as it was (the quarantine is not state)."""
+    _good(host, kernel, signed)
+    make_intake(host).run()
+    before = load(host.state)
+    drop = _good(host, kernel, signed)
+    (drop / "modules" / f"{M}.ko").write_bytes(b"swapped")
+    make_intake(host).run()
+    assert load(host.state) == before
+
+
+def test_messy_trusted_directory_is_skipped_with_reasons(
+    host: Layout, kernel: str, signed: dict[str, Path], rsa_key: SigningKey
+) -> None:
+    """Found 11: an empty .pem, a private key, a duplicate certificate stopped serve and boot."""
+    (host.trusted / "empty.pem").write_bytes(b"")
+    (host.trusted / "key.pem").write_bytes(rsa_key.key.read_bytes())
+    (host.trusted / "again.pem").write_bytes(rsa_key.cert_pem.read_bytes())
+    with capture_logs() as logs:
+        trust = TrustStore.from_directory(host.trusted)
+    assert [k.subject for k in trust.keys] == ["modstage rsa"]
+    skipped = sorted(Path(e["path"]).name for e in logs if e["event"] == "trust.skipped")
+    assert len(skipped) == 3, logs
+    drop = _good(host, kernel, signed)
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted and not drop.exists()
+
+
+def _fill(directory: Path) -> None:
+    """Fill the file system holding ``directory`` to the last block."""
+    with (directory / "filler").open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+    with contextlib.suppress(OSError):
+        for i in range(10_000):
+            (directory / f"small{i}").write_bytes(b"x" * 512)
+
+
+def test_full_disk_rejection_and_restart_are_not_fatal(
+    tmp_path: Path,
+    tmpfs: Callable[[Path, str], Path],
+    kernel: str,
+    rsa_key: SigningKey,
+    signed: dict[str, Path],
+) -> None:
+    """Found 6: ENOSPC writing status in the rejection handler killed the daemon, and again
+    at every start; reconcile's save crashed it after a reboot; ``intake`` printed a traceback.
+    """
+    root = tmp_path / "root"
+    tmpfs(root / "var/lib/modstage", "4m")
+    host = make_host(root, kernel, rsa_key.cert_pem)
+    _good(host, kernel, signed, bundle="other")
+    assert make_intake(host).run()[0].accepted
+    bad = _good(host, kernel, signed)
+    (bad / "modules" / f"{M}.ko").write_bytes(b"swapped")
+    state = load(host.state)
+    save(host.state, replace(state, reboot={"at": 1.0, "boot_id": "earlier boot"}))
+    _fill(host.var)
+    with capture_logs() as logs:
+        outcomes = make_intake(host).run()
+    assert [o.accepted for o in outcomes] == [False]
+    assert any(e["event"] in ("status.unwritable", "quarantine.unwritable") for e in logs) or (
+        outcomes[0].deferred
+    )
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    with capture_logs() as logs:
+        daemon._guarded(daemon.reconcile)  # what serve() does at start
+    assert any(e["event"] == "daemon.step_failed" for e in logs), logs
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["intake", "--root", str(root)], out)
+    assert code == 1 and "Traceback" not in err.getvalue()
+
+
+def test_state_json_directory_does_not_stop_serve(host: Layout) -> None:
+    """Found 13: ``state.json`` as a directory killed ``serve`` at start with a traceback."""
+    host.state.mkdir(parents=True)
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    with capture_logs() as logs:
+        daemon._guarded(daemon.reconcile)
+        daemon._guarded(daemon.take_drops)
+        daemon._guarded(daemon.maybe_reboot)
+    failed = [e for e in logs if e["event"] == "daemon.step_failed"]
+    assert failed and all("state.json" in e["error"] for e in failed), logs
+    [aside] = host.var.glob("state.json.corrupt-*")
+    assert aside.is_dir()
+
+
+def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
+    """Found 12: 300 junk directories spent the 256 watches; a real drop waited 300 s.
+
+    Past the cap the daemon rescans every ``poll_unwatched`` seconds instead.
+    """
+    for i in range(300):
+        (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
+    daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
+    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    try:
+        daemon.take_drops()
+    finally:
+        daemon.watcher.observer.unschedule_all()
+    assert daemon.unwatched == 300 - DropWatcher.MAX_DROP_WATCHES
+    assert daemon.poll_unwatched <= 1.0
+
+
+def test_status_lists_the_quarantine_and_never_renders_drop_markup(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """Found 8 and issue 14: a key "[/]" crashed the rich view (MarkupError); status lists
+    the quarantined drops with their reasons."""
+    drop = _good(host, kernel, signed)
+    data = (drop / MANIFEST_NAME).read_text()
+    (drop / MANIFEST_NAME).unlink()
+    (drop / MANIFEST_NAME).write_text(data + '"[/]" = 1\n"[bold]x" = 2\n')
+    make_intake(host).run()
+    doc = collect(host)
+    [q] = doc["quarantine"]
+    assert q["drop"] == drop.name and "[/]: unknown key" in q["reasons"][0]
+    plain = "\n".join(lines(doc))
+    assert f"quarantined {drop.name} (kept" in plain
+    out = io.StringIO()
+    render_rich(doc, out)
+    assert "[/]" in out.getvalue()
+
+
+def test_notify_never_blocks_on_a_slow_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notify socket nobody reads (its queue full) must not stall the daemon's loop."""
+    path = tmp_path / "n.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        started = time.monotonic()
+        sent = [notify("WATCHDOG=1") for _ in range(2000)]
+        assert time.monotonic() - started < 5.0
+        assert not all(sent)  # the queue filled up: later messages were dropped, not waited on
+
+
+def test_wall_time_per_drop_is_bounded(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+    """A drop that takes longer than ``limits.max_seconds`` is rejected saying so (the limit is
+    checked before each file and before verification), and the next drop is taken in."""
+    _good(host, kernel, signed, bundle="slow")
+    intake = make_intake(host, Config(limits=Limits(max_seconds=1)))
+    intake.tick = lambda: time.sleep(0.4)
+    [outcome] = intake.run()
+    assert not outcome.accepted and not outcome.deferred
+    assert "took over 1 s" in outcome.reasons[0]
+    _good(host, kernel, signed)
+    assert make_intake(host).run()[0].accepted
+
+
+def test_long_step_feeds_the_watchdog_only_while_it_progresses(
+    host: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found 2: 48.6 s without ``WATCHDOG=1`` while validating. A long step is now covered by
+    a feeder, but only up to ``limits.max_seconds`` after its last progress."""
+    path = tmp_path / "n.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(0.01)
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        monkeypatch.setenv("WATCHDOG_USEC", "400000")  # pings every 0.1 s
+        monkeypatch.delenv("WATCHDOG_PID", raising=False)
+        daemon = Daemon(host, Config(limits=Limits(max_seconds=1)), make_intake(host), NoRebooter())
+        started = time.monotonic()
+        seen: list[float] = []
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    if sock.recv(64) == b"WATCHDOG=1":
+                        seen.append(time.monotonic() - started)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        with daemon.feeding():
+            time.sleep(2.5)  # progresses for 1 s (max_seconds), then looks stuck
+        done.set()
+        reader.join()
+    assert len(seen) >= 4, seen
+    assert max(seen) < 1.5, seen  # nothing once the step was stuck past max_seconds
