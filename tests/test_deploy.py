@@ -217,7 +217,7 @@ def test_kured_sentinel_command_exit_codes(
     if apt:
         (run_ / "reboot-required").write_text(NEEDS_REBOOT)
     overlays = [
-        Overlay("/usr/bin", bin_),
+        Overlay("/usr/local/bin", bin_),
         Overlay("/var/lib", lib, tmp_path / "w-lib"),
         Overlay("/run", run_, tmp_path / "w-run"),
         Overlay("/etc", None, tmp_path / "w-etc"),
@@ -231,9 +231,9 @@ def test_kured_sentinel_command_exit_codes(
 
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
 def test_units_run_real_subcommands(path: Path) -> None:
-    """Each unit's ExecStart is /usr/bin/modstage with a subcommand the parser accepts."""
+    """Each unit's ExecStart is the installed modstage with a subcommand the parser accepts."""
     argv = shlex.split(unit(path)["ExecStart"][0])
-    assert argv[0] == "/usr/bin/modstage"
+    assert argv[0] == "/usr/local/bin/modstage"  # deploy/install.sh links its venv there
     build_parser().parse_args(argv[1:])
     assert argv[1] in subcommands()
 

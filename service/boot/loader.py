@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from service import faults
 from service.boot.plan import Choice, choose, order
 from service.config import Config
@@ -25,6 +23,7 @@ from service.kernel.memory import apply_policy
 from service.kernel.modules import Kernel
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
+from service.logs import get_logger
 from service.store.generations import Store
 from service.store.publish import mirror_status, publish_live
 from service.store.recover import load_or_rebuild
@@ -36,7 +35,7 @@ from stager.errors import ManifestError
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name
 
-log = structlog.get_logger("modstage.boot")
+log = get_logger("modstage.boot")
 
 
 @dataclass

@@ -92,19 +92,24 @@ class DropWatcher:
 
 
 class MemoryWatcher:
-    """A pyudev monitor on the ``memory`` subsystem (kernel uevents when no udevd runs)."""
+    """A pyudev monitor on the ``memory`` subsystem's kernel uevents.
+
+    Kernel uevents even when udevd runs: a udev-source event arrives only after udevd
+    has run its rules for the block, which only delays onlining (memory blocks have no
+    device node for udev to make). ``online`` events are the daemon's own writes (or
+    someone else's): nothing to do, so they do not wake the loop.
+    """
 
     def __init__(self, run_udev: Path, events: Queue) -> None:
         import pyudev
 
         context = pyudev.Context()
-        source = "udev" if (run_udev / "control").exists() else "kernel"
-        self.source = source
-        monitor = pyudev.Monitor.from_netlink(context, source=source)
+        self.source = "kernel"
+        monitor = pyudev.Monitor.from_netlink(context, source=self.source)
         monitor.filter_by("memory")
 
         def on_device(device: Any) -> None:
-            if device.action in ("add", "online", "offline"):
+            if device.action in ("add", "offline"):
                 events.put(Event("memory", f"{device.action} {device.sys_name}"))
 
         self.observer: Any = pyudev.MonitorObserver(monitor, callback=on_device, daemon=True)

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from service.config import Config
+from service.daemon import heap
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
 from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError, StateCorrupt
-from service.kernel.memory import online_blocks
+from service.kernel.memory import block_number, online_blocks
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
+from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
 from service.store.intake import Intake
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
@@ -36,7 +36,7 @@ from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
 
-log = structlog.get_logger("modstage.daemon")
+log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
 
@@ -72,6 +72,7 @@ class Daemon:
     debounce: float = 0.2
     rescan_every: float = 300.0
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
+    settle: float = 1.0  # metrics wait this long after the last hot-added block
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
@@ -101,9 +102,9 @@ class Daemon:
         with locked(self.layout.var):
             state = load(self.layout.state)
             if state.reboot and state.reboot.get("boot_id") != current:
-                log.info("reboot.happened", asked_at=state.reboot.get("at"))
                 save(self.layout.state, replace(state, reboot=None))
                 self.rebooter.clear()
+                log.info("reboot.happened", asked_at=state.reboot.get("at"))  # once it is saved
             elif state.reboot:
                 log.info("daemon.restarted", reboot_intent=state.reboot)
 
@@ -119,6 +120,8 @@ class Daemon:
             unwatched += watcher.track(names)
         self.unwatched = unwatched
         outcomes = self.intake.run()
+        if outcomes:
+            heap.trim()  # idle small after reading a bundle
         if any(o.accepted for o in outcomes):
             self.last_drop = self.clock.now().timestamp()
         self.intake_seconds.update(
@@ -256,11 +259,13 @@ class Daemon:
         if self.config.hotplug_policy == "kernel":
             return []
         started = min((e.at for e in events), default=self.clock.monotonic())
+        added = [block_number(e.detail.removeprefix("add ")) for e in events]
         done = online_blocks(
             Sysfs(self.layout.sys),
             MemoryPolicy(self.config.hotplug_policy),
             since=started,
             clock=self.clock.monotonic,
+            only=None if not events or None in added else [n for n in added if n is not None],
         )
         for step in done:
             if "error" in step:
@@ -276,9 +281,11 @@ class Daemon:
         ping = watchdog_interval()
         next_ping = self.clock.monotonic()
         next_check: float | None = None  # re-decide a reboot while a generation waits
+        metrics_at: float | None = None  # rewrite metrics once hot-added memory settles
         while True:
             now = self.clock.monotonic()
             deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
+            deadlines += [metrics_at] if metrics_at is not None else []
             deadlines += [next_ping] if ping else []
             deadlines += [next_check] if next_check is not None else []
             deadlines.append(self.next_beat)
@@ -300,10 +307,14 @@ class Daemon:
             memory = [e for e in batch if e.kind == "memory"]
             if memory:
                 self.online_memory(memory)
+                metrics_at = now + self.settle  # not between the blocks of one DIMM
+            elif metrics_at is not None and now >= metrics_at:
+                metrics_at = None
                 self.write_metrics()
             if now >= next_rescan:
                 dirty_at, next_rescan = now, now + self.rescan_every
-            if dirty_at is not None and now >= dirty_at:
+            scanned = dirty_at is not None and now >= dirty_at
+            if scanned:
                 dirty_at = None
                 with self.feeding():
                     self._guarded(self.take_drops)
@@ -311,15 +322,17 @@ class Daemon:
                     next_rescan = min(next_rescan, now + self.poll_unwatched)
                 self.write_metrics()
                 notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            decision = self._guarded(self.maybe_reboot)
-            self.heartbeat(decision)
-            if decision in (
-                "requested",
-                "no generation waits for a reboot",
-            ):
-                next_check = None
+            memory_only = bool(batch) and len(memory) == len(batch) and not scanned
+            quiet = next_check is None or now < next_check
+            if memory_only and quiet and now < self.next_beat:
+                pass  # hot-added memory changes nothing about reboots: back to listening
             else:
-                next_check = now + min(self.recheck_every, self._delay_left())
+                decision = self._guarded(self.maybe_reboot)
+                self.heartbeat(decision)
+                if decision in ("requested", "no generation waits for a reboot"):
+                    next_check = None
+                else:
+                    next_check = now + min(self.recheck_every, self._delay_left())
             if ping and now >= next_ping:
                 notify("WATCHDOG=1")
                 next_ping = now + ping / 2  # twice per interval: slack for a loaded host

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from service.kernel.sysfs import Sysfs
@@ -39,13 +39,28 @@ def plan_onlining(blocks: dict[int, str], policy: MemoryPolicy) -> list[Onlining
     return [Onlining(n, policy.value) for n in offline]
 
 
-def blocks(sysfs: Sysfs) -> dict[int, str]:
-    """Every memory block and its state."""
+def blocks(sysfs: Sysfs, only: Iterable[int] | None = None) -> dict[int, str]:
+    """Every memory block and its state; or just the blocks ``only`` names that exist."""
+    if only is not None:
+        return {n: s for n in only if (s := _state(sysfs, n)) is not None}
     found = {}
     for entry in (sysfs.root / MEMORY).iterdir():
         if (m := _BLOCK.match(entry.name)) and (entry / "state").exists():
             found[int(m.group(1))] = (entry / "state").read_text().strip()
     return found
+
+
+def _state(sysfs: Sysfs, block: int) -> str | None:
+    try:
+        return sysfs.read(f"{MEMORY}/memory{block}/state").strip()
+    except OSError:  # gone again, or never there
+        return None
+
+
+def block_number(name: str) -> int | None:
+    """``memory42`` -> 42; None for anything else."""
+    m = _BLOCK.match(name)
+    return int(m.group(1)) if m else None
 
 
 def online_blocks(
@@ -54,14 +69,17 @@ def online_blocks(
     *,
     since: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    only: Iterable[int] | None = None,
 ) -> list[dict[str, object]]:
     """Online the offline blocks ``policy`` asks for; each with its latency from ``since``.
 
-    A block the kernel refuses to online is reported with its error and skipped.
+    ``only`` limits the pass to the named blocks (those a uevent just announced: no
+    walk over every block). A block the kernel refuses to online is reported with its
+    error and skipped.
     """
     started = clock() if since is None else since
     done: list[dict[str, object]] = []
-    for step in plan_onlining(blocks(sysfs), policy):
+    for step in plan_onlining(blocks(sysfs, only), policy):
         try:
             sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
         except OSError as exc:

@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import structlog
-
 from service import faults
 from service.config import Config
 from service.errors import DropError, ServiceError
 from service.layout import Layout
+from service.logs import get_logger
 from service.store import quarantine
 from service.store.dropfs import open_dir, read_small, remove_tree
 from service.store.generations import Store
@@ -47,7 +46,7 @@ from stager.params import parse_params
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import MAX_REASON, bounded, shown
 
-log = structlog.get_logger("modstage.intake")
+log = get_logger("modstage.intake")
 GONE = "gone: taken in or removed meanwhile"
 MAX_STATUS_FILES = 64  # status files a rejection may create for names state.json does not know
 

@@ -21,17 +21,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from service.config import Config
 from service.errors import DropError
 from service.layout import Layout
+from service.logs import get_logger
 from service.store.dropfs import read_small
 from service.store.state import State, load
 from stager.atomic import write_atomic
 from stager.drop import DIGEST_NAME
 
-log = structlog.get_logger("modstage.publish")
+log = get_logger("modstage.publish")
 DIGEST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=/-]{0,255}\Z")
 MAX_DIGEST_BYTES = 512
 

@@ -23,17 +23,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from service import faults
 from service.config import Limits
 from service.layout import Layout
+from service.logs import get_logger
 from service.store.dropfs import RemoveError, Tick, remove_tree, tree_size
 from stager.atomic import write_atomic
 from stager.paths import parse_drop_name
 from stager.shown import bounded, shown
 
-log = structlog.get_logger("modstage.quarantine")
+log = get_logger("modstage.quarantine")
 RECORD = ".json"
 
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import structlog
-
 from service.errors import StateCorrupt
+from service.logs import get_logger
 from service.store.generations import Store
 from service.store.state import (
     LAST_GOOD,
@@ -31,7 +30,7 @@ from service.store.state import (
 from stager.errors import ManifestError
 from stager.manifest import Manifest
 
-log = structlog.get_logger("modstage.state")
+log = get_logger("modstage.state")
 
 
 def stored(store: Store) -> dict[str, Manifest]:

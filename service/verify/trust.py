@@ -18,14 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
 from asn1crypto import x509 as asn1_x509
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from service.errors import TrustError
+from service.logs import get_logger
 
-log = structlog.get_logger("modstage.trust")
+log = get_logger("modstage.trust")
 
 SUFFIXES = (".pem", ".der", ".crt", ".cer")
 MAX_CERT_FILE = 1 << 20

@@ -12,6 +12,8 @@ if [ "$1" = stage2 ]; then
     export HOME=/root LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
     export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     cd /
+    # systemd as PID 1 (tests/vm/harness/systemd-init.sh, from the repository): never returns
+    [ "$2" = systemd ] && exec $B sh "$5/tests/vm/harness/systemd-init.sh" "$3" "$4" "$5"
     if [ "$2" = shell ]; then
         echo "modstage-vm: shell in the guest; 'exit' powers off (Ctrl-A x kills qemu)"
         $B setsid $B cttyhack /bin/bash -l

@@ -1,0 +1,77 @@
+"""Run ``deploy/install.sh`` as a new user would, into a temporary root.
+
+The package is the checkout's tracked files, as a source tree (what ``deploy/install.sh``
+installs by default) or built into a wheel (what a release would ship); its dependencies and
+build backend come from a wheelhouse that pip fills once per dependency set and caches, so
+later installs run offline (``--wheels``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.vm.harness.kernel import cache_dir
+
+REPO = Path(__file__).resolve().parents[1]
+INSTALL = REPO / "deploy/install.sh"
+BACKEND = "setuptools>=65"  # pyproject.toml's build-system requirement
+
+
+def pip(*argv: str | Path) -> None:
+    """Run the test interpreter's pip; AssertionError with its output on failure."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"pip {' '.join(map(str, argv))}:\n{done.stdout}{done.stderr}"
+
+
+def checkout(out: Path) -> Path:
+    """A copy of the checkout's tracked files (no build output, nothing untracked)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    source = out / "source"
+    for name in filter(None, tracked):
+        path = REPO / name.decode()
+        if path.is_file():
+            (source / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, source / name.decode())
+    return source
+
+
+def build_wheel(out: Path) -> Path:
+    """A wheel of the checkout's tracked files."""
+    pip("wheel", "--no-deps", "-w", out / "dist", checkout(out))
+    (wheel,) = (out / "dist").glob("modstage-*.whl")
+    return wheel
+
+
+def wheelhouse(package: Path) -> Path:
+    """Wheels of modstage's host dependencies and of its build backend (to install from a
+    source tree offline), cached per pyproject.toml; ``package`` is a wheel or source tree."""
+    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + BACKEND.encode())
+    house = cache_dir() / f"wheels-{key.hexdigest()[:16]}"
+    if not (house / ".complete").exists():
+        pip("wheel", "-w", house, f"modstage[host] @ {package.as_uri()}", BACKEND)
+        for own in house.glob("modstage-*.whl"):
+            own.unlink()
+        (house / ".complete").touch()
+    return house
+
+
+def install(root: Path, *argv: str | Path) -> subprocess.CompletedProcess[str]:
+    """``deploy/install.sh --root ROOT ARGV...``, as a completed process (not checked)."""
+    return subprocess.run(
+        ["sh", str(INSTALL), "--root", str(root), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )

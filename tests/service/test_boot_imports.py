@@ -1,0 +1,119 @@
+"""The boot path imports what it uses and nothing else (a set check, not a timing).
+
+``modstage boot`` runs on every node's boot critical path. A whole ``modstage boot`` of a
+signed two-module bundle runs in a fresh interpreter (under a sandbox root, so with the
+recording kernel: the build machine has no module support); the modules it leaves in
+``sys.modules`` beyond a bare interpreter's are compared with the list below. A new
+package on this path must be added here with the reason it is needed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import make_host
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Every package outside the standard library the boot path imports, and why.
+THIRD_PARTY = {
+    "service": "modstage's host side",
+    "stager": "the manifest schema and the crash-safe write",
+    "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
+    "structlog": "the log (imported lean by service.logs)",
+    "asn1crypto": "parses the modules' PKCS#7 signatures and the trusted certificates",
+    "cryptography": "the RSA/ECDSA public-key step of signature verification",
+    "_cffi_backend": "loaded by cryptography's Rust bindings",
+    "_openssl": "cryptography's OpenSSL binding, registered by its Rust extension",
+}
+#: Standard-library packages that must stay off the boot path (each was on it once).
+NEVER = {
+    "asyncio": "structlog's async methods only (deferred by service.logs)",
+    "ssl": "via asyncio",
+    "email": "via rich",
+    "rich": "structlog's pretty console tracebacks",
+    "pygments": "via rich",
+    "attr": "via rich",
+    "uuid": "structlog's deprecated thread-local context",
+    "concurrent": "parallel verification of several files (intake, not boot)",
+    "prometheus_client": "the metrics textfile has a built-in writer",
+    "zstandard": "only for .ko.zst modules",
+    "pyudev": "the daemon's memory watcher",
+    "watchdog": "the daemon's drop watcher",
+    "http": "via prometheus_client",
+    "urllib": "via prometheus_client",
+}
+
+PROBE = """
+import io, sys
+bare = set(sys.modules)
+from service.cli import main
+rc = main(["boot", "--root", sys.argv[1]], io.StringIO())
+real = {m for m in set(sys.modules) - bare if type(sys.modules[m]).__name__ == "module"}
+print(rc)
+print(" ".join(sorted(real)))
+"""
+
+
+def outside_stdlib(names: set[str]) -> set[str]:
+    """Names that are not the standard library's (sysconfig's data module counts as it)."""
+    stdlib = set(sys.stdlib_module_names)
+    return {n for n in names if n not in stdlib and not n.startswith("_sysconfigdata_")}
+
+
+def boot_imports(root: Path) -> tuple[int, set[str]]:
+    """Top-level names of the modules a whole ``modstage boot`` of ``root`` imported."""
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    names = set(out[1].split()) - set(bare) if len(out) > 1 else set()
+    return int(out[0]), {n.split(".")[0] for n in names}
+
+
+def test_boot_path_imports_only_the_expected_packages(
+    tmp_path: Path, kernel: str, modules: dict[str, Path], rsa_key: SigningKey
+) -> None:
+    """A boot that verifies and loads a bundle imports exactly the listed third-party packages."""
+    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+    files = [sign(modules[n], rsa_key, tmp_path / f"{n}.ko") for n in ("ms_exporter", "ms_params")]
+    stage(
+        layout.incoming,
+        bundle="b",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(f) for f in files],
+    )
+    subprocess.run(
+        [sys.executable, "-m", "service.cli", "intake", "--root", str(layout.root)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    rc, top = boot_imports(layout.root)
+    assert rc == 0
+    assert outside_stdlib(top) == set(THIRD_PARTY)
+    assert not top & set(NEVER)
+
+
+def test_empty_boot_imports_no_more_than_a_full_one(tmp_path: Path, rsa_key: SigningKey) -> None:
+    """With nothing to load the boot path still stays within the list."""
+    layout = make_host(tmp_path / "root", "6.1.0-test", rsa_key.cert_pem)
+    rc, top = boot_imports(layout.root)
+    assert rc == 0
+    assert outside_stdlib(top) <= set(THIRD_PARTY)
+    assert not top & set(NEVER)

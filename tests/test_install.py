@@ -1,0 +1,161 @@
+"""``deploy/install.sh`` on a clean root: a venv under /opt that runs, units installed and
+enabled, an example config that an admin's config is never replaced by, and an uninstall that
+removes everything it installed (config and state stay unless --purge)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.installer import REPO, build_wheel, install, wheelhouse
+
+UNITS = ("modstage-boot.service", "modstage.service")
+UNITDIR = "usr/local/lib/systemd/system"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout, built into a wheel."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A clean root with modstage installed from the wheel (dependencies offline)."""
+    root = tmp_path_factory.mktemp("root")
+    done = install(root, "--from", wheel, "--wheels", wheelhouse(wheel))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrote /etc/modstage/config.toml" in done.stdout
+    return root
+
+
+def modstage(root: Path, *argv: str | Path) -> subprocess.CompletedProcess[str]:
+    """The installed console script, run by the venv's interpreter (its shebang names the
+    final path, /opt/modstage/bin/python, which exists only inside the root)."""
+    venv = root / "opt/modstage"
+    return subprocess.run(
+        [str(venv / "bin/python"), str(venv / "bin/modstage"), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def tree(root: Path) -> set[str]:
+    """Every path under ``root`` outside the venv, relative."""
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if not p.relative_to(root).is_relative_to("opt/modstage")
+    }
+
+
+def test_installed_modstage_runs_from_its_own_venv(root: Path, tmp_path: Path) -> None:
+    """The venv is built on Debian's /usr/bin/python3, not the system site, and the installed
+    ``modstage --help`` and ``modstage status --root`` run from it."""
+    venv = root / "opt/modstage"
+    cfg = (venv / "pyvenv.cfg").read_text()
+    assert "home = /usr/bin" in cfg and "include-system-site-packages = false" in cfg
+    done = modstage(root, "--help")
+    assert done.returncode == 0 and "usage: modstage" in done.stdout, done.stderr
+    done = modstage(root, "status", "--root", tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reboot: not required" in done.stdout
+
+
+def test_venv_is_relocated_to_its_final_path(root: Path) -> None:
+    """Nothing in the venv names the directory it was built in: shebangs, activate scripts,
+    pyvenv.cfg and compiled files all say /opt/modstage (pip's record of the wheel aside)."""
+    venv = root / "opt/modstage"
+    assert (venv / "bin/modstage").read_text().splitlines()[0] == "#!/opt/modstage/bin/python"
+    stray = subprocess.run(
+        ["grep", "-rl", "--exclude=direct_url.json", str(root), str(venv)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    assert stray == []
+    pyc = next((venv / "lib").rglob("service/__pycache__/cli.*.pyc")).read_bytes()
+    assert b"/opt/modstage/lib/python3" in pyc
+
+
+def test_units_link_and_config_are_installed_and_enabled(root: Path) -> None:
+    """Both units (as in deploy/systemd), the PATH link, the example config and trusted.d are
+    in place, and systemd's enablement links exist."""
+    for unit in UNITS:
+        installed = root / UNITDIR / unit
+        assert installed.read_text() == (REPO / "deploy/systemd" / unit).read_text()
+    link = root / "usr/local/bin/modstage"
+    assert link.is_symlink() and str(link.readlink()) == "/opt/modstage/bin/modstage"
+    config = root / "etc/modstage/config.toml"
+    assert config.read_text() == (REPO / "deploy/config.example.toml").read_text()
+    assert (root / "etc/modstage/trusted.d").is_dir()
+    wants = root / "etc/systemd/system"
+    assert (wants / "sysinit.target.wants/modstage-boot.service").is_symlink()
+    assert (wants / "multi-user.target.wants/modstage.service").is_symlink()
+    assert (root / "opt/modstage/share/doc/modstage/README.md").is_file()
+
+
+def test_upgrade_keeps_the_admins_config_and_replaces_the_venv(root: Path, wheel: Path) -> None:
+    """Installing again over an install swaps in a fresh venv and leaves an edited
+    config.toml and trusted.d alone."""
+    config = root / "etc/modstage/config.toml"
+    config.write_text("# the admin's own\nmax_boot_attempts = 5\n")
+    (root / "etc/modstage/trusted.d/vendor.pem").write_text("cert")
+    marker = root / "opt/modstage/old-venv-marker"
+    marker.touch()
+    done = install(root, "--from", wheel, "--wheels", wheelhouse(wheel))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kept the existing /etc/modstage/config.toml" in done.stdout
+    assert config.read_text() == "# the admin's own\nmax_boot_attempts = 5\n"
+    assert (root / "etc/modstage/trusted.d/vendor.pem").read_text() == "cert"
+    assert not marker.exists() and modstage(root, "--help").returncode == 0
+    assert not list((root / "opt").glob(".modstage.*"))
+
+
+def test_uninstall_removes_what_it_installed_keeps_config_and_state(
+    root: Path, tmp_path: Path
+) -> None:
+    """--uninstall removes the venv, link, units and enablement links; /etc/modstage and
+    /var/lib/modstage stay. --purge then removes those too, leaving only empty directories."""
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy, symlinks=True)
+    (copy / "var/lib/modstage").mkdir(parents=True)
+    (copy / "var/lib/modstage/state.json").write_text("{}")
+    done = install(copy, "--uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (copy / "opt/modstage").exists()
+    left = {p for p in tree(copy) if not (copy / p).is_dir()}
+    admins = {p for p in left if p.startswith("etc/modstage/trusted.d/")}
+    assert left - admins == {"etc/modstage/config.toml", "var/lib/modstage/state.json"}
+    done = install(copy, "--uninstall", "--purge")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (copy / "etc/modstage").exists() and not (copy / "var/lib/modstage").exists()
+    assert all((copy / p).is_dir() for p in tree(copy))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unknown argument: --bogus"),
+        (["--purge"], "--purge goes with --uninstall"),
+        (["--python", "/nonexistent/python3"], "/nonexistent/python3 is missing"),
+        (["--uninstall"], "nothing installed under"),
+    ],
+)
+def test_bad_invocations_fail_with_a_reason(tmp_path: Path, argv: list[str], message: str) -> None:
+    """A wrong option, a missing interpreter or nothing to uninstall: exit 1 and say why,
+    having written nothing."""
+    done = install(tmp_path, *argv)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_script_is_posix_sh() -> None:
+    """``sh -n`` accepts the installer (and shellcheck, where installed)."""
+    subprocess.run(["sh", "-n", str(REPO / "deploy/install.sh")], check=True)
+    if shutil.which("shellcheck"):
+        subprocess.run(["shellcheck", str(REPO / "deploy/install.sh")], check=True)
