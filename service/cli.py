@@ -96,6 +96,12 @@ def _stage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="POLICY",
         help="auto_online_blocks policy: offline|online|online_kernel|online_movable",
     )
+    p.add_argument(
+        "--config-digest",
+        metavar="DIGEST",
+        help="the GPU operator's DRIVER_CONFIG_DIGEST; the host writes it to its configured "
+        "state file once this generation is live",
+    )
     p.set_defaults(command="stager.drop")
 
 

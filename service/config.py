@@ -13,6 +13,13 @@ wrong types are errors naming the key, reported together.
     allow_foreign_firmware_path = false   # may boot replace a firmware_class.path set by others
     hotplug_policy = "kernel"      # online hot-added memory: online | online_kernel |
                                    # online_movable, or "kernel" to leave it to the kernel
+    incoming_dirs = ["/var/lib/modstage/incoming"]   # where containers drop (absolute,
+                                   # under --root); e.g. add "/run/nvidia/modstage/incoming"
+    [publish]                      # what containers outside /var/lib/modstage may read back
+    status_dirs = []               # extra copies of status/<bundle>.json
+    digest_files = {}              # bundle -> file its drop's config digest is written to
+                                   # once its generation is live, e.g.
+                                   # {nvidia = "/run/nvidia/nvidia-driver.state"}
     [limits]
     max_file_bytes = 2147483648
     max_total_bytes = 8589934592
@@ -92,6 +99,8 @@ class Config:
     hotplug_policy: str = "kernel"
     limits: Limits = field(default_factory=Limits)
     reboot: RebootConfig = field(default_factory=RebootConfig)
+    incoming_dirs: tuple[str, ...] = ("/var/lib/modstage/incoming",)
+    publish: Publish = field(default_factory=lambda: Publish())
 
     @classmethod
     def load(cls, path: Path) -> Config:
@@ -160,9 +169,60 @@ class Config:
             values["limits"] = _limits(data["limits"], problems)
         if "reboot" in data:
             values["reboot"] = _reboot(data["reboot"], problems)
+        if "incoming_dirs" in data:
+            values["incoming_dirs"] = _host_paths(data["incoming_dirs"], "incoming_dirs", problems)
+            if not values["incoming_dirs"]:
+                problems.append("incoming_dirs: must name at least one directory")
+        if "publish" in data:
+            values["publish"] = _publish(data["publish"], problems)
         if problems:
             raise ConfigError(path, problems)
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Where a bundle's status and config digest are published for containers to read.
+
+    Paths are absolute host paths, fixed by the admin (resolved under the layout's root);
+    never a path a container names.
+    """
+
+    status_dirs: tuple[str, ...] = ()
+    digest_files: tuple[tuple[str, str], ...] = ()  # (bundle, path)
+
+    def digest_file(self, bundle: str) -> str | None:
+        """The file ``bundle``'s config digest goes to once live, or None."""
+        return dict(self.digest_files).get(bundle)
+
+
+def _host_paths(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
+    """Absolute, normalized host paths (no '..', no '.', no empty component)."""
+    paths = _strings(value, key, problems)
+    for path in paths:
+        parts = path.split("/")[1:]
+        if not path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            problems.append(f"{key}: {path!r} is not an absolute, normalized path")
+    return tuple(dict.fromkeys(paths))
+
+
+def _publish(value: Any, problems: list[str]) -> Publish:
+    if not isinstance(value, dict):
+        problems.append("publish: must be a table")
+        return Publish()
+    known = {"status_dirs", "digest_files"}
+    problems += [f"publish.{k}: unknown key" for k in sorted(set(value) - known)]
+    status = _host_paths(value.get("status_dirs", []), "publish.status_dirs", problems)
+    files = value.get("digest_files", {})
+    if not isinstance(files, dict):
+        problems.append("publish.digest_files: must be a table of bundle = path")
+        files = {}
+    digests = []
+    for bundle, path in sorted(files.items()):
+        digests += [
+            (bundle, p) for p in _host_paths([path], f"publish.digest_files.{bundle}", problems)
+        ]
+    return Publish(status_dirs=status, digest_files=tuple(digests))
 
 
 def _positive(value: Any, key: str, problems: list[str]) -> int:

@@ -71,6 +71,11 @@ class Layout:
         return self.var / "status"
 
     @property
+    def config_digests(self) -> Path:
+        """Config digests that drops carried, one file per generation id."""
+        return self.var / "config-digest"
+
+    @property
     def quarantine(self) -> Path:
         """Rejected drops kept for an admin to inspect (root only, bounded)."""
         return self.var / "quarantine"

@@ -28,6 +28,7 @@ from stager.params import ParamsError, merge_params, parse_params
 from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
 
 CHUNK = 1 << 20
+DIGEST_NAME = "config-digest"  # the operator's DRIVER_CONFIG_DIGEST, beside the manifest
 
 
 @dataclass(frozen=True)
@@ -137,21 +138,38 @@ def stage(
     firmware_dirs: tuple[Path, ...] = (),
     after: tuple[str, ...] = (),
     memory: str | None = None,
+    config_digest: str | None = None,
 ) -> Path:
-    """Write a complete drop for ``bundle`` into ``into`` and return its path."""
+    """Write a complete drop for ``bundle`` into ``into`` and return its path.
+
+    Every input is checked before the drop directory is created; a failure while
+    writing (a full or read-only file system) removes the partial drop. Either way
+    the error is one :class:`StageError` naming the file and the reason.
+    """
     if not modules:
         raise StageError("--module", "a bundle needs at least one module")
     if not into.is_dir():
         raise StageError(into, "incoming directory does not exist")
     header = _header(bundle, version, kernel, after, memory)
     _validated(header, [ModuleEntry("modules/x.ko", "0" * 64)], [])  # fail before copying
+    for spec in modules:
+        _check_readable(spec.source, "module")
+    if params_dir is not None and not params_dir.is_dir():
+        raise StageError(params_dir, "parameters directory does not exist or is not a directory")
+    if config_digest is not None and not _digest_ok(config_digest):
+        raise StageError("--config-digest", f"{config_digest!r} is not one printable word")
     fw_sources = [item for root in firmware_dirs for item in firmware_files(root)]
+    for src, _rel in fw_sources:
+        _check_readable(src, "firmware file")
     params = []
     for spec in modules:
         from_conf = conf_params(params_dir, spec.stem) if params_dir else ""
         params.append(merge_params(from_conf, spec.params))
     drop = into / drop_name(bundle, time.time_ns(), secrets.token_hex(8))
-    drop.mkdir(mode=0o755)
+    try:
+        drop.mkdir(mode=0o755)
+    except OSError as exc:
+        raise StageError(into, f"cannot create a drop: {exc.strerror}") from exc
     try:
         entries = [
             ModuleEntry(
@@ -168,13 +186,33 @@ def stage(
         for directory, _dirs, _files in os.walk(drop, topdown=False):
             fsync_dir(Path(directory))  # every entry, deepest first, before the manifest
         manifest = _validated(header, entries, fw_entries)
+        if config_digest is not None:
+            write_atomic(drop / DIGEST_NAME, config_digest.encode() + b"\n")
         write_atomic(drop / MANIFEST_NAME, manifest.to_toml())
         fsync_dir(into)
+    except OSError as exc:
+        shutil.rmtree(drop, ignore_errors=True)
+        raise StageError(exc.filename or drop, f"cannot write the drop: {exc.strerror}") from exc
     except BaseException:
         shutil.rmtree(drop, ignore_errors=True)  # a failed stager leaves nothing behind
         raise
     supersede(into, drop)
     return drop
+
+
+def _check_readable(path: Path, what: str) -> None:
+    """``path`` is a regular file this process can open, or :class:`StageError`."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise StageError(path, "not a regular file")
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as exc:
+        raise StageError(path, f"cannot open: {exc.strerror}") from exc
+
+
+def _digest_ok(text: str) -> bool:
+    """One printable ASCII word of at most 256 characters (what the host accepts)."""
+    return 0 < len(text) <= 256 and text.isascii() and text.isprintable() and " " not in text
 
 
 def _header(
@@ -233,6 +271,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         firmware_dirs=tuple(args.firmware),
         after=tuple(args.after),
         memory=args.memory,
+        config_digest=args.config_digest,
     )
     print(drop, file=out)
     return 0

@@ -27,6 +27,7 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.generations import Store
+from service.store.publish import mirror_status, publish_live
 from service.store.recover import load_or_rebuild
 from service.store.state import BundleState, Phase, State, locked, save
 from service.store.statusfile import write_status
@@ -79,6 +80,7 @@ class Boot:
                 state = self._bring_up(state, choice)
             if not self.firmware.has_links():
                 self.firmware.point(False)  # never leave a stale firmware path behind
+            mirror_status(self.layout, self.config)
             return state
 
     def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:
@@ -127,7 +129,12 @@ class Boot:
             note=f"generation {gen.id[:12]} active",
         )
         bound.info("generation.active", generation=gen.id, modules=len(loaded))
-        return self._save(state, name, b, generation=gen.id)
+        state = self._save(state, name, b, generation=gen.id)
+        try:
+            publish_live(self.layout, self.config, name, gen.id)
+        except OSError as exc:  # the modules are live; a digest file must not fail the boot
+            bound.error("digest.unwritable", error=str(exc))
+        return state
 
     def _manifest(self, generation: str) -> Manifest:
         """The generation's manifest, read from the store once per boot."""

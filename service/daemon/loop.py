@@ -28,6 +28,7 @@ from service.layout import Layout
 from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
 from service.store.intake import Intake
+from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.state import Phase, load, locked, save
 from service.store.statusfile import write_status
 from service.window import reboot_due
@@ -74,6 +75,7 @@ class Daemon:
     settle: float = 1.0  # metrics wait this long after the last hot-added block
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
+    more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
     fed_at: float = float("-inf")  # when the watchdog was last fed
     progress_at: float = 0.0  # last progress of a long step (see feeding())
@@ -108,12 +110,15 @@ class Daemon:
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
-        if self.watcher is not None:
+        watchers = [self.watcher] if self.watcher is not None else []
+        unwatched = 0
+        for watcher in watchers + self.more_watchers:
             try:
-                names = {p.name for p in self.layout.incoming.iterdir() if parse_drop_name(p.name)}
+                names = {p.name for p in watcher.incoming.iterdir() if parse_drop_name(p.name)}
             except OSError:
                 names = set()
-            self.unwatched = self.watcher.track(names)
+            unwatched += watcher.track(names)
+        self.unwatched = unwatched
         outcomes = self.intake.run()
         if outcomes:
             heap.trim()  # idle small after reading a bundle
@@ -163,6 +168,7 @@ class Daemon:
             save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
             for name in waiting:
                 write_status(self.layout, name, state.bundle(name), reboot=record)
+            mirror_status(self.layout, self.config)
         log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
         self.write_metrics()
         self.rebooter.request(reason)
@@ -333,13 +339,15 @@ class Daemon:
 
     def serve(self) -> None:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
-        self.layout.incoming.mkdir(parents=True, exist_ok=True)
+        dirs = incoming_dirs(self.layout, self.config)
+        ensure_dirs(dirs)
         memory = MemoryWatcher(self.layout.root / "run/udev", self.events)
         memory.start()
         self.online_memory([])  # blocks that arrived before we started
-        drops = DropWatcher(self.layout.incoming.resolve(), self.events)
-        drops.start()
-        self.watcher = drops
+        watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]
+        for w in watchers:
+            w.start()
+        self.watcher, self.more_watchers = watchers[0], watchers[1:]
         self.intake.tick = self.feed_watchdog
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event("stop", "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event("stop", "SIGINT")))
@@ -347,7 +355,7 @@ class Daemon:
         notify("READY=1", "STATUS=watching for drops")
         log.info(
             "daemon.ready",
-            incoming=str(self.layout.incoming),
+            incoming=[str(d) for d in dirs],
             memory_source=memory.source,
             backend=self.rebooter.name,
         )
@@ -355,6 +363,7 @@ class Daemon:
             self.loop()
         finally:
             notify("STOPPING=1")
-            drops.stop()
+            for w in watchers:
+                w.stop()
             memory.stop()
             log.info("daemon.stopped")

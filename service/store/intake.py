@@ -28,6 +28,13 @@ from service.logs import get_logger
 from service.store import quarantine
 from service.store.dropfs import open_dir, read_small, remove_tree
 from service.store.generations import Store
+from service.store.publish import (
+    forget_digests,
+    incoming_dirs,
+    mirror_status,
+    read_digest,
+    record_digest,
+)
 from service.store.state import BundleState, Generation, Phase, load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.bundle import order_problems
@@ -89,12 +96,17 @@ class Intake:
         return Store(self.layout.store)
 
     def complete_drops(self) -> list[Path]:
-        """The newest complete drop of each bundle; older complete ones are removed."""
+        """The newest complete drop of each bundle; older complete ones are removed.
+
+        Drops are gathered from every configured incoming directory.
+        """
         newest: dict[str, tuple[str, Path]] = {}
-        try:
-            entries = list(self.layout.incoming.iterdir())
-        except FileNotFoundError:
-            return []
+        entries: list[Path] = []
+        for directory in incoming_dirs(self.layout, self.config):
+            try:
+                entries += list(directory.iterdir())
+            except FileNotFoundError:
+                continue
         for entry in entries:
             named = parse_drop_name(entry.name)
             if named is None or not os.path.lexists(entry / MANIFEST_NAME):
@@ -115,7 +127,9 @@ class Intake:
         with locked(self.layout.var):
             self._clean_store()
             try:
-                return [self.take(drop) for drop in (drops or self._scan())]
+                outcomes = [self.take(drop) for drop in (drops or self._scan())]
+                mirror_status(self.layout, self.config)
+                return outcomes
             finally:
                 self.empty_trash()
 
@@ -188,6 +202,7 @@ class Intake:
         try:
             manifest = self._manifest(drop)
             bundle = manifest.bundle
+            digest = self._digest(drop)
             state = load(self.layout.state)
             if state.bundle(bundle).phase is Phase.LOADING:
                 raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
@@ -206,7 +221,9 @@ class Intake:
                 self._build(drop, manifest, generation, started)
             before = state.bundle(bundle)
             bstate = record_pending(before, manifest, self.config.retain)
+            record_digest(self.layout, generation, digest)  # before state names it
             save(self.layout.state, state.with_bundle(bundle, bstate), step="pending")
+            forget_digests(self.layout, state.with_bundle(bundle, bstate))
             # collected only once state no longer names them: a crash never leaves a dangling id
             self.store.collect(g for g in before.generations if g not in bstate.generations)
             faults.hit("store.collected")
@@ -328,6 +345,13 @@ class Intake:
                 ]
             )
         return manifest
+
+    def _digest(self, drop: Path) -> str | None:
+        fd = open_dir(drop)
+        try:
+            return read_digest(fd, drop)
+        finally:
+            os.close(fd)
 
     def _check_policy(self, manifest: Manifest, bundle: BundleState) -> None:
         cfg, problems = self.config, []

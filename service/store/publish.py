@@ -1,0 +1,152 @@
+"""The operator contract: drops from several incoming directories, and what a pod reads back.
+
+The NVIDIA GPU operator's driver pod mounts only ``/run/nvidia`` (and a few single files)
+of the host. So a host may take drops from more than one incoming directory
+(``incoming_dirs``), publish copies of each bundle's status where such a pod can read
+them (``[publish] status_dirs``), and, once a bundle's generation is live, write the
+config digest its drop carried (``DRIVER_CONFIG_DIGEST``) to a file the admin fixed
+(``[publish] digest_files``, e.g. ``/run/nvidia/nvidia-driver.state``). The operator's
+init container (``k8s-driver-manager uninstall_driver``) keeps a loaded driver only when
+that file holds the digest it was given; ``/run`` is a tmpfs, so ``modstage boot``
+writes it again on every boot. The container names no path here: a drop only carries
+the digest's value, in the file :data:`stager.drop.DIGEST_NAME`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from service.config import Config
+from service.errors import DropError
+from service.layout import Layout
+from service.logs import get_logger
+from service.store.dropfs import read_small
+from service.store.state import State, load
+from stager.atomic import write_atomic
+from stager.drop import DIGEST_NAME
+
+log = get_logger("modstage.publish")
+DIGEST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=/-]{0,255}\Z")
+MAX_DIGEST_BYTES = 512
+
+
+def incoming_dirs(layout: Layout, config: Config) -> list[Path]:
+    """Every directory containers drop into, under the layout's root."""
+    return [layout.host(p) for p in config.incoming_dirs]
+
+
+def read_digest(drop_fd: int, display: Path) -> str | None:
+    """The config digest a drop carries (None if it carries none); :class:`DropError` if bad."""
+    try:
+        raw = read_small(drop_fd, DIGEST_NAME, display=display, max_bytes=MAX_DIGEST_BYTES)
+    except DropError as exc:
+        if exc.reason == "does not exist":
+            return None
+        raise
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise DropError(display / DIGEST_NAME, "is not ASCII") from exc
+    if not DIGEST_RE.match(text):
+        raise DropError(display / DIGEST_NAME, "is not a config digest (one printable word)")
+    return text
+
+
+def record_digest(layout: Layout, generation: str, digest: str | None) -> None:
+    """Remember the digest a generation's latest drop carried (or forget it: None)."""
+    path = layout.config_digests / generation
+    if digest is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    layout.config_digests.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, digest.encode() + b"\n")
+
+
+def recorded_digest(layout: Layout, generation: str) -> str | None:
+    """The digest recorded for ``generation``, None if none was."""
+    try:
+        text = (layout.config_digests / generation).read_text(encoding="ascii").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    return text if DIGEST_RE.match(text) else None
+
+
+def forget_digests(layout: Layout, state: State) -> None:
+    """Remove the digests of generations that state no longer names."""
+    known = {g for b in state.bundles.values() for g in b.generations}
+    with contextlib.suppress(FileNotFoundError):
+        for entry in layout.config_digests.iterdir():
+            if entry.name not in known:
+                entry.unlink(missing_ok=True)
+
+
+def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -> str | None:
+    """``bundle``'s generation is live: write its digest to the admin's file; return the path.
+
+    Without a recorded digest the file is removed, so no stale digest claims a config
+    that is not loaded.
+    """
+    target = config.publish.digest_file(bundle)
+    if target is None:
+        return None
+    path = layout.host(target)
+    digest = recorded_digest(layout, generation)
+    if digest is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        log.info("digest.cleared", bundle=bundle, path=str(path))
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, digest.encode())  # no newline: the init container compares exactly
+    log.info("digest.published", bundle=bundle, path=str(path), digest=digest)
+    return str(path)
+
+
+def mirror_status(layout: Layout, config: Config) -> None:
+    """Copy every ``status/<bundle>.json`` into each ``status_dirs``, with what a pod needs.
+
+    Each copy adds ``generations`` (id -> version, kernel, failed) and ``running_kernel``,
+    so a driver container can tell its own version's failure and a drop for another kernel.
+    A failure is logged, never raised: publishing must not stop intake or boot.
+    """
+    if not config.publish.status_dirs:
+        return
+    try:
+        state = load(layout.state)
+        docs = {p.stem: _enriched(p, state, layout) for p in layout.status.glob("*.json")}
+    except (OSError, ValueError) as exc:
+        log.error("status.mirror_failed", error=str(exc))
+        return
+    for directory in config.publish.status_dirs:
+        target = layout.host(directory)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for bundle, doc in sorted(docs.items()):
+                body = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+                write_atomic(target / f"{bundle}.json", body)
+        except OSError as exc:
+            log.error("status.mirror_failed", directory=str(target), error=str(exc))
+
+
+def _enriched(path: Path, state: State, layout: Layout) -> dict[str, Any]:
+    doc = dict(json.loads(path.read_bytes()))
+    b = state.bundles.get(path.stem)
+    gens = b.generations.values() if b else ()
+    doc["generations"] = {
+        g.id: {"version": g.version, "kernel": g.kernel, "failed": g.failed} for g in gens
+    }
+    with contextlib.suppress(OSError):
+        doc["running_kernel"] = layout.kernel_release()
+    return doc
+
+
+def ensure_dirs(dirs: list[Path]) -> None:
+    """Create the incoming directories (``/run`` is empty after every boot)."""
+    for d in dirs:
+        os.makedirs(d, mode=0o755, exist_ok=True)

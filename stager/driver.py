@@ -1,0 +1,268 @@
+"""``nvidia-driver``: the GPU operator's driver-container contract on a modstage host.
+
+The operator runs ``nvidia-driver init`` in its driver pod (and ``reload_nvidia_peermem``,
+``probe_nvidia_peermem`` in its peermem sidecar). Here ``init`` never loads or unloads
+a module:
+
+* the loaded driver (``/sys/module/nvidia/version``) is this image's version: finish as
+  NVIDIA's container does (driver root at ``/run/nvidia/driver``, the state file with
+  ``DRIVER_CONFIG_DIGEST``, readiness) and sleep; SIGTERM leaves the modules loaded;
+* otherwise: refuse at once if the image's modules are for another kernel; stage the
+  modules, firmware, ``/drivers/*.conf`` parameters and the digest under
+  ``/run/nvidia/modstage/incoming`` (the pod's only host mount); wait for the host's
+  verdict in ``/run/nvidia/modstage/status``. The host reboots the node to load it; the
+  next pod finds it loaded. A rejection or a failed load is printed and exits 1.
+
+Settings come from the image's environment (see :class:`Settings`). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from stager.atomic import write_atomic
+from stager.errors import StagerError
+from stager.wait import EXIT_ACTIVE, Target, read_status, wait_for
+
+EXIT_FAILED = 1
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the image and the operator tell ``nvidia-driver``, paths under ``root``."""
+
+    version: str
+    kernel: str
+    modules: tuple[str, ...]
+    module_dir: Path
+    firmware_dir: Path | None
+    params_dir: Path
+    modstage_dir: Path
+    run_dir: Path
+    sys_dir: Path
+    digest: str | None = None
+    host_wait: float = 900.0
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str], root: Path = Path("/")) -> Settings:
+        """Read ``DRIVER_VERSION`` (required), ``KERNEL_VERSION``, ``DRIVER_CONFIG_DIGEST``
+        and the ``MODSTAGE_*`` settings; raise :class:`StagerError` naming what is missing."""
+        version = env.get("DRIVER_VERSION", "")
+        if not version:
+            raise StagerError("DRIVER_VERSION: not set (the image must name its driver version)")
+        kernel = env.get("KERNEL_VERSION") or os.uname().release
+        fw = env.get("MODSTAGE_FIRMWARE_DIR", "/opt/modstage/firmware")
+        return cls(
+            version=version,
+            kernel=kernel,
+            modules=tuple(env.get("MODSTAGE_MODULES", "nvidia nvidia-modeset nvidia-uvm").split()),
+            module_dir=_at(root, env.get("MODSTAGE_MODULE_DIR", f"/opt/modstage/modules/{kernel}")),
+            firmware_dir=_at(root, fw) if fw else None,
+            params_dir=_at(root, env.get("MODSTAGE_PARAMS_DIR", "/drivers")),
+            modstage_dir=_at(root, env.get("MODSTAGE_DIR", "/run/nvidia/modstage")),
+            run_dir=_at(root, env.get("RUN_DIR", "/run/nvidia")),
+            sys_dir=_at(root, "/sys"),
+            digest=env.get("DRIVER_CONFIG_DIGEST") or None,
+            host_wait=float(env.get("MODSTAGE_HOST_WAIT", "900")),
+        )
+
+    @property
+    def ready_file(self) -> Path:
+        """The operator's readiness file (its startup probe writes it too)."""
+        return self.run_dir / "validations/.driver-ctr-ready"
+
+    @property
+    def state_file(self) -> Path:
+        """The file k8s-driver-manager compares with DRIVER_CONFIG_DIGEST."""
+        return self.run_dir / "nvidia-driver.state"
+
+    @property
+    def driver_root(self) -> Path:
+        """Where the other operands find the driver's root file system."""
+        return self.run_dir / "driver"
+
+
+def _at(root: Path, absolute: str) -> Path:
+    return root / absolute.lstrip("/")
+
+
+def loaded_version(sys_dir: Path, module: str = "nvidia") -> str | None:
+    """The version of the loaded ``module`` ('' if it has none), None if it is not loaded."""
+    base = sys_dir / "module" / module
+    if not (base / "refcnt").exists() and not (base / "initstate").exists():
+        return None
+    try:
+        return (base / "version").read_text().strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class Driver:
+    """One ``nvidia-driver`` run; side effects are injectable for tests."""
+
+    settings: Settings
+    out: TextIO
+    running_kernel: str = ""
+    mount: Callable[[Sequence[str]], int] = lambda argv: subprocess.call(list(argv))
+    sleep: Callable[[float], None] = time.sleep
+    wait_interval: float = 2.0
+
+    def say(self, message: str) -> None:
+        """One line of progress for ``kubectl logs``."""
+        print(f"nvidia-driver: {message}", file=self.out, flush=True)
+
+    def init(self, forever: Callable[[], None] | None = None) -> int:
+        """The operator's ``init``: finish if our version is loaded, else stage and wait."""
+        s = self.settings
+        s.ready_file.unlink(missing_ok=True)
+        loaded = loaded_version(s.sys_dir)
+        if loaded == s.version:
+            self.finish()
+            (forever or self.sleep_until_term)()
+            return 0
+        running = self.running_kernel or os.uname().release
+        if s.kernel != running:
+            raise StagerError(
+                f"this image's modules are built for kernel {s.kernel}, the node runs "
+                f"{running}: use the image for {running}"
+            )
+        shown = "no nvidia driver" if loaded is None else f"nvidia {loaded or '(no version)'}"
+        self.say(f"{shown} loaded; staging nvidia {s.version} for the host to load at boot")
+        code = self.stage_and_wait()
+        if code != EXIT_ACTIVE:
+            return code
+        now = loaded_version(s.sys_dir)
+        if now != s.version:
+            raise StagerError(
+                f"the host reports nvidia {s.version} active but the kernel has "
+                f"{now or 'no nvidia module'} loaded (unloaded since? a reboot loads it again)"
+            )
+        self.finish()
+        (forever or self.sleep_until_term)()
+        return 0
+
+    def stage_and_wait(self) -> int:
+        """Stage the bundle into the host's pod directory and wait for its verdict."""
+        from stager.drop import ModuleSpec, stage
+        from stager.manifest import Manifest
+        from stager.paths import MANIFEST_NAME
+
+        s = self.settings
+        incoming = s.modstage_dir / "incoming"
+        self._wait_for_host(incoming)
+        modules = [ModuleSpec(s.module_dir / f"{name}.ko") for name in s.modules]
+        if s.firmware_dir is not None and not s.firmware_dir.is_dir():
+            raise StagerError(
+                f"{s.firmware_dir}: firmware directory does not exist "
+                "(set MODSTAGE_FIRMWARE_DIR= to stage no firmware)"
+            )
+        drop = stage(
+            incoming,
+            bundle="nvidia",
+            version=s.version,
+            kernel=s.kernel,
+            modules=modules,
+            params_dir=s.params_dir if s.params_dir.is_dir() else None,
+            firmware_dirs=(s.firmware_dir,) if s.firmware_dir else (),
+            config_digest=s.digest,
+        )
+        generation = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+        self.say(f"staged {drop.name} (generation {generation[:12]}); waiting for the host")
+        status = s.modstage_dir / "status" / "nvidia.json"
+        return wait_for(
+            lambda: read_status(status),
+            Target.from_drop(drop, generation),
+            self.say,
+            interval=self.wait_interval,
+            sleep=self.sleep,
+        )
+
+    def _wait_for_host(self, incoming: Path) -> None:
+        """The host's daemon creates the directory at start (``/run`` is empty after boot)."""
+        waited = 0.0
+        while not incoming.is_dir():
+            if waited >= self.settings.host_wait:
+                raise StagerError(
+                    f"{incoming}: does not exist after {waited:g} s; is modstage serve running "
+                    "on the host with this directory in incoming_dirs?"
+                )
+            if waited == 0:
+                self.say(f"waiting for the host's modstage to create {incoming}")
+            self.sleep(1.0)
+            waited += 1.0
+
+    def finish(self) -> None:
+        """Driver root for the other operands, state file, readiness: as NVIDIA's does."""
+        s = self.settings
+        root = s.driver_root
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.path.ismount(root) and self.mount(["mount", "--rbind", "/", str(root)]) != 0:
+            raise StagerError(f"{root}: cannot bind the driver root there")
+        if s.digest is not None:
+            write_atomic(s.state_file, s.digest.encode())
+        s.ready_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(s.ready_file, b"")
+        self.say(f"nvidia {s.version} is loaded (by the host); driver root at {root}; ready")
+
+    def sleep_until_term(self) -> None:
+        """Sleep until SIGTERM or SIGINT; the modules stay loaded (only a reboot changes them)."""
+        stop: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda n, _f: stop.append(n))
+        while not stop:
+            signal.pause()
+        self.say("stopping; the nvidia modules stay loaded (the host changes them at boot)")
+        self.mount(["umount", "--lazy", str(self.settings.driver_root)])
+
+    def probe_peermem(self) -> int:
+        """``probe_nvidia_peermem``: 0 if nvidia-peermem is loaded, 1 (saying why) if not."""
+        if loaded_version(self.settings.sys_dir, "nvidia_peermem") is not None:
+            return 0
+        self.say(
+            "nvidia-peermem is not loaded: add it to the bundle (MODSTAGE_MODULES) so the "
+            "host loads it at boot; this host never loads modules from a container"
+        )
+        return EXIT_FAILED
+
+    def reload_peermem(self, forever: Callable[[], None] | None = None) -> int:
+        """``reload_nvidia_peermem``: nothing to load here; report, then keep the sidecar up."""
+        code = self.probe_peermem()
+        if code == 0:
+            self.say("nvidia-peermem is loaded by the host from the bundle")
+            (forever or self.sleep_until_term)()
+        return code
+
+
+VERBS = ("init", "reload_nvidia_peermem", "probe_nvidia_peermem")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """``nvidia-driver VERB``; errors are one line on stderr and exit 1."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = out if out is not None else sys.stdout
+    if len(args) != 1 or args[0] not in VERBS:
+        print(f"usage: nvidia-driver {{{'|'.join(VERBS)}}}", file=sys.stderr)
+        return 2
+    try:
+        driver = Driver(Settings.from_environ(os.environ), out)
+        if args[0] == "init":
+            return driver.init()
+        if args[0] == "reload_nvidia_peermem":
+            return driver.reload_peermem()
+        return driver.probe_peermem()
+    except StagerError as exc:
+        print(f"nvidia-driver {args[0]}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

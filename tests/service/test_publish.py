@@ -1,0 +1,280 @@
+"""The operator contract on the host: several incoming dirs, the config digest, status mirrors."""
+
+from __future__ import annotations
+
+import errno
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from service.boot.loader import Boot
+from service.config import Config, Publish, RebootConfig
+from service.daemon.events import DropWatcher, Event
+from service.daemon.loop import Daemon
+from service.errors import ConfigError
+from service.layout import Layout
+from service.reboot import CommandRebooter
+from service.store.intake import Intake
+from service.store.publish import incoming_dirs
+from service.store.state import Phase, load
+from service.verify.trust import TrustStore
+from service.window import Guard
+from stager.drop import DIGEST_NAME, ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import FakeKernel, make_host
+from tests.service.test_intake import FakeKeyring
+
+POD_IN = "/run/nvidia/modstage/incoming"
+POD_STATUS = "/run/nvidia/modstage/status"
+STATE_FILE = "/run/nvidia/nvidia-driver.state"
+OPERATOR = Config(
+    incoming_dirs=("/var/lib/modstage/incoming", POD_IN),
+    publish=Publish(status_dirs=(POD_STATUS,), digest_files=(("nvidia", STATE_FILE),)),
+)
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree whose pod incoming directory exists (the daemon creates it)."""
+    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+    layout.host(POD_IN).mkdir(parents=True)
+    return layout
+
+
+@pytest.fixture
+def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
+    """Two test modules signed with the trusted key, under NVIDIA's file names."""
+    out = tmp_path / "signed"
+    out.mkdir()
+    return {
+        "nvidia": sign(modules["ms_exporter"], rsa_key, out / "ms_exporter.ko"),
+        "uvm": sign(modules["ms_params"], rsa_key, out / "ms_params.ko"),
+        "bad": sign(modules["ms_firmware"], rsa_key, out / "ms_firmware.ko"),
+    }
+
+
+def _drop(
+    host: Layout,
+    signed: dict[str, Path],
+    kernel: str,
+    version: str,
+    *,
+    bad: bool = False,
+    **kw: object,
+) -> Path:
+    second = ModuleSpec(signed["bad"]) if bad else ModuleSpec(signed["uvm"], f"label=v{version}")
+    return stage(
+        host.host(POD_IN),
+        bundle="nvidia",
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(signed["nvidia"]), second],
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def _intake(host: Layout, config: Config = OPERATOR) -> Intake:
+    return Intake(host, config, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+
+
+def _boot(host: Layout, kernel: FakeKernel) -> Boot:
+    return Boot(host, OPERATOR, TrustStore.from_directory(host.trusted), kernel)
+
+
+def test_config_reads_incoming_dirs_and_publish() -> None:
+    """incoming_dirs and [publish] parse into values; the default keeps today's one directory."""
+    assert Config().incoming_dirs == ("/var/lib/modstage/incoming",)
+    cfg = Config.from_dict(
+        {
+            "incoming_dirs": ["/var/lib/modstage/incoming", POD_IN],
+            "publish": {"status_dirs": [POD_STATUS], "digest_files": {"nvidia": STATE_FILE}},
+        }
+    )
+    assert cfg == OPERATOR
+    assert cfg.publish.digest_file("nvidia") == STATE_FILE
+    assert cfg.publish.digest_file("other") is None
+
+
+def test_config_refuses_relative_or_unnormalized_paths() -> None:
+    """Every published or watched path is absolute and normalized; each problem is named."""
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict(
+            {
+                "incoming_dirs": ["run/x", "/a/../b"],
+                "publish": {"status_dirs": "/x", "digest_files": {"n": "/a/./b"}, "extra": 1},
+            }
+        )
+    text = str(info.value)
+    for part in (
+        "incoming_dirs: 'run/x' is not an absolute",
+        "incoming_dirs: '/a/../b' is not an absolute",
+        "publish.status_dirs: must be an array of strings",
+        "publish.digest_files.n: '/a/./b' is not an absolute",
+        "publish.extra: unknown key",
+    ):
+        assert part in text
+    with pytest.raises(ConfigError, match="incoming_dirs: must name at least one"):
+        Config.from_dict({"incoming_dirs": []})
+
+
+def test_drop_in_the_pod_directory_is_taken_with_its_digest(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A drop under /run/nvidia is taken in; its digest recorded; the pod's status copy has it."""
+    drop = _drop(host, signed, kernel, "1", config_digest="1234abcd")
+    assert (drop / DIGEST_NAME).read_text() == "1234abcd\n"
+    [outcome] = _intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    assert not drop.exists()
+    assert (host.config_digests / str(outcome.generation)).read_text() == "1234abcd\n"
+    mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
+    assert mirrored["phase"] == "pending" and mirrored["pending"] == outcome.generation
+    assert mirrored["generations"][outcome.generation] == {
+        "version": "1",
+        "kernel": kernel,
+        "failed": None,
+    }
+    assert mirrored["running_kernel"] == kernel
+
+
+def test_a_directory_not_configured_is_not_read(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """With the default config the pod directory is not an incoming directory at all."""
+    drop = _drop(host, signed, kernel, "1")
+    assert _intake(host, Config()).run() == []
+    assert drop.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"two words\n", "is not a config digest"),
+        (b"\xff\xfe", "is not ASCII"),
+        (b"x" * 600, "over the limit of 512"),
+    ],
+)
+def test_a_bad_digest_rejects_the_drop(
+    host: Layout, signed: dict[str, Path], kernel: str, content: bytes, reason: str
+) -> None:
+    """A digest file that is not one short printable word rejects the drop, naming the file."""
+    drop = _drop(host, signed, kernel, "1", config_digest="ok")
+    (drop / DIGEST_NAME).write_bytes(content)
+    [outcome] = _intake(host).run()
+    assert not outcome.accepted
+    assert f"{drop / DIGEST_NAME}:" in outcome.reasons[0] and reason in outcome.reasons[0]
+    assert load(host.state).bundle("nvidia").phase is Phase.NONE
+
+
+def test_a_symlinked_digest_is_refused(host: Layout, signed: dict[str, Path], kernel: str) -> None:
+    """The digest file is read like every drop file: a symlink out of the drop is refused."""
+    drop = _drop(host, signed, kernel, "1")
+    (drop / DIGEST_NAME).symlink_to("/etc/hostname")
+    [outcome] = _intake(host).run()
+    assert not outcome.accepted and "is a symbolic link" in outcome.reasons[0]
+
+
+def test_boot_writes_the_digest_of_the_live_generation(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Once live, the generation's digest is the state file's exact content (no newline)."""
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    [outcome] = _intake(host).run()
+    state = _boot(host, FakeKernel()).run()
+    assert state.bundle("nvidia").active == outcome.generation
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
+    mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
+    assert mirrored["phase"] == "active" and mirrored["active"] == outcome.generation
+
+
+def test_failed_generation_publishes_the_fallbacks_digest(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 fails to load: v1 is brought back and the file names v1's digest, never v2's."""
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    [first] = _intake(host).run()
+    _boot(host, FakeKernel()).run()
+    _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
+    [second] = _intake(host).run()
+    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
+    state = _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
+    b = state.bundle("nvidia")
+    assert b.active == first.generation
+    assert b.generations[str(second.generation)].failed
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
+    mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
+    assert mirrored["generations"][second.generation]["failed"]
+
+
+def test_generation_without_digest_leaves_no_state_file(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A live generation whose drop carried no digest removes a stale state file."""
+    host.host(STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    host.host(STATE_FILE).write_text("stale")
+    _drop(host, signed, kernel, "1")
+    _intake(host).run()
+    _boot(host, FakeKernel()).run()
+    assert not host.host(STATE_FILE).exists()
+
+
+def test_digests_of_forgotten_generations_are_removed(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Digest records follow state: a generation past ``retain`` loses its digest too."""
+    cfg = Config(
+        retain=1,
+        incoming_dirs=OPERATOR.incoming_dirs,
+        publish=OPERATOR.publish,
+    )
+    ids = []
+    for version in ("1", "2", "3"):
+        _drop(host, signed, kernel, version, config_digest=f"d{version}")
+        [outcome] = _intake(host, cfg).run()
+        ids.append(outcome.generation)
+    assert sorted(p.name for p in host.config_digests.iterdir()) == [ids[2]]
+
+
+def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A drop under /run/nvidia is noticed by inotify, taken in, and the reboot shown to the pod."""
+    asked: list[list[str]] = []
+    cfg = replace(
+        OPERATOR,
+        reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 3600)),
+    )
+    intake = Intake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    daemon = Daemon(host, cfg, intake, CommandRebooter(["reboot-now"], runner=asked.append))
+    host.incoming.mkdir(parents=True, exist_ok=True)
+    watchers = [DropWatcher(d, daemon.events) for d in incoming_dirs(host, cfg)]
+    for w in watchers:
+        w.start()
+    daemon.watcher, daemon.more_watchers = watchers[0], watchers[1:]
+    daemon.reconcile()
+    thread = threading.Thread(target=daemon.loop, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)  # the first scan found nothing; what follows must come from inotify
+        _drop(host, signed, kernel, "1", config_digest="d1")
+        mirror = host.host(POD_STATUS) / "nvidia.json"
+        deadline = time.monotonic() + 20
+        while not (
+            asked  # the request follows the recorded intent and the status it shows
+            and mirror.exists()
+            and json.loads(mirror.read_text())["phase"] == "reboot_scheduled"
+        ):
+            assert time.monotonic() < deadline, "the pod never saw the reboot scheduled"
+            time.sleep(0.05)
+        assert asked == [["reboot-now"]]
+        assert list(host.host(POD_IN).iterdir()) == []
+    finally:
+        daemon.events.put(Event("stop"))
+        thread.join(timeout=10)
+        for w in watchers:
+            w.stop()
+    assert not thread.is_alive()

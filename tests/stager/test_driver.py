@@ -1,0 +1,193 @@
+"""``nvidia-driver``: the GPU operator's driver-container verbs on a temporary root."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from stager.driver import Driver, Settings, loaded_version, main
+from stager.drop import DIGEST_NAME
+from stager.errors import StagerError
+from stager.manifest import Manifest
+from stager.paths import MANIFEST_NAME
+
+KERNEL = "6.1.0-test-amd64"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An image plus the pod's host mounts: modules, firmware, /drivers, /run/nvidia, /sys."""
+    r = tmp_path / "root"
+    mods = r / f"opt/modstage/modules/{KERNEL}"
+    mods.mkdir(parents=True)
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm"):
+        (mods / f"{name}.ko").write_bytes(name.encode() * 100)
+    fw = r / "opt/modstage/firmware/nvidia/2.0"
+    fw.mkdir(parents=True)
+    (fw / "gsp.bin").write_bytes(b"gsp")
+    (r / "drivers").mkdir()
+    (r / "drivers/nvidia.conf").write_text("NVreg_X=1\n")
+    (r / "run/nvidia/modstage/incoming").mkdir(parents=True)
+    (r / "sys/module").mkdir(parents=True)
+    return r
+
+
+def _settings(root: Path, **env: str) -> Settings:
+    base = {"DRIVER_VERSION": "2.0", "KERNEL_VERSION": KERNEL, "DRIVER_CONFIG_DIGEST": "777"}
+    return Settings.from_environ({**base, **env}, root)
+
+
+def _load(root: Path, module: str, version: str) -> None:
+    d = root / "sys/module" / module
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "refcnt").write_text("0\n")
+    (d / "version").write_text(version + "\n")
+
+
+class Host:
+    """Plays the host while the container waits: answers the drop through the status file."""
+
+    def __init__(self, root: Path, verdict: str) -> None:
+        self.root, self.verdict, self.calls = root, verdict, 0
+
+    def sleep(self, _seconds: float) -> None:
+        self.calls += 1
+        assert self.calls < 20, "the container never decided"
+        incoming = self.root / "run/nvidia/modstage/incoming"
+        drops = list(incoming.iterdir())
+        if not drops:
+            return
+        [drop] = drops
+        gen = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+        doc: dict[str, object] = {"bundle": "nvidia", "updated": time.time() + 1, "errors": []}
+        if self.verdict == "failed":
+            doc.update(phase="failed", generation=gen, failed={gen: "nvidia: ENODEV"})
+        else:
+            doc.update(phase="active", generation=gen, active=gen, failed={})
+            _load(self.root, "nvidia", "2.0")
+        status = self.root / "run/nvidia/modstage/status"
+        status.mkdir(parents=True, exist_ok=True)
+        (status / "nvidia.json").write_text(json.dumps(doc))
+
+
+def _driver(root: Path, host: Host | None = None, **env: str) -> tuple[Driver, io.StringIO]:
+    out = io.StringIO()
+    mounts: list[list[str]] = []
+
+    def mount(argv: object) -> int:
+        mounts.append(list(argv))  # type: ignore[call-overload]
+        return 0
+
+    driver = Driver(
+        _settings(root, **env),
+        out,
+        running_kernel=KERNEL,
+        mount=mount,
+        sleep=host.sleep if host else (lambda _s: None),
+        wait_interval=0.0,
+    )
+    driver.mounts = mounts  # type: ignore[attr-defined]
+    return driver, out
+
+
+def test_loaded_image_version_finishes_like_nvidias_container(root: Path) -> None:
+    """Our version loaded: driver root bound, state file = digest, readiness; nothing staged."""
+    _load(root, "nvidia", "2.0")
+    driver, out = _driver(root)
+    assert driver.init(forever=lambda: None) == 0
+    assert driver.mounts == [["mount", "--rbind", "/", str(root / "run/nvidia/driver")]]  # type: ignore[attr-defined]
+    assert (root / "run/nvidia/nvidia-driver.state").read_bytes() == b"777"
+    assert (root / "run/nvidia/validations/.driver-ctr-ready").exists()
+    assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
+    assert "nvidia 2.0 is loaded (by the host)" in out.getvalue()
+
+
+def test_other_version_is_staged_and_the_hosts_failure_reported(root: Path) -> None:
+    """v1 loaded: v2 is staged with digest, params, firmware; the host's failure exits 1."""
+    _load(root, "nvidia", "1.0")
+    host = Host(root, "failed")
+    driver, out = _driver(root, host)
+    (root / "run/nvidia/validations").mkdir(parents=True)
+    (root / "run/nvidia/validations/.driver-ctr-ready").write_text("")
+    assert driver.init(forever=lambda: None) == 1
+    assert "failed: nvidia: ENODEV" in out.getvalue()
+    assert not (root / "run/nvidia/validations/.driver-ctr-ready").exists()
+    [drop] = (root / "run/nvidia/modstage/incoming").iterdir()
+    manifest = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes())
+    assert [m.file for m in manifest.modules] == [
+        "modules/nvidia.ko",
+        "modules/nvidia-modeset.ko",
+        "modules/nvidia-uvm.ko",
+    ]
+    assert manifest.modules[0].params == "NVreg_X=1"
+    assert [f.file for f in manifest.firmware] == ["firmware/nvidia/2.0/gsp.bin"]
+    assert (drop / DIGEST_NAME).read_text() == "777\n"
+    assert "nvidia 1.0 loaded; staging nvidia 2.0" in out.getvalue()
+
+
+def test_active_after_waiting_finishes(root: Path) -> None:
+    """When the host reports the generation active and it is loaded, init finishes."""
+    host = Host(root, "active")
+    driver, out = _driver(root, host)
+    assert driver.init(forever=lambda: None) == 0
+    assert (root / "run/nvidia/validations/.driver-ctr-ready").exists()
+    assert "is active" in out.getvalue()
+
+
+def test_image_for_another_kernel_is_refused_at_once(root: Path) -> None:
+    """Modules built for another kernel are reported before anything is staged."""
+    driver, _out = _driver(root, KERNEL_VERSION="6.12.0-other")
+    with pytest.raises(StagerError, match=r"built for kernel 6\.12\.0-other, the node runs"):
+        driver.init(forever=lambda: None)
+    assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
+
+
+def test_missing_firmware_is_one_error_and_no_drop(root: Path) -> None:
+    """A firmware directory that is not there is refused before staging."""
+    driver, _out = _driver(root, MODSTAGE_FIRMWARE_DIR="/opt/none")
+    with pytest.raises(StagerError, match="/opt/none: firmware directory does not exist"):
+        driver.init(forever=lambda: None)
+    assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
+
+
+def test_no_host_directory_times_out_with_a_reason(root: Path) -> None:
+    """Without the host's pod directory, init waits MODSTAGE_HOST_WAIT seconds, then says why."""
+    (root / "run/nvidia/modstage/incoming").rmdir()
+    driver, _out = _driver(root, MODSTAGE_HOST_WAIT="3")
+    with pytest.raises(StagerError, match="is modstage serve running"):
+        driver.init(forever=lambda: None)
+
+
+def test_peermem_verbs_report_what_the_host_loaded(root: Path) -> None:
+    """probe/reload succeed when the host loaded nvidia-peermem, and say what to do if not."""
+    driver, out = _driver(root)
+    assert driver.probe_peermem() == 1
+    assert driver.reload_peermem(forever=lambda: None) == 1
+    assert "add it to the bundle" in out.getvalue()
+    _load(root, "nvidia_peermem", "2.0")
+    assert driver.probe_peermem() == 0
+    assert driver.reload_peermem(forever=lambda: None) == 0
+
+
+def test_loaded_version_reads_sysfs(root: Path) -> None:
+    """None when not loaded, '' when loaded without a version, else the version."""
+    assert loaded_version(root / "sys") is None
+    (root / "sys/module/nvidia").mkdir()
+    (root / "sys/module/nvidia/refcnt").write_text("0")
+    assert loaded_version(root / "sys") == ""
+
+
+def test_main_refuses_unknown_verbs_and_missing_version(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verb the operator does not use is a usage error; no DRIVER_VERSION is one line."""
+    assert main(["load"]) == 2
+    monkeypatch.delenv("DRIVER_VERSION", raising=False)
+    assert main(["probe_nvidia_peermem"]) == 1
+    assert capsys.readouterr().err.endswith(
+        "error: DRIVER_VERSION: not set (the image must name its driver version)\n"
+    )
