@@ -1,29 +1,37 @@
-"""The whole modstage story on a real kernel, narrated: ``python -m tests.vm.demo``.
+"""modstage's main job, as a cluster operator runs it, on a real kernel: ``tests/demo``.
 
-A driver container stages a signed bundle on the node, the daemon verifies it and asks for a
-reboot through the `command` backend, the node reboots, ``modstage boot`` loads the modules in
-order with their parameters and firmware, hot-added memory is onlined, and ``modstage status``
-is printed after each step. Everything runs in a QEMU guest booting Debian's signed kernel.
+A GPU node boots Debian's signed 6.1 kernel under QEMU. The NVIDIA GPU operator's driver pod
+is played as the operator renders it (tests/vm/operator: the pod's mounts, the init
+container's decision, the startup probe), with the driver image built from
+deploy/driver-container. The host runs ``modstage boot`` at every boot and ``modstage serve``
+with the pod's directory under /run/nvidia. kured's part is its sentinel command
+(``modstage status --reboot-required``) and the reboot. The cluster operator installs driver
+1.0, then changes the ClusterPolicy to 2.0. ``modstage status`` is printed after every step.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from tests.kmod import build_modules, kernel_release, make_key, sign
+from tests.kmod import kernel_release, make_key
 from tests.vm.harness import Vm
-from tests.vm.node import live_modules, modstage, prepare, start_daemon, wait_until
+from tests.vm.node import daemon_events, modstage, prepare, start_daemon, wait_until
+from tests.vm.operator import container_env, init_container, make_image, nvidia_driver
+from tests.vm.operator.image import driver_rootfs
 
 CONFIG = """\
-hotplug_policy = "online_movable"
+incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
+[publish]
+status_dirs = ["/run/nvidia/modstage/status"]
+digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
 [reboot]
-backend = "command"
-command = ["/bin/busybox", "reboot", "-f"]
-min_delay = 15
+backend = "kured"   # the daemon records its request; kured asks `status --reboot-required`
+min_delay = 0
 """
+DIGEST = {"1.0": "3520785164", "2.0": "1177712841"}  # DRIVER_CONFIG_DIGEST per ClusterPolicy
 
 
 def say(text: str) -> None:
@@ -31,100 +39,114 @@ def say(text: str) -> None:
     print(f"\n\033[1m==> {text}\033[0m", flush=True)
 
 
-def show_status(vm: Vm) -> None:
-    """Print ``modstage status`` as an admin on the node sees it."""
-    rc, out = modstage(vm, "status")
-    print(out.rstrip(), f"\n(exit code {rc})", flush=True)
+def show(vm: Vm, *argv: str) -> int:
+    """Print a ``modstage`` command's output as an admin on the node sees it."""
+    rc, out = modstage(vm, *argv)
+    print(f"$ modstage {' '.join(argv)}\n{out.rstrip()}\n(exit code {rc})", flush=True)
+    return rc
+
+
+class Node:
+    """The GPU node of the demo, with the operator's pod for each driver version."""
+
+    def __init__(self, vm: Vm, rootfs: Path, cert: bytes) -> None:
+        self.vm, self.rootfs, self.cert = vm, rootfs, cert
+
+    def host_up(self) -> None:
+        """What the node runs at every boot: ``modstage boot``, then the daemon."""
+        prepare(self.vm, {"vendor.pem": self.cert}, CONFIG)
+        rc, out = modstage(self.vm, "boot")
+        print(f"$ modstage boot\n{out.rstrip()}\n(exit code {rc})")
+        log = start_daemon(self.vm, f"daemon-{self.vm.boots}.log")
+        wait_until(
+            lambda: any(e.get("event") == "daemon.ready" for e in daemon_events(log)),
+            90,
+            "the daemon's start",
+        )
+
+    def init_container(self, version: str) -> None:
+        """The pod's init container (k8s-driver-manager's decision) with the pod's digest."""
+        result = self.vm.run(init_container(DIGEST[version]), timeout=60)
+        print("  init container: " + " / ".join(result.stdout.strip().splitlines()[-2:]))
+
+    def driver(self, version: str) -> str:
+        """The pod's main container: ``nvidia-driver init`` from the driver image."""
+        env = container_env(version, DIGEST[version])
+        return nvidia_driver(self.rootfs, f"/var/lib/modstage/images/{version}", env)
+
+    def stage(self, version: str) -> None:
+        """Start the pod's ``init`` in the background and wait until the host has the drop."""
+        log = f"/var/lib/modstage/pod-{version}.log"
+        self.vm.run(f"nohup {self.driver(version)} > {log} 2>&1 &", timeout=30)
+        wait_until(
+            lambda: "reboot_scheduled" in self.pod_log(version), 180, f"driver {version} staged"
+        )
+        print("  driver container: " + self.pod_log(version).strip().splitlines()[-1])
+
+    def pod_log(self, version: str) -> str:
+        """What the pod's ``init`` printed so far."""
+        path = self.vm.state_dir / f"pod-{version}.log"
+        return path.read_text() if path.exists() else ""
+
+    def finish(self, version: str) -> bool:
+        """After the reboot: the pod's ``init`` finds its driver loaded and becomes ready."""
+        self.vm.run(f"nohup {self.driver(version)} > /var/lib/modstage/pod-{version}.log 2>&1 &")
+        ready = "os.path.exists('/run/nvidia/validations/.driver-ctr-ready')"
+        wait_until(lambda: self.vm.eval(ready), 90, f"driver {version} ready")
+        print("  driver container: " + self.pod_log(version).strip().splitlines()[-1])
+        state = self.vm.read("/run/nvidia/nvidia-driver.state")
+        loaded = self.vm.read("/sys/module/nvidia/version")
+        print(f"  /run/nvidia/nvidia-driver.state = {state}; /sys/module/nvidia/version = {loaded}")
+        return loaded == version and state == DIGEST[version]
+
+    def reboot_by_kured(self) -> None:
+        """kured's sentinel command says 0; kured drains and reboots the node."""
+        rc = show(self.vm, "status", "--reboot-required")
+        print(f"  kured: sentinel command exit {rc}: " + ("reboot" if rc == 0 else "no reboot"))
+        self.vm.reboot()
+
+
+def build(work: Path) -> tuple[Path, bytes, Path]:
+    """The vendor's side: signed driver payloads for 1.0 and 2.0, and the driver image."""
+    key = make_key(work / "key", "rsa4096", cn="Example GPU vendor")
+    images = work / "state" / "images"
+    for version in DIGEST:
+        make_image(images / version, version, key, {"nvidia": "fail=0"})
+    return driver_rootfs(), key.cert_pem.read_bytes(), work / "state"
+
+
+def upgrade(node: Node, version: str, before: str | None) -> bool:
+    """The cluster operator sets ``version`` in the ClusterPolicy; the node ends up on it."""
+    say(f"ClusterPolicy says driver {version}: the operator (re)starts the driver pod")
+    node.init_container(version)
+    node.stage(version)
+    show(node.vm, "status")
+    say("kured asks modstage whether the node needs a reboot, and reboots it")
+    node.reboot_by_kured()
+    say("Next boot: modstage boot loads the new generation before the kubelet starts")
+    node.host_up()
+    show(node.vm, "status")
+    say(f"The pod starts again: its init container finds {version} loaded as desired")
+    node.init_container(version)
+    ok = node.finish(version)
+    if before is not None:
+        show(node.vm, "generations", "nvidia")
+    return ok
 
 
 def main() -> int:
     """Run the demo; exit 0 when every step did what it says."""
+    started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="modstage-demo-"))
-    kernel = kernel_release()
-    say("Vendor side: build the test modules against Debian's headers, sign with sign-file")
-    key = make_key(work / "key", "rsa4096", cn="Example GPU vendor")
-    built = build_modules()
-    modules = {
-        n: sign(built[n], key, work / f"{n}.ko")
-        for n in ("ms_exporter", "ms_consumer", "ms_params", "ms_firmware")
-    }
-    (work / "firmware" / "modstage").mkdir(parents=True)
-    (work / "firmware" / "modstage" / "test.bin").write_bytes(b"\x42" * 65536)
-    say(f"Boot the node: Debian {kernel} under QEMU; the host trusts the vendor certificate")
-    with Vm.boot(work / "state", name="demo") as vm:
-        certs = {"vendor.pem": key.cert_pem.read_bytes()}
-        prepare(vm, certs, CONFIG)
-        show_status(vm)
-        # The state share is 9p, which raises no inotify events in the guest; a node's incoming
-        # directory is on local disk, so give the guest a local one (tmpfs) for the drops.
-        vm.run(
-            "mkdir -p /var/lib/modstage/incoming && mount -t tmpfs tmpfs /var/lib/modstage/incoming"
-        ).check()
-        say("Start the host daemon (modstage serve)")
-        log = start_daemon(vm, "daemon.log")
-        wait_until(lambda: "daemon.ready" in log.read_text(), 60, "the daemon")
-        say("Hot-add 512 MiB of memory over QMP; the daemon onlines it (ZONE_MOVABLE)")
-        vm.hotplug_memory("512M")
-        wait_until(lambda: log.read_text().count("memory.onlined") >= 4, 60, "memory onlining")
-        for line in log.read_text().splitlines():
-            if "memory.onlined" in line:
-                event = json.loads(line)
-                print(f"  memory{event['block']}: {event['state']} after {event['latency_ms']} ms")
-        show_status(vm)
-        say("Driver container: modstage stage (the modules, parameters, firmware)")
-        for name, path in modules.items():
-            vm.put(path, f"vendor/{name}.ko")
-        vm.put(work / "firmware/modstage/test.bin", "vendor/firmware/modstage/test.bin")
-        rc, out = modstage(
-            vm,
-            "stage",
-            "--into",
-            "/var/lib/modstage/incoming",
-            "--bundle",
-            "demo",
-            "--version",
-            "1.0",
-            "--kernel",
-            kernel,
-            "--module",
-            "/var/lib/modstage/vendor/ms_exporter.ko",
-            "--module",
-            "/var/lib/modstage/vendor/ms_consumer.ko",
-            "--module",
-            "/var/lib/modstage/vendor/ms_params.ko:count=42 label=demo",
-            "--module",
-            "/var/lib/modstage/vendor/ms_firmware.ko",
-            "--firmware",
-            "/var/lib/modstage/vendor/firmware",
-        )
-        print(f"  staged {out.strip()} (exit {rc})")
-        say("The daemon verifies the drop and records it pending (a reboot is now required)")
-        wait_until(lambda: "drop.accepted" in log.read_text(), 120, "the intake")
-        show_status(vm)
-        say("After the minimum delay the daemon asks for the reboot (command backend)")
-        wait_until(lambda: not vm.running, 180, "the reboot")
-        print(f"  qemu ended: the node rebooted (exit {vm.returncode})")
-        for line in log.read_text().splitlines():
-            if any(e in line for e in ("drop.accepted", "reboot.requested")):
-                print("  " + line)
-        say("Next boot: modstage boot (the oneshot) loads the generation")
-        vm.start()
-        prepare(vm, certs, CONFIG)
-        rc, out = modstage(vm, "boot")
-        print(out.rstrip())
-        loaded = [m for m in reversed(live_modules(vm)) if m.startswith("ms_")]
-        print(f"  live, in load order: {', '.join(loaded)}")
-        print(
-            f"  ms_params count={vm.read('/sys/module/ms_params/parameters/count')}"
-            f" label={vm.read('/sys/module/ms_params/parameters/label')}"
-        )
-        print(f"  ms_firmware fw_size={vm.read('/sys/module/ms_firmware/parameters/fw_size')}")
-        say("The daemon starts after the boot unit and sees the reboot it asked for happened")
-        log2 = start_daemon(vm, "daemon-2.log")
-        wait_until(lambda: "reboot.happened" in log2.read_text(), 120, "the daemon's reconcile")
-        show_status(vm)
-        ok = loaded == ["ms_exporter", "ms_consumer", "ms_params", "ms_firmware"] and rc == 0
-    say("Demo " + ("complete" if ok else "FAILED"))
+    say("Vendor side: fake NVIDIA 1.0 and 2.0 built against Debian's headers, signed")
+    rootfs, cert, state_dir = build(work)
+    say(f"Boot the GPU node: Debian {kernel_release()}; the host trusts the vendor certificate")
+    with Vm.boot(state_dir, name="demo") as vm:
+        node = Node(vm, rootfs, cert)
+        node.host_up()
+        show(vm, "status")
+        ok = upgrade(node, "1.0", None) and upgrade(node, "2.0", "1.0")
+    say(f"Demo {'complete' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s")
     return 0 if ok else 1
 
 

@@ -1,7 +1,8 @@
 """The proof of issue 12: driver upgrades under the NVIDIA GPU operator's pod, unchanged.
 
-The pod is simulated in the guest with the mounts of FIELD-FACTS §1 (tests/vm/operator/pod.sh),
-its init container by a stand-in applying §2's decision (uninstall_driver.sh), its startup
+The pod is simulated in the guest with the mounts of the operator's driver DaemonSet
+(tests/vm/operator/pod.sh), its init container by a stand-in applying k8s-driver-manager's
+uninstall_driver decision (uninstall_driver.sh), its startup
 probe by startup_probe.sh; the driver container runs deploy/driver-container's
 ``nvidia-driver`` (stager.driver). The host runs ``modstage serve`` with the pod's
 directory in ``incoming_dirs`` and ``modstage boot`` at every boot. Four boots:

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The GPU operator's driver pod (its nvidia-driver-ctr container), as FIELD-FACTS.md §1
-# describes its host mounts, simulated with a mount namespace in the test VM. The container's
+# The GPU operator's driver pod (its nvidia-driver-ctr container), as NVIDIA/gpu-operator's
+# assets/state-driver/0500_daemonset.yaml declares its host mounts, simulated with a mount namespace in the test VM. The container's
 # root is the driver image's root file system (ROOTFS, exported from the image podman built),
 # under a writable overlay; in it:
 #   host /run/nvidia at /run/nvidia (Bidirectional: a shared mount), in a container /run that

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The operator's startup probe (ConfigMap nvidia-driver-startup-probe, FIELD-FACTS.md §1),
+# The operator's startup probe (NVIDIA/gpu-operator's ConfigMap nvidia-driver-startup-probe),
 # run inside the pod: the nvidia module is loaded and nvidia-smi works, then readiness is
 # written atomically.
 [ -e /sys/module/nvidia/refcnt ] || { echo "startup-probe: nvidia not loaded"; exit 1; }

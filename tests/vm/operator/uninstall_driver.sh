@@ -1,7 +1,7 @@
 #!/bin/sh
 # Stand-in for the GPU operator's init container, `k8s-driver-manager uninstall_driver`
-# (NVIDIA/k8s-driver-manager), applying the decisions of ../../../../shared/FIELD-FACTS.md
-# §2 in their order. Node labels, cordon and eviction have no node here: they are only said.
+# (NVIDIA/k8s-driver-manager), applying the decisions of its
+# uninstall_driver in their order (host driver, no driver loaded, digest match, unload). Node labels, cordon and eviction have no node here: they are only said.
 # Env: DRIVER_CONFIG_DIGEST (as the operator sets it), FORCE_REINSTALL, HOST_ROOT (/host).
 set -u
 say() { echo "uninstall_driver: $*"; }
