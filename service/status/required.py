@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from service.config import Config
-from service.errors import ServiceError, StateError
+from service.errors import ServiceError
 from service.layout import Layout
 from service.reboot import reboot_required
-from service.store.state import State, read
+from service.status.collect import read_state
+from service.store.state import State
 
 REQUIRED, NOT_REQUIRED, UNKNOWN = 0, 1, 3
 
@@ -77,12 +78,7 @@ def _state(path: Path) -> State:
         aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
         if aside:
             raise ServiceError(f"{aside[-1]}: an earlier state file was corrupt, set aside")
-    try:
-        return read(path)
-    except OSError as exc:
-        raise ServiceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except StateError as exc:
-        raise ServiceError(f"{path}: {exc}") from exc
+    return read_state(path)
 
 
 def check(layout: Layout) -> Answer:

@@ -7,6 +7,8 @@ tlv(0x30, body, indefinite=True)                 # BER indefinite length + end-o
 
 from __future__ import annotations
 
+from service.verify.oids import encode
+
 
 def length(n: int, octets: int | None = None) -> bytes:
     """The length field for `n`; `octets` forces the long form on that many octets."""
@@ -42,16 +44,7 @@ def integer(value: int) -> bytes:
 
 def oid(dotted: str) -> bytes:
     """OBJECT IDENTIFIER from its dotted form."""
-    arcs = [int(a) for a in dotted.split(".")]
-    body = bytearray([arcs[0] * 40 + arcs[1]])
-    for arc in arcs[2:]:
-        chunk = [arc & 0x7F]
-        arc >>= 7
-        while arc:
-            chunk.append(0x80 | (arc & 0x7F))
-            arc >>= 7
-        body += bytes(reversed(chunk))
-    return tlv(0x06, bytes(body))
+    return tlv(0x06, encode(dotted))
 
 
 def octets(data: bytes) -> bytes:
