@@ -62,12 +62,13 @@ def test_the_scorer_notices_a_regression(tmp_path: Path) -> None:
 
 
 def test_daemon_cannot_load_modules() -> None:
-    """The daemon's bounding set lacks CAP_SYS_MODULE, its filter lacks @module, and
-    ProtectKernelModules= is on: it never loads or unloads a module."""
+    """The daemon's bounding set lacks CAP_SYS_MODULE and its filter lacks @module: it never
+    loads or unloads a module. ProtectKernelModules= stays off, because it would hide
+    /usr/lib/modules, where intake reads the target kernel's vermagic and symbol CRCs."""
     keys = service(DAEMON)
     (caps,) = keys["CapabilityBoundingSet"]
     assert "CAP_SYS_MODULE" not in caps.split() and not caps.startswith("~")
-    assert keys["ProtectKernelModules"] == ["yes"]
+    assert keys.get("ProtectKernelModules", ["no"]) == ["no"]
     assert not any("@module" in f and not f.startswith("~") for f in keys["SystemCallFilter"])
 
 

@@ -35,7 +35,7 @@ min_delay = 0
 @pytest.fixture(scope="module")
 def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
     """The vendor's signing key."""
-    return make_key(tmp_path_factory.mktemp("daemon-key"), "p384", cn="daemon vendor")
+    return make_key(tmp_path_factory.mktemp("daemon-key"), "rsa4096", cn="daemon vendor")
 
 
 @pytest.fixture
