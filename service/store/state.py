@@ -258,15 +258,23 @@ class State:
                 _want(name, str, "bundle name"): _bundle(name, b)
                 for name, b in _want(doc["bundles"], dict, "bundles").items()
             }
-            reboot = doc.get("reboot")
-            if reboot is not None and not isinstance(reboot, dict):
-                raise StateError("reboot intent is not an object")
+            reboot = _intent(doc.get("reboot"))
             boot_id = _want(doc["boot_id"], str | None, "boot_id")
             return cls(bundles=bundles, boot_id=boot_id, reboot=reboot)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"state file is corrupt: {exc!r}") from exc
+
+
+def _intent(value: Any) -> dict[str, Any] | None:
+    """The daemon's recorded reboot request, with the keys its readers index."""
+    if value is None:
+        return None
+    intent = _want(value, dict, "reboot intent")
+    _want(intent.get("at"), int | float, "reboot intent's 'at'")
+    _want(intent.get("boot_id"), str | None, "reboot intent's 'boot_id'")
+    return intent
 
 
 def _want(value: Any, kind: Any, what: str) -> Any:

@@ -95,3 +95,20 @@ def test_corrupt_state_is_moved_aside_not_reset(tmp_path: Path, content: bytes) 
     assert info.value.aside.startswith(str(path) + ".corrupt-")
     with pytest.raises(StateCorrupt, match="an earlier state file was corrupt"):
         load(path)  # and on every later run, until an admin decides
+
+
+def test_a_reboot_intent_without_its_time_is_a_corrupt_state(tmp_path: Path) -> None:
+    """A hand-edited reboot record without ``at`` is refused where state.json is read (a
+    StateError naming the key), never a KeyError later in the daemon's reboot decision."""
+    import json
+
+    from service.store.state import State, read, save
+
+    path = tmp_path / "state.json"
+    save(path, State({}, boot_id="b", reboot={"at": 1.0, "boot_id": "b", "backend": "none"}))
+    assert read(path).reboot == {"at": 1.0, "boot_id": "b", "backend": "none"}
+    doc = json.loads(path.read_text())
+    del doc["reboot"]["at"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(StateError, match="reboot intent's 'at'"):
+        read(path)
