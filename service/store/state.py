@@ -271,7 +271,7 @@ def _intent(value: Any) -> dict[str, Any] | None:
     """The daemon's recorded reboot request, with the keys its readers index."""
     if value is None:
         return None
-    intent = _want(value, dict, "reboot intent")
+    intent: dict[str, Any] = _want(value, dict, "reboot intent")
     _want(intent.get("at"), int | float, "reboot intent's 'at'")
     _want(intent.get("boot_id"), str | None, "reboot intent's 'boot_id'")
     return intent
