@@ -239,6 +239,79 @@ def tree_size(parent: Path, name: str, *, max_entries: int) -> int | None:
     return total
 
 
+def copy_tree(
+    parent: Path, name: str, into: Path, *, max_entries: int, max_bytes: int
+) -> int | None:
+    """Copy directory ``parent/name`` to a new ``into`` (mode 0700), following no link.
+
+    Only directories and regular files are copied (each file opened as
+    :func:`open_beneath` opens drop files, so no FIFO or device is ever opened); anything
+    else is left out. Returns the bytes copied, or None once a bound is passed (depth
+    :data:`MAX_OPEN_DEPTH`, ``max_entries`` entries, ``max_bytes`` bytes) or anything
+    fails; a partial copy stays for the caller to remove. Iterative, fd-relative.
+    """
+    src: list[int] = []
+    dst: list[int] = []
+    pending: list[list[str]] = []
+    total, seen = 0, 0
+    try:
+        os.mkdir(into, 0o700)
+        src.append(os.open(parent / name, _DIR_FLAGS))
+        dst.append(os.open(into, _DIR_FLAGS))
+        pending.append(_names(src[0], max_entries))
+        while src:
+            if not pending[-1]:
+                os.close(src.pop())
+                os.close(dst.pop())
+                pending.pop()
+                continue
+            entry = pending[-1].pop()
+            seen += 1
+            st = os.stat(entry, dir_fd=src[-1], follow_symlinks=False)
+            if seen > max_entries or (stat.S_ISDIR(st.st_mode) and len(src) >= MAX_OPEN_DEPTH):
+                return None
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(entry, 0o700, dir_fd=dst[-1])
+                src.append(os.open(entry, _DIR_FLAGS, dir_fd=src[-1]))
+                dst.append(os.open(entry, _DIR_FLAGS, dir_fd=dst[-1]))
+                pending.append(_names(src[-1], max_entries))
+            elif stat.S_ISREG(st.st_mode):
+                total += _copy_file(src[-1], dst[-1], entry, max_bytes - total)
+    except OSError:
+        return None
+    finally:
+        for fd in (*src, *dst):
+            os.close(fd)
+    return total
+
+
+def _copy_file(src_dir: int, dst_dir: int, name: str, budget: int) -> int:
+    """Copy one regular file by name; raises OSError (EFBIG past ``budget`` bytes)."""
+
+    def regular(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+
+    fd = open_beneath(src_dir, name, regular)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(name, flags, 0o600, dir_fd=dst_dir)
+        try:
+            copied = 0
+            while chunk := os.read(fd, 1 << 20):
+                copied += len(chunk)
+                if copied > budget:
+                    raise OSError(errno.EFBIG, "over the quarantine's byte limit")
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+            return copied
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
 def _names(fd: int, cap: int) -> list[str]:
     """At most ``cap + 1`` entry names of directory ``fd``."""
     out: list[str] = []

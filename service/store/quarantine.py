@@ -16,6 +16,7 @@ skips it from then on, so it is handled once, not on every rescan.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import time
@@ -27,7 +28,7 @@ from service import faults
 from service.config import Limits
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.dropfs import RemoveError, Tick, remove_tree, tree_size
+from service.store.dropfs import RemoveError, Tick, copy_tree, remove_tree, tree_size
 from stager.atomic import write_atomic
 from stager.paths import parse_drop_name
 from stager.shown import bounded, shown
@@ -90,7 +91,10 @@ def put(
         kept = True
         faults.hit("quarantine.moved")
     except OSError as exc:
-        log.warning("quarantine.move_failed", drop=drop.name, error=shown(exc))
+        if exc.errno == errno.EXDEV:  # an incoming directory on another file system (tmpfs)
+            kept = _copy(where, drop, limits, tick)
+        else:
+            log.warning("quarantine.move_failed", drop=drop.name, error=shown(exc))
         left = _remove_or_leave(drop, limits, tick)
     size = 0
     if kept:
@@ -103,6 +107,24 @@ def put(
         log.error("quarantine.unwritable", drop=drop.name, error=shown(exc))
     log.info("drop.quarantined", drop=drop.name, kept=kept, left=left)
     return record
+
+
+def _copy(where: Path, drop: Path, limits: Limits, tick: Tick | None) -> bool:
+    """Copy a drop that cannot be renamed here; a copy past the bounds is removed again."""
+    if os.path.lexists(where / drop.name):
+        return False  # never touch what is already in the quarantine under that name
+    copied = copy_tree(
+        drop.parent,
+        drop.name,
+        where / drop.name,
+        max_entries=limits.max_tree_entries,
+        max_bytes=limits.quarantine_bytes,
+    )
+    if copied is not None:
+        return True
+    log.warning("quarantine.copy_failed", drop=drop.name, why="over a bound or unreadable")
+    _remove_or_leave(where / drop.name, limits, tick)
+    return False
 
 
 def _remove_or_leave(drop: Path, limits: Limits, tick: Tick | None) -> str | None:

@@ -519,3 +519,53 @@ def test_long_step_feeds_the_watchdog_only_while_it_progresses(
         reader.join()
     assert len(seen) >= 4, seen
     assert max(seen) < 1.5, seen  # nothing once the step was stuck past max_seconds
+
+
+@pytest.fixture
+def incoming_on_tmpfs(host: Layout) -> Iterator[Layout]:
+    """``incoming/`` on its own tmpfs, as the operator's /run/nvidia directory is: a rename
+    from there into the quarantine under /var fails with EXDEV."""
+    import subprocess
+
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(host.incoming)], check=True)
+    try:
+        yield host
+    finally:
+        subprocess.run(["umount", "-l", str(host.incoming)], check=True)
+
+
+def test_a_drop_on_another_file_system_is_copied_into_the_quarantine(
+    incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """A rejected drop that cannot be renamed into the quarantine (EXDEV) is copied there:
+    its regular files with their bytes, never a FIFO or what a symlink points at; the
+    original is removed from the incoming directory."""
+    host = incoming_on_tmpfs
+    drop = _good(host, kernel, signed, bundle="cross")
+    junk = os.urandom(4096)
+    (drop / "modules" / f"{M}.ko").write_bytes(junk)
+    os.mkfifo(drop / "modules" / "fifo")
+    (drop / "modules" / "link").symlink_to("/etc/passwd")
+    make_intake(host, Config()).run()
+    [record] = quarantine.records(host)
+    assert record.kept and record.bundle == "cross" and record.left is None
+    kept = host.quarantine / record.drop
+    assert (kept / "modules" / f"{M}.ko").read_bytes() == junk
+    assert not os.path.lexists(kept / "modules" / "fifo")
+    assert not os.path.lexists(kept / "modules" / "link")
+    assert not drop.exists()
+
+
+def test_a_cross_file_system_copy_over_the_bound_keeps_only_the_record(
+    incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """A copy that would pass ``quarantine_bytes`` is removed again: the record stays (not
+    kept), no partial copy is left, and the drop is gone from the incoming directory."""
+    host = incoming_on_tmpfs
+    drop = _good(host, kernel, signed, bundle="big")
+    (drop / "modules" / f"{M}.ko").write_bytes(os.urandom(64 << 10))
+    make_intake(host, Config(limits=Limits(quarantine_bytes=16 << 10))).run()
+    [record] = quarantine.records(host)
+    assert not record.kept
+    assert not (host.quarantine / record.drop).exists()
+    assert not drop.exists()
