@@ -5,6 +5,7 @@ The session fixtures (kbuild modules, sign-file keys) are the service tests' own
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,3 +93,19 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
     yield mount
     for at in reversed(mounted):
         subprocess.run(["umount", "-l", str(at)], check=False)
+
+
+def chain(top: Path, depth: int, extra: bool = True) -> None:
+    """A ``x/x/x…`` chain ``depth`` deep below ``top``, a file and a symlink at each level."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("x", dir_fd=fd)
+            nxt = os.open("x", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if extra:
+                os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+                os.symlink("/etc", "l", dir_fd=fd)
+    finally:
+        os.close(fd)

@@ -24,6 +24,7 @@ from pathlib import Path
 import tomli_w
 
 from stager.paths import MANIFEST_NAME, drop_name
+from tests.hardening.conftest import chain
 
 M = "modules/ms_exporter.ko"
 
@@ -67,25 +68,13 @@ def _manifest(w: World) -> dict[str, object]:
     return tomllib.loads((w.template / MANIFEST_NAME).read_text())
 
 
-def _chain(top: Path, depth: int) -> None:
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("x", dir_fd=fd)
-            nxt = os.open("x", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    finally:
-        os.close(fd)
-
-
 # structure -----------------------------------------------------------------------------
 
 
 def manifest_dir_chain(rng: random.Random, w: World) -> str:
     tmp = _copy_template(rng, w)
     (tmp / MANIFEST_NAME).mkdir()
-    _chain(tmp / MANIFEST_NAME, rng.choice([10, 200, 1500]))
+    chain(tmp / MANIFEST_NAME, rng.choice([10, 200, 1500]), extra=False)
     _finish(w, tmp, None, _name(rng))
     return "manifest-dir-chain"
 
@@ -93,7 +82,7 @@ def manifest_dir_chain(rng: random.Random, w: World) -> str:
 def unlisted_deep_tree(rng: random.Random, w: World) -> str:
     tmp = _copy_template(rng, w)
     (tmp / "junk").mkdir()
-    _chain(tmp / "junk", rng.choice([50, 500, 1200]))
+    chain(tmp / "junk", rng.choice([50, 500, 1200]), extra=False)
     data = (w.template / MANIFEST_NAME).read_bytes()
     _finish(w, tmp, data, _name(rng, rng.choice(["tmpl", "evil"])))
     return "unlisted-deep-tree"

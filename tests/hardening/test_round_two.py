@@ -39,7 +39,7 @@ from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME
-from tests.hardening.conftest import make_intake, stage_drop
+from tests.hardening.conftest import chain, make_intake, stage_drop
 from tests.kmod import SigningKey
 from tests.service.fakes import make_host
 
@@ -64,22 +64,6 @@ def uncached_loggers() -> Iterator[None]:
     structlog.reset_defaults()
 
 
-def _chain(top: Path, depth: int, extra: bool = True) -> None:
-    """A ``x/x/x…`` chain ``depth`` deep below ``top``, a file and a symlink at each level."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("x", dir_fd=fd)
-            nxt = os.open("x", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-            if extra:
-                os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
-                os.symlink("/etc", "l", dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
 def _good(host: Layout, kernel: str, signed: dict[str, Path], bundle: str = "good") -> Path:
     return stage_drop(host, kernel, [signed[M]], bundle=bundle)
 
@@ -91,7 +75,7 @@ def test_remove_tree_is_iterative_and_follows_nothing(tmp_path: Path) -> None:
     (outside / "canary").write_text("keep")
     top = tmp_path / "drop"
     top.mkdir()
-    _chain(top, 3000)
+    chain(top, 3000)
     (top / "out").symlink_to(outside)
     removed = remove_tree(tmp_path, "drop", max_entries=100_000)
     assert not os.path.lexists(top)
@@ -121,7 +105,7 @@ def test_manifest_directory_with_deep_chain_is_rejected_and_others_taken(
     bad = _good(host, kernel, signed, bundle="evil")
     (bad / MANIFEST_NAME).unlink()
     (bad / MANIFEST_NAME).mkdir()
-    _chain(bad / MANIFEST_NAME, 1500, extra=False)
+    chain(bad / MANIFEST_NAME, 1500, extra=False)
     good = _good(host, kernel, signed)
     outcomes = {o.bundle: o for o in make_intake(host).run()}
     assert outcomes["good"].accepted
@@ -139,7 +123,7 @@ def test_valid_drop_with_unlisted_deep_chain_is_removed_completely(
     """Found 1: a valid drop with an unlisted deep chain was taken in, then crashed removal."""
     drop = _good(host, kernel, signed)
     (drop / "junk").mkdir()
-    _chain(drop / "junk", 2000)
+    chain(drop / "junk", 2000)
     [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
     assert not os.path.lexists(drop)
