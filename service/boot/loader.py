@@ -23,6 +23,7 @@ from service.errors import BootError, LoadError, ModuleRejected
 from service.kernel.firmware import FirmwareView
 from service.kernel.memory import apply_policy
 from service.kernel.modules import Kernel
+from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
@@ -167,11 +168,7 @@ class Boot:
             manifest = self._manifest(generation)
             if manifest.memory is not None:
                 step = f"memory policy {manifest.memory.value}"
-                for onlined in apply_policy(self.sysfs, manifest.memory):
-                    if "error" in onlined:
-                        log.error("memory.online_failed", **onlined)
-                    else:
-                        log.info("memory.onlined", **onlined)
+                log_onlining(apply_policy(self.sysfs, manifest.memory))
             if manifest.firmware:
                 step = "the firmware view"
                 linked = True

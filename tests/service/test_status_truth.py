@@ -166,7 +166,7 @@ def test_rich_view_never_shows_node_none(tmp_path: Path) -> None:
 def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     """The daemon's loop writes the heartbeat with its reboot decision; status shows it alive."""
     from service.config import Config
-    from service.daemon.events import Event
+    from service.daemon.events import Event, Kind
     from service.daemon.loop import Daemon
     from service.reboot import NoRebooter
 
@@ -178,7 +178,7 @@ def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     deadline = time.monotonic() + 10
     while not layout.heartbeat.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    daemon.events.put(Event("stop"))
+    daemon.events.put(Event(Kind.STOP))
     thread.join(5)
     beat = json.loads(layout.heartbeat.read_text())
     assert beat["reboot_decision"] == "requested"
