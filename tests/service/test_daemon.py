@@ -416,3 +416,18 @@ def test_drop_watches_are_capped(host: Layout) -> None:
     assert len(watcher.drops) == DropWatcher.MAX_DROP_WATCHES
     watcher.track(set())
     assert watcher.drops == {}
+
+
+def test_the_heartbeat_shows_the_decision_as_status_reads_it(host: Layout) -> None:
+    """The typed decision becomes English only in the heartbeat: its text, ``requested`` when
+    it was due (the daemon asked), ``error`` when the step failed before deciding."""
+    from service.window import Decision, Why
+
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    shown = []
+    for decision in (Decision(Why.AFTER_DROP, left=12.4), Decision(Why.DUE), None):
+        daemon.heartbeat(decision)
+        shown.append(_decided(host))
+        clock.advance(30)
+    assert shown == ["waiting 12 s after the last drop", "requested", "error"]
