@@ -12,7 +12,7 @@ import contextlib
 import queue
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from service.config import Config
@@ -28,10 +28,11 @@ from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
-from service.reboot import Rebooter, reboot_required
+from service.reboot import Rebooter
 from service.store.intake import Intake
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
-from service.store.state import Phase, State, load, locked, save
+from service.store.records import RebootIntent
+from service.store.state import State, load, locked, save
 from service.store.statusfile import write_status
 from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy
@@ -90,12 +91,12 @@ class Daemon:
         current = self.layout.boot_id.read_text().strip()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            if state.reboot and state.reboot.get("boot_id") != current:
-                save(self.layout.state, replace(state, reboot=None))
+            if state.reboot and state.reboot.boot_id != current:
+                save(self.layout.state, state.rebooted(current))
                 self.rebooter.clear()
-                log.info("reboot.happened", asked_at=state.reboot.get("at"))  # once it is saved
+                log.info("reboot.happened", asked_at=state.reboot.at)  # once it is saved
             elif state.reboot:
-                log.info("daemon.restarted", reboot_intent=state.reboot)
+                log.info("daemon.restarted", reboot_intent=state.reboot.to_json())
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
@@ -119,54 +120,49 @@ class Daemon:
         return outcomes
 
     def maybe_reboot(self) -> Decision:
-        """Ask for a reboot if one is due; record the intent first. Returns the decision."""
-        kernel = self.layout.kernel_release()
+        """Ask for a reboot if one is due: decide, record the intent (transition, save), ask.
+
+        The intent is saved before the backend is asked, so a crash in between is
+        reconciled on start; a recorded intent keeps a failing backend from being hammered.
+        """
         current = self.layout.boot_id.read_text().strip()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            waiting = reboot_required(state, kernel)
-            intent = (
-                state.reboot if state.reboot and state.reboot.get("boot_id") == current else None
-            )
+            waiting = state.awaiting_reboot(self.layout.kernel_release())
+            intent = state.intent_in(current)
             decision = reboot_due(
                 self.clock.now(),
                 waiting=bool(waiting),
                 last_drop=self.last_drop,
-                last_request=intent["at"] if intent else None,
+                last_request=intent.at if intent else None,
                 window=self.config.reboot.window,
                 guard=self.config.reboot.guard,
             )
             if not decision.due:
                 return decision
-            reason = self._schedule(state, waiting, current)
+            reason = f"new generation pending for {', '.join(waiting)}"
+            intent = RebootIntent(
+                self.clock.now().timestamp(), current, self.rebooter.name, tuple(waiting), reason
+            )
+            state = state.reboot_asked(intent, self._asked_note())
+            save(self.layout.state, state)  # the intent, before acting
+            self._publish(state, intent)
         log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
         self.write_metrics()
         self.rebooter.request(reason)
         return decision
 
-    def _schedule(self, state: State, waiting: list[str], boot_id: str) -> str:
-        """Record the intent and mark ``waiting`` scheduled (under the lock); the reason."""
-        reason = f"new generation pending for {', '.join(waiting)}"
-        record = {
-            "at": self.clock.now().timestamp(),
-            "boot_id": boot_id,
-            "backend": self.rebooter.name,
-            "bundles": waiting,
-            "reason": reason,
-        }
-        for name in waiting:
-            b = state.bundle(name)
-            if b.phase is not Phase.REBOOT_SCHEDULED:
-                note = f"reboot asked via {self.rebooter.name}"
-                if self.rebooter.name == "none":
-                    note = "waiting for an admin reboot (backend none)"
-                b = b.move(Phase.REBOOT_SCHEDULED, note=note)
-            state = state.with_bundle(name, b)
-        save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
-        for name in waiting:
-            write_status(self.layout, name, state.bundle(name), reboot=record)
+    def _asked_note(self) -> str:
+        """The history note of a scheduled reboot: how it will come."""
+        if self.rebooter.name == "none":
+            return "waiting for an admin reboot (backend none)"
+        return f"reboot asked via {self.rebooter.name}"
+
+    def _publish(self, state: State, intent: RebootIntent) -> None:
+        """Show the scheduled reboot in each bundle's status file and its mirrors."""
+        for name in intent.bundles:
+            write_status(self.layout, name, state.bundle(name), reboot=intent.to_json())
         mirror_status(self.layout, self.config)
-        return reason
 
     def _guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of the loop; a service error is logged and the daemon goes on.
