@@ -42,8 +42,6 @@ from stager.shown import MAX_REASON, shown
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
-__all__ = ["Clock", "Daemon", "SystemClock"]
-
 
 @dataclass
 class Daemon:
