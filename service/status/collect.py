@@ -30,6 +30,7 @@ from service.status.glance import iso, next_open, read_heartbeat, why_no_reboot
 from service.status.live import LiveModule, live_modules, module_mismatches
 from service.store import quarantine
 from service.store.state import BundleState, Phase, State, read
+from stager.statusfile import StatusFile, StatusFileError
 
 SCHEMA = 1
 _NODE = re.compile(r"node(\d+)\Z")
@@ -58,7 +59,7 @@ class Verdict:
 
 def bundle_health(
     bundle: BundleState | None,
-    status_doc: Mapping[str, Any] | None,
+    status_doc: StatusFile | None,
     *,
     kernel: str | None,
     boot_id: str | None = None,
@@ -76,8 +77,8 @@ def bundle_health(
     is, or when ``modstage boot`` did not run in this boot.
     """
     found: list[tuple[Health, str]] = []
-    if status_doc is not None and status_doc.get("phase") == Phase.REJECTED.value:
-        why = "; ".join(map(str, status_doc.get("errors") or ())) or "no reason given"
+    if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
+        why = "; ".join(status_doc.errors) or "no reason given"
         found.append((Health.DEGRADED, f"the last drop was rejected: {why}"))
     if bundle is not None:
         active = bundle.generations.get(bundle.active) if bundle.active else None
@@ -170,24 +171,14 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def status_docs(directory: Path) -> dict[str, dict[str, Any]]:
-    """Every readable ``<bundle>.json`` status file, by bundle name."""
-    return {k: v for k, v in read_status_files(directory).items() if isinstance(v, dict)}
-
-
-def read_status_files(directory: Path) -> dict[str, dict[str, Any] | str]:
-    """Every ``<bundle>.json`` status file by bundle: its document, or why it is garbled."""
-    docs: dict[str, dict[str, Any] | str] = {}
+def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
+    """Every ``<bundle>.json`` status file by bundle: its contents, or why it is garbled."""
+    docs: dict[str, StatusFile | str] = {}
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
         try:
-            doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
+            docs[path.stem] = StatusFile.from_json(path.read_bytes(), path)
+        except (OSError, StatusFileError) as exc:
             docs[path.stem] = f"status file {path} is garbled ({exc}): the last outcome is unknown"
-            continue
-        if isinstance(doc, dict):
-            docs[path.stem] = doc
-        else:
-            docs[path.stem] = f"status file {path} is not a JSON object: last outcome unknown"
     return docs
 
 
@@ -226,7 +217,7 @@ def waiting_note(bundle: BundleState, kernel: str | None) -> str | None:
 
 def _bundle_doc(
     bundle: BundleState | None,
-    status_doc: dict[str, Any] | None,
+    status_doc: StatusFile | None,
     verdict: Verdict,
     *,
     kernel: str | None,
@@ -235,12 +226,10 @@ def _bundle_doc(
     b = bundle if bundle is not None else BundleState()
     roles = {b.active: "active", b.pending: "pending"}
     gens = sorted(b.generations.values(), key=lambda g: g.added)
-    errors = list((status_doc or {}).get("errors") or ())
+    errors = list(status_doc.errors) if status_doc is not None else []
     errors += [f"{g.id[:12]}: {g.failed}" for g in gens if g.failed]
     return {
-        "phase": b.phase.value
-        if bundle is not None
-        else (status_doc or {}).get("phase", b.phase.value),
+        "phase": status_doc.phase if bundle is None and status_doc is not None else b.phase.value,
         "health": verdict.health.label,
         "reasons": list(verdict.reasons),
         "active": b.active,
@@ -272,7 +261,7 @@ def _bundle_doc(
             }
             for h in b.history
         ],
-        "status_file": status_doc,
+        "status_file": status_doc.to_dict() if status_doc is not None else None,
         "errors": errors,
     }
 
@@ -381,7 +370,7 @@ def collect(layout: Layout, *, now: float | None = None) -> dict[str, Any]:
     healths = [h for h, _ in host]
     for name in sorted(set(state.bundles) | set(files)):
         b, entry = state.bundles.get(name), files.get(name)
-        doc = entry if isinstance(entry, dict) else None
+        doc = entry if isinstance(entry, StatusFile) else None
         live = live_modules(layout.sys, [str(m.get("module")) for m in b.loaded] if b else [])
         verdict = bundle_health(
             b, doc, kernel=kernel, boot_id=boot_id, state_boot_id=state.boot_id, live=live

@@ -14,6 +14,7 @@ from service.status.collect import SCHEMA, Health, bundle_health, collect, memor
 from service.status.view import lines
 from service.store.state import BundleState, Generation, Phase, State, save
 from service.store.statusfile import write_status
+from stager.statusfile import StatusFile
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64
@@ -65,7 +66,7 @@ def live(layout: Layout, module: str, srcversion: str, refcnt: int = 0) -> None:
 def test_an_active_bundle_is_healthy() -> None:
     """A bundle whose only generation is active for the running kernel has nothing to report."""
     assert bundle_health(active_bundle(), None, kernel=KERNEL) == bundle_health(
-        active_bundle(), {"phase": "active", "errors": []}, kernel=KERNEL
+        active_bundle(), StatusFile("nvidia", "active"), kernel=KERNEL
     )
     assert bundle_health(active_bundle(), None, kernel=KERNEL).health is Health.HEALTHY
 
@@ -95,7 +96,7 @@ def test_an_old_failure_before_the_active_generation_is_forgotten() -> None:
 
 def test_a_rejected_drop_is_degraded_with_its_reasons() -> None:
     """The status file's rejection makes the bundle degraded and says why."""
-    doc = {"phase": "rejected", "errors": ["nvidia.ko: EKEYREJECTED"]}
+    doc = StatusFile("nvidia", "rejected", errors=("nvidia.ko: EKEYREJECTED",))
     verdict = bundle_health(None, doc, kernel=KERNEL)
     assert verdict == bundle_health(None, doc, kernel=None)
     assert verdict.health is Health.DEGRADED and "EKEYREJECTED" in verdict.reasons[0]
