@@ -28,7 +28,12 @@ FAILED = "failed"
 
 
 class StatusFileError(StagerError, ValueError):
-    """A status file is unreadable or breaks its schema; the message names file and key."""
+    """The status file ``path`` is unreadable or breaks its schema; ``reason`` says how."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ class StatusFile:
     def from_dict(cls, doc: Any, source: object = "status file") -> StatusFile:
         """Validate a parsed JSON object; raises :class:`StatusFileError` naming ``source``."""
         if not isinstance(doc, dict):
-            raise StatusFileError(f"{source}: status file is not a JSON object")
+            raise StatusFileError(source, "status file is not a JSON object")
         get = _Getter(doc, str(source))
         return cls(
             bundle=get("bundle", _str, required=True),
@@ -130,7 +135,7 @@ class StatusFile:
         try:
             doc = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise StatusFileError(f"{source}: unreadable status file: {exc}") from exc
+            raise StatusFileError(source, f"unreadable status file: {exc}") from exc
         return cls.from_dict(doc, source)
 
     @classmethod
@@ -141,7 +146,7 @@ class StatusFile:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StatusFileError(f"{path}: unreadable status file: {exc}") from exc
+            raise StatusFileError(path, f"unreadable status file: {exc}") from exc
         return cls.from_json(raw, path)
 
 
@@ -162,12 +167,12 @@ class _Getter:
     ) -> Any:
         if key not in self.doc:
             if required:
-                raise StatusFileError(f"{self.source}: status file has no {key!r}")
+                raise StatusFileError(self.source, f"status file has no {key!r}")
             return default
         try:
             return convert(self.doc[key])
         except TypeError as exc:
-            raise StatusFileError(f"{self.source}: status file's {key!r} {exc}") from None
+            raise StatusFileError(self.source, f"status file's {key!r} {exc}") from None
 
 
 def _is(value: Any, kind: type | tuple[type, ...], what: str) -> Any:

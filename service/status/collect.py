@@ -177,8 +177,11 @@ def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
         try:
             docs[path.stem] = StatusFile.from_json(path.read_bytes(), path)
-        except (OSError, StatusFileError) as exc:
+        except OSError as exc:
             docs[path.stem] = f"status file {path} is garbled ({exc}): the last outcome is unknown"
+        except StatusFileError as exc:
+            why = f"status file {path} is garbled ({exc.reason})"
+            docs[path.stem] = f"{why}: the last outcome is unknown"
     return docs
 
 
