@@ -134,7 +134,8 @@ class FakeSysfs(Sysfs):
     was written (and its ``valid_zones`` names the zone); writing an unknown type, or
     onlining an online block (offlining an offline one), is EINVAL. The firmware path
     keeps the bytes up to the first NUL, reads back with a newline, and refuses 256
-    bytes or more (ENOSPC). Anything else is stored as written.
+    bytes or more (ENOSPC). ``auto_online_blocks`` takes an online type or ``offline``
+    (else EINVAL) and reads it back. Anything else is stored as written.
     """
 
     def write(self, attribute: str, value: str) -> bool:
@@ -144,6 +145,8 @@ class FakeSysfs(Sysfs):
         path = self.root / attribute
         if path.name == "state" and path.parent.parent.name == "memory":
             self._memory_state(path, value)
+        elif path.name == "auto_online_blocks" and value.rstrip("\n") not in MEMORY_STATES:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(path))
         elif attribute == FIRMWARE_PATH:
             stored = value.split("\0", 1)[0]
             if len(stored.encode()) >= FIRMWARE_PATH_SIZE:
