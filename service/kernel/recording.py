@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import LoadError
+from service.kernel.modules import live_modules, own_fd
+from service.kernel.sysfs import Sysfs
 
 
 @dataclass
@@ -28,19 +30,12 @@ class RecordingKernel:
 
     def _view(self) -> dict[str, str | None]:
         if self._live is None:
-            self._live = {}
-            base = self.sys / "module"
-            for entry in sorted(base.iterdir()) if base.is_dir() else ():
-                if (entry / "initstate").exists():
-                    src = entry / "srcversion"
-                    self._live[entry.name] = src.read_text().strip() if src.exists() else None
+            self._live = live_modules(Sysfs(self.sys))
         return self._live
 
     def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
         """Record the module file (by this process's own descriptor) and its parameters."""
-        # /proc/self is this process's descriptor table, not host state: reading it
-        # changes nothing and names the store file the loader opened.
-        path = os.readlink(f"/proc/self/fd/{fd}")
+        path = os.readlink(own_fd(fd))  # names the store file the loader opened
         self.calls.append(("finit_module", path, params))
         name = Path(path).name.split(".", 1)[0].replace("-", "_")
         self._view()[name] = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -23,7 +22,8 @@ from typing import Any, TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.kernel.memory import MEMORY
+from service.kernel.memory import walk
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.reboot import reboot_required
 from service.status.glance import iso, next_open, read_heartbeat, why_no_reboot
@@ -32,7 +32,6 @@ from service.store import quarantine
 from service.store.state import BundleState, Phase, State, read
 
 SCHEMA = 1
-_NODE = re.compile(r"node(\d+)\Z")
 
 
 class Health(IntEnum):
@@ -194,15 +193,8 @@ def read_status_files(directory: Path) -> dict[str, dict[str, Any] | str]:
 def memory_summary(sys_root: Path) -> list[dict[str, Any]]:
     """Memory blocks counted by NUMA node, zone (online blocks only) and state."""
     counts: Counter[tuple[int | None, str | None, str]] = Counter()
-    base = sys_root / MEMORY
-    for entry in sorted(base.glob("memory[0-9]*")) if base.is_dir() else ():
-        state = _read_text(entry / "state")
-        if state is None:
-            continue
-        node = next((int(m.group(1)) for p in entry.iterdir() if (m := _NODE.match(p.name))), None)
-        zones = (_read_text(entry / "valid_zones") or "").split()
-        zone = zones[0] if state == "online" and zones else None
-        counts[(node, zone, state)] += 1
+    for block in walk(Sysfs(sys_root), detail=True):
+        counts[(block.node, block.zone, block.state)] += 1
     return [
         {"node": n, "zone": z, "state": s, "blocks": c}
         for (n, z, s), c in sorted(
