@@ -12,14 +12,18 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from service.errors import LoadError, ModuleRejected
-from service.kernel.modules import describe
+from service.kernel.modules import Kernel, describe
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.verify.modinfo import ModInfo, ReadAt
 from stager.paths import normalize_module_name
 from tests.kmod.target import install_target
+
+if TYPE_CHECKING:
+    from service.boot.loader import Boot
 
 
 def module_identity(read_at: ReadAt, size: int, fallback: str) -> ModInfo:
@@ -28,6 +32,27 @@ def module_identity(read_at: ReadAt, size: int, fallback: str) -> ModInfo:
         return ModInfo.from_elf(read_at, size)
     except ModuleRejected as exc:
         raise LoadError(errno.ENOEXEC, f"{fallback}: {exc.reason}") from exc
+
+
+class FakeKeyring:
+    """The kernel's trusted keys, as a set of key ids; records what was asked."""
+
+    def __init__(
+        self, trusted: set[str], platform: set[str] | None = None, blacklist: set[str] | None = None
+    ) -> None:
+        self.trusted = trusted
+        self.platform = platform or set()
+        self.blacklist = blacklist or set()
+        self.asked: list[str] = []
+
+    def trusts(self, key_id: str, *, platform: bool = False) -> bool:
+        """Whether ``key_id`` is trusted (the platform keyring too, if asked)."""
+        self.asked.append(key_id)
+        return key_id in self.trusted or (platform and key_id in self.platform)
+
+    def blacklisted(self, sha256: str) -> bool:
+        """Whether the digest is on the blacklist."""
+        return sha256 in self.blacklist
 
 
 class FakeKernel:
@@ -190,3 +215,41 @@ def make_host(root: Path, kernel: str, cert: Path, blocks: dict[int, str] | None
     fw.mkdir(parents=True)
     (fw / "path").write_text("\n")
     return layout
+
+
+def pending(
+    host: Layout,
+    kernel: str,
+    mods: list[tuple[Path, str]],
+    version: str = "1",
+    bundle: str = "test",
+    **kw: Any,
+) -> str:
+    """Stage ``mods`` (file, parameters) as a bundle and take it in; the pending generation."""
+    from service.config import Config
+    from service.store.intake import Intake
+    from service.verify.trust import TrustStore
+    from stager.drop import ModuleSpec, stage
+
+    stage(
+        host.incoming,
+        bundle=bundle,
+        version=version,
+        kernel=kernel,
+        modules=[ModuleSpec(p, params) for p, params in mods],
+        **kw,
+    )
+    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    [outcome] = intake.run()
+    assert outcome.accepted, outcome.reasons
+    return str(outcome.generation)
+
+
+def boot_with(host: Layout, kernel: Kernel, **config: Any) -> Boot:
+    """A boot loader on ``host`` with ``kernel`` and the fake sysfs over ``host.sys``."""
+    from service.boot.loader import Boot
+    from service.config import Config
+    from service.verify.trust import TrustStore
+
+    trust = TrustStore.from_directory(host.trusted)
+    return Boot(host, Config(**config), trust, kernel, FakeSysfs(host.sys))

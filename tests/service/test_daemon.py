@@ -22,8 +22,7 @@ from service.verify.trust import TrustStore
 from service.window import Guard
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeSysfs, make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, FakeSysfs, make_host
 
 
 @pytest.fixture
