@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -21,7 +20,8 @@ from typing import Any, TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.kernel.memory import MEMORY
+from service.kernel.memory import walk
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.reboot import reboot_required
 from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
@@ -42,8 +42,6 @@ from service.store import quarantine
 from service.store.state import BundleState, Phase, State, read
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
-
-_NODE = re.compile(r"node(\d+)\Z")
 
 
 def read_state(path: Path) -> State:
@@ -80,15 +78,8 @@ def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
 def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:
     """Memory blocks counted by NUMA node, zone (online blocks only) and state."""
     counts: Counter[tuple[int | None, str | None, str]] = Counter()
-    base = sys_root / MEMORY
-    for entry in sorted(base.glob("memory[0-9]*")) if base.is_dir() else ():
-        state = _read_text(entry / "state")
-        if state is None:
-            continue
-        node = next((int(m.group(1)) for p in entry.iterdir() if (m := _NODE.match(p.name))), None)
-        zones = (_read_text(entry / "valid_zones") or "").split()
-        zone = zones[0] if state == "online" and zones else None
-        counts[(node, zone, state)] += 1
+    for block in walk(Sysfs(sys_root), detail=True):
+        counts[(block.node, block.zone, block.state)] += 1
     return tuple(
         MemoryRow(n, z, s, c)
         for (n, z, s), c in sorted(

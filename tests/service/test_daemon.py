@@ -22,8 +22,7 @@ from service.verify.trust import TrustStore
 from service.window import Guard
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, FakeSysfs, make_host
 
 
 @pytest.fixture
@@ -43,7 +42,7 @@ def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Pat
 def _daemon(host: Layout, rebooter: object, **config: object) -> Daemon:
     cfg = Config(**config)  # type: ignore[arg-type]
     intake = Intake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
-    return Daemon(host, cfg, intake, rebooter)  # type: ignore[arg-type]
+    return Daemon(host, cfg, intake, rebooter, sysfs=FakeSysfs(host.sys))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -183,6 +182,8 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
     assert all(float(d["latency_ms"]) >= 0 for d in done)
     done = daemon.online_memory([])
     assert [(d["block"], d["state"]) for d in done] == [(1, "online_movable")]
+    memory = host.sys / "devices/system/memory"
+    assert [(memory / f"memory{n}/state").read_text() for n in (1, 2)] == ["online\n"] * 2
     assert _daemon(host, NoRebooter()).online_memory([]) == []  # policy "kernel": hands off
 
 
