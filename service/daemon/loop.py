@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -29,7 +29,8 @@ from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
 from service.store.intake import Intake
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
-from service.store.state import Phase, load, locked, save
+from service.store.records import RebootIntent
+from service.store.state import load, locked, save
 from service.store.statusfile import write_status
 from service.window import reboot_due
 from stager.manifest import MemoryPolicy
@@ -102,12 +103,12 @@ class Daemon:
         current = self.layout.boot_id.read_text().strip()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            if state.reboot and state.reboot.get("boot_id") != current:
-                save(self.layout.state, replace(state, reboot=None))
+            if state.reboot and state.reboot.boot_id != current:
+                save(self.layout.state, state.rebooted(current))
                 self.rebooter.clear()
-                log.info("reboot.happened", asked_at=state.reboot.get("at"))  # once it is saved
+                log.info("reboot.happened", asked_at=state.reboot.at)  # once it is saved
             elif state.reboot:
-                log.info("daemon.restarted", reboot_intent=state.reboot)
+                log.info("daemon.restarted", reboot_intent=state.reboot.to_json())
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
@@ -137,38 +138,28 @@ class Daemon:
         with locked(self.layout.var):
             state = load(self.layout.state)
             waiting = reboot_required(state, kernel)
-            intent = (
-                state.reboot if state.reboot and state.reboot.get("boot_id") == current else None
-            )
+            intent = state.intent_in(current)
             due, why = reboot_due(
                 self.clock.now(),
                 waiting=bool(waiting),
                 last_drop=self.last_drop,
-                last_request=intent["at"] if intent else None,
+                last_request=intent.at if intent else None,
                 window=self.config.reboot.window,
                 guard=self.config.reboot.guard,
             )
             if not due:
                 return why
             reason = f"new generation pending for {', '.join(waiting)}"
-            record = {
-                "at": self.clock.now().timestamp(),
-                "boot_id": current,
-                "backend": self.rebooter.name,
-                "bundles": waiting,
-                "reason": reason,
-            }
+            record = RebootIntent(
+                self.clock.now().timestamp(), current, self.rebooter.name, tuple(waiting), reason
+            )
+            note = f"reboot asked via {self.rebooter.name}"
+            if self.rebooter.name == "none":
+                note = "waiting for an admin reboot (backend none)"
+            state = state.reboot_asked(record, note)
+            save(self.layout.state, state)  # the intent, before acting
             for name in waiting:
-                b = state.bundle(name)
-                if b.phase is not Phase.REBOOT_SCHEDULED:
-                    note = f"reboot asked via {self.rebooter.name}"
-                    if self.rebooter.name == "none":
-                        note = "waiting for an admin reboot (backend none)"
-                    b = b.move(Phase.REBOOT_SCHEDULED, note=note)
-                state = state.with_bundle(name, b)
-            save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
-            for name in waiting:
-                write_status(self.layout, name, state.bundle(name), reboot=record)
+                write_status(self.layout, name, state.bundle(name), reboot=record.to_json())
             mirror_status(self.layout, self.config)
         log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
         self.write_metrics()

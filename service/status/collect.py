@@ -16,14 +16,13 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
 from service.kernel.memory import walk
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
-from service.reboot import reboot_required
 from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
 from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
@@ -39,6 +38,7 @@ from service.status.report import (
     WindowRow,
 )
 from service.store import quarantine
+from service.store.records import HistoryEntry, ModuleLoad
 from service.store.state import BundleState, Phase, State, read
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
@@ -47,11 +47,9 @@ from stager.statusfile import StatusFile, StatusFileError
 def read_state(path: Path) -> State:
     """``state.read`` with I/O errors as :class:`StateError` (status reports, never moves)."""
     try:
-        return read(path)
+        return read(path)  # its StateError names the path already
     except OSError as exc:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
-    except StateError as exc:
-        raise StateError(f"{path}: {exc}") from exc
 
 
 def _read_text(path: Path) -> str | None:
@@ -107,21 +105,14 @@ def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
     )
 
 
-def _loaded_row(m: Mapping[str, Any], live: Mapping[str, LiveModule | None]) -> LoadedRow:
+def _loaded_row(m: ModuleLoad, live: Mapping[str, LiveModule | None]) -> LoadedRow:
     """One module of the load record, beside what the kernel has now."""
-    name = str(m.get("module"))
-    return LoadedRow(
-        module=name,
-        srcversion=m.get("srcversion"),
-        ms=m.get("ms"),
-        already_loaded=bool(m.get("already_loaded")),
-        live=live.get(name),
-    )
+    return LoadedRow(m.module, m.srcversion, m.ms, m.already_loaded, live.get(m.module))
 
 
-def _history_row(h: Mapping[str, Any]) -> HistoryRow:
+def _history_row(h: HistoryEntry) -> HistoryRow:
     """One recorded move, with its time in UTC."""
-    return HistoryRow(h.get("at"), iso(h.get("at")), h.get("from"), h.get("to"), h.get("note"))
+    return HistoryRow(h.at, iso(h.at), h.source, h.target, h.note or None)
 
 
 def _bundle_report(
@@ -164,7 +155,7 @@ def _bundles(
     for name in sorted(set(state.bundles) | set(files)):
         b, entry = state.bundles.get(name), files.get(name)
         doc = entry if isinstance(entry, StatusFile) else None
-        live = live_modules(layout.sys, [str(m.get("module")) for m in b.loaded] if b else [])
+        live = live_modules(layout.sys, [m.module for m in b.loaded] if b else [])
         verdict = bundle_health(
             b, doc, kernel=kernel, boot_id=boot_id, state_boot_id=state.boot_id, live=live
         )
@@ -223,7 +214,7 @@ def _reboot(
     sentinel = layout.reboot_sentinel
     if config is not None and config.reboot.sentinel is not None:
         sentinel = layout.root / str(config.reboot.sentinel).lstrip("/")
-    waiting = reboot_required(state, kernel or "")
+    waiting = state.awaiting_reboot(kernel or "")
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None
     opens = next_open(window, moment) if window is not None else None

@@ -81,7 +81,7 @@ def _active(bundle: BundleState) -> Generation | None:
 
 def last_note(bundle: BundleState) -> str | None:
     """The newest note in the bundle's history (why it moved last), if any."""
-    return next((str(h["note"]) for h in reversed(bundle.history) if h.get("note")), None)
+    return next((h.note for h in reversed(bundle.history) if h.note), None)
 
 
 def _failures(bundle: BundleState) -> list[Finding]:

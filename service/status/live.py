@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from service.store.records import ModuleLoad
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,16 @@ def live_modules(sys_root: Path, names: Iterable[str]) -> dict[str, LiveModule |
 
 
 def module_mismatches(
-    loaded: Iterable[Mapping[str, Any]], live: Mapping[str, LiveModule | None]
+    loaded: Iterable[ModuleLoad], live: Mapping[str, LiveModule | None]
 ) -> tuple[list[str], list[str]]:
     """(missing, differing): recorded modules not live, and live with another srcversion."""
     missing, differing = [], []
     for m in loaded:
-        name = str(m.get("module"))
-        now = live.get(name)
+        now = live.get(m.module)
         if now is None:
-            missing.append(name)
-        elif m.get("srcversion") and now.srcversion and now.srcversion != m.get("srcversion"):
+            missing.append(m.module)
+        elif m.srcversion and now.srcversion and now.srcversion != m.srcversion:
             differing.append(
-                f"{name} (srcversion {now.srcversion} live, {m.get('srcversion')} recorded)"
+                f"{m.module} (srcversion {now.srcversion} live, {m.srcversion} recorded)"
             )
     return missing, differing

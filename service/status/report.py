@@ -15,6 +15,7 @@ from service.status.glance import Heartbeat
 from service.status.health import Health
 from service.status.live import LiveModule
 from service.store.quarantine import Record
+from service.store.records import RebootIntent
 from stager.statusfile import StatusFile
 
 SCHEMA = 1
@@ -168,7 +169,7 @@ class RebootReport:
     required: bool
     bundles: tuple[str, ...]
     scheduled: tuple[str, ...]
-    asked: Mapping[str, Any] | None
+    asked: RebootIntent | None
     backend: str | None
     window: WindowRow | None
     next_window: str | None
@@ -183,7 +184,7 @@ class RebootReport:
             "required": self.required,
             "bundles": list(self.bundles),
             "scheduled": list(self.scheduled),
-            "asked": None if self.asked is None else dict(self.asked),
+            "asked": None if self.asked is None else self.asked.to_json(),
             "backend": self.backend,
             "window": None if self.window is None else self.window.to_json(),
             "next_window": self.next_window,

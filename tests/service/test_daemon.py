@@ -17,6 +17,7 @@ from service.daemon.loop import Daemon
 from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
+from service.store.records import RebootIntent
 from service.store.state import Phase, load
 from service.verify.trust import TrustStore
 from service.window import Guard
@@ -98,7 +99,7 @@ def test_drop_is_noticed_taken_in_and_reboot_asked(
     )
     _wait(lambda: asked == [["reboot-now"]])
     state = load(host.state)
-    assert state.reboot is not None and state.reboot["bundles"] == ["test"]
+    assert state.reboot is not None and state.reboot.bundles == ("test",)
     metrics = host.metrics.read_text()  # refreshed on every change
     assert "\nmodstage_reboot_required 1.0\n" in metrics
     assert 'modstage_verification_seconds{bundle="test"}' in metrics
@@ -159,7 +160,7 @@ def test_restart_is_not_a_reboot(host: Layout) -> None:
         host.state,
         replace(
             load(host.state),
-            reboot={"at": 1.0, "boot_id": host.boot_id.read_text().strip(), "backend": "kured"},
+            reboot=RebootIntent(1.0, host.boot_id.read_text().strip(), "kured"),
         ),
     )
     kured.request("test")

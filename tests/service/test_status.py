@@ -14,6 +14,7 @@ from service.status.collect import collect, memory_summary
 from service.status.health import Health, bundle_health, overall
 from service.status.report import SCHEMA
 from service.status.view import lines
+from service.store.records import ModuleLoad, RebootIntent
 from service.store.state import BundleState, Generation, Phase, State, save
 from service.store.statusfile import write_status
 from stager.statusfile import StatusFile
@@ -26,7 +27,7 @@ def active_bundle() -> BundleState:
     """A bundle whose generation OLD came up and is active."""
     b = BundleState().with_generation(Generation(OLD, "1.0", KERNEL, added=100.0))
     b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING)
-    loaded = ({"module": "nvidia", "srcversion": "ABC", "ms": 412.5},)
+    loaded = (ModuleLoad("nvidia", "ABC", 412.5),)
     return b.move(Phase.ACTIVE, active=OLD, pending=None, loaded=loaded, note="up")
 
 
@@ -53,7 +54,7 @@ def host(tmp_path: Path, state: State) -> Layout:
     save(layout.state, state)
     for b in state.bundles.values():
         for m in b.loaded:
-            live(layout, m["module"], m["srcversion"])
+            live(layout, m.module, m.srcversion)
     return layout
 
 
@@ -225,9 +226,9 @@ def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
     """The daemon's recorded request (when, how) is in --json and in the plain view."""
     scheduled = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = {"at": 1.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
+    asked = RebootIntent(1.0, "b", "kured", ("nvidia",), "r")
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
     report = collect(layout)
     assert report.reboot.asked == asked and report.reboot.scheduled == ("nvidia",)
-    assert report.to_json()["reboot"]["asked"] == asked
+    assert report.to_json()["reboot"]["asked"] == asked.to_json()
     assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(report))

@@ -16,6 +16,7 @@ from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.health import Health
 from service.status.view import lines, render_rich
+from service.store.records import RebootIntent
 from service.store.state import Generation, Phase, State, save
 from service.store.statusfile import write_status
 from tests.service.test_status import KERNEL, NEW, OLD, active_bundle, failed_new, host, live
@@ -138,7 +139,7 @@ def test_backend_none_waits_for_an_admin_and_no_heartbeat_is_said(tmp_path: Path
     """Backend none: 'waiting for an admin reboot'; without a daemon: 'no heartbeat'."""
     b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     b = b.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = {"at": NOON, "boot_id": "boot-2", "backend": "none", "bundles": ["nvidia"]}
+    asked = RebootIntent(NOON, "boot-2", "none", ("nvidia",))
     layout = host(tmp_path, State({"nvidia": b}, boot_id="boot-2", reboot=asked))
     view = text(layout)
     assert "waiting for an admin reboot" in view and "asked via none" not in view
