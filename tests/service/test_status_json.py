@@ -62,7 +62,9 @@ def full_host(tmp_path: Path) -> Layout:
     layout.config.parent.mkdir(parents=True, exist_ok=True)
     layout.config.write_text('[reboot]\nbackend = "kured"\ndays = ["mon"]\nstart = "02:00"\n')
     write_heartbeat(layout.heartbeat, decision="outside the reboot window", at=1.0)
-    write_status(layout, "nvidia", state.bundle("nvidia"), reboot=ASKED.to_json(), version="3", kernel="k")
+    write_status(
+        layout, "nvidia", state.bundle("nvidia"), reboot=ASKED.to_json(), version="3", kernel="k"
+    )
     write_status(layout, "amd", State().bundle("amd"), phase=Phase.REJECTED, drop="amd.1.x")
     block = layout.sys / "devices/system/memory/memory8"
     block.mkdir(parents=True)
