@@ -28,7 +28,7 @@ from typing import TextIO
 from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.paths import parse_drop_name
 from stager.statusfile import FAILED, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
@@ -100,7 +100,7 @@ class Target:
         since = int(named[1].split(".")[0]) / 1e9 if named else None
         if generation is None:
             try:
-                generation = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+                generation = Manifest.read(drop).digest
             except (OSError, ManifestError):
                 generation = None  # taken in (or never complete): rely on ``since``
         return cls(generation, drop.name, since)
