@@ -4,9 +4,9 @@ and why no reboot was asked for yet. Pure functions except the heartbeat file's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ def write_heartbeat(path: Path, *, decision: str, at: float) -> None:
     write_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Heartbeat:
     """The daemon's heartbeat as status shows it (``at`` None: no readable heartbeat)."""
 
