@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import time
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -52,10 +52,11 @@ class Boot:
     config: Config
     trust: TrustStore
     kernel: Kernel
+    sysfs_view: InitVar[Sysfs | None] = None  # the kernel's sysfs (a fake in tests)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, sysfs_view: Sysfs | None) -> None:
         self.store = Store(self.layout.store)
-        self.sysfs = Sysfs(self.layout.sys)
+        self.sysfs = sysfs_view or Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
         # intake judged this kernel's facts already; without Module.symvers boot cannot do
         # better, so it does not refuse what intake accepted for unknown CRCs

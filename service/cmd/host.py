@@ -30,8 +30,9 @@ def kernel_for(layout: Layout) -> Kernel:
     """The real kernel on ``/``, a recording one under any other root (a sandbox)."""
     if layout.sandboxed():
         from service.kernel.recording import RecordingKernel
+        from service.verify.modinfo import ModInfo
 
-        return RecordingKernel(layout.sys)
+        return RecordingKernel(layout.sys, identify=ModInfo.from_elf)
     from service.kernel.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)

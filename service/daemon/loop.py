@@ -62,6 +62,7 @@ class Daemon:
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
     watchdog: Watchdog = field(default_factory=Watchdog)
+    sysfs: Sysfs | None = None  # the kernel's sysfs (a fake in tests); None: layout.sys
     unwatched: int = 0  # drop directories beyond the watch cap: polled instead
     poll_unwatched: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
@@ -211,7 +212,7 @@ class Daemon:
         started = min((e.at for e in events), default=self.clock.monotonic())
         added = [block_number(e.detail.removeprefix("add ")) for e in events]
         done = online_blocks(
-            Sysfs(self.layout.sys),
+            self.sysfs or Sysfs(self.layout.sys),
             MemoryPolicy(self.config.hotplug_policy),
             since=started,
             clock=self.clock.monotonic,

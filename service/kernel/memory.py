@@ -21,6 +21,7 @@ from stager.manifest import MemoryPolicy
 
 MEMORY = "devices/system/memory"
 _BLOCK = re.compile(r"memory(\d+)\Z")
+_NODE = re.compile(r"node(\d+)\Z")
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,42 @@ def plan_onlining(blocks: dict[int, str], policy: MemoryPolicy) -> list[Onlining
     return [Onlining(n, policy.value) for n in offline]
 
 
+@dataclass(frozen=True)
+class Block:
+    """One memory block as sysfs shows it: number, state, NUMA node and valid zones."""
+
+    number: int
+    state: str
+    node: int | None = None
+    zones: tuple[str, ...] = ()
+
+    @property
+    def zone(self) -> str | None:
+        """The zone an online block is in (the first of ``valid_zones``); None otherwise."""
+        return self.zones[0] if self.state == "online" and self.zones else None
+
+
+def walk(sysfs: Sysfs, *, detail: bool = False) -> list[Block]:
+    """Every memory block with a readable state, by number; ``detail`` adds node and zones.
+
+    The one walk over ``devices/system/memory``; a block gone during the walk is left out.
+    """
+    found: list[Block] = []
+    for name in sysfs.entries(MEMORY):
+        if (n := block_number(name)) is None or (state := _state(sysfs, n)) is None:
+            continue
+        if detail:
+            found.append(Block(n, state, _node(sysfs, name), _zones(sysfs, name)))
+        else:
+            found.append(Block(n, state))
+    return sorted(found, key=lambda b: b.number)
+
+
 def blocks(sysfs: Sysfs, only: Iterable[int] | None = None) -> dict[int, str]:
     """Every memory block and its state; or just the blocks ``only`` names that exist."""
     if only is not None:
         return {n: s for n in only if (s := _state(sysfs, n)) is not None}
-    found = {}
-    for entry in (sysfs.root / MEMORY).iterdir():
-        if (m := _BLOCK.match(entry.name)) and (entry / "state").exists():
-            found[int(m.group(1))] = (entry / "state").read_text().strip()
-    return found
+    return {b.number: b.state for b in walk(sysfs)}
 
 
 def _state(sysfs: Sysfs, block: int) -> str | None:
@@ -58,6 +86,19 @@ def _state(sysfs: Sysfs, block: int) -> str | None:
         return sysfs.read(f"{MEMORY}/memory{block}/state").strip()
     except OSError:  # gone again, or never there
         return None
+
+
+def _node(sysfs: Sysfs, name: str) -> int | None:
+    """The NUMA node a block's ``nodeN`` link names, if any."""
+    found = (_NODE.match(e) for e in sysfs.entries(f"{MEMORY}/{name}"))
+    return next((int(m.group(1)) for m in found if m), None)
+
+
+def _zones(sysfs: Sysfs, name: str) -> tuple[str, ...]:
+    try:
+        return tuple(sysfs.read(f"{MEMORY}/{name}/valid_zones").split())
+    except OSError:
+        return ()
 
 
 def block_number(name: str) -> int | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from service.errors import LoadError
+from service.kernel.sysfs import Sysfs
 
 _SYSCALLS = {"x86_64": (313, 176), "aarch64": (273, 106)}  # finit_module, delete_module
 MODULE_INIT_COMPRESSED_FILE = 4
@@ -75,6 +76,7 @@ class LinuxKernel:
 
     def __init__(self, sys: Path) -> None:
         self.sys = sys
+        self.sysfs = Sysfs(sys)
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._finit, self._delete = _SYSCALLS[os.uname().machine]
 
@@ -101,12 +103,7 @@ class LinuxKernel:
 
     def loaded(self) -> dict[str, str | None]:
         """Modules under /sys/module that have an initstate (built-ins have none)."""
-        live: dict[str, str | None] = {}
-        for entry in (self.sys / "module").iterdir():
-            if (entry / "initstate").exists():
-                src = entry / "srcversion"
-                live[entry.name] = src.read_text().strip() if src.exists() else None
-        return live
+        return live_modules(self.sysfs)
 
     def modprobe(self, names: list[str]) -> None:
         """``modprobe -a NAMES``; a failure is a :class:`LoadError` with modprobe's words."""
@@ -122,6 +119,29 @@ class LinuxKernel:
             )
 
 
+def live_modules(sysfs: Sysfs) -> dict[str, str | None]:
+    """``module/*`` entries with an ``initstate`` (built-ins have none): name -> srcversion.
+
+    ``srcversion`` is None where the kernel made no such file (the module's ``.modinfo``
+    has none).
+    """
+    live: dict[str, str | None] = {}
+    for name in sysfs.entries("module"):
+        if sysfs.has(f"module/{name}/initstate"):
+            src = f"module/{name}/srcversion"
+            live[name] = sysfs.read(src).strip() if sysfs.has(src) else None
+    return live
+
+
+def own_fd(fd: int) -> str:
+    """``/proc/self/fd/N``: this process's own descriptor table, the same under any root.
+
+    Not a fact about the host, so not a :class:`~service.layout.Layout` path: a sandbox
+    root has no ``proc/self`` of its own.
+    """
+    return f"/proc/self/fd/{fd}"
+
+
 def sealed_memfd(image: bytes, name: str) -> int:
     """A read-only descriptor of a memfd holding ``image``, sealed against any change.
 
@@ -135,7 +155,7 @@ def sealed_memfd(image: bytes, name: str) -> int:
             view = view[os.write(fd, view) :]
         seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-        # this process's own descriptor table, not a host path: reopen read-only
-        return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        # reopen read-only through this process's own descriptor table
+        return os.open(own_fd(fd), os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(fd)

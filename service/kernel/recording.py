@@ -12,43 +12,76 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from service.errors import LoadError
+from service.errors import LoadError, ServiceError
+from service.kernel.modules import live_modules, own_fd
+from service.kernel.sysfs import Sysfs
+from stager.paths import normalize_module_name
+
+
+class Identity(Protocol):
+    """What a module's ELF says about it (:class:`~service.verify.modinfo.ModInfo` is one)."""
+
+    @property
+    def module_name(self) -> str | None:
+        """The name the kernel registers (``struct module``'s)."""
+
+    @property
+    def name(self) -> str | None:
+        """``.modinfo``'s ``name=``."""
+
+    @property
+    def srcversion(self) -> str | None:
+        """``.modinfo``'s ``srcversion=``."""
+
+
+Identify = Callable[[Callable[[int, int], bytes], int], Identity]
 
 
 @dataclass
 class RecordingKernel:
-    """Records kernel calls; ``sys`` is the sandbox's sysfs root."""
+    """Records kernel calls; ``sys`` is the sandbox's sysfs root.
+
+    ``identify`` reads a module's ELF (``ModInfo.from_elf``, passed in by the command: the
+    kernel layer does not import verification) so a load is recorded under the module's
+    own name, as the kernel names it; without it, the file's name stands in.
+    """
 
     sys: Path
     calls: list[tuple[str, ...]] = field(default_factory=list)
     _live: dict[str, str | None] | None = None
+    identify: Identify | None = None
 
     def _view(self) -> dict[str, str | None]:
         if self._live is None:
-            self._live = {}
-            base = self.sys / "module"
-            for entry in sorted(base.iterdir()) if base.is_dir() else ():
-                if (entry / "initstate").exists():
-                    src = entry / "srcversion"
-                    self._live[entry.name] = src.read_text().strip() if src.exists() else None
+            self._live = live_modules(Sysfs(self.sys))
         return self._live
 
     def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
         """Record the module file (by this process's own descriptor) and its parameters."""
-        # /proc/self is this process's descriptor table, not host state: reading it
-        # changes nothing and names the store file the loader opened.
-        path = os.readlink(f"/proc/self/fd/{fd}")
+        path = os.readlink(own_fd(fd))  # names the store file the loader opened
         self.calls.append(("finit_module", path, params))
-        name = Path(path).name.split(".", 1)[0].replace("-", "_")
-        self._view()[name] = None
+        self._record(Path(path).name, lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size)
 
     def load_image(self, image: bytes, name: str, params: str) -> None:
         """Record a decompressed image's load (from a memfd named ``name``, flags 0)."""
         self.calls.append(("finit_module", f"memfd:{name}", params))
-        self._view()[name.split(".", 1)[0].replace("-", "_")] = None
+        self._record(name, lambda at, n: image[at : at + n], len(image))
+
+    def _record(self, file: str, read_at: Callable[[int, int], bytes], size: int) -> None:
+        """The module is live under its ELF name (the file's name without ``identify``)."""
+        name, srcversion = file.split(".", 1)[0], None
+        if self.identify is not None:
+            try:
+                info = self.identify(read_at, size)
+            except ServiceError as exc:  # the kernel refuses an ELF it cannot read
+                raise LoadError(errno.ENOEXEC, f"{file}: {exc}") from exc
+            name, srcversion = info.module_name or info.name or name, info.srcversion
+        self._view()[normalize_module_name(name)] = srcversion
 
     def unload(self, name: str) -> None:
         """Record the unload; a module this kernel never saw is ENOENT, as on a host."""

@@ -1,4 +1,4 @@
-"""sysfs under a root: read attributes, write only when the value differs."""
+"""sysfs under a root: read attributes, list directories, write only when the value differs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ class Sysfs:
     def read(self, attribute: str) -> str:
         """The attribute's value without the trailing newline."""
         return (self.root / attribute).read_text().rstrip("\n")
+
+    def has(self, attribute: str) -> bool:
+        """Whether the attribute (or directory) exists."""
+        return (self.root / attribute).exists()
+
+    def entries(self, directory: str) -> list[str]:
+        """The names in a sysfs directory, sorted; none when it is absent."""
+        try:
+            return sorted(p.name for p in (self.root / directory).iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def write(self, attribute: str, value: str) -> bool:
         """Write ``value`` if it differs from what is there; return whether it wrote."""

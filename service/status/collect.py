@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -21,7 +20,8 @@ from typing import TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.kernel.memory import MEMORY
+from service.kernel.memory import walk
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
 from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
@@ -43,17 +43,13 @@ from service.store.state import BundleState, Phase, State, read
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
 
-_NODE = re.compile(r"node(\d+)\Z")
-
 
 def read_state(path: Path) -> State:
     """``state.read`` with I/O errors as :class:`StateError` (status reports, never moves)."""
     try:
-        return read(path)
+        return read(path)  # its StateError names the path already
     except OSError as exc:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
-    except StateError as exc:
-        raise StateError(f"{path}: {exc}") from exc
 
 
 def _read_text(path: Path) -> str | None:
@@ -80,15 +76,8 @@ def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
 def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:
     """Memory blocks counted by NUMA node, zone (online blocks only) and state."""
     counts: Counter[tuple[int | None, str | None, str]] = Counter()
-    base = sys_root / MEMORY
-    for entry in sorted(base.glob("memory[0-9]*")) if base.is_dir() else ():
-        state = _read_text(entry / "state")
-        if state is None:
-            continue
-        node = next((int(m.group(1)) for p in entry.iterdir() if (m := _NODE.match(p.name))), None)
-        zones = (_read_text(entry / "valid_zones") or "").split()
-        zone = zones[0] if state == "online" and zones else None
-        counts[(node, zone, state)] += 1
+    for block in walk(Sysfs(sys_root), detail=True):
+        counts[(block.node, block.zone, block.state)] += 1
     return tuple(
         MemoryRow(n, z, s, c)
         for (n, z, s), c in sorted(
@@ -118,13 +107,7 @@ def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
 
 def _loaded_row(m: ModuleLoad, live: Mapping[str, LiveModule | None]) -> LoadedRow:
     """One module of the load record, beside what the kernel has now."""
-    return LoadedRow(
-        module=m.module,
-        srcversion=m.srcversion,
-        ms=m.ms,
-        already_loaded=m.already_loaded,
-        live=live.get(m.module),
-    )
+    return LoadedRow(m.module, m.srcversion, m.ms, m.already_loaded, live.get(m.module))
 
 
 def _history_row(h: HistoryEntry) -> HistoryRow:
@@ -232,14 +215,13 @@ def _reboot(
     if config is not None and config.reboot.sentinel is not None:
         sentinel = layout.root / str(config.reboot.sentinel).lstrip("/")
     waiting = state.awaiting_reboot(kernel or "")
-    asked = state.reboot.to_json() if state.reboot is not None else None
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None
     opens = next_open(window, moment) if window is not None else None
     backend = config.reboot.backend if config is not None else None
     why = why_no_reboot(
         required=bool(waiting),
-        asked=asked,
+        asked=state.reboot,
         backend=backend,
         daemon=daemon,
         opens=opens,
@@ -252,7 +234,7 @@ def _reboot(
         scheduled=tuple(
             n for n, b in sorted(state.bundles.items()) if b.phase is Phase.REBOOT_SCHEDULED
         ),
-        asked=asked,  # the daemon's recorded request: at, boot_id, backend, ...
+        asked=state.reboot,  # the daemon's recorded request: at, boot_id, backend, ...
         backend=backend,
         window=_window_row(window),
         next_window=iso(opens.timestamp()) if opens is not None else None,

@@ -4,14 +4,14 @@ and why no reboot was asked for yet. Pure functions except the heartbeat file's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from service.store.records import RebootIntent
 from service.window import Window
 from stager.atomic import write_atomic
 
@@ -38,7 +38,7 @@ def write_heartbeat(path: Path, *, decision: str, at: float) -> None:
     write_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Heartbeat:
     """The daemon's heartbeat as status shows it (``at`` None: no readable heartbeat)."""
 
@@ -80,7 +80,7 @@ def read_heartbeat(path: Path, now: float) -> Heartbeat:
 def why_no_reboot(
     *,
     required: bool,
-    asked: Mapping[str, Any] | None,
+    asked: RebootIntent | None,
     backend: str | None,
     daemon: Heartbeat,
     opens: datetime | None,
@@ -90,10 +90,10 @@ def why_no_reboot(
     """One line: why no reboot was asked for yet (or that one was)."""
     if not required:
         return "; ".join(waits) or "no generation waits for a reboot"
-    if asked:
-        if asked.get("backend") == "none":
-            return f"waiting for an admin reboot (backend none; due since {iso(asked.get('at'))})"
-        return f"asked via {asked.get('backend')} at {iso(asked.get('at'))}"
+    if asked is not None:
+        if asked.backend == "none":
+            return f"waiting for an admin reboot (backend none; due since {iso(asked.at)})"
+        return f"asked via {asked.backend} at {iso(asked.at)}"
     if backend is None:
         return "the config is invalid: the daemon cannot run, nobody asks for the reboot"
     if backend == "none":

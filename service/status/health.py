@@ -130,7 +130,7 @@ def _live_findings(
 ) -> list[Finding]:
     """What the kernel contradicts in the record of the active generation."""
     found: list[Finding] = []
-    missing, differing = module_mismatches([m.to_json() for m in bundle.loaded], live)
+    missing, differing = module_mismatches(bundle.loaded, live)
     gen = str(bundle.active)[:12]
     if missing:
         found.append(

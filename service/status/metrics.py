@@ -1,6 +1,6 @@
 """Prometheus metrics as a node-exporter textfile, rewritten on every change.
 
-:func:`families` turns the ``status`` document into metric families (plain
+:func:`families` turns the ``status`` report into metric families (plain
 values, no I/O); :func:`render` formats them with prometheus-client when it is
 installed and with a small built-in writer of the same text format otherwise;
 :func:`write_metrics` does both and persists the file with the one crash-safe

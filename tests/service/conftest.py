@@ -84,3 +84,26 @@ def signed_rsa(modules: dict[str, Path], rsa_key: SigningKey, keydir: Path) -> P
 def signed_ec(modules: dict[str, Path], ec_key: SigningKey, keydir: Path) -> Path:
     """ms_params signed by sign-file -k with P-384/sha384, signer by SKID."""
     return sign(modules["ms_params"], ec_key, keydir / "ec.ko", hash="sha384", skid=True)
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree (``fakes.make_host``) with memory blocks 0-1 online and 2-4 offline.
+
+    Test modules that need another host define their own ``host``.
+    """
+    from tests.service.fakes import make_host
+
+    return make_host(
+        tmp_path / "root",
+        kernel,
+        rsa_key.cert_pem,
+        {0: "online", 1: "online", 2: "offline", 3: "offline", 4: "offline"},
+    )
+
+
+@pytest.fixture
+def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
+    """All test modules signed with the trusted RSA key."""
+    (tmp_path / "signed").mkdir()
+    return {n: sign(p, rsa_key, tmp_path / "signed" / f"{n}.ko") for n, p in modules.items()}

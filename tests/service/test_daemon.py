@@ -29,8 +29,7 @@ from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fake_clock import FakeClock
-from tests.service.fakes import make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, FakeSysfs, make_host
 
 
 @pytest.fixture
@@ -60,7 +59,9 @@ class CountingIntake(Intake):
 def _daemon(host: Layout, rebooter: object, clock: object = None, **config: object) -> Daemon:
     cfg = Config(**config)  # type: ignore[arg-type]
     intake = CountingIntake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
-    return Daemon(host, cfg, intake, rebooter, clock=clock or SystemClock())  # type: ignore[arg-type]
+    return Daemon(
+        host, cfg, intake, rebooter, clock=clock or SystemClock(), sysfs=FakeSysfs(host.sys)
+    )  # type: ignore[arg-type]
 
 
 def _scans(daemon: Daemon) -> int:
@@ -289,6 +290,8 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
     assert all(float(d["latency_ms"]) >= 0 for d in done)
     done = daemon.online_memory([])
     assert [(d["block"], d["state"]) for d in done] == [(1, "online_movable")]
+    memory = host.sys / "devices/system/memory"
+    assert [(memory / f"memory{n}/state").read_text() for n in (1, 2)] == ["online\n"] * 2
     assert _daemon(host, NoRebooter()).online_memory([]) == []  # policy "kernel": hands off
 
 

@@ -16,25 +16,7 @@ from service.store.state import Phase, load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, install_target, sign
-
-
-class FakeKeyring:
-    """The kernel's trusted keys, as a set of key ids; records what was asked."""
-
-    def __init__(
-        self, trusted: set[str], platform: set[str] | None = None, blacklist: set[str] | None = None
-    ) -> None:
-        self.trusted = trusted
-        self.platform = platform or set()
-        self.blacklist = blacklist or set()
-        self.asked: list[str] = []
-
-    def trusts(self, key_id: str, *, platform: bool = False) -> bool:
-        self.asked.append(key_id)
-        return key_id in self.trusted or (platform and key_id in self.platform)
-
-    def blacklisted(self, sha256: str) -> bool:
-        return sha256 in self.blacklist
+from tests.service.fakes import FakeKeyring
 
 
 @pytest.fixture

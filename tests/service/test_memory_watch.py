@@ -27,8 +27,8 @@ def test_blocks_named_by_uevents_are_onlined_highest_first_and_only_if_offline(
     """online_blocks(only=...) writes each named offline block, highest first; an online
     block or one that does not exist is left alone and is no error."""
     from service.kernel.memory import online_blocks
-    from service.kernel.sysfs import Sysfs
     from stager.manifest import MemoryPolicy
+    from tests.service.fakes import FakeSysfs
 
     memory = tmp_path / "devices/system/memory"
     for n, state in {0: "online", 1: "offline", 2: "offline", 3: "online"}.items():
@@ -36,7 +36,7 @@ def test_blocks_named_by_uevents_are_onlined_highest_first_and_only_if_offline(
         (memory / f"memory{n}/state").write_text(state + "\n")
     ticks = iter(range(100))
     done = online_blocks(
-        Sysfs(tmp_path),
+        FakeSysfs(tmp_path),
         MemoryPolicy.ONLINE_MOVABLE,
         since=0,
         clock=lambda: float(next(ticks)),
@@ -48,4 +48,5 @@ def test_blocks_named_by_uevents_are_onlined_highest_first_and_only_if_offline(
     ]
     assert [d["latency_ms"] for d in done] == [0.0, 1000.0]
     assert (memory / "memory3/state").read_text() == "online\n"
-    assert (memory / "memory1/state").read_text() == "online_movable"
+    assert (memory / "memory1/state").read_text() == "online\n"  # the kernel's readback
+    assert (memory / "memory1/valid_zones").read_text() == "Movable\n"

@@ -15,9 +15,8 @@ from service.config import Config
 from service.layout import Layout
 from service.store.state import LAST_GOOD, Phase, State, load, save
 from tests.service.fakes import FakeKernel
-from tests.service.test_boot import _boot, _pending, host, signed
-
-__all__ = ["host", "signed"]  # fixtures
+from tests.service.fakes import boot_with as _boot
+from tests.service.fakes import pending as _pending
 
 
 def test_corrupt_state_boots_the_last_known_good_from_the_store(

@@ -13,11 +13,9 @@ from service.store.intake import Intake
 from service.store.state import Phase, load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
-from tests.service.fakes import FakeKernel
-from tests.service.test_boot import _boot, _pending, host, signed
-from tests.service.test_intake import FakeKeyring
-
-__all__ = ["host", "signed"]  # fixtures
+from tests.service.fakes import FakeKernel, FakeKeyring
+from tests.service.fakes import boot_with as _boot
+from tests.service.fakes import pending as _pending
 
 
 def _stage_again(host: Layout, kernel: str, module: Path, version: str) -> list[str]:

@@ -229,6 +229,6 @@ def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
     asked = RebootIntent(1.0, "b", "kured", ("nvidia",), "r")
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
     report = collect(layout)
-    assert report.reboot.asked == asked.to_json() and report.reboot.scheduled == ("nvidia",)
+    assert report.reboot.asked == asked and report.reboot.scheduled == ("nvidia",)
     assert report.to_json()["reboot"]["asked"] == asked.to_json()
     assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(report))

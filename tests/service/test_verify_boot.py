@@ -14,8 +14,7 @@ from service.store.intake import Intake
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
-from tests.service.fakes import FakeKernel, make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKernel, FakeKeyring, make_host
 
 
 class ImageKernel(FakeKernel):

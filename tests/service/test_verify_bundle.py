@@ -15,8 +15,7 @@ from service.verify.trust import TrustStore
 from service.verify.verdict import Verdict
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, make_host
 
 
 def v(file: str, name: str, *depends: str) -> Verdict:

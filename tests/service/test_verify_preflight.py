@@ -13,8 +13,7 @@ from service.store.intake import Intake
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, make_host
 
 
 @pytest.fixture

@@ -1,0 +1,47 @@
+"""The contract against the fakes (``tests.service.fakes``): fast, on every unit run.
+
+``tests/vm/test_contract.py`` runs the same cases against Debian's 6.1 kernel.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from service.verify.modinfo import ModInfo
+from tests.contract.cases import CASES, INTREE, Bench, Case, ModuleFile, contract_files
+from tests.contract.subject import KernelSubject
+from tests.kmod import build_modules, kernel_release
+from tests.service.fakes import FakeKernel, FakeSysfs
+
+INTREE_FILE = Path("/lib/modules") / kernel_release() / "kernel/lib" / f"{INTREE}.ko"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The test modules and a renamed copy, built once."""
+    return contract_files(build_modules(), tmp_path_factory.mktemp("contract"))
+
+
+def fake_subject(sys: Path) -> KernelSubject:
+    """A fresh fake kernel, as the VM's: ms_enodev's init fails, ts_kmp is in-tree."""
+    memory = sys / "devices/system/memory"
+    for n, state in {0: "online", 1: "online", 2: "offline", 3: "offline"}.items():
+        (memory / f"memory{n}").mkdir(parents=True)
+        (memory / f"memory{n}/state").write_text(state + "\n")
+    (memory / "auto_online_blocks").write_text("offline\n")
+    firmware = sys / "module/firmware_class/parameters"
+    firmware.mkdir(parents=True)
+    (firmware / "path").write_text("\n")
+    intree = {INTREE: ModInfo.from_bytes(INTREE_FILE.read_bytes()).srcversion}
+    kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree)
+    return KernelSubject(kernel, FakeSysfs(sys))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
+def test_fakes_keep_the_kernel_contract(case: Case, files: dict[str, Path], tmp_path: Path) -> None:
+    """Each contract case holds for FakeKernel and FakeSysfs, as it does for the kernel."""
+    modules = {n: ModuleFile(p, str(p)) for n, p in files.items()}
+    case(fake_subject(tmp_path / "sys"), Bench(modules, str(tmp_path / "run/firmware")))
