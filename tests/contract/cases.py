@@ -91,19 +91,31 @@ def loaded_shows_srcversion_only_where_modinfo_has_one(k: Subject, bench: Bench)
     assert k.load(m["ms_exporter"].path) == 0
     live = k.loaded()
     assert (live["ms_params"], live["ms_exporter"]) == (expected, None)
+    assert k.read("module/ms_params/srcversion") == expected
+    assert "srcversion" not in k.entries("module/ms_exporter")
+    assert k.read("module/ms_params/initstate") == "live"
     assert k.unload("ms_params") == 0 and k.unload("ms_exporter") == 0
 
 
 def a_module_in_use_cannot_be_unloaded(k: Subject, bench: Bench) -> None:
-    """Without its dependency a module is ENOENT; a used module is EWOULDBLOCK until freed."""
+    """Without its dependency a module is ENOENT; a used module is EWOULDBLOCK until freed.
+
+    sysfs shows the use: the user under ``holders/`` and one reference in ``refcnt``.
+    """
     m = bench.modules
     assert k.load(m["ms_consumer"].path) == errno.ENOENT
-    assert "ms_consumer" not in k.loaded()
+    assert "ms_consumer" not in k.loaded() and k.entries("module/ms_consumer") == []
     assert k.load(m["ms_exporter"].path) == 0
     assert k.load(m["ms_consumer"].path) == 0
+    assert k.entries("module/ms_exporter/holders") == ["ms_consumer"]
+    assert k.read("module/ms_exporter/refcnt") == "1"
+    assert k.read("module/ms_consumer/refcnt") == "0"
     assert k.unload("ms_exporter") == errno.EWOULDBLOCK
     assert "ms_exporter" in k.loaded()
     assert k.unload("ms_consumer") == 0
+    assert k.entries("module/ms_consumer") == []
+    assert k.entries("module/ms_exporter/holders") == []
+    assert k.read("module/ms_exporter/refcnt") == "0"
     assert k.unload("ms_exporter") == 0
     assert k.unload("ms_exporter") == errno.ENOENT
 

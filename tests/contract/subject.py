@@ -46,6 +46,9 @@ class Subject(Protocol):
     def read(self, attribute: str) -> str:
         """A sysfs attribute without its trailing newline."""
 
+    def entries(self, directory: str) -> list[str]:
+        """The names in a sysfs directory, sorted; none when it is absent."""
+
     def point_firmware(self, view: str, wanted: bool) -> int:
         """FirmwareView.point(wanted) for a view at ``view``: 0 or 1 if refused."""
 
@@ -111,6 +114,10 @@ class KernelSubject:
     def read(self, attribute: str) -> str:
         """A sysfs attribute without its trailing newline."""
         return self.sysfs.read(attribute)
+
+    def entries(self, directory: str) -> list[str]:
+        """The names in a sysfs directory, sorted; none when it is absent."""
+        return self.sysfs.entries(directory)
 
     def point_firmware(self, view: str, wanted: bool) -> int:
         """FirmwareView.point(wanted) for a view at ``view``: 0 or 1 if refused."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from service.kernel.modules import live_modules
 from service.verify.modinfo import ModInfo
 from tests.contract.cases import CASES, INTREE, Bench, Case, ModuleFile, contract_files
 from tests.contract.subject import KernelSubject
@@ -36,12 +37,15 @@ def fake_subject(sys: Path) -> KernelSubject:
     firmware.mkdir(parents=True)
     (firmware / "path").write_text("\n")
     intree = {INTREE: ModInfo.from_bytes(INTREE_FILE.read_bytes()).srcversion}
-    kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree)
+    kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree, sys=sys)
     return KernelSubject(kernel, FakeSysfs(sys))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
 def test_fakes_keep_the_kernel_contract(case: Case, files: dict[str, Path], tmp_path: Path) -> None:
-    """Each contract case holds for FakeKernel and FakeSysfs, as it does for the kernel."""
+    """Each contract case holds for FakeKernel and FakeSysfs, as it does for the kernel; and
+    the fake's sysfs tree says what its ``loaded()`` says, read as ``LinuxKernel`` reads it."""
     modules = {n: ModuleFile(p, str(p)) for n, p in files.items()}
-    case(fake_subject(tmp_path / "sys"), Bench(modules, str(tmp_path / "run/firmware")))
+    subject = fake_subject(tmp_path / "sys")
+    case(subject, Bench(modules, str(tmp_path / "run/firmware")))
+    assert live_modules(subject.sysfs) == subject.kernel.loaded()

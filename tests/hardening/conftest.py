@@ -19,8 +19,7 @@ from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import kernel, keydir, modules, other_key, rsa_key
-from tests.service.fakes import make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKeyring, make_host
 
 __all__ = ["kernel", "keydir", "modules", "other_key", "rsa_key"]
 

@@ -70,7 +70,9 @@ class FakeKernel:
       srcversion); any other name fails as ``modprobe -a`` does, after loading the rest.
 
     ``fail`` maps a module (ELF) name to the errno its init returns: the module is then
-    not live, as after a failing init.
+    not live, as after a failing init. With ``sys`` (a sysfs tree) the kernel's view is
+    kept there too, as the kernel keeps it: ``module/X/{initstate,srcversion,refcnt}`` and
+    ``module/X/holders/``, so sysfs readers see what ``loaded()`` says.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class FakeKernel:
         *,
         intree: Mapping[str, str | None] | None = None,
         refcnt: Mapping[str, int] | None = None,
+        sys: Path | None = None,
     ) -> None:
         self.fail = dict(fail or {})
         self.live: dict[str, str | None] = dict(live or {})
@@ -87,6 +90,9 @@ class FakeKernel:
         self.refcnt = dict(refcnt or {})
         self.holders: dict[str, set[str]] = {}
         self.calls: list[tuple[str, ...]] = []
+        self.sys = sys
+        for name in self.live:
+            self._show(name)
 
     def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
         """finit_module: the module is read from ``fd`` and named by its ELF."""
@@ -109,8 +115,10 @@ class FakeKernel:
         if name in self.fail:
             raise LoadError(self.fail[name], describe(self.fail[name]))
         self.live[name] = info.srcversion
+        self._show(name)
         for dep in map(normalize_module_name, info.depends):
             self.holders.setdefault(dep, set()).add(name)
+            self._show(dep)
 
     def unload(self, name: str) -> None:
         """delete_module(name, O_NONBLOCK)."""
@@ -121,8 +129,27 @@ class FakeKernel:
             code = errno.EWOULDBLOCK
             raise LoadError(code, f"cannot unload {name}: {os.strerror(code)}")
         del self.live[name]
-        for users in self.holders.values():
-            users.discard(name)
+        if self.sys is not None:
+            shutil.rmtree(self.sys / "module" / name)
+        for dep, users in self.holders.items():
+            if name in users:
+                users.discard(name)
+                self._show(dep)
+
+    def _show(self, name: str) -> None:
+        """Write the live module ``name`` as the kernel shows it under ``sys/module``."""
+        if self.sys is None:
+            return
+        base = self.sys / "module" / name
+        shutil.rmtree(base, ignore_errors=True)
+        (base / "holders").mkdir(parents=True)
+        (base / "initstate").write_text("live\n")
+        users = self.holders.get(name, set())
+        (base / "refcnt").write_text(f"{len(users) + self.refcnt.get(name, 0)}\n")
+        if self.live[name] is not None:
+            (base / "srcversion").write_text(f"{self.live[name]}\n")
+        for user in users:
+            (base / "holders" / user).symlink_to(self.sys / "module" / user)
 
     def loaded(self) -> dict[str, str | None]:
         """Live modules: name -> srcversion."""
@@ -139,6 +166,7 @@ class FakeKernel:
                 continue
             if name in self.intree:
                 self.live[name] = self.intree[name]
+                self._show(name)
             else:
                 unknown.append(name)
         if unknown:

@@ -25,8 +25,7 @@ from service.verify.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeKernel, make_host
-from tests.service.test_intake import FakeKeyring
+from tests.service.fakes import FakeKernel, FakeKeyring, make_host
 
 POD_IN = "/run/nvidia/modstage/incoming"
 POD_STATUS = "/run/nvidia/modstage/status"

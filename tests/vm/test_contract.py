@@ -70,6 +70,10 @@ class VmSubject:
         """Read a guest sysfs attribute."""
         return str(self._call("read", attribute))
 
+    def entries(self, directory: str) -> list[str]:
+        """List a guest sysfs directory."""
+        return [str(n) for n in self._call("entries", directory)]
+
     def point_firmware(self, view: str, wanted: bool) -> int:
         """FirmwareView.point in the guest."""
         return int(self._call("point_firmware", view, wanted))
