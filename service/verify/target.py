@@ -17,7 +17,6 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -286,6 +285,8 @@ def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
         pass
     if release == running:
         try:
+            import gzip  # only when the running kernel's config is read from /proc
+
             with gzip.open(layout.proc_config, "rt", errors="replace") as f:
                 return KernelConfig.parse(f.read(), str(layout.proc_config))
         except (OSError, EOFError):

@@ -46,6 +46,10 @@ NEVER = {
     "kernel's rsapubkey grammar; trusted certificates are read by service.verify.certinfo",
     "asn1crypto": "certificates that are not plain DER with an RSA key (verify.trust), "
     "ECDSA signatures, key ids in words (verify.keyid)",
+    "logging": "structlog's standard-library integration (deferred by service.logs), the daemon",
+    "lzma": "only for .ko.xz modules",
+    "gzip": "only for the running kernel's /proc/config.gz",
+    "platform": "the machine's ELF type comes from os.uname()",
     "_cffi_backend": "via cryptography",
     "_openssl": "via cryptography",
 }
