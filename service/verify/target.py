@@ -300,7 +300,7 @@ def _builtin(path: Path) -> frozenset[str]:
         lines = path.read_text(errors="replace").split()
     except OSError:
         return frozenset()
-    names = (Path(line).name for line in lines)
+    names = (line.rstrip("/").rsplit("/", 1)[-1] for line in lines)  # kernel/x/y.ko -> y.ko
     return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
 
 
