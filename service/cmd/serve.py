@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
+from service.cmd.host import build_host
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.reboot import rebooter
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage serve``."""
-    from service.cmd.intake import build
     from service.logs import configure
 
     configure()
-    layout = Layout(args.root)
-    intake = build(layout)
-    Daemon(layout, intake.config, intake, rebooter(intake.config.reboot, layout)).serve()
+    host = build_host(Layout(args.root))
+    Daemon(host.layout, host.config, host.intake, host.rebooter).serve()
     return 0
