@@ -6,8 +6,11 @@ crypto/rsa-pkcs1pad.c give the same errnos: a modulus whose byte size is not one
 512/1024/1536/2048/3072/4096 bits, a signature of another length or not below the
 modulus, or a decrypted block without its leading zero byte, is ``EINVAL``; bad padding
 or DigestInfo ``EBADMSG``; another digest
-``EKEYREJECTED``. ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target (else ``ENOENT``, the
-missing algorithm) and one of the curves P-192/256/384.
+``EKEYREJECTED``. The RSA key itself is read as ``rsa_set_pub_key`` reads it, with the
+kernel's compiled ``rsapubkey.asn1`` grammar, so RSA needs neither cryptography nor
+asn1crypto (both stay off the boot path). ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target
+(else ``ENOENT``, the missing algorithm) and one of the curves P-192/256/384; its libraries
+are imported when an EC key is first used.
 """
 
 from __future__ import annotations
