@@ -15,7 +15,6 @@ its async log methods), about 100 ms of imports modstage never uses.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -25,8 +24,17 @@ from typing import Any, TextIO
 #: Optional extras structlog uses when importable; modstage renders tracebacks plainly.
 OPTIONAL_EXTRAS = ("rich", "better_exceptions", "colorama")
 #: Imported by structlog at import time, used only inside functions modstage never calls
-#: (its async log methods; the deprecated thread-local context).
-LAZY = ("asyncio", "uuid")
+#: (its async log methods; the deprecated thread-local context; its standard-library
+#: ``logging`` integration and the ``logging`` module, used by modstage's daemon only).
+LAZY = (
+    "asyncio",
+    "uuid",
+    "logging",
+    "structlog.stdlib",
+    "structlog.threadlocal",
+)
+#: ``logging.INFO``, without importing ``logging`` on the boot path.
+INFO = 20
 
 #: syslog priority per log method (sd-daemon(3) prefixes, journald's SyslogLevelPrefix).
 PRIORITY = {
@@ -121,7 +129,7 @@ def configure(
     *,
     json: bool | None = None,
     journal: bool | None = None,
-    level: int = logging.INFO,
+    level: int = INFO,
 ) -> None:
     """Send modstage's log events to ``stream`` (stderr by default).
 

@@ -11,7 +11,6 @@ refused.
 
 from __future__ import annotations
 
-import lzma
 import zlib
 from collections.abc import Callable
 
@@ -44,6 +43,8 @@ class _Stream:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         if kind == "xz":
+            import lzma  # only xz modules pay for it (not the boot path's plain .ko)
+
             self._xz = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
         elif kind == "gz":
             self._gz = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
@@ -85,7 +86,11 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
     stream = _Stream(kind)
     out = bytearray()
     queued = b""
-    errors: tuple[type[BaseException], ...] = (lzma.LZMAError, zlib.error, EOFError)
+    errors: tuple[type[BaseException], ...] = (zlib.error, EOFError)
+    if kind == "xz":
+        import lzma
+
+        errors += (lzma.LZMAError,)
     if kind == "zst":
         import zstandard
 

@@ -6,20 +6,23 @@ crypto/rsa-pkcs1pad.c give the same errnos: a modulus whose byte size is not one
 512/1024/1536/2048/3072/4096 bits, a signature of another length or not below the
 modulus, or a decrypted block without its leading zero byte, is ``EINVAL``; bad padding
 or DigestInfo ``EBADMSG``; another digest
-``EKEYREJECTED``. ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target (else ``ENOENT``, the
-missing algorithm) and one of the curves P-192/256/384.
+``EKEYREJECTED``. The RSA key itself is read as ``rsa_set_pub_key`` reads it, with the
+kernel's compiled ``rsapubkey.asn1`` grammar, so RSA needs neither cryptography nor
+asn1crypto (both stay off the boot path). ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target
+(else ``ENOENT``, the missing algorithm) and one of the curves P-192/256/384; its libraries
+are imported when an EC key is first used.
 """
 
 from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from typing import Any
 
-from asn1crypto import algos, keys
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, utils
+from service.verify.asn1 import Asn1Error, ber_decode
+from service.verify.asn1_machines import RSAPUBKEY_ACTIONS, RSAPUBKEY_MACHINE
 
+_MAX_MPI_BITS = 16384  # MAX_EXTERN_MPI_BITS
 RSA_BITS = (512, 1024, 1536, 2048, 3072, 4096)
 _DIGEST_INFO = {
     "md5": "3020300c06082a864886f70d020505000410",
@@ -31,17 +34,10 @@ _DIGEST_INFO = {
     "sha224": "302d300d06096086480165030402040500041c",
 }
 _ECDSA_HASHES = ("sha1", "sha224", "sha256", "sha384", "sha512")
-_CURVES: dict[str, ec.EllipticCurve] = {
-    "ecdsa-nist-p192": ec.SECP192R1(),
-    "ecdsa-nist-p256": ec.SECP256R1(),
-    "ecdsa-nist-p384": ec.SECP384R1(),
-}
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
-    "sha1": hashes.SHA1,
-    "sha224": hashes.SHA224,
-    "sha256": hashes.SHA256,
-    "sha384": hashes.SHA384,
-    "sha512": hashes.SHA512,
+_CURVES = {
+    "ecdsa-nist-p192": "SECP192R1",
+    "ecdsa-nist-p256": "SECP256R1",
+    "ecdsa-nist-p384": "SECP384R1",
 }
 
 
@@ -55,7 +51,7 @@ class PublicKey:
     def rsa_bits(self) -> int | None:
         """The modulus size the kernel checks (its byte length times 8), for RSA keys."""
         n = _rsa_numbers(self.key)
-        return None if n is None else _byte_len(n[0]) * 8
+        return None if isinstance(n, int) else _byte_len(n[0]) * 8
 
 
 @dataclass(frozen=True)
@@ -73,19 +69,41 @@ def _byte_len(n: int) -> int:
     return (n.bit_length() + 7) // 8
 
 
-def _rsa_numbers(key: bytes) -> tuple[int, int] | None:
+def _rsa_numbers(key: bytes) -> tuple[int, int] | int:
+    """(n, e) as ``rsa_set_pub_key`` reads them, or the errno it returns.
+
+    crypto/rsapubkey.asn1 run by the kernel's BER decoder (a malformed key is its errno,
+    ``EBADMSG``); ``rsa_get_n``/``rsa_get_e`` refuse an empty ``n`` or ``e`` and an ``e``
+    longer than ``n`` (``EINVAL``); both are unsigned big-endian numbers
+    (``mpi_read_raw_data``), at most 16384 bits (else ``ENOMEM``).
+    """
+    found: dict[str, bytes] = {}
+
+    def get(name: str) -> Any:
+        def action(hdr: int, tag: int, at: int, n: int) -> None:
+            if not n or (name == "e" and n > len(found.get("n", b""))):
+                raise Asn1Error(errno.EINVAL, f"RSA public key: {name} is empty or too long")
+            found[name] = key[at : at + n]
+
+        return action
+
+    actions = {"rsa_get_n": get("n"), "rsa_get_e": get("e")}
     try:
-        parsed = keys.RSAPublicKey.load(key)
-        n, e = parsed["modulus"].native, parsed["public_exponent"].native
-    except (ValueError, TypeError, KeyError, IndexError):
-        return None
-    return (int(n), int(e)) if n > 0 and e > 0 else None
+        ber_decode(RSAPUBKEY_MACHINE, [actions[a] for a in RSAPUBKEY_ACTIONS], key)
+    except Asn1Error as exc:
+        return exc.code
+    if "n" not in found or "e" not in found:
+        return errno.EBADMSG
+    n, e = (int.from_bytes(found[k], "big") for k in ("n", "e"))
+    if max(n.bit_length(), e.bit_length()) > _MAX_MPI_BITS:
+        return errno.ENOMEM
+    return n, e
 
 
 def _rsa(pub: PublicKey, sig: SigParams) -> int:
     numbers = _rsa_numbers(pub.key)
-    if numbers is None:
-        return errno.EBADMSG
+    if isinstance(numbers, int):
+        return numbers
     n, e = numbers
     size = _byte_len(n)
     if size * 8 not in RSA_BITS:
@@ -125,14 +143,19 @@ def _ecdsa(pub: PublicKey, sig: SigParams, have_ecdsa: bool) -> int:
     curve = _CURVES.get(pub.algo)
     if curve is None or not have_ecdsa:
         return errno.ENOENT
+    # an EC key is rare on a module-signing keyring: its libraries load only when one is used
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, utils
+
     try:
-        key = ec.EllipticCurvePublicKey.from_encoded_point(curve, pub.key)
+        key = ec.EllipticCurvePublicKey.from_encoded_point(getattr(ec, curve)(), pub.key)
     except ValueError:
         return errno.EINVAL
     rs = _ber_rs(sig.s)
     if rs is None:
         return errno.EBADMSG
-    algorithm = _HASHES[sig.hash_algo or "sha256"]()
+    algorithm = getattr(hashes, (sig.hash_algo or "sha256").upper())()
     if len(sig.digest) != algorithm.digest_size:
         return errno.EKEYREJECTED
     try:
@@ -146,6 +169,8 @@ def _ecdsa(pub: PublicKey, sig: SigParams, have_ecdsa: bool) -> int:
 
 def _ber_rs(s: bytes) -> tuple[int, int] | None:
     """(r, s) of an ECDSA-Sig-Value, read as the kernel's BER decoder reads it."""
+    from asn1crypto import algos
+
     try:
         parsed = algos.DSASignature.load(s)
         r, t = parsed["r"].native, parsed["s"].native

@@ -17,10 +17,9 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -28,6 +27,7 @@ from typing import Any
 
 from service.errors import ModuleRejected
 from service.layout import Layout
+from service.verify.symvers import SymbolCrcs, readable
 
 _ASSUMED = MappingProxyType(
     {"CONFIG_CRYPTO_SHA256": "y", "CONFIG_CRYPTO_SHA512": "y", "CONFIG_STRICT_MODULE_RWX": "y"}
@@ -44,8 +44,55 @@ _HASH_OPTIONS = {
     "streebog256": "CONFIG_CRYPTO_STREEBOG",
     "streebog512": "CONFIG_CRYPTO_STREEBOG",
 }
+_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 _MAX_PROBES = 50
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """Every ``CONFIG_*`` option of a kconfig ``.config`` text."""
+    options = {}
+    for line in text.splitlines():
+        name, eq, value = line.partition("=")
+        if eq and name.startswith("CONFIG_"):
+            options[name] = value.strip().strip('"')
+    return options
+
+
+class ConfigText(Mapping[str, str]):
+    """:func:`parse_config` of ``text``, one option found at a time.
+
+    A distribution's configuration has about 10,000 lines and a verification asks for a
+    dozen options: each is the last line ``CONFIG_X=...`` of the text. A text with line
+    breaks other than ``\\n`` (which :meth:`str.splitlines` also honours) is parsed whole.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = "\n" + text
+        self._all: dict[str, str] | None = None
+        if _ODD_BREAKS.search(text):
+            self._all = parse_config(text)
+
+    def __getitem__(self, name: str) -> str:
+        if self._all is not None:
+            return self._all[name]
+        at = self.text.rfind(f"\n{name}=") if name.startswith("CONFIG_") else -1
+        if at < 0 or "\n" in name or "=" in name:
+            raise KeyError(name)
+        start = at + len(name) + 2
+        end = self.text.find("\n", start)
+        return self.text[start : None if end < 0 else end].strip().strip('"')
+
+    def _parsed(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = parse_config(self.text[1:])
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parsed())
+
+    def __len__(self) -> int:
+        return len(self._parsed())
 
 
 @dataclass(frozen=True)
@@ -58,13 +105,8 @@ class KernelConfig:
 
     @classmethod
     def parse(cls, text: str, source: str) -> KernelConfig:
-        """Parse a kconfig ``.config`` text."""
-        options = {}
-        for line in text.splitlines():
-            name, eq, value = line.partition("=")
-            if eq and name.startswith("CONFIG_"):
-                options[name] = value.strip().strip('"')
-        return cls(MappingProxyType(options), source, True)
+        """A kconfig ``.config`` text (options looked up in it as they are asked for)."""
+        return cls(ConfigText(text), source, True)
 
     @classmethod
     def missing(cls, why: str) -> KernelConfig:
@@ -222,22 +264,17 @@ def _vermagic(directory: Path) -> tuple[str | None, str, Path | None]:
 
 
 def _crcs(directory: Path, probe: Path | None) -> tuple[Mapping[str, int], str]:
-    """Exported symbols' CRCs: ``build/Module.symvers``, plus the probed module's __versions."""
+    """Exported symbols' CRCs: the probed module's __versions, then ``build/Module.symvers``
+    (read when first looked up: see :mod:`service.verify.symvers`)."""
     from service.verify.modinfo import read_versions
 
-    crcs: dict[str, int] = dict(read_versions(probe)) if probe is not None else {}
-    sources = [str(probe)] if crcs else []
+    base = dict(read_versions(probe)) if probe is not None else {}
+    sources = [str(probe)] if base else []
     symvers = directory / "build" / "Module.symvers"
-    try:
-        with symvers.open(errors="replace") as f:
-            for line in f:
-                fields = line.split("\t")
-                if len(fields) >= 2 and fields[0].startswith("0x"):
-                    crcs[fields[1]] = int(fields[0], 16)
+    found = readable(symvers)
+    if found:
         sources.append(str(symvers))
-    except (OSError, ValueError):
-        pass
-    return MappingProxyType(crcs), " + ".join(sources) or "none"
+    return SymbolCrcs(base, symvers if found else None), " + ".join(sources) or "none"
 
 
 def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
@@ -248,6 +285,8 @@ def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
         pass
     if release == running:
         try:
+            import gzip  # only when the running kernel's config is read from /proc
+
             with gzip.open(layout.proc_config, "rt", errors="replace") as f:
                 return KernelConfig.parse(f.read(), str(layout.proc_config))
         except (OSError, EOFError):
@@ -261,7 +300,7 @@ def _builtin(path: Path) -> frozenset[str]:
         lines = path.read_text(errors="replace").split()
     except OSError:
         return frozenset()
-    names = (Path(line).name for line in lines)
+    names = (line.rstrip("/").rsplit("/", 1)[-1] for line in lines)  # kernel/x/y.ko -> y.ko
     return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
 
 

@@ -17,14 +17,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from asn1crypto import x509 as asn1_x509
-from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
-from cryptography.hazmat.primitives.serialization import load_der_public_key
+from typing import Any
 
 from service.errors import TrustError
 from service.logs import get_logger
 from service.verify.asn1 import Asn1Error
+from service.verify.certinfo import NotPlain, plain_fields
 from service.verify.signers import KernelKey, Keyring
 from service.verify.x509 import parse_certificate
 
@@ -42,12 +40,39 @@ class TrustedKey:
     source: str
     subject: str  # the subject's commonName, or the whole subject when it has none
     key_ids: tuple[bytes, ...]
-    public_key: PublicKeyTypes
     der: bytes = b""
+
+    @property
+    def public_key(self) -> Any:
+        """The certificate's public key as a cryptography object (imported on first use)."""
+        from asn1crypto import x509 as asn1_x509
+        from cryptography.hazmat.primitives.serialization import load_der_public_key
+
+        spki = asn1_x509.Certificate.load(self.der)["tbs_certificate"]["subject_public_key_info"]
+        return load_der_public_key(spki.dump())
 
     @classmethod
     def from_der(cls, der: bytes, source: str) -> TrustedKey:
-        """Parse one DER certificate; raises :class:`TrustError`."""
+        """Parse one DER certificate; raises :class:`TrustError`.
+
+        A plain certificate (:mod:`service.verify.certinfo`) is read without libraries;
+        any other goes through asn1crypto and cryptography, with the same result.
+        """
+        try:
+            plain = plain_fields(der)
+        except NotPlain:
+            return cls._from_der_by_libraries(der, source)
+        key_ids = [plain.serial + plain.issuer]
+        if plain.skid is not None:
+            key_ids.append(plain.skid)
+        return cls(source, plain.common_name, tuple(key_ids), der)
+
+    @classmethod
+    def _from_der_by_libraries(cls, der: bytes, source: str) -> TrustedKey:
+        from asn1crypto import x509 as asn1_x509
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives.serialization import load_der_public_key
+
         try:
             raw = asn1_x509.Certificate.load(der, strict=True)
             tbs = raw["tbs_certificate"]
@@ -56,7 +81,7 @@ class TrustedKey:
                 key_ids.append(bytes(raw.key_identifier))
             # asn1crypto for the fields, cryptography only for the key: its x509 layer costs
             # seconds of import time on a slow boot path and adds nothing here
-            public_key = load_der_public_key(tbs["subject_public_key_info"].dump())
+            load_der_public_key(tbs["subject_public_key_info"].dump())
             subject_name = tbs["subject"]
             names = [
                 a["value"].native
@@ -67,7 +92,9 @@ class TrustedKey:
             subject = str(names[0]) if names else subject_name.human_friendly
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
-        return cls(source, subject, tuple(key_ids), public_key, der)
+        except UnsupportedAlgorithm as exc:  # an unknown key type must not stop the service
+            raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
+        return cls(source, subject, tuple(key_ids), der)
 
 
 def _der_sequence(data: bytes, at: int, source: str) -> int:

@@ -14,7 +14,6 @@ import errno
 import hashlib
 import io
 import os
-import platform
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -23,12 +22,10 @@ from typing import Any, BinaryIO, cast
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected
-from service.verify.asn1 import MAX_BLOB, Asn1Error
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
-from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
-from service.verify.pkcs7 import Message, parse_message
-from service.verify.signature import TAIL, parse_trailer
-from service.verify.signers import Refused, pkcs7_verify, validate_trust
+from service.verify.loadrules import load_rules
+from service.verify.modinfo import ModInfo
+from service.verify.modsig import check_signers, read_at, read_signature
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
@@ -39,7 +36,6 @@ _MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64"
 
 # ENODATA, ENOPKG and ENOKEY from the signature check become EKEYREJECTED under enforcement
 _ENFORCED = {"ENODATA": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENOKEY": "EKEYREJECTED"}
-_WEAK_DIGESTS = ("md4", "md5", "sha1", "sm3", "streebog256", "streebog512")
 
 
 def errno_of(reason: str | None) -> tuple[str | None, bool]:
@@ -141,74 +137,11 @@ def _stream(
     return digests
 
 
-def _read_at(f: BinaryIO, at: int, n: int) -> bytes:
-    f.seek(at)
-    return f.read(n)
-
-
-def _code(code: int) -> str:
-    return errno.errorcode.get(code, f"errno {code}")
-
-
-def _signers(
-    msg: Message, digests: dict[str, bytes], trust: TrustStore, target: Target, facts: _Facts
-) -> None:
-    """``verify_pkcs7_message_sig`` for a module, then modstage's digest policy."""
-    first = msg.signers[0]
-    facts.fields.update(hash=first.hash_algo, key_id=first.auth_id.hex())
-    if msg.has_data:
-        raise ModuleRejected("EBADMSG: PKCS#7 signature with non-detached data")
-    keyring, dropped = trust.kernel_keys(hashes=target.hashes, ecdsa=target.ecdsa)
-    try:
-        pkcs7_verify(msg, digests, target.ecdsa)
-        trusted = validate_trust(msg, keyring, digests, target.ecdsa)
-    except Refused as exc:
-        reason = f"{_code(exc.code)}: {exc.why}"
-        if exc.code == errno.ENOKEY and dropped:
-            reason += "; trusted certificates the target kernel cannot load: " + "; ".join(dropped)
-        raise ModuleRejected(reason) from exc
-    sinfo = trusted.signer
-    facts.fields.update(
-        signer=trusted.key.subject, hash=sinfo.hash_algo, key_id=sinfo.auth_id.hex()
-    )
-    if sinfo.hash_algo in _WEAK_DIGESTS or sinfo.pkey_oid == "id_ecdsa_with_sha1":
-        weak = "ecdsa-with-SHA1" if sinfo.pkey_oid == "id_ecdsa_with_sha1" else sinfo.hash_algo
-        raise ModuleRejected(
-            f"ENOPKG (policy): {weak} signatures are refused by modstage "
-            "(the target kernel would accept this one)"
-        )
-
-
-def _signature(f: BinaryIO, size: int, facts: _Facts, target: Target) -> tuple[int, Message | None]:
-    """Trailer and PKCS#7 parse: (signed length, the parsed message or None)."""
-    try:
-        trailer = parse_trailer(_read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
-    except ModuleRejected as exc:
-        facts.problems.append(exc.reason)
-        return size, None
-    if trailer.sig_len > MAX_BLOB:
-        facts.problems.append(
-            f"EMSGSIZE: PKCS#7 blob of {trailer.sig_len} bytes (kernel max {MAX_BLOB})"
-        )
-        return trailer.signed_len, None
-    try:
-        msg = parse_message(
-            _read_at(f, trailer.signed_len, trailer.sig_len),
-            hashes=target.hashes,
-            have_ecdsa=target.ecdsa,
-        )
-    except Asn1Error as exc:
-        what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""
-        facts.problems.append(f"{_code(exc.code)}: {what}{exc.why}")
-        return trailer.signed_len, None
-    return trailer.signed_len, msg
-
-
 def _check_elf(
     f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, target: Target, whole: Any
 ) -> None:
     """Signature, ELF, modinfo and vermagic of the (decompressed) module held in ``f``."""
-    signed_len, msg = _signature(f, size, facts, target)
+    signed_len, msg = read_signature(f, size, facts.problems, target)
     names = {s.hash_algo or "" for s in msg.signers} if msg else set()
     names &= target.hashes & hashlib.algorithms_available
     digests = _stream(f, size, signed_len, names, whole)
@@ -216,11 +149,11 @@ def _check_elf(
         facts.fields["sha256"] = whole.hexdigest()
     if msg is not None:
         try:
-            _signers(msg, digests, trust, target, facts)
+            check_signers(msg, digests, trust, target, facts.fields)
         except ModuleRejected as exc:
             facts.problems.append(exc.reason)
     info = ModInfo.from_elf(
-        lambda at, n: _read_at(f, at, n), signed_len, _MACHINES.get(platform.machine())
+        lambda at, n: read_at(f, at, n), signed_len, _MACHINES.get(os.uname().machine)
     )
     facts.fields.update(
         name=info.module_name or info.name,
@@ -229,37 +162,13 @@ def _check_elf(
         depends=info.depends,
         firmware=info.firmware,
     )
-    check_crcs(info, target.crcs, layout=True)
-    check_vermagic(info, target)
-    if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
-        raise ModuleRejected(
-            f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
-        )
-    check_crcs(info, target.crcs, layout=False)
-    unknown = [n for n, _crc in info.versions if n not in target.crcs]
-    if unknown and target.strict_crcs and not target.crcs_complete:
-        raise ModuleRejected(
-            f"EINVAL (policy): the target's CRCs of {len(unknown)} imported symbols are unknown "
-            f"(e.g. {unknown[0]}): no build/Module.symvers under lib/modules/{target.release}; "
-            "the kernel refuses a CRC mismatch with EINVAL"
-        )
-    name = (info.module_name or "").replace("-", "_")
-    if name in target.builtin_sysfs:
-        raise ModuleRejected(
-            f"EINVAL: module {name} is built into the target kernel with a /sys/module entry "
-            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it"
-        )
-    if name in target.builtin:
-        raise ModuleRejected(
-            f"EINVAL (policy): module {name} is built into the target kernel (modules.builtin); "
-            "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry"
-        )
+    load_rules(info, target)
 
 
 def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: int) -> None:
     size = f.seek(0, os.SEEK_END)
     whole = hashlib.sha256()
-    kind = compression(_read_at(f, 0, 6))
+    kind = compression(read_at(f, 0, 6))
     if kind is None:
         _check_elf(f, size, facts, trust, target, whole)
         return

@@ -25,10 +25,6 @@ THIRD_PARTY = {
     "stager": "the manifest schema and the crash-safe write",
     "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
     "structlog": "the log (imported lean by service.logs)",
-    "asn1crypto": "parses the modules' PKCS#7 signatures and the trusted certificates",
-    "cryptography": "the RSA/ECDSA public-key step of signature verification",
-    "_cffi_backend": "loaded by cryptography's Rust bindings",
-    "_openssl": "cryptography's OpenSSL binding, registered by its Rust extension",
 }
 #: Standard-library packages that must stay off the boot path (each was on it once).
 NEVER = {
@@ -46,6 +42,16 @@ NEVER = {
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
     "urllib": "via prometheus_client",
+    "cryptography": "ECDSA keys only (service.verify.pubkey); RSA is one pow() and the "
+    "kernel's rsapubkey grammar; trusted certificates are read by service.verify.certinfo",
+    "asn1crypto": "certificates that are not plain DER with an RSA key (verify.trust), "
+    "ECDSA signatures, key ids in words (verify.keyid)",
+    "logging": "structlog's standard-library integration (deferred by service.logs), the daemon",
+    "lzma": "only for .ko.xz modules",
+    "gzip": "only for the running kernel's /proc/config.gz",
+    "platform": "the machine's ELF type comes from os.uname()",
+    "_cffi_backend": "via cryptography",
+    "_openssl": "via cryptography",
 }
 
 PROBE = """

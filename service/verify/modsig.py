@@ -1,0 +1,95 @@
+"""The appended signature of a module, as ``module_sig_check`` judges it (Linux 6.1).
+
+:func:`read_signature` checks the trailer and parses the PKCS#7 blob;
+:func:`check_signers` runs ``verify_pkcs7_message_sig`` against the trusted keys the
+target kernel would hold, then modstage's own digest policy. Both report in the
+kernel's words (an errno first) for :mod:`service.verify.verdict`.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, BinaryIO
+
+from service.errors import ModuleRejected
+from service.verify.asn1 import MAX_BLOB, Asn1Error
+from service.verify.pkcs7 import Message, parse_message
+from service.verify.signature import TAIL, parse_trailer
+from service.verify.signers import Refused, pkcs7_verify, validate_trust
+from service.verify.target import Target
+from service.verify.trust import TrustStore
+
+_WEAK_DIGESTS = ("md4", "md5", "sha1", "sm3", "streebog256", "streebog512")
+
+
+def read_at(f: BinaryIO, at: int, n: int) -> bytes:
+    """``n`` bytes of ``f`` from offset ``at``."""
+    f.seek(at)
+    return f.read(n)
+
+
+def errno_name(code: int) -> str:
+    """``EKEYREJECTED`` for its number (``errno N`` when it has no name)."""
+    return errno.errorcode.get(code, f"errno {code}")
+
+
+def check_signers(
+    msg: Message,
+    digests: dict[str, bytes],
+    trust: TrustStore,
+    target: Target,
+    fields: dict[str, Any],
+) -> None:
+    """``verify_pkcs7_message_sig`` for a module, then modstage's digest policy.
+
+    Records the signer, digest and key id in ``fields``; raises :class:`ModuleRejected`.
+    """
+    first = msg.signers[0]
+    fields.update(hash=first.hash_algo, key_id=first.auth_id.hex())
+    if msg.has_data:
+        raise ModuleRejected("EBADMSG: PKCS#7 signature with non-detached data")
+    keyring, dropped = trust.kernel_keys(hashes=target.hashes, ecdsa=target.ecdsa)
+    try:
+        pkcs7_verify(msg, digests, target.ecdsa)
+        trusted = validate_trust(msg, keyring, digests, target.ecdsa)
+    except Refused as exc:
+        reason = f"{errno_name(exc.code)}: {exc.why}"
+        if exc.code == errno.ENOKEY and dropped:
+            reason += "; trusted certificates the target kernel cannot load: " + "; ".join(dropped)
+        raise ModuleRejected(reason) from exc
+    sinfo = trusted.signer
+    fields.update(signer=trusted.key.subject, hash=sinfo.hash_algo, key_id=sinfo.auth_id.hex())
+    if sinfo.hash_algo in _WEAK_DIGESTS or sinfo.pkey_oid == "id_ecdsa_with_sha1":
+        weak = "ecdsa-with-SHA1" if sinfo.pkey_oid == "id_ecdsa_with_sha1" else sinfo.hash_algo
+        raise ModuleRejected(
+            f"ENOPKG (policy): {weak} signatures are refused by modstage "
+            "(the target kernel would accept this one)"
+        )
+
+
+def read_signature(
+    f: BinaryIO, size: int, problems: list[str], target: Target
+) -> tuple[int, Message | None]:
+    """Trailer and PKCS#7 parse: (signed length, the parsed message or None).
+
+    A problem is appended to ``problems`` (the message is then None).
+    """
+    try:
+        trailer = parse_trailer(read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
+    except ModuleRejected as exc:
+        problems.append(exc.reason)
+        return size, None
+    if trailer.sig_len > MAX_BLOB:
+        problems.append(f"EMSGSIZE: PKCS#7 blob of {trailer.sig_len} bytes (kernel max {MAX_BLOB})")
+        return trailer.signed_len, None
+    try:
+        msg = parse_message(
+            read_at(f, trailer.signed_len, trailer.sig_len),
+            hashes=target.hashes,
+            have_ecdsa=target.ecdsa,
+        )
+    except Asn1Error as exc:
+        what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""
+        problems.append(f"{errno_name(exc.code)}: {what}{exc.why}")
+        return trailer.signed_len, None
+    return trailer.signed_len, msg
