@@ -12,11 +12,12 @@ from service.reboot import rebooter
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage serve``."""
-    from service.cmd.intake import build
+    from service.config import Config
+    from service.daemon.intake_runner import ChildIntake
     from service.logs import configure
 
     configure()
     layout = Layout(args.root)
-    intake = build(layout)
+    intake = ChildIntake(layout, Config.load(layout.config))  # verification in a child
     Daemon(layout, intake.config, intake, rebooter(intake.config.reboot, layout)).serve()
     return 0

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from service.config import Config
 from service.daemon import heap
 from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
+from service.daemon.intake_runner import ChildIntake
 from service.daemon.notify import notify, watchdog_interval
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import block_number, online_blocks
@@ -27,7 +28,6 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.reboot import Rebooter, reboot_required
-from service.store.intake import Intake
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.state import Phase, load, locked, save
 from service.store.statusfile import write_status
@@ -35,6 +35,9 @@ from service.window import reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
+
+if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify stack
+    from service.store.intake import Intake
 
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -65,7 +68,7 @@ class Daemon:
 
     layout: Layout
     config: Config
-    intake: Intake
+    intake: Intake | ChildIntake  # serve runs intake in a child process
     rebooter: Rebooter
     clock: Clock = field(default_factory=SystemClock)
     events: Queue = field(default_factory=queue.Queue)

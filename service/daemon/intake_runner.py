@@ -1,0 +1,124 @@
+"""Intake for the daemon, run in a short-lived child process.
+
+Verifying a bundle needs cryptography, asn1crypto and OpenSSL's hashlib: about 13 MiB
+a daemon would otherwise hold for the rest of its life, and a heap grown by reading
+hundreds of MiB. :class:`ChildIntake` has the daemon-facing shape of
+:class:`~service.store.intake.Intake` (``run()``, ``tick``, ``config``) and runs
+:mod:`service.daemon.intake_child` instead, reading its progress and outcomes back.
+
+The child takes the same state lock, so the semantics are those of ``modstage
+intake``: a child killed mid-way leaves what a killed intake leaves, and the next
+child (the next scan, or the next start) cleans up and takes the drop again. A scan
+that finds no complete drop and nothing in the trash starts no child: it only
+refreshes the published status, under the lock, as an empty intake run would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import service
+from service.config import Config
+from service.errors import ServiceError, StateCorrupt
+from service.layout import Layout
+from service.store import quarantine
+from service.store.outcome import Outcome
+from service.store.publish import incoming_dirs, mirror_status
+from service.store.state import locked
+from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.shown import shown
+
+CHILD = "service.daemon.intake_child"
+#: What the child must not inherit: systemd would take its messages for the daemon's.
+NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+def has_work(layout: Layout, config: Config) -> bool:
+    """Whether an intake run would take or remove anything: a complete drop, or trash."""
+    try:
+        if any(os.scandir(layout.trash)):
+            return True
+    except OSError:
+        pass
+    for directory in incoming_dirs(layout, config):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            drop = Path(entry.path)
+            if (
+                parse_drop_name(entry.name)
+                and os.path.lexists(drop / MANIFEST_NAME)
+                and not quarantine.left_in_place(layout, drop)
+            ):
+                return True
+    return False
+
+
+def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: the daemon's, minus systemd's notify variables, with the
+    daemon's own ``service`` package first on ``PYTHONPATH`` (the same code runs)."""
+    env = {k: v for k, v in (environ or dict(os.environ)).items() if k not in NOT_INHERITED}
+    here = str(Path(service.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+@dataclass
+class ChildIntake:
+    """Intake in a child process; see the module's docstring."""
+
+    layout: Layout
+    config: Config
+    tick: Callable[[], None] = field(default=lambda: None)  # per progress line of the child
+    python: Sequence[str] = (sys.executable,)
+    started_once: bool = False  # the first run always starts a child (it cleans up)
+
+    def run(self) -> list[Outcome]:
+        """Take in every complete drop; raise what the child's run raised, as a ServiceError."""
+        if self.started_once and not has_work(self.layout, self.config):
+            with locked(self.layout.var):
+                mirror_status(self.layout, self.config)
+            return []
+        self.started_once = True
+        result = self._child()
+        if "outcomes" in result:
+            return [Outcome.from_json(o) for o in result["outcomes"]]
+        self.started_once = False  # a failed run: the next one starts a child again
+        corrupt = result.get("corrupt")
+        error = str(result.get("error", "no result"))
+        if corrupt:
+            path, aside = str(corrupt[0]), str(corrupt[1])
+            reason = error.removeprefix(f"{path}: ").removesuffix(f"; moved aside to {aside}")
+            raise StateCorrupt(path, aside, reason)
+        raise ServiceError(f"intake (child process): {error}")
+
+    def _child(self) -> dict[str, Any]:
+        """Start the child, relay its ticks, return its result line's object."""
+        command = [*self.python, "-m", CHILD, "--root", str(self.layout.root)]
+        with subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=child_env()
+        ) as proc:
+            assert proc.stdout is not None
+            last = b""
+            for line in proc.stdout:
+                if line == b"tick\n":
+                    self.tick()
+                else:
+                    last = line
+            code = proc.wait()
+        try:
+            result = json.loads(last)
+        except ValueError:
+            result = None
+        if not isinstance(result, dict):
+            return {"error": f"exited with {code} and no result: {shown(last)}", "corrupt": None}
+        return result
