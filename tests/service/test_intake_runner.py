@@ -1,0 +1,156 @@
+"""Intake in a child process (``modstage serve``'s intake): same outcomes, a daemon kept small."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.daemon.intake_child import TICK, ticker
+from service.daemon.intake_runner import ChildIntake, child_env, has_work
+from service.errors import ServiceError, StateCorrupt
+from service.layout import Layout
+from service.store.outcome import Outcome
+from service.store.state import Phase, load
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import make_host
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree whose trusted key signed ``module``."""
+    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+
+
+@pytest.fixture
+def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
+    """ms_params signed with the trusted key."""
+    return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+
+
+def _printing(doc: object) -> tuple[str, ...]:
+    """A stand-in interpreter whose "child" prints one ticks line and ``doc``, then exits 1."""
+    line = json.dumps(doc)
+    return (sys.executable, "-c", f"print('tick'); print({line!r}); raise SystemExit(1)")
+
+
+def test_child_takes_a_drop_in_and_relays_its_progress(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """A good drop taken in by the child is pending in state.json, its outcome read back
+    whole, the drop gone, and the child's progress reached the daemon's tick."""
+    ticks: list[int] = []
+    runner = ChildIntake(host, Config(), tick=lambda: ticks.append(1))
+    drop = stage(
+        host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    [outcome] = runner.run()
+    assert outcome.accepted and outcome.bundle == "b" and outcome.drop == drop
+    assert outcome.seconds is not None and outcome.seconds > 0
+    bundle = load(host.state).bundle("b")
+    assert bundle.phase is Phase.PENDING and bundle.pending == outcome.generation
+    assert not drop.exists()
+    assert ticks, "no progress relayed"
+
+
+def test_a_scan_without_work_starts_no_child(host: Layout, module: Path, kernel: str) -> None:
+    """After its first run, a scan that finds no complete drop and no trash starts no child
+    (an interpreter that cannot start proves it), and one with a drop does."""
+    runner = ChildIntake(host, Config())
+    assert runner.run() == []  # the first run starts a child: it cleans what a crash left
+    runner.python = ("/nonexistent/python",)
+    (host.incoming / "b.00000000000000000001.ab").mkdir()  # incomplete: no manifest
+    assert not has_work(host, Config())
+    assert runner.run() == []
+    stage(host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    assert has_work(host, Config())
+    with pytest.raises(FileNotFoundError):
+        runner.run()
+
+
+def test_trash_left_behind_is_work(host: Layout) -> None:
+    """A drop left in the trash (a daemon killed while removing it) makes the next scan work."""
+    assert not has_work(host, Config())
+    (host.trash / "b.00000000000000000001.ab").mkdir(parents=True)
+    assert has_work(host, Config())
+
+
+def test_a_child_without_a_result_is_a_service_error(host: Layout) -> None:
+    """A child that dies without its result line (killed, crashed) is an error naming its
+    exit code, and the next scan starts a child again even without work."""
+    runner = ChildIntake(host, Config(), python=(sys.executable, "-c", "raise SystemExit(3)"))
+    with pytest.raises(ServiceError, match="exited with 3 and no result"):
+        runner.run()
+    assert not runner.started_once
+    runner.python = _printing({"outcomes": []})
+    assert runner.run() == []
+
+
+def test_the_childs_errors_come_back_as_their_kind(host: Layout) -> None:
+    """A corrupt state the child found is a StateCorrupt in the daemon (it rebuilds the state
+    from it), with the same message; any other failure a ServiceError saying what failed."""
+    aside = f"{host.state}.corrupt-1"
+    message = f"{host.state}: Expecting value; moved aside to {aside}"
+    runner = ChildIntake(
+        host, Config(), python=_printing({"error": message, "corrupt": [str(host.state), aside]})
+    )
+    with pytest.raises(StateCorrupt) as caught:
+        runner.run()
+    assert str(caught.value) == message and caught.value.aside == aside
+    runner.python = _printing({"error": "disk full", "corrupt": None})
+    with pytest.raises(ServiceError, match=r"intake \(child process\): disk full"):
+        runner.run()
+
+
+def test_outcome_survives_its_json_form(tmp_path: Path) -> None:
+    """Every field of an outcome comes back equal through the child's JSON line."""
+    outcome = Outcome(tmp_path / "d", "b", None, False, ("why", "more"), True, 1.5, False)
+    assert Outcome.from_json(json.loads(json.dumps(outcome.to_json()))) == outcome
+
+
+def test_child_env_keeps_systemd_for_the_daemon(tmp_path: Path) -> None:
+    """The child neither inherits the notify socket nor the watchdog (systemd would take its
+    messages for the daemon's), and runs the daemon's own copy of the code."""
+    env = child_env({"NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "1", "PATH": "/bin"})
+    assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env and env["PATH"] == "/bin"
+    assert env["PYTHONPATH"].split(":")[0] == str(ROOT)
+
+
+def test_ticker_writes_at_most_once_per_interval(tmp_path: Path) -> None:
+    """Progress lines are rate-limited: a thousand ticks in a burst write one line."""
+    with (tmp_path / "out").open("wb") as out:
+        tick = ticker(out, every=60)
+        for _ in range(1000):
+            tick()
+    assert (tmp_path / "out").read_bytes() == TICK
+
+
+def test_daemon_process_never_imports_the_verify_stack(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """The daemon's modules and a whole intake through the child leave cryptography,
+    asn1crypto and service.verify out of the daemon's process."""
+    stage(host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    code = f"""
+import sys
+import service.cmd.serve, service.daemon.loop
+from service.config import Config
+from service.daemon.intake_runner import ChildIntake
+from service.layout import Layout
+[o] = ChildIntake(Layout({str(host.root)!r}), Config()).run()
+assert o.accepted, o
+heavy = sorted(m for m in sys.modules
+               if m.split('.')[0] in ('cryptography', 'asn1crypto') or m.startswith('service.verify'))
+print(heavy)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
