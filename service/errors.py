@@ -11,7 +11,8 @@
     ├── BootError                   a generation could not be brought up at boot
     ├── RebootError                 the reboot backend could not ask for a reboot
     ├── StateError                  an illegal phase transition or an inconsistent state file
-    │   └── StateCorrupt            state.json was unreadable and has been moved aside
+    │   ├── StateCorrupt            state.json was unreadable and has been moved aside
+    │   └── IllegalTransition       a transition asked in a phase that may not precede it
     └── ModuleRejected              a module the kernel would refuse (also a ValueError);
                                     ``reason`` names the rule and the kernel's errno
 
@@ -72,6 +73,16 @@ class StateCorrupt(StateError):
         self.path = str(path)
         self.aside = str(aside)
         super().__init__(f"{self.path}: {reason}; moved aside to {self.aside}")
+
+
+class IllegalTransition(StateError):
+    """Transition ``verb`` was asked of a bundle in ``phase``, which may not precede it."""
+
+    def __init__(self, verb: str, phase: str, reason: str) -> None:
+        self.verb = verb
+        self.phase = phase
+        self.reason = reason
+        super().__init__(f"illegal transition {verb} from {phase}: {reason}")
 
 
 class DropError(ServiceError):

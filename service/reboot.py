@@ -15,24 +15,13 @@ from typing import Protocol
 from service.config import RebootConfig
 from service.errors import RebootError
 from service.layout import Layout
-from service.store.state import Phase, State
+from service.store.state import State
 from stager.atomic import write_atomic
 
 
 def reboot_required(state: State, kernel: str) -> list[str]:
     """Bundles whose pending generation waits for a reboot into ``kernel`` (empty: none)."""
-    waiting = []
-    for name, b in sorted(state.bundles.items()):
-        gen = b.generations.get(b.pending) if b.pending else None
-        if (
-            gen is not None
-            and not gen.failed
-            and not b.held
-            and gen.kernel == kernel
-            and b.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
-        ):
-            waiting.append(name)
-    return waiting
+    return state.awaiting_reboot(kernel)
 
 
 class Rebooter(Protocol):

@@ -7,8 +7,9 @@ day that counts is the day it started), and an empty day list means every day.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -34,6 +35,19 @@ class Window:
             return _day(local) in days
         return now <= self.end and _day(local - timedelta(days=1)) in days
 
+    def next_open(self, now: datetime) -> datetime | None:
+        """``now`` if the window is open, else the next moment it opens (within 8 days)."""
+        if self.contains(now):
+            return now
+        zone = ZoneInfo(self.timezone)
+        local = now.astimezone(zone)
+        for days in range(0, 9):
+            day = (local + timedelta(days=days)).date()
+            start = datetime.combine(day, self.start, tzinfo=zone)
+            if start > now and self.contains(start):
+                return start.astimezone(UTC)
+        return None
+
 
 def _day(when: datetime) -> str:
     return DAYS[(when.weekday() + 1) % 7]
@@ -47,6 +61,62 @@ class Guard:
     min_interval: float = 3600.0  # seconds between two requests
 
 
+class Why(enum.Enum):
+    """Why a reboot is (not) asked for now; :meth:`Decision.text` says it in English."""
+
+    NOTHING_WAITS = "nothing-waits"
+    AFTER_DROP = "after-drop"  # min_delay after the last drop has not passed
+    TOO_SOON = "too-soon"  # min_interval after the last request has not passed
+    OUTSIDE_WINDOW = "outside-window"
+    DUE = "due"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The typed answer of :func:`reboot_due`, with the numbers behind it.
+
+    ``left``: seconds until what ``why`` names lets a request through (AFTER_DROP,
+    TOO_SOON: the guard runs out; OUTSIDE_WINDOW: the window opens); ``since``: seconds
+    since the last request (TOO_SOON); ``opens``: when the window opens next
+    (OUTSIDE_WINDOW; None, and ``left`` None, if it never opens within 8 days).
+    """
+
+    why: Why
+    left: float | None = None
+    since: float | None = None
+    opens: datetime | None = None
+
+    @property
+    def due(self) -> bool:
+        """Whether to ask for a reboot now."""
+        return self.why is Why.DUE
+
+    def recheck(self, every: float) -> float | None:
+        """Seconds until the decision may change by time alone; None: only an event changes it.
+
+        A decision that is due or has nothing waiting is not re-checked; any other is
+        re-checked every ``every`` seconds, sooner when what holds it back runs out before
+        that (never sooner than a second: wall and monotonic time drift apart).
+        """
+        if self.why in (Why.DUE, Why.NOTHING_WAITS):
+            return None
+        return every if self.left is None else min(every, max(1.0, self.left))
+
+    def text(self) -> str:
+        """The decision in English, as the heartbeat and ``status`` show it."""
+        if self.why is Why.NOTHING_WAITS:
+            return "no generation waits for a reboot"
+        if self.why is Why.AFTER_DROP:
+            return f"waiting {self.left or 0:.0f} s after the last drop"
+        if self.why is Why.TOO_SOON:
+            return (
+                f"a reboot was asked for {self.since or 0:.0f} s ago ({self.left or 0:.0f} s left)"
+            )
+        if self.why is Why.OUTSIDE_WINDOW:
+            return "outside the reboot window"
+        return "due"
+
+
 def reboot_due(
     now: datetime,
     *,
@@ -55,16 +125,18 @@ def reboot_due(
     last_request: float | None,
     window: Window,
     guard: Guard,
-) -> tuple[bool, str]:
+) -> Decision:
     """Whether to ask for a reboot now, and why (or why not)."""
     stamp = now.timestamp()
     if not waiting:
-        return False, "no generation waits for a reboot"
+        return Decision(Why.NOTHING_WAITS)
     if last_drop is not None and stamp - last_drop < guard.min_delay:
-        return False, f"waiting {guard.min_delay - (stamp - last_drop):.0f} s after the last drop"
+        return Decision(Why.AFTER_DROP, left=guard.min_delay - (stamp - last_drop))
     if last_request is not None and stamp - last_request < guard.min_interval:
-        left = guard.min_interval - (stamp - last_request)
-        return False, f"a reboot was asked for {stamp - last_request:.0f} s ago ({left:.0f} s left)"
+        since = stamp - last_request
+        return Decision(Why.TOO_SOON, left=guard.min_interval - since, since=since)
     if not window.contains(now):
-        return False, "outside the reboot window"
-    return True, "due"
+        opens = window.next_open(now)
+        left = None if opens is None else (opens - now).total_seconds()
+        return Decision(Why.OUTSIDE_WINDOW, left=left, opens=opens)
+    return Decision(Why.DUE)

@@ -23,13 +23,15 @@ from service.errors import BootError, LoadError, ModuleRejected
 from service.kernel.firmware import FirmwareView
 from service.kernel.memory import apply_policy
 from service.kernel.modules import Kernel
+from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.generations import Store
 from service.store.publish import mirror_status, publish_live
+from service.store.records import ModuleLoad
 from service.store.recover import load_or_rebuild
-from service.store.state import BundleState, Phase, State, locked, save
+from service.store.state import BundleState, State, locked, save
 from service.store.statusfile import write_status
 from service.verify.decompress import compression, decompress
 from service.verify.target import Target
@@ -69,7 +71,7 @@ class Boot:
         """Bring up every bundle; return the final state."""
         with locked(self.layout.var):
             state = load_or_rebuild(self.layout.state, self.store)
-            state = replace(state, boot_id=self.layout.boot_id.read_text().strip())
+            state = state.booted(self.layout.boot_id.read_text().strip())
             save(self.layout.state, state, step="boot_id")
             choices = [
                 choose(n, b, self.release, self.config.max_boot_attempts)
@@ -90,48 +92,32 @@ class Boot:
         return state
 
     def _bring_up(self, state: State, choice: Choice) -> State:
-        name, b = choice.bundle, state.bundle(choice.bundle)
+        """Effect, transition, save: expire, count the attempt, load, then live or failed."""
+        name, gid = choice.bundle, choice.generation
         bound = log.bind(bundle=name)
-        if choice.expired and b.pending:
-            gen = replace(b.generations[b.pending], failed=choice.expired)
-            b = b.with_generation(gen).move(Phase.FAILED, pending=None, note=choice.expired)
-            state = self._save(state, name, b, errors=[choice.expired])
-            bound.error("generation.expired", generation=gen.id, reason=choice.expired)
-        if choice.generation is None:
+        if choice.expired and state.bundle(name).pending:
+            expired = state.bundle(name).pending
+            state = self._save(
+                state, name, state.bundle(name).expired(choice.expired), errors=[choice.expired]
+            )
+            bound.error("generation.expired", generation=expired, reason=choice.expired)
+        if gid is None:
             bound.info("bundle.nothing_to_load", note=choice.note)
             return state
-        gen = b.generations[choice.generation]
-        if choice.pending:
-            gen = replace(gen, attempts=gen.attempts + 1)
-        b = b.with_generation(gen).move(
-            Phase.LOADING, note=f"generation {gen.id[:12]} attempt {gen.attempts}"
-        )
-        state = self._save(state, name, b, generation=gen.id)  # persisted before the kernel
-        try:
-            loaded = self._load(gen.id)
+        state = self._save(state, name, state.bundle(name).booting(gid), generation=gid)
+        try:  # the attempt is persisted: now the kernel
+            loads = self._load(gid)
         except BootError as exc:
-            bound.error("generation.failed", generation=gen.id, reason=exc.reason)
-            if choice.pending:
-                gen = replace(gen, failed=exc.reason)
-                b = b.with_generation(gen).move(Phase.FAILED, pending=None, note=exc.reason)
-            else:
-                b = b.move(Phase.FAILED, note=exc.reason)
-            state = self._save(state, name, b, errors=[exc.reason], generation=gen.id)
-            if choice.fallback and choice.fallback != gen.id:
+            bound.error("generation.failed", generation=gid, reason=exc.reason)
+            failed = state.bundle(name).failed(gid, exc.reason)
+            state = self._save(state, name, failed, errors=[exc.reason], generation=gid)
+            if choice.fallback and choice.fallback != gid:
                 return self._bring_up(state, Choice(name, choice.fallback))
             return state
-        gen = replace(gen, attempts=0)
-        b = b.with_generation(gen).move(
-            Phase.ACTIVE,
-            active=gen.id,
-            pending=None if choice.pending else b.pending,
-            loaded=tuple(loaded),
-            note=f"generation {gen.id[:12]} active",
-        )
-        bound.info("generation.active", generation=gen.id, modules=len(loaded))
-        state = self._save(state, name, b, generation=gen.id)
+        bound.info("generation.active", generation=gid, modules=len(loads))
+        state = self._save(state, name, state.bundle(name).went_live(gid, loads), generation=gid)
         try:
-            publish_live(self.layout, self.config, name, gen.id)
+            publish_live(self.layout, self.config, name, gid)
         except OSError as exc:  # the modules are live; a digest file must not fail the boot
             bound.error("digest.unwritable", error=str(exc))
         return state
@@ -153,25 +139,21 @@ class Boot:
         except BootError:
             return ()  # the bundle fails when it is brought up, in its own turn
 
-    def _load(self, generation: str) -> list[dict[str, Any]]:
+    def _load(self, generation: str) -> tuple[ModuleLoad, ...]:
         """Load one generation's modules in order; undo this attempt's loads on failure.
 
         Any failure (manifest, memory onlining, firmware view, a module) becomes a
         :class:`BootError` naming the step, after this attempt's loads are undone.
         """
         root = self.store.path(generation)
-        done: list[dict[str, Any]] = []
+        done: list[ModuleLoad] = []
         linked = False
         step = "the generation's manifest"
         try:
             manifest = self._manifest(generation)
             if manifest.memory is not None:
                 step = f"memory policy {manifest.memory.value}"
-                for onlined in apply_policy(self.sysfs, manifest.memory):
-                    if "error" in onlined:
-                        log.error("memory.online_failed", **onlined)
-                    else:
-                        log.info("memory.onlined", **onlined)
+                log_onlining(apply_policy(self.sysfs, manifest.memory))
             if manifest.firmware:
                 step = "the firmware view"
                 linked = True
@@ -183,18 +165,18 @@ class Boot:
                 step = module.file
                 done.append(self._load_module(root, module, live, ours))
         except (BootError, LoadError, OSError) as exc:
-            self._undo([d["module"] for d in done if not d.get("already_loaded")])
+            self._undo([d.module for d in done if not d.already_loaded])
             if linked:
                 self.firmware.unlink(root)
             if isinstance(exc, BootError):
                 raise
             why = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
             raise BootError(f"{step}: {why}") from exc
-        return done
+        return tuple(done)
 
     def _load_module(
         self, root: Path, module: ModuleEntry, live: dict[str, str | None], ours: set[str]
-    ) -> dict[str, Any]:
+    ) -> ModuleLoad:
         """Open the module once, re-verify what the kernel will get, load exactly that.
 
         A plain ELF is verified from its descriptor and loaded from the same descriptor;
@@ -215,7 +197,7 @@ class Boot:
                         f"{name}: another version is already loaded (srcversion "
                         f"{live[name] or 'unknown'}, this generation has {v.srcversion or 'none'})"
                     )
-                return {"module": name, "srcversion": v.srcversion, "already_loaded": True}
+                return ModuleLoad(name, v.srcversion, already_loaded=True)
             deps = [
                 d
                 for d in map(normalize_module_name, v.depends)
@@ -231,7 +213,7 @@ class Boot:
         live[name] = v.srcversion
         ms = round((time.monotonic() - started) * 1000, 3)
         log.info("module.loaded", module=name, ms=ms)
-        return {"module": name, "srcversion": v.srcversion, "ms": ms}
+        return ModuleLoad(name, v.srcversion, ms)
 
     def _undo(self, names: list[str]) -> None:
         for name in reversed(names):

@@ -7,6 +7,7 @@ on the daemon's queue. Nothing here reads or changes modstage's state.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import queue
 import time
@@ -17,11 +18,20 @@ from typing import Any
 Queue = queue.Queue["Event"]
 
 
+class Kind(enum.StrEnum):
+    """What happened; the value is the name logs and tests use."""
+
+    DROP = "drop"  # something changed in an incoming directory or in a drop
+    OVERFLOW = "overflow"  # inotify lost events: rescan everything
+    MEMORY = "memory"  # a memory block was added or went offline
+    STOP = "stop"  # SIGTERM, SIGINT, or a test: leave the loop
+
+
 @dataclass(frozen=True)
 class Event:
-    """Something happened; ``kind`` is drop, overflow, memory or stop."""
+    """Something happened, at ``at`` on the monotonic clock; ``detail`` says what."""
 
-    kind: str
+    kind: Kind
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
 
@@ -35,7 +45,7 @@ class _OverflowHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if "overflow" in record.getMessage().lower():
-            self.events.put(Event("overflow", record.getMessage()))
+            self.events.put(Event(Kind.OVERFLOW, record.getMessage()))
 
 
 class DropWatcher:
@@ -57,7 +67,7 @@ class DropWatcher:
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:
                 if event.event_type in ("created", "moved", "closed", "deleted"):
-                    events.put(Event("drop", str(event.src_path)))
+                    events.put(Event(Kind.DROP, str(event.src_path)))
 
         self.incoming = incoming
         self.handler = Handler()
@@ -110,7 +120,7 @@ class MemoryWatcher:
 
         def on_device(device: Any) -> None:
             if device.action in ("add", "offline"):
-                events.put(Event("memory", f"{device.action} {device.sys_name}"))
+                events.put(Event(Kind.MEMORY, f"{device.action} {device.sys_name}"))
 
         self.observer: Any = pyudev.MonitorObserver(monitor, callback=on_device, daemon=True)
 

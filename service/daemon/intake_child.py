@@ -4,9 +4,11 @@ The daemon stays small by never importing the verification stack (cryptography,
 asn1crypto, OpenSSL's hashlib): it runs this module instead, once per scan that finds
 work (:mod:`service.daemon.intake_runner`). This process builds the same
 :class:`~service.store.intake.Intake` ``modstage intake`` builds, takes the same state
-lock and runs it over every complete drop. Its standard output is the protocol, one
+lock and runs it over every complete drop. On standard input it reads one JSON line,
+``{"stuck": {drop: why}}``: the drops that could not be removed, which the daemon
+remembers across scans as an in-process intake would. Its standard output is the protocol, one
 line each: ``tick`` while it makes progress (the daemon feeds systemd's watchdog on
-it), then one JSON object, ``{"outcomes": [...]}`` or, when the run failed as a
+it), then one JSON object, ``{"outcomes": [...], "stuck": {...}}`` or, when the run failed as a
 whole, ``{"error": ..., "corrupt": [path, aside] | null}``. Logs go to standard
 error, which it shares with the daemon (journald).
 
@@ -52,14 +54,16 @@ def ticker(out: BinaryIO, every: float = TICK_EVERY) -> Callable[[], None]:
     return tick
 
 
-def take(layout: Layout, out: BinaryIO) -> dict[str, object]:
-    """Run intake over every complete drop; the result line's object."""
+def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> dict[str, object]:
+    """Run intake over every complete drop, skipping the ``stuck`` ones the daemon
+    remembers; the result line's object (with the drops stuck now)."""
     intake = Intake(
         layout=layout,
         config=Config.load(layout.config),
         trust=TrustStore.from_directory(layout.trusted),
         keyring=KernelKeyring(layout.proc),
         tick=ticker(out),
+        stuck=stuck,
     )
     try:
         outcomes = intake.run()
@@ -67,7 +71,16 @@ def take(layout: Layout, out: BinaryIO) -> dict[str, object]:
         return {"error": str(exc), "corrupt": [exc.path, exc.aside]}
     except (ServiceError, OSError) as exc:
         return {"error": shown(exc), "corrupt": None}
-    return {"outcomes": [o.to_json() for o in outcomes]}
+    return {"outcomes": [o.to_json() for o in outcomes], "stuck": intake.stuck}
+
+
+def read_stuck(given: BinaryIO) -> dict[str, str]:
+    """The daemon's remembered stuck drops, one JSON line on standard input (or none)."""
+    try:
+        doc = json.loads(given.readline() or b"{}")
+        return {str(k): str(v) for k, v in dict(doc.get("stuck", {})).items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     out = sys.stdout.buffer
     try:
-        result = take(Layout(args.root), out)
+        result = take(Layout(args.root), out, read_stuck(sys.stdin.buffer))
     except (ServiceError, OSError) as exc:  # the config or trust store could not be read
         result = {"error": shown(exc), "corrupt": None}
     out.write(json.dumps(result).encode() + b"\n")

@@ -15,6 +15,7 @@ refreshes the published status, under the lock, as an empty intake run would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,7 +29,7 @@ import service
 from service.config import Config
 from service.errors import ServiceError, StateCorrupt
 from service.layout import Layout
-from service.store import quarantine
+from service.store.drops import Drops
 from service.store.outcome import Outcome
 from service.store.publish import incoming_dirs, mirror_status
 from service.store.state import locked
@@ -40,8 +41,10 @@ CHILD = "service.daemon.intake_child"
 NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
-def has_work(layout: Layout, config: Config) -> bool:
-    """Whether an intake run would take or remove anything: a complete drop, or trash."""
+def has_work(layout: Layout, config: Config, stuck: dict[str, str] | None = None) -> bool:
+    """Whether an intake run would take or remove anything: a complete drop that is not
+    ``stuck`` (nor recorded as left in place), or trash."""
+    drops = Drops(layout, config, stuck=stuck if stuck is not None else {})
     try:
         if any(os.scandir(layout.trash)):
             return True
@@ -57,7 +60,7 @@ def has_work(layout: Layout, config: Config) -> bool:
             if (
                 parse_drop_name(entry.name)
                 and os.path.lexists(drop / MANIFEST_NAME)
-                and not quarantine.left_in_place(layout, drop)
+                and not drops.skipped(drop)
             ):
                 return True
     return False
@@ -81,16 +84,18 @@ class ChildIntake:
     tick: Callable[[], None] = field(default=lambda: None)  # per progress line of the child
     python: Sequence[str] = (sys.executable,)
     started_once: bool = False  # the first run always starts a child (it cleans up)
+    stuck: dict[str, str] = field(default_factory=dict)  # drops that cannot be removed
 
     def run(self) -> list[Outcome]:
         """Take in every complete drop; raise what the child's run raised, as a ServiceError."""
-        if self.started_once and not has_work(self.layout, self.config):
+        if self.started_once and not has_work(self.layout, self.config, self.stuck):
             with locked(self.layout.var):
                 mirror_status(self.layout, self.config)
             return []
         self.started_once = True
         result = self._child()
         if "outcomes" in result:
+            self.stuck = {str(k): str(v) for k, v in dict(result.get("stuck", {})).items()}
             return [Outcome.from_json(o) for o in result["outcomes"]]
         self.started_once = False  # a failed run: the next one starts a child again
         corrupt = result.get("corrupt")
@@ -105,9 +110,12 @@ class ChildIntake:
         """Start the child, relay its ticks, return its result line's object."""
         command = [*self.python, "-m", CHILD, "--root", str(self.layout.root)]
         with subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=child_env()
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
         ) as proc:
-            assert proc.stdout is not None
+            assert proc.stdin is not None and proc.stdout is not None
+            with contextlib.suppress(BrokenPipeError):  # a child that died at once says why
+                proc.stdin.write(json.dumps({"stuck": self.stuck}).encode() + b"\n")
+                proc.stdin.close()
             last = b""
             for line in proc.stdout:
                 if line == b"tick\n":

@@ -1,8 +1,9 @@
 """``modstage serve``: notice drops, take them in, ask for reboots, online hot-added memory.
 
 One thread owns all state. Watchers only put events on a queue; the loop
-waits on that queue with a timeout that is the next deadline (debounce,
-periodic rescan, reboot check, watchdog ping), so an idle daemon sleeps.
+waits on that queue (through its :class:`~service.daemon.clock.Clock`) with a
+timeout that is the next deadline (debounce, periodic rescan, reboot check,
+watchdog ping), so an idle daemon sleeps. :meth:`Daemon.step` is one pass.
 """
 
 from __future__ import annotations
@@ -10,28 +11,30 @@ from __future__ import annotations
 import contextlib
 import queue
 import signal
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.config import Config
 from service.daemon import heap
-from service.daemon.events import DropWatcher, Event, MemoryWatcher, Queue
+from service.daemon.clock import Clock, SystemClock
+from service.daemon.events import DropWatcher, Event, Kind, MemoryWatcher, Queue
 from service.daemon.intake_runner import ChildIntake
 from service.daemon.notify import notify, watchdog_interval
+from service.daemon.timers import Timers
+from service.daemon.watchdog import Watchdog
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import block_number, online_blocks
+from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
-from service.reboot import Rebooter, reboot_required
+from service.reboot import Rebooter
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
-from service.store.state import Phase, load, locked, save
+from service.store.records import RebootIntent
+from service.store.state import State, load, locked, save
 from service.store.statusfile import write_status
-from service.window import reboot_due
+from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
@@ -42,24 +45,7 @@ if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
-
-class Clock(Protocol):
-    """Wall time for windows and records, monotonic time for deadlines."""
-
-    def now(self) -> datetime: ...
-    def monotonic(self) -> float: ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> datetime:
-        """Aware current time."""
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        """time.monotonic()."""
-        return time.monotonic()
+__all__ = ["Clock", "Daemon", "SystemClock"]
 
 
 @dataclass
@@ -80,22 +66,26 @@ class Daemon:
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
-    fed_at: float = float("-inf")  # when the watchdog was last fed
-    progress_at: float = 0.0  # last progress of a long step (see feeding())
+    watchdog: Watchdog = field(default_factory=Watchdog)
     unwatched: int = 0  # drop directories beyond the watch cap: polled instead
     poll_unwatched: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
 
-    def heartbeat(self, decision: str | None) -> None:
-        """Refresh the heartbeat file (``status`` shows its age) at most every HEARTBEAT_EVERY s."""
+    def heartbeat(self, decision: Decision | None) -> None:
+        """Refresh the heartbeat file (``status`` shows its age) at most every HEARTBEAT_EVERY s.
+
+        The decision is written as ``status`` shows it: its text, ``requested`` when it
+        was due (the daemon asked), ``error`` when the step failed before deciding.
+        """
         from service.status.glance import HEARTBEAT_EVERY, write_heartbeat
 
         if self.clock.monotonic() < self.next_beat:
             return
         self.next_beat = self.clock.monotonic() + HEARTBEAT_EVERY
+        text = "error" if decision is None else "requested" if decision.due else decision.text()
         try:
             at = self.clock.now().timestamp()
-            write_heartbeat(self.layout.heartbeat, decision=decision or "error", at=at)
+            write_heartbeat(self.layout.heartbeat, decision=text, at=at)
         except OSError as exc:
             log.error("heartbeat.write_failed", path=str(self.layout.heartbeat), error=str(exc))
 
@@ -104,12 +94,12 @@ class Daemon:
         current = self.layout.boot_id.read_text().strip()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            if state.reboot and state.reboot.get("boot_id") != current:
-                save(self.layout.state, replace(state, reboot=None))
+            if state.reboot and state.reboot.boot_id != current:
+                save(self.layout.state, state.rebooted(current))
                 self.rebooter.clear()
-                log.info("reboot.happened", asked_at=state.reboot.get("at"))  # once it is saved
+                log.info("reboot.happened", asked_at=state.reboot.at)  # once it is saved
             elif state.reboot:
-                log.info("daemon.restarted", reboot_intent=state.reboot)
+                log.info("daemon.restarted", reboot_intent=state.reboot.to_json())
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
@@ -132,50 +122,50 @@ class Daemon:
         )
         return outcomes
 
-    def maybe_reboot(self) -> str:
-        """Ask for a reboot if one is due; record the intent first. Returns the decision."""
-        kernel = self.layout.kernel_release()
+    def maybe_reboot(self) -> Decision:
+        """Ask for a reboot if one is due: decide, record the intent (transition, save), ask.
+
+        The intent is saved before the backend is asked, so a crash in between is
+        reconciled on start; a recorded intent keeps a failing backend from being hammered.
+        """
         current = self.layout.boot_id.read_text().strip()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            waiting = reboot_required(state, kernel)
-            intent = (
-                state.reboot if state.reboot and state.reboot.get("boot_id") == current else None
-            )
-            due, why = reboot_due(
+            waiting = state.awaiting_reboot(self.layout.kernel_release())
+            intent = state.intent_in(current)
+            decision = reboot_due(
                 self.clock.now(),
                 waiting=bool(waiting),
                 last_drop=self.last_drop,
-                last_request=intent["at"] if intent else None,
+                last_request=intent.at if intent else None,
                 window=self.config.reboot.window,
                 guard=self.config.reboot.guard,
             )
-            if not due:
-                return why
+            if not decision.due:
+                return decision
             reason = f"new generation pending for {', '.join(waiting)}"
-            record = {
-                "at": self.clock.now().timestamp(),
-                "boot_id": current,
-                "backend": self.rebooter.name,
-                "bundles": waiting,
-                "reason": reason,
-            }
-            for name in waiting:
-                b = state.bundle(name)
-                if b.phase is not Phase.REBOOT_SCHEDULED:
-                    note = f"reboot asked via {self.rebooter.name}"
-                    if self.rebooter.name == "none":
-                        note = "waiting for an admin reboot (backend none)"
-                    b = b.move(Phase.REBOOT_SCHEDULED, note=note)
-                state = state.with_bundle(name, b)
-            save(self.layout.state, replace(state, reboot=record))  # the intent, before acting
-            for name in waiting:
-                write_status(self.layout, name, state.bundle(name), reboot=record)
-            mirror_status(self.layout, self.config)
+            intent = RebootIntent(
+                self.clock.now().timestamp(), current, self.rebooter.name, tuple(waiting), reason
+            )
+            state = state.reboot_asked(intent, self._asked_note())
+            save(self.layout.state, state)  # the intent, before acting
+            self._publish(state, intent)
         log.info("reboot.requested", backend=self.rebooter.name, bundles=waiting)
         self.write_metrics()
         self.rebooter.request(reason)
-        return "requested"
+        return decision
+
+    def _asked_note(self) -> str:
+        """The history note of a scheduled reboot: how it will come."""
+        if self.rebooter.name == "none":
+            return "waiting for an admin reboot (backend none)"
+        return f"reboot asked via {self.rebooter.name}"
+
+    def _publish(self, state: State, intent: RebootIntent) -> None:
+        """Show the scheduled reboot in each bundle's status file and its mirrors."""
+        for name in intent.bundles:
+            write_status(self.layout, name, state.bundle(name), reboot=intent.to_json())
+        mirror_status(self.layout, self.config)
 
     def _guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of the loop; a service error is logged and the daemon goes on.
@@ -196,42 +186,11 @@ class Daemon:
 
     def feed_watchdog(self) -> None:
         """Progress in a long step (intake calls it per drop and per chunk): we are alive."""
-        now = self.clock.monotonic()
-        self.progress_at = now
-        ping = watchdog_interval()
-        if ping and now >= self.fed_at + ping / 2:
-            notify("WATCHDOG=1")
-            self.fed_at = now
+        self.watchdog.feed()
 
-    @contextlib.contextmanager
-    def feeding(self) -> Iterator[None]:
-        """Keep the watchdog fed during a step while it makes progress.
-
-        A step that cannot call :meth:`feed_watchdog` for a while (parsing a large
-        manifest) is covered by a thread that feeds the watchdog as long as the last
-        progress is younger than ``limits.max_seconds``: a step stuck longer than a
-        drop may take is left to systemd's watchdog, as it should be.
-        """
-        ping = watchdog_interval()
-        if not ping:
-            yield
-            return
-        stop = threading.Event()
-        self.progress_at = time.monotonic()
-        budget = self.config.limits.max_seconds
-
-        def feed() -> None:
-            while not stop.wait(ping / 2):
-                if time.monotonic() - self.progress_at < budget:
-                    notify("WATCHDOG=1")
-
-        thread = threading.Thread(target=feed, name="watchdog-feeder", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
+    def feeding(self) -> contextlib.AbstractContextManager[None]:
+        """Keep the watchdog fed during a step while it makes progress (see :class:`Watchdog`)."""
+        return self.watchdog.feeding(self.config.limits.max_seconds)
 
     def rebuild_state(self) -> None:
         """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
@@ -250,13 +209,6 @@ class Daemon:
         except OSError as exc:
             log.error("metrics.write_failed", path=str(self.layout.metrics), error=str(exc))
 
-    def _delay_left(self) -> float:
-        """Seconds until the minimum delay after the last drop passes, if it has not yet."""
-        if self.last_drop is None:
-            return self.recheck_every
-        left = self.last_drop + self.config.reboot.guard.min_delay - self.clock.now().timestamp()
-        return left if left > 0 else self.recheck_every
-
     def online_memory(self, events: list[Event]) -> list[dict[str, Any]]:
         """Online offline blocks per the host's hotplug policy; log each with its latency."""
         if self.config.hotplug_policy == "kernel":
@@ -270,75 +222,72 @@ class Daemon:
             clock=self.clock.monotonic,
             only=None if not events or None in added else [n for n in added if n is not None],
         )
-        for step in done:
-            if "error" in step:
-                log.error("memory.online_failed", **step)
-            else:
-                log.info("memory.onlined", **step)
+        log_onlining(done)
         return done
 
     def loop(self) -> None:
-        """Run until a stop event: debounce drop events, rescan, check reboots, ping."""
-        dirty_at: float | None = self.clock.monotonic()  # rescan on start
-        next_rescan = self.clock.monotonic() + self.rescan_every
-        ping = watchdog_interval()
-        next_ping = self.clock.monotonic()
-        next_check: float | None = None  # re-decide a reboot while a generation waits
-        metrics_at: float | None = None  # rewrite metrics once hot-added memory settles
+        """Run until a stop event: wait for events or the next deadline, then one :meth:`step`."""
+        timers = Timers.start(self.clock.monotonic(), self.rescan_every, watchdog_interval())
         while True:
-            now = self.clock.monotonic()
-            deadlines = [next_rescan] + ([dirty_at] if dirty_at is not None else [])
-            deadlines += [metrics_at] if metrics_at is not None else []
-            deadlines += [next_ping] if ping else []
-            deadlines += [next_check] if next_check is not None else []
-            deadlines.append(self.next_beat)
-            batch: list[Event] = []
-            try:
-                batch.append(self.events.get(timeout=max(0.0, min(deadlines) - now)))
-                while True:
-                    batch.append(self.events.get_nowait())
-            except queue.Empty:
-                pass
-            if any(e.kind == "stop" for e in batch):
+            batch = self.next_batch(timers.earliest(self.next_beat) - self.clock.monotonic())
+            if any(e.kind is Kind.STOP for e in batch):
                 return
-            now = self.clock.monotonic()
-            if any(e.kind in ("drop", "overflow") for e in batch):
-                dirty_at = now + self.debounce if dirty_at is None else dirty_at
-            if any(e.kind == "overflow" for e in batch):
-                log.warning("inotify.overflow", action="full rescan")
-                dirty_at = now
-            memory = [e for e in batch if e.kind == "memory"]
-            if memory:
-                self.online_memory(memory)
-                metrics_at = now + self.settle  # not between the blocks of one DIMM
-            elif metrics_at is not None and now >= metrics_at:
-                metrics_at = None
-                self.write_metrics()
-            if now >= next_rescan:
-                dirty_at, next_rescan = now, now + self.rescan_every
-            scanned = dirty_at is not None and now >= dirty_at
-            if scanned:
-                dirty_at = None
-                with self.feeding():
-                    self._guarded(self.take_drops)
-                if self.unwatched:  # junk directories spent the watches: poll the rest
-                    next_rescan = min(next_rescan, now + self.poll_unwatched)
-                self.write_metrics()
-                notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
-            memory_only = bool(batch) and len(memory) == len(batch) and not scanned
-            quiet = next_check is None or now < next_check
-            if memory_only and quiet and now < self.next_beat:
-                pass  # hot-added memory changes nothing about reboots: back to listening
-            else:
-                decision = self._guarded(self.maybe_reboot)
-                self.heartbeat(decision)
-                if decision in ("requested", "no generation waits for a reboot"):
-                    next_check = None
-                else:
-                    next_check = now + min(self.recheck_every, self._delay_left())
-            if ping and now >= next_ping:
-                notify("WATCHDOG=1")
-                next_ping = now + ping / 2  # twice per interval: slack for a loaded host
+            self.step(batch, timers)
+
+    def next_batch(self, timeout: float) -> list[Event]:
+        """Wait up to ``timeout`` seconds for an event, then take every event queued with it."""
+        first = self.clock.wait(self.events, max(0.0, timeout))
+        batch = [] if first is None else [first]
+        with contextlib.suppress(queue.Empty):
+            while first is not None:
+                batch.append(self.events.get_nowait())
+        return batch
+
+    def step(self, batch: list[Event], timers: Timers) -> None:
+        """One pass: debounce drops, online memory, scan when due, decide reboots, ping."""
+        now = self.clock.monotonic()
+        if any(e.kind in (Kind.DROP, Kind.OVERFLOW) for e in batch):
+            timers.dirty = now + self.debounce if timers.dirty is None else timers.dirty
+        if any(e.kind is Kind.OVERFLOW for e in batch):
+            log.warning("inotify.overflow", action="full rescan")
+            timers.dirty = now
+        memory = [e for e in batch if e.kind is Kind.MEMORY]
+        if memory:
+            self.online_memory(memory)
+            timers.metrics = now + self.settle  # not between the blocks of one DIMM
+        elif timers.metrics is not None and now >= timers.metrics:
+            timers.metrics = None
+            self.write_metrics()
+        scanned = self._scan_if_due(timers, now)
+        memory_only = bool(batch) and len(memory) == len(batch) and not scanned
+        quiet = timers.check is None or now < timers.check
+        if not (memory_only and quiet and now < self.next_beat):
+            self._decide(timers, now)  # hot-added memory alone changes nothing about reboots
+        if timers.ping is not None and now >= timers.ping:
+            notify("WATCHDOG=1")
+            timers.ping = now + timers.ping_every  # twice per interval: slack for a loaded host
+
+    def _scan_if_due(self, timers: Timers, now: float) -> bool:
+        """Take drops in when the debounce or the periodic rescan is due; whether it scanned."""
+        if now >= timers.rescan:
+            timers.dirty, timers.rescan = now, now + self.rescan_every
+        if timers.dirty is None or now < timers.dirty:
+            return False
+        timers.dirty = None
+        with self.feeding():
+            self._guarded(self.take_drops)
+        if self.unwatched:  # junk directories spent the watches: poll the rest
+            timers.rescan = min(timers.rescan, now + self.poll_unwatched)
+        self.write_metrics()
+        notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
+        return True
+
+    def _decide(self, timers: Timers, now: float) -> None:
+        """Decide (and maybe ask for) a reboot; re-check while time alone may change it."""
+        decision = self._guarded(self.maybe_reboot)
+        self.heartbeat(decision)
+        after = self.recheck_every if decision is None else decision.recheck(self.recheck_every)
+        timers.check = None if after is None else now + after
 
     def serve(self) -> None:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
@@ -352,8 +301,8 @@ class Daemon:
             w.start()
         self.watcher, self.more_watchers = watchers[0], watchers[1:]
         self.intake.tick = self.feed_watchdog
-        signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event("stop", "SIGTERM")))
-        signal.signal(signal.SIGINT, lambda *_: self.events.put(Event("stop", "SIGINT")))
+        signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event(Kind.STOP, "SIGTERM")))
+        signal.signal(signal.SIGINT, lambda *_: self.events.put(Event(Kind.STOP, "SIGINT")))
         self._guarded(self.reconcile)
         notify("READY=1", "STATUS=watching for drops")
         log.info(

@@ -82,7 +82,7 @@ def bundle_health(
     if bundle is not None:
         active = bundle.generations.get(bundle.active) if bundle.active else None
         if bundle.phase is Phase.FAILED:
-            note = next((h.get("note") for h in reversed(bundle.history) if h.get("note")), None)
+            note = next((h.note for h in reversed(bundle.history) if h.note), None)
             found.append((Health.FAILED, f"nothing is loaded: {note or 'the last load failed'}"))
         since = active.added if active is not None else float("-inf")
         for gen in sorted(bundle.generations.values(), key=lambda g: g.added):
@@ -122,7 +122,7 @@ def _live_findings(
 ) -> list[tuple[Health, str]]:
     """What the kernel contradicts in the record of the active generation."""
     found: list[tuple[Health, str]] = []
-    missing, differing = module_mismatches(bundle.loaded, live)
+    missing, differing = module_mismatches([m.to_json() for m in bundle.loaded], live)
     gen = str(bundle.active)[:12]
     if missing:
         found.append(
@@ -261,14 +261,14 @@ def _bundle_doc(
             }
             for g in gens
         ],
-        "loaded": [_loaded(m, live) for m in b.loaded],
+        "loaded": [_loaded(m.to_json(), live) for m in b.loaded],
         "history": [
             {
-                "at": h.get("at"),
-                "at_utc": iso(h.get("at")),
-                "from": h.get("from"),
-                "to": h.get("to"),
-                "note": h.get("note"),
+                "at": h.at,
+                "at_utc": iso(h.at),
+                "from": h.source,
+                "to": h.target,
+                "note": h.note or None,
             }
             for h in b.history
         ],
@@ -336,13 +336,14 @@ def _reboot(
     window = config.reboot.window if config is not None else None
     opens = next_open(window, moment) if window is not None else None
     waits = [f"{n}: {b['waiting']}" for n, b in bundles.items() if b.get("waiting")]
+    asked = state.reboot.to_json() if state.reboot is not None else None
     return {
         "required": bool(waiting),
         "bundles": waiting,
         "scheduled": [
             n for n, b in sorted(state.bundles.items()) if b.phase is Phase.REBOOT_SCHEDULED
         ],
-        "asked": state.reboot,  # the daemon's recorded request: at, boot_id, backend, ...
+        "asked": asked,  # the daemon's recorded request: at, boot_id, backend, ...
         "backend": config.reboot.backend if config is not None else None,
         "window": None
         if window is None
@@ -356,7 +357,7 @@ def _reboot(
         "window_open": opens is not None and opens <= moment,
         "why_not_asked": why_no_reboot(
             required=bool(waiting),
-            asked=state.reboot,
+            asked=asked,
             backend=config.reboot.backend if config is not None else None,
             daemon=daemon,
             opens=opens,
@@ -382,7 +383,7 @@ def collect(layout: Layout, *, now: float | None = None) -> dict[str, Any]:
     for name in sorted(set(state.bundles) | set(files)):
         b, entry = state.bundles.get(name), files.get(name)
         doc = entry if isinstance(entry, dict) else None
-        live = live_modules(layout.sys, [str(m.get("module")) for m in b.loaded] if b else [])
+        live = live_modules(layout.sys, [m.module for m in b.loaded] if b else [])
         verdict = bundle_health(
             b, doc, kernel=kernel, boot_id=boot_id, state_boot_id=state.boot_id, live=live
         )

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from service.window import Window
 from stager.atomic import write_atomic
@@ -27,16 +26,7 @@ def iso(epoch: float | None) -> str | None:
 
 def next_open(window: Window, now: datetime) -> datetime | None:
     """``now`` if the window is open, else the next moment it opens (within 8 days)."""
-    if window.contains(now):
-        return now
-    zone = ZoneInfo(window.timezone)
-    local = now.astimezone(zone)
-    for days in range(0, 9):
-        day = (local + timedelta(days=days)).date()
-        start = datetime.combine(day, window.start, tzinfo=zone)
-        if start > now and window.contains(start):
-            return start.astimezone(UTC)
-    return None
+    return window.next_open(now)
 
 
 def write_heartbeat(path: Path, *, decision: str, at: float) -> None:

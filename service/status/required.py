@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from service.config import Config
 from service.errors import ServiceError
 from service.layout import Layout
-from service.reboot import reboot_required
 from service.status.collect import read_state
 from service.store.state import State
 
@@ -54,9 +53,8 @@ def decide(
     host_file: str | None,
 ) -> Answer:
     """The answer from plain values; ``host_file`` is the host sentinel's path if it exists."""
-    waiting = reboot_required(state, kernel)
-    intent: dict[str, Any] | None = state.reboot
-    asked = intent is not None and intent.get("boot_id") == boot_id
+    waiting = state.awaiting_reboot(kernel)
+    asked = state.intent_in(boot_id) is not None
     reasons: list[str] = []
     if waiting and (backend == "none" or asked):
         reasons.append(" ".join(waiting))

@@ -17,6 +17,7 @@ from pathlib import Path
 from service.errors import StateCorrupt
 from service.logs import get_logger
 from service.store.generations import Store
+from service.store.records import HistoryEntry
 from service.store.state import (
     LAST_GOOD,
     BundleState,
@@ -61,7 +62,7 @@ def rebuild(pointer: dict[str, dict[str, object]], store: Store, why: str) -> St
         if active is None:
             note += "; no last known good generation: choose one with modstage rollback"
         phase = Phase.ACTIVE if active else Phase.NONE
-        entry = {"at": at, "from": "none", "to": phase.value, "note": note}
+        entry = HistoryEntry(at, Phase.NONE.value, phase.value, note)
         bundles[name] = BundleState(
             phase=phase, active=active, generations=b.generations, history=(entry,)
         )

@@ -5,6 +5,14 @@
     (new) -> pending -> reboot_scheduled -> loading -> active
                 \\_______________________________/  \\-> failed -> loading (last known good)
 
+Every change of a bundle is a named, pure transition of :class:`BundleState` or
+:class:`State` that asserts what may precede it (:class:`IllegalTransition`
+otherwise): :meth:`BundleState.staged` (intake), :meth:`State.reboot_asked` and
+:meth:`State.rebooted` (the daemon), :meth:`BundleState.booting`,
+:meth:`BundleState.went_live`, :meth:`BundleState.failed` and
+:meth:`BundleState.expired` (boot), and the admin verbs. Callers do the effect,
+take the transition, then save.
+
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
 in the bundle's status file but never recorded here, so a rejected drop leaves
 ``state.json`` untouched. Every change goes through :meth:`State.save`, i.e.
@@ -25,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from service import faults
-from service.errors import StateCorrupt, StateError
+from service.errors import IllegalTransition, StateCorrupt, StateError
+from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, want
 from stager.atomic import fsync_dir, write_atomic
 
 FORMAT = 1
@@ -65,7 +74,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 def next_phase(current: Phase, target: Phase) -> Phase:
     """``target`` if the machine allows moving there from ``current``; raises otherwise."""
     if target not in TRANSITIONS[current]:
-        raise StateError(f"illegal transition {current.value} -> {target.value}")
+        raise IllegalTransition(f"-> {target.value}", current.value, "not in the phase table")
     return target
 
 
@@ -89,8 +98,8 @@ class BundleState:
     active: str | None = None
     pending: str | None = None
     generations: dict[str, Generation] = field(default_factory=dict)
-    loaded: tuple[dict[str, Any], ...] = ()
-    history: tuple[dict[str, Any], ...] = ()
+    loaded: tuple[ModuleLoad, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
     held: bool = False  # an admin's hold: no new generation, no reboot asked
 
     @property
@@ -99,11 +108,13 @@ class BundleState:
         return self.active
 
     def move(self, target: Phase, note: str = "", **changes: Any) -> BundleState:
-        """A copy in phase ``target`` with ``changes``, the move appended to history."""
+        """A copy in phase ``target`` with ``changes``, the move appended to history.
+
+        The low-level step the named transitions below are made of (tests use it to
+        build states); it checks only the phase table.
+        """
         phase = next_phase(self.phase, target)
-        entry = {"at": round(time.time(), 3), "from": self.phase.value, "to": phase.value}
-        if note:
-            entry["note"] = note
+        entry = HistoryEntry(round(time.time(), 3), self.phase.value, phase.value, note)
         history = (*self.history, entry)[-HISTORY_LIMIT:]
         return replace(self, phase=phase, history=history, **changes)
 
@@ -117,9 +128,91 @@ class BundleState:
 
     def record(self, note: str) -> BundleState:
         """A copy with ``note`` appended to history, the phase unchanged (an admin's act)."""
-        entry = {"at": round(time.time(), 3), "from": self.phase.value, "to": self.phase.value}
-        entry["note"] = note
+        entry = HistoryEntry(round(time.time(), 3), self.phase.value, self.phase.value, note)
         return replace(self, history=(*self.history, entry)[-HISTORY_LIMIT:])
+
+    def awaits_reboot(self, kernel: str) -> bool:
+        """Whether a pending generation for ``kernel`` waits for a reboot (not held)."""
+        gen = self.generations.get(self.pending) if self.pending else None
+        return (
+            gen is not None
+            and not gen.failed
+            and not self.held
+            and gen.kernel == kernel
+            and self.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        )
+
+    # -- transitions: intake, daemon, boot ------------------------------------------------
+
+    def staged(self, gen: Generation, retain: int) -> BundleState:
+        """Intake verified and published ``gen``: it is pending; generations past the
+        newest ``retain`` are forgotten (the caller collects them after saving).
+
+        Unchanged when ``gen`` is already pending or active and the bundle did not fail.
+        Refused while the bundle is being loaded or held, and for a generation that failed.
+        """
+        if gen.id in (self.pending, self.active) and self.phase is not Phase.FAILED:
+            return self
+        self._refuse("staged", self.phase is Phase.LOADING, "the bundle is being loaded")
+        self._refuse("staged", self.held, "the bundle is held by an admin")
+        known = self.generations.get(gen.id)
+        failed = known is not None and known.failed is not None
+        self._refuse("staged", failed, f"generation {gen.id[:12]} already failed")
+        moved = self.with_generation(gen).move(
+            Phase.PENDING, pending=gen.id, note=f"generation {gen.id[:12]} pending"
+        )
+        newest = {g.id for g in sorted(moved.generations.values(), key=_added)[-retain:]}
+        keep = moved.keep() | newest
+        return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
+
+    def reboot_asked(self, note: str) -> BundleState:
+        """The daemon recorded its intent to reboot for the pending generation."""
+        if self.phase is Phase.REBOOT_SCHEDULED:
+            return self
+        self._refuse("reboot_asked", self.pending is None, "no generation is pending")
+        return self.move(Phase.REBOOT_SCHEDULED, note=note)
+
+    def booting(self, generation: str) -> BundleState:
+        """Boot is about to load ``generation`` (persisted before the kernel is touched);
+        the pending generation counts an attempt."""
+        gen = self._known("booting", generation)
+        chosen = generation in self.keep()
+        self._refuse("booting", not chosen, f"{generation[:12]} is neither pending nor active")
+        if generation == self.pending:
+            gen = replace(gen, attempts=gen.attempts + 1)
+        return self.with_generation(gen).move(
+            Phase.LOADING, note=f"generation {gen.id[:12]} attempt {gen.attempts}"
+        )
+
+    def went_live(self, generation: str, loads: tuple[ModuleLoad, ...]) -> BundleState:
+        """Boot loaded ``generation``: it is active (the last known good), attempts reset."""
+        self._refuse("went_live", self.phase is not Phase.LOADING, "nothing is being loaded")
+        gen = replace(self._known("went_live", generation), attempts=0)
+        return self.with_generation(gen).move(
+            Phase.ACTIVE,
+            active=gen.id,
+            pending=None if gen.id == self.pending else self.pending,
+            loaded=loads,
+            note=f"generation {gen.id[:12]} active",
+        )
+
+    def failed(self, generation: str, reason: str) -> BundleState:
+        """Boot could not bring ``generation`` up; a pending one is failed for good."""
+        self._refuse("failed", self.phase is not Phase.LOADING, "nothing is being loaded")
+        gen = self._known("failed", generation)
+        if gen.id != self.pending:
+            return self.move(Phase.FAILED, note=reason)
+        return self.with_generation(replace(gen, failed=reason)).move(
+            Phase.FAILED, pending=None, note=reason
+        )
+
+    def expired(self, reason: str) -> BundleState:
+        """The pending generation ran out of boot attempts: failed, no longer pending."""
+        self._refuse("expired", self.pending is None, "no generation is pending")
+        gen = replace(self._known("expired", str(self.pending)), failed=reason)
+        return self.with_generation(gen).move(Phase.FAILED, pending=None, note=reason)
+
+    # -- the admin's verbs ----------------------------------------------------------------
 
     def resolve(self, generation: str) -> Generation:
         """The known generation whose id is or starts with ``generation``; raises StateError."""
@@ -156,21 +249,7 @@ class BundleState:
         Without ``generation``: the newest generation added before the active one
         that did not fail.
         """
-        if generation is None:
-            since = self.generations[self.active].added if self.active else float("inf")
-            older = sorted(
-                (
-                    g
-                    for g in self.generations.values()
-                    if not g.failed and g.id != self.active and g.added < since
-                ),
-                key=_added,
-            )
-            if not older:
-                raise StateError("no earlier generation to roll back to")
-            gen = older[-1]
-        else:
-            gen = self.resolve(generation)
+        gen = self._earlier() if generation is None else self.resolve(generation)
         if gen.id == self.active:
             raise StateError(f"generation {gen.id[:12]} is already active")
         if gen.failed:
@@ -180,6 +259,21 @@ class BundleState:
         return self.with_generation(replace(gen, attempts=0)).move(
             Phase.PENDING, pending=gen.id, note=note
         )
+
+    def _earlier(self) -> Generation:
+        """The newest generation added before the active one that did not fail."""
+        since = self.generations[self.active].added if self.active else float("inf")
+        older = sorted(
+            (
+                g
+                for g in self.generations.values()
+                if not g.failed and g.id != self.active and g.added < since
+            ),
+            key=_added,
+        )
+        if not older:
+            raise StateError("no earlier generation to roll back to")
+        return older[-1]
 
     def hold(self) -> BundleState:
         """Take no new generation and ask for no reboot until :meth:`release`."""
@@ -209,6 +303,17 @@ class BundleState:
         if self.phase is Phase.LOADING:
             raise StateError(f"cannot {verb} while the bundle is being loaded")
 
+    def _refuse(self, verb: str, refused: bool, reason: str) -> None:
+        """Raise :class:`IllegalTransition` for ``verb`` when ``refused``."""
+        if refused:
+            raise IllegalTransition(verb, self.phase.value, reason)
+
+    def _known(self, verb: str, generation: str) -> Generation:
+        gen = self.generations.get(generation)
+        if gen is None:
+            raise IllegalTransition(verb, self.phase.value, f"unknown generation {generation[:12]}")
+        return gen
+
 
 def _added(gen: Generation) -> float:
     return gen.added
@@ -220,7 +325,7 @@ class State:
 
     bundles: dict[str, BundleState] = field(default_factory=dict)
     boot_id: str | None = None
-    reboot: dict[str, Any] | None = None  # the recorded intent: asked at, in which boot, how
+    reboot: RebootIntent | None = None  # the recorded intent: asked at, in which boot, how
 
     def bundle(self, name: str) -> BundleState:
         """The state of bundle ``name`` (empty if unknown)."""
@@ -230,15 +335,39 @@ class State:
         """A copy with ``name`` replaced by ``bundle``."""
         return replace(self, bundles={**self.bundles, name: bundle})
 
+    def awaiting_reboot(self, kernel: str) -> list[str]:
+        """Bundles whose pending generation waits for a reboot into ``kernel``, by name."""
+        return [n for n, b in sorted(self.bundles.items()) if b.awaits_reboot(kernel)]
+
+    def intent_in(self, boot_id: str) -> RebootIntent | None:
+        """The recorded reboot intent if it was asked in boot ``boot_id`` (else None)."""
+        return self.reboot if self.reboot and self.reboot.boot_id == boot_id else None
+
+    def booted(self, boot_id: str) -> State:
+        """Boot runs in ``boot_id`` (recorded first: it tells a reboot from a restart)."""
+        return replace(self, boot_id=boot_id)
+
+    def reboot_asked(self, intent: RebootIntent, note: str) -> State:
+        """The daemon's intent to reboot for ``intent.bundles`` (saved before asking)."""
+        if not intent.bundles:
+            raise IllegalTransition("reboot_asked", "-", "the intent names no bundle")
+        state = self
+        for name in intent.bundles:
+            state = state.with_bundle(name, state.bundle(name).reboot_asked(note))
+        return replace(state, reboot=intent)
+
+    def rebooted(self, boot_id: str) -> State:
+        """The reboot asked in another boot happened: the intent is cleared."""
+        if self.reboot is None or self.reboot.boot_id == boot_id:
+            why = "no reboot was asked" if self.reboot is None else "asked in this boot"
+            raise IllegalTransition("rebooted", "-", why)
+        return replace(self, reboot=None)
+
     def to_json(self) -> bytes:
         """The persisted form."""
-        bundles = {}
-        for name, b in sorted(self.bundles.items()):
-            data = asdict(b)
-            data["phase"] = b.phase.value
-            data["generations"] = {k: asdict(v) for k, v in sorted(b.generations.items())}
-            bundles[name] = data
-        doc = {"format": FORMAT, "boot_id": self.boot_id, "reboot": self.reboot, "bundles": bundles}
+        bundles = {name: _bundle_json(b) for name, b in sorted(self.bundles.items())}
+        reboot = self.reboot.to_json() if self.reboot is not None else None
+        doc = {"format": FORMAT, "boot_id": self.boot_id, "reboot": reboot, "bundles": bundles}
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
     @classmethod
@@ -255,11 +384,12 @@ class State:
             if doc.get("format") != FORMAT:
                 raise StateError(f"unknown state format {doc.get('format')!r}")
             bundles = {
-                _want(name, str, "bundle name"): _bundle(name, b)
-                for name, b in _want(doc["bundles"], dict, "bundles").items()
+                want(name, str, "bundle name"): _bundle(name, b)
+                for name, b in want(doc["bundles"], dict, "bundles").items()
             }
-            reboot = _intent(doc.get("reboot"))
-            boot_id = _want(doc["boot_id"], str | None, "boot_id")
+            raw_intent = doc.get("reboot")
+            reboot = None if raw_intent is None else RebootIntent.from_json(raw_intent)
+            boot_id = want(doc["boot_id"], str | None, "boot_id")
             return cls(bundles=bundles, boot_id=boot_id, reboot=reboot)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             if isinstance(exc, StateError):
@@ -267,38 +397,30 @@ class State:
             raise StateError(f"state file is corrupt: {exc!r}") from exc
 
 
-def _intent(value: Any) -> dict[str, Any] | None:
-    """The daemon's recorded reboot request, with the keys its readers index."""
-    if value is None:
-        return None
-    intent: dict[str, Any] = _want(value, dict, "reboot intent")
-    _want(intent.get("at"), int | float, "reboot intent's 'at'")
-    _want(intent.get("boot_id"), str | None, "reboot intent's 'boot_id'")
-    return intent
-
-
-def _want(value: Any, kind: Any, what: str) -> Any:
-    """``value`` if it is a ``kind`` (a bool is not a number here); raises StateError."""
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _types(kind)):
-        raise StateError(f"state file is corrupt: {what} is {type(value).__name__}")
-    return value
-
-
-def _types(kind: Any) -> tuple[type, ...]:
-    return tuple(getattr(kind, "__args__", (kind,)))
+def _bundle_json(b: BundleState) -> dict[str, Any]:
+    """One bundle's persisted form (the records at their JSON edge)."""
+    return {
+        "phase": b.phase.value,
+        "active": b.active,
+        "pending": b.pending,
+        "generations": {k: asdict(v) for k, v in sorted(b.generations.items())},
+        "loaded": [m.to_json() for m in b.loaded],
+        "history": [h.to_json() for h in b.history],
+        "held": b.held,
+    }
 
 
 def _generation(key: str, v: Any, where: str) -> Generation:
-    v = _want(v, dict, where)
+    v = want(v, dict, where)
     if set(v) - {"id", "version", "kernel", "added", "attempts", "failed"}:
         raise StateError(f"state file is corrupt: {where} has unknown keys")
     gen = Generation(
-        id=_want(v["id"], str, f"{where}.id"),
-        version=_want(v["version"], str, f"{where}.version"),
-        kernel=_want(v["kernel"], str, f"{where}.kernel"),
-        added=float(_want(v.get("added", 0.0), int | float, f"{where}.added")),
-        attempts=_want(v.get("attempts", 0), int, f"{where}.attempts"),
-        failed=_want(v.get("failed"), str | None, f"{where}.failed"),
+        id=want(v["id"], str, f"{where}.id"),
+        version=want(v["version"], str, f"{where}.version"),
+        kernel=want(v["kernel"], str, f"{where}.kernel"),
+        added=float(want(v.get("added", 0.0), int | float, f"{where}.added")),
+        attempts=want(v.get("attempts", 0), int, f"{where}.attempts"),
+        failed=want(v.get("failed"), str | None, f"{where}.failed"),
     )
     if gen.id != key or gen.attempts < 0:
         raise StateError(f"state file is corrupt: {where} is inconsistent")
@@ -306,24 +428,27 @@ def _generation(key: str, v: Any, where: str) -> Generation:
 
 
 def _bundle(name: str, b: Any) -> BundleState:
-    b = _want(b, dict, f"bundles.{name}")
+    where = f"bundles.{name}"
+    b = want(b, dict, where)
     gens = {
-        k: _generation(k, v, f"bundles.{name}.generations.{k}")
-        for k, v in _want(b["generations"], dict, f"bundles.{name}.generations").items()
+        k: _generation(k, v, f"{where}.generations.{k}")
+        for k, v in want(b["generations"], dict, f"{where}.generations").items()
     }
+    loaded = want(b["loaded"], list, f"{where}.loaded")
+    history = want(b["history"], list, f"{where}.history")
     bundle = BundleState(
         phase=Phase(b["phase"]),
-        active=_want(b["active"], str | None, f"bundles.{name}.active"),
-        pending=_want(b["pending"], str | None, f"bundles.{name}.pending"),
+        active=want(b["active"], str | None, f"{where}.active"),
+        pending=want(b["pending"], str | None, f"{where}.pending"),
         generations=gens,
-        loaded=tuple(_want(x, dict, "loaded entry") for x in _want(b["loaded"], list, "loaded")),
+        loaded=tuple(ModuleLoad.from_json(x, f"{where}.loaded[{i}]") for i, x in enumerate(loaded)),
         history=tuple(
-            _want(x, dict, "history entry") for x in _want(b["history"], list, "history")
+            HistoryEntry.from_json(x, f"{where}.history[{i}]") for i, x in enumerate(history)
         ),
-        held=_want(b.get("held", False), bool, f"bundles.{name}.held"),
+        held=want(b.get("held", False), bool, f"{where}.held"),
     )
     if any(g not in gens for g in bundle.keep()):
-        raise StateError(f"state file is corrupt: bundles.{name} names an unknown generation")
+        raise StateError(f"state file is corrupt: {where} names an unknown generation")
     return bundle
 
 
@@ -335,7 +460,10 @@ def read(path: Path) -> State:
         return State()
     except (IsADirectoryError, NotADirectoryError) as exc:  # planted or mistaken: not a file
         raise StateError(f"{path}: cannot read: {exc.strerror} (not a regular file)") from exc
-    return State.from_json(raw)
+    try:
+        return State.from_json(raw)
+    except StateError as exc:
+        raise StateError(f"{path}: {exc}") from exc
 
 
 def load(path: Path) -> State:
@@ -361,7 +489,7 @@ def load(path: Path) -> State:
         aside_path = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
         path.rename(aside_path)
         fsync_dir(path.parent)
-        raise StateCorrupt(path, aside_path, str(exc)) from exc
+        raise StateCorrupt(path, aside_path, str(exc).removeprefix(f"{path}: ")) from exc
 
 
 def save(path: Path, state: State, *, step: str = "state") -> None:

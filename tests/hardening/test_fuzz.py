@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from service.config import Config
 from service.errors import ConfigError, StateError
+from service.store.records import HistoryEntry, RebootIntent
 from service.store.state import BundleState, Generation, Phase, State
 from stager.errors import ManifestError
 from stager.manifest import Manifest
@@ -176,13 +177,26 @@ _states = st.builds(
             ).map(lambda d: {k: Generation(k, g.version, g.kernel) for k, g in d.items()}),
             st.sampled_from(list(Phase)),
             st.lists(
-                st.fixed_dictionaries({"at": st.floats(0, 1e10), "to": st.text(max_size=5)}),
+                st.builds(
+                    HistoryEntry,
+                    at=st.floats(0, 1e10),
+                    source=st.text(max_size=5),
+                    target=st.text(max_size=5),
+                    note=st.text(max_size=5),
+                ),
                 max_size=3,
             ).map(tuple),
         ),
         max_size=3,
     ),
     boot_id=st.none() | st.text(max_size=10),
+    reboot=st.none()
+    | st.builds(
+        RebootIntent,
+        at=st.floats(0, 1e10),
+        boot_id=st.none() | st.text(max_size=5),
+        bundles=st.lists(st.text(max_size=5), max_size=2).map(tuple),
+    ),
 )
 
 

@@ -809,7 +809,7 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
 
     A good drop staged afterwards is still taken in, and the loop stops when asked.
     """
-    from service.daemon.events import DropWatcher, Event
+    from service.daemon.events import DropWatcher, Event, Kind
     from service.daemon.loop import Daemon
     from service.reboot import NoRebooter
     from service.store.state import Phase
@@ -838,12 +838,12 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
             assert time.monotonic() < deadline and thread.is_alive(), "FIFO drops blocked the loop"
             time.sleep(0.02)
         shutil.move(good, ctx.layout.incoming / ctx.drop.name.replace("0", "1", 1))
-        daemon.events.put(Event("drop", "test"))
+        daemon.events.put(Event(Kind.DROP, "test"))
         while load(ctx.layout.state).bundle("test").phase is not Phase.PENDING:
             assert time.monotonic() < deadline and thread.is_alive(), "loop unresponsive"
             time.sleep(0.02)
     finally:
-        daemon.events.put(Event("stop"))
+        daemon.events.put(Event(Kind.STOP))
         thread.join(10)
         watcher.stop()
     assert not thread.is_alive()

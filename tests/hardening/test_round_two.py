@@ -34,6 +34,7 @@ from service.status.collect import collect
 from service.status.view import lines, render_rich
 from service.store import quarantine
 from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
+from service.store.records import RebootIntent
 from service.store.state import load, save
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
@@ -376,7 +377,7 @@ def test_full_disk_rejection_and_restart_are_not_fatal(
     bad = _good(host, kernel, signed)
     (bad / "modules" / f"{M}.ko").write_bytes(b"swapped")
     state = load(host.state)
-    save(host.state, replace(state, reboot={"at": 1.0, "boot_id": "earlier boot"}))
+    save(host.state, replace(state, reboot=RebootIntent(1.0, "earlier boot")))
     _fill(host.var)
     with capture_logs() as logs:
         outcomes = make_intake(host).run()

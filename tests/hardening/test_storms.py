@@ -21,6 +21,7 @@ import tomli_w
 
 from service.config import Config, Limits
 from service.layout import Layout
+from service.store.records import HistoryEntry
 from service.store.state import HISTORY_LIMIT, Phase, load, save
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, drop_name
@@ -134,7 +135,7 @@ def test_state_history_stays_at_its_bound(
 ) -> None:
     """A bundle whose history is full keeps exactly HISTORY_LIMIT entries, the newest last."""
     state = load(fast_host.state)
-    full = tuple({"at": float(i), "from": "none", "to": "pending"} for i in range(HISTORY_LIMIT))
+    full = tuple(HistoryEntry(float(i), "none", "pending") for i in range(HISTORY_LIMIT))
     save(fast_host.state, state.with_bundle("test", replace(state.bundle("test"), history=full)))
     for version in "123":
         stage_drop(fast_host, kernel, [signed["ms_exporter"]], version=version)
@@ -142,7 +143,7 @@ def test_state_history_stays_at_its_bound(
         assert o.accepted
     history = load(fast_host.state).bundle("test").history
     assert len(history) == HISTORY_LIMIT
-    assert history[-1]["to"] == "pending" and history[-1]["at"] > HISTORY_LIMIT
+    assert history[-1].target == "pending" and history[-1].at > HISTORY_LIMIT
     assert history[: HISTORY_LIMIT - 3] == full[3:]
 
 

@@ -91,7 +91,7 @@ def test_retry_clears_the_failure_and_makes_it_pending(layout: Layout) -> None:
     b = load(layout.state).bundle("nvidia")
     assert b.phase is Phase.PENDING and b.pending == v3 and b.active == v2
     assert b.generations[v3].failed is None and b.generations[v3].attempts == 0
-    assert b.history[-1]["note"].startswith(f"admin: retry {v3[:12]}")
+    assert b.history[-1].note.startswith(f"admin: retry {v3[:12]}")
     assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
     status = json.loads((layout.status / "nvidia.json").read_text())
     assert status["pending"] == v3 and status["failed"] == {}
@@ -116,7 +116,7 @@ def test_rollback_defaults_to_the_generation_before_the_active(layout: Layout) -
     assert code == 0 and v1[:12] in out
     b = load(layout.state).bundle("nvidia")
     assert b.pending == v1 and b.active == v2 and b.phase is Phase.PENDING
-    assert b.history[-1]["note"] == f"admin: rollback to {v1[:12]} (1)"
+    assert b.history[-1].note == f"admin: rollback to {v1[:12]} (1)"
 
 
 def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -> None:
@@ -127,10 +127,10 @@ def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -
     assert reboot_required(load(layout.state), KERNEL) == []
     assert cli(layout, "hold", "nvidia")[0] == 1  # already held
     b = load(layout.state).bundle("nvidia")
-    assert b.held and b.history[-1]["note"] == "admin: hold" and b.phase is Phase.PENDING
+    assert b.held and b.history[-1].note == "admin: hold" and b.phase is Phase.PENDING
     assert cli(layout, "release", "nvidia")[0] == 0
     assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
-    assert load(layout.state).bundle("nvidia").history[-1]["note"] == "admin: release"
+    assert load(layout.state).bundle("nvidia").history[-1].note == "admin: release"
 
 
 def test_prune_never_removes_active_or_pending(layout: Layout) -> None:
@@ -140,7 +140,7 @@ def test_prune_never_removes_active_or_pending(layout: Layout) -> None:
     code, out = cli(layout, "prune", "--keep", "0", "--json")
     assert code == 0 and json.loads(out)["removed"] == {"nvidia": [v1]}
     b = load(layout.state).bundle("nvidia")
-    assert set(b.generations) == {v2, v3} and b.history[-1]["note"].startswith("admin: prune")
+    assert set(b.generations) == {v2, v3} and b.history[-1].note.startswith("admin: prune")
     store = Store(layout.store)
     assert not store.has(v1) and store.has(v2) and store.has(v3)
     code, out = cli(layout, "prune")

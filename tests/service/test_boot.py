@@ -79,7 +79,7 @@ def test_pending_generation_loads_in_order_with_params(
     assert fake.calls == [("load", "ms_exporter", ""), ("load", "ms_params", "count=7 label=hi")]
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
-    assert [m["module"] for m in b.loaded] == ["ms_exporter", "ms_params"]
+    assert [m.module for m in b.loaded] == ["ms_exporter", "ms_params"]
     assert state.boot_id == "11111111-2222-3333-4444-555555555555"
     memory = host.sys / "devices/system/memory"
     assert (memory / "auto_online_blocks").read_text() == "online_movable"
@@ -112,7 +112,7 @@ def test_failed_second_module_unloads_first_and_restores_last_good(
     assert b.generations[bad].failed == (
         "modules/ms_enodev.ko: ENODEV: the module's init found no device (init returned -ENODEV)"
     )
-    assert [h["to"] for h in b.history[-4:]] == ["loading", "failed", "loading", "active"]
+    assert [h.target for h in b.history[-4:]] == ["loading", "failed", "loading", "active"]
 
 
 def test_attempts_are_persisted_before_loading_and_expire(

@@ -1,27 +1,34 @@
-"""The daemon on a temporary root: real inotify, real files, recording reboot backends."""
+"""The daemon on a temporary root: real files, recording reboot backends; real inotify in a
+thread where a drop must be noticed, a fake clock driving the loop where time must pass."""
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import threading
 import time
 from collections.abc import Iterator
+from datetime import time as daytime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from service.config import Config, RebootConfig
-from service.daemon.events import DropWatcher, Event
+from service.daemon.clock import SystemClock
+from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
+from service.store.records import RebootIntent
 from service.store.state import Phase, load
 from service.verify.trust import TrustStore
-from service.window import Guard
+from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
+from tests.service.fake_clock import FakeClock
 from tests.service.fakes import make_host
 from tests.service.test_intake import FakeKeyring
 
@@ -40,10 +47,25 @@ def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Pat
     return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
 
 
-def _daemon(host: Layout, rebooter: object, **config: object) -> Daemon:
+class CountingIntake(Intake):
+    """The real intake, counting its scans (proof that a scan ran)."""
+
+    scans = 0
+
+    def run(self) -> Any:
+        self.scans += 1
+        return super().run()
+
+
+def _daemon(host: Layout, rebooter: object, clock: object = None, **config: object) -> Daemon:
     cfg = Config(**config)  # type: ignore[arg-type]
-    intake = Intake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
-    return Daemon(host, cfg, intake, rebooter)  # type: ignore[arg-type]
+    intake = CountingIntake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    return Daemon(host, cfg, intake, rebooter, clock=clock or SystemClock())  # type: ignore[arg-type]
+
+
+def _scans(daemon: Daemon) -> int:
+    assert isinstance(daemon.intake, CountingIntake)
+    return daemon.intake.scans
 
 
 @pytest.fixture
@@ -66,7 +88,7 @@ def running(host: Layout) -> Iterator[list[Daemon]]:
 
     yield start  # type: ignore[misc]
     for daemon in started:
-        daemon.events.put(Event("stop"))
+        daemon.events.put(Event(Kind.STOP))
     for thread in threads:
         thread.join(timeout=10)
         assert not thread.is_alive()
@@ -99,25 +121,107 @@ def test_drop_is_noticed_taken_in_and_reboot_asked(
     )
     _wait(lambda: asked == [["reboot-now"]])
     state = load(host.state)
-    assert state.reboot is not None and state.reboot["bundles"] == ["test"]
+    assert state.reboot is not None and state.reboot.bundles == ("test",)
     metrics = host.metrics.read_text()  # refreshed on every change
     assert "\nmodstage_reboot_required 1.0\n" in metrics
     assert 'modstage_verification_seconds{bundle="test"}' in metrics
     assert list(host.incoming.iterdir()) == []
+
+
+def _decided(host: Layout) -> str:
+    return str(json.loads(host.heartbeat.read_text())["reboot_decision"])
+
+
+def test_the_guard_allows_one_request_per_min_interval(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """A second drop within min_interval is taken in but not asked for until the interval
+    has passed on the clock; then the re-check asks at once (the loop was running)."""
+    asked: list[float] = []
+    clock = FakeClock()
+    rebooter = CommandRebooter(["reboot-now"], runner=lambda _: asked.append(clock.wall))
+    guard = Guard(min_delay=0, min_interval=3610)  # not a multiple of the 30 s heartbeat
+    daemon = _daemon(host, rebooter, clock, reboot=RebootConfig(backend="command", guard=guard))
+    stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    clock.run_for(1)
+    daemon.loop()
+    first = clock.wall
+    assert asked and asked[0] <= first and load(host.state).reboot is not None
     stage(host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)])
-    _wait(lambda: load(host.state).bundle("test").phase is Phase.PENDING)
-    time.sleep(0.5)
-    assert asked == [["reboot-now"]], "the guard allows one request per min_interval"
+    daemon.events.put(Event(Kind.DROP, "test", at=clock.mono))
+    clock.run_for(3500)
+    daemon.loop()
+    assert load(host.state).bundle("test").phase is Phase.PENDING  # the drop was taken in
+    assert _scans(daemon) >= 3 and clock.wall - first == 3500  # the loop ran all along
+    assert _decided(host).startswith("a reboot was asked for "), _decided(host)
+    assert len(asked) == 1, "the guard allows one request per min_interval"
+    clock.run_for(200)
+    daemon.loop()
+    assert len(asked) == 2 and asked[1] - asked[0] == 3610  # asked again, at the second
 
 
-def test_incomplete_drop_is_left_alone(host: Layout, running: object) -> None:
-    """A drop directory without its manifest is not touched by the daemon."""
-    daemon = _daemon(host, NoRebooter())
-    running(daemon)  # type: ignore[operator]
+def test_a_held_reboot_is_asked_for_when_the_window_opens(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """Outside the window the daemon re-checks until the window opens and asks for the reboot
+    at its opening (the typed decision's numbers set the re-check), then not again."""
+    asked: list[float] = []
+    clock = FakeClock()  # 12:00 UTC
+    window = Window(start=daytime(12, 10, 10), end=daytime(13, 0))  # off the heartbeat's beat
+    reboot = RebootConfig(backend="command", guard=Guard(0, 3600), window=window)
+    daemon = _daemon(
+        host,
+        CommandRebooter(["r"], runner=lambda _: asked.append(clock.wall)),
+        clock,
+        reboot=reboot,
+    )
+    stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    clock.run_for(599)
+    daemon.loop()
+    assert load(host.state).bundle("test").phase is Phase.PENDING and asked == []
+    assert _decided(host) == "outside the reboot window"
+    clock.run_for(1200)
+    daemon.loop()
+    assert asked == [clock.now().replace(hour=12, minute=10, second=10).timestamp()]
+    assert load(host.state).bundle("test").phase is Phase.REBOOT_SCHEDULED
+
+
+def test_a_reboot_waits_min_delay_after_the_last_drop(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """The request comes min_delay after the drop was taken in, not before, not much after."""
+    asked: list[float] = []
+    clock = FakeClock()
+    reboot = RebootConfig(backend="command", guard=Guard(min_delay=45, min_interval=3600))
+    daemon = _daemon(
+        host,
+        CommandRebooter(["r"], runner=lambda _: asked.append(clock.wall)),
+        clock,
+        reboot=reboot,
+    )
+    stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+    clock.run_for(44)
+    daemon.loop()
+    assert daemon.last_drop is not None and asked == []
+    assert _decided(host).startswith("waiting ") and _decided(host).endswith(
+        " s after the last drop"
+    )
+    clock.run_for(100)
+    daemon.loop()
+    assert len(asked) == 1 and 45 <= asked[0] - daemon.last_drop < 46
+
+
+def test_incomplete_drop_is_left_alone(host: Layout) -> None:
+    """A drop directory without its manifest is not touched by the daemon, scan after scan."""
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
     partial = host.incoming / "test.00000000000000000001.ab"
     (partial / "modules").mkdir(parents=True)
     (partial / "modules" / "x.ko").write_bytes(b"half")
-    time.sleep(1.0)
+    daemon.events.put(Event(Kind.DROP, str(partial), at=clock.mono))
+    clock.run_for(1000)
+    daemon.loop()
+    assert _scans(daemon) >= 4  # at start, then every rescan_every (300 s)
     assert (partial / "modules" / "x.ko").read_bytes() == b"half"
     assert not host.state.exists()
 
@@ -160,7 +264,7 @@ def test_restart_is_not_a_reboot(host: Layout) -> None:
         host.state,
         replace(
             load(host.state),
-            reboot={"at": 1.0, "boot_id": host.boot_id.read_text().strip(), "backend": "kured"},
+            reboot=RebootIntent(1.0, host.boot_id.read_text().strip(), "kured"),
         ),
     )
     kured.request("test")
@@ -178,7 +282,9 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
     start (no events) and any other memory event go over every block.
     """
     daemon = _daemon(host, NoRebooter(), hotplug_policy="online_movable")
-    done = daemon.online_memory([Event("memory", "add memory2"), Event("memory", "add memory9")])
+    done = daemon.online_memory(
+        [Event(Kind.MEMORY, "add memory2"), Event(Kind.MEMORY, "add memory9")]
+    )
     assert [(d["block"], d["state"]) for d in done] == [(2, "online_movable")]
     assert all(float(d["latency_ms"]) >= 0 for d in done)
     done = daemon.online_memory([])
@@ -207,24 +313,45 @@ def test_backends(host: Layout, tmp_path: Path) -> None:
 
 
 def test_idle_daemon_sleeps(host: Layout) -> None:
-    """With nothing to do, the loop blocks on its queue (a handful of wakeups per second at most)."""
+    """With nothing to do, the loop waits until its next deadline: over an hour it wakes for
+    the heartbeat (30 s) and the rescan (300 s), never in between."""
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    clock.run_for(3600)
+    daemon.loop()
+    assert clock.mono - 1000.0 == 3600  # the hour passed through the daemon's waits
+    assert len(clock.waits) <= 3600 / 30 + 3600 / 300 + 2, len(clock.waits)
+    assert [w for w in clock.waits if w < 1.0] == [0.0]  # only the scan at start
+    assert _scans(daemon) == 12  # at start and every 300 s until the hour ends: it went round
 
-    class CountingQueue(queue.Queue[Event]):
-        wakeups = 0
 
-        def get(self, block: bool = True, timeout: float | None = None) -> Event:
-            CountingQueue.wakeups += 1
-            return super().get(block, timeout)
+def test_the_system_clock_blocks_until_an_event_or_the_timeout() -> None:
+    """The real wait sleeps on the queue: None after the timeout, an event as soon as queued."""
+    events: queue.Queue[Event] = queue.Queue()
+    started = time.monotonic()
+    assert SystemClock().wait(events, 0.2) is None
+    assert time.monotonic() - started >= 0.2
+    threading.Timer(0.05, events.put, [Event(Kind.DROP, "x")]).start()
+    got = SystemClock().wait(events, 30)
+    assert got is not None and got.kind is Kind.DROP and time.monotonic() - started < 10
 
-    daemon = _daemon(host, NoRebooter())
-    daemon.events = CountingQueue()
-    thread = threading.Thread(target=daemon.loop, daemon=True)
-    thread.start()
-    time.sleep(2.0)
-    daemon.events.put(Event("stop"))
-    thread.join(timeout=5)
-    wakeups = CountingQueue.wakeups
-    assert wakeups <= 3, wakeups
+
+def test_hot_added_memory_alone_does_not_redecide_reboots(host: Layout) -> None:
+    """A memory event between heartbeats onlines the block and goes back to listening: no
+    reboot decision, no heartbeat (the next one comes on time)."""
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock, hotplug_policy="online_movable")
+    clock.run_for(1)
+    daemon.loop()
+    beat = host.heartbeat.stat().st_mtime_ns
+    daemon.events.put(Event(Kind.MEMORY, "add memory2", at=clock.mono))
+    clock.run_for(5)
+    daemon.loop()
+    assert (host.sys / "devices/system/memory/memory2/state").read_text() == "online_movable"
+    assert host.heartbeat.stat().st_mtime_ns == beat
+    clock.run_for(60)
+    daemon.loop()
+    assert host.heartbeat.stat().st_mtime_ns != beat  # the heartbeat did come
 
 
 def test_failing_backend_does_not_stop_the_daemon(
@@ -290,3 +417,18 @@ def test_drop_watches_are_capped(host: Layout) -> None:
     assert len(watcher.drops) == DropWatcher.MAX_DROP_WATCHES
     watcher.track(set())
     assert watcher.drops == {}
+
+
+def test_the_heartbeat_shows_the_decision_as_status_reads_it(host: Layout) -> None:
+    """The typed decision becomes English only in the heartbeat: its text, ``requested`` when
+    it was due (the daemon asked), ``error`` when the step failed before deciding."""
+    from service.window import Decision, Why
+
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    shown = []
+    for decision in (Decision(Why.AFTER_DROP, left=12.4), Decision(Why.DUE), None):
+        daemon.heartbeat(decision)
+        shown.append(_decided(host))
+        clock.advance(30)
+    assert shown == ["waiting 12 s after the last drop", "requested", "error"]

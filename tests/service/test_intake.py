@@ -267,3 +267,36 @@ def test_require_symbol_crcs_must_be_a_boolean() -> None:
 
     with pytest.raises(ConfigError, match="require_symbol_crcs: must be a boolean"):
         Config.from_dict({"require_symbol_crcs": "no"})
+
+
+def test_a_drop_that_cannot_be_removed_is_taken_in_once(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A drop taken in that can be neither removed nor quarantined (here a read-only
+    mount, with the quarantine unwritable too) is not taken in again on every scan: it is
+    remembered, logged once, and its bundle's status file names it."""
+    import subprocess
+
+    from structlog.testing import capture_logs
+
+    drop = _stage(host, [signed["ms_exporter"]], kernel)
+    host.quarantine.parent.mkdir(parents=True, exist_ok=True)
+    host.quarantine.write_text("not a directory")  # the quarantine cannot record it
+    subprocess.run(["mount", "--bind", str(drop), str(drop)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(drop)], check=True)
+        intake = _intake(host)
+        with capture_logs() as logs:
+            [first] = intake.run()
+            again = intake.run()
+            later = intake.run()
+    finally:
+        subprocess.run(["umount", "-l", str(drop)], check=False)
+    assert first.accepted and (drop / "manifest.toml").exists()
+    assert again == [] and later == []
+    stuck = [e for e in logs if e["event"] == "drop.stuck"]
+    assert len(stuck) == 1 and stuck[0]["drop"] == drop.name
+    assert [e["event"] for e in logs].count("drop.accepted") == 1
+    status = _status(host)
+    assert status["phase"] == "pending" and drop.name in str(status["errors"])
+    assert "stays in place" in str(status["errors"])

@@ -154,3 +154,23 @@ print(heavy)
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_stuck_drops_are_remembered_across_children(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """Drops that cannot be removed, which an in-process intake remembers across scans, go
+    to each child and come back from it; a stuck drop alone is no work for a child."""
+    echo = (
+        "import sys, json; d = json.loads(sys.stdin.readline());"
+        " print(json.dumps({'outcomes': [], 'stuck': {**d['stuck'], 'new': 'why'}}))"
+    )
+    runner = ChildIntake(host, Config(), python=(sys.executable, "-c", echo))
+    runner.stuck = {"old": "because"}
+    assert runner.run() == []
+    assert runner.stuck == {"old": "because", "new": "why"}
+    drop = stage(
+        host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    assert has_work(host, Config(), {})
+    assert not has_work(host, Config(), {str(drop): "cannot be removed"})

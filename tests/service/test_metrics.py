@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import families, render, render_plain, write_metrics
+from service.store.records import ModuleLoad
 from service.store.state import BundleState, Generation, Phase, State, save
 
 KERNEL = "6.1.0-test"
@@ -23,9 +24,9 @@ def fallback_host(tmp_path: Path) -> Layout:
     b = BundleState().with_generation(Generation(OLD, "1", KERNEL, added=1.0))
     b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING)
     loaded = (
-        {"module": "nvidia", "srcversion": "S1", "ms": 400.0},
-        {"module": "nvidia_uvm", "srcversion": "S2", "ms": 100.0},
-        {"module": "i2c_core", "srcversion": "S3", "already_loaded": True},
+        ModuleLoad("nvidia", "S1", 400.0),
+        ModuleLoad("nvidia_uvm", "S2", 100.0),
+        ModuleLoad("i2c_core", "S3", already_loaded=True),
     )
     b = b.move(Phase.ACTIVE, active=OLD, loaded=loaded)
     b = b.with_generation(Generation(NEW, "2", KERNEL, added=2.0, attempts=1, failed="ENOKEY"))
@@ -33,8 +34,8 @@ def fallback_host(tmp_path: Path) -> Layout:
     b = b.move(Phase.PENDING, pending="c" * 64)
     save(layout.state, State({"nvidia": b}))
     for m in loaded:
-        (layout.sys / "module" / m["module"]).mkdir(parents=True)
-        (layout.sys / "module" / m["module"] / "srcversion").write_text(f"{m['srcversion']}\n")
+        (layout.sys / "module" / m.module).mkdir(parents=True)
+        (layout.sys / "module" / m.module / "srcversion").write_text(f"{m.srcversion}\n")
     block = layout.sys / "devices/system/memory/memory7"
     block.mkdir(parents=True)
     (block / "state").write_text("offline\n")

@@ -13,7 +13,7 @@ import pytest
 
 from service.boot.loader import Boot
 from service.config import Config, Publish, RebootConfig
-from service.daemon.events import DropWatcher, Event
+from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.errors import ConfigError
 from service.layout import Layout
@@ -273,7 +273,7 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         assert asked == [["reboot-now"]]
         assert list(host.host(POD_IN).iterdir()) == []
     finally:
-        daemon.events.put(Event("stop"))
+        daemon.events.put(Event(Kind.STOP))
         thread.join(timeout=10)
         for w in watchers:
             w.stop()

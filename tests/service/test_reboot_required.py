@@ -17,6 +17,7 @@ import pytest
 from service.cli import main
 from service.layout import Layout
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
+from service.store.records import RebootIntent
 from service.store.state import BundleState, Generation, Phase, State, save
 
 KERNEL = "6.1.0-test"
@@ -60,7 +61,7 @@ def ask(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
 
 
 KURED = '[reboot]\nbackend = "kured"\n'
-INTENT = {"at": 1.0, "boot_id": BOOT, "backend": "kured", "bundles": ["nvidia"]}
+INTENT = RebootIntent(1.0, BOOT, "kured", ("nvidia",))
 
 NOT_ERRORS: list[tuple[str, Callable[[Path], object], int, str]] = [
     ("fresh host, no state", lambda r: host(r), NOT_REQUIRED, "no reboot required"),
@@ -96,7 +97,7 @@ NOT_ERRORS: list[tuple[str, Callable[[Path], object], int, str]] = [
     (
         "pending, backend kured, request from an earlier boot",
         lambda r: host(
-            r, State({"nvidia": pending()}, reboot={**INTENT, "boot_id": "boot-1"}), KURED
+            r, State({"nvidia": pending()}, reboot=replace(INTENT, boot_id="boot-1")), KURED
         ),
         NOT_REQUIRED,
         "no reboot required",

@@ -34,7 +34,7 @@ def test_corrupt_state_boots_the_last_known_good_from_the_store(
     assert fake.calls == [("load", "ms_exporter", "")]
     b = state.bundle("test")
     assert (b.phase, b.active) == (Phase.ACTIVE, good)
-    assert "rebuilt from the store" in b.history[0]["note"]
+    assert "rebuilt from the store" in b.history[0].note
     rebuilt = [e for e in logs if e["event"] == "state.rebuilt"]
     assert rebuilt and rebuilt[0]["log_level"] == "error" and "corrupt-" in rebuilt[0]["aside"]
     assert load(host.state).bundle("test").active == good  # later boots start from it
@@ -51,7 +51,7 @@ def test_without_a_pointer_stored_generations_are_remembered_not_loaded(
     fake = FakeKernel()
     b = _boot(host, fake).run().bundle("test")
     assert fake.calls == [] and b.active is None and gen in b.generations
-    assert "modstage rollback" in b.history[0]["note"]
+    assert "modstage rollback" in b.history[0].note
     out = io.StringIO()
     assert main(["rollback", "--root", str(host.root), "test", gen[:12]], out) == 0
     assert _boot(host, FakeKernel()).run().bundle("test").active == gen

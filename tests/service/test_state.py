@@ -1,86 +1,299 @@
-"""The phase machine and the persisted state file."""
+"""The state's named transitions, driven as intake, the daemon and boot drive them, and
+the persisted state file (typed records, old files, corrupt files)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.errors import StateCorrupt, StateError
+from service.errors import IllegalTransition, StateCorrupt, StateError
+from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
 from service.store.state import (
     HISTORY_LIMIT,
-    TRANSITIONS,
     BundleState,
     Generation,
     Phase,
     State,
     load,
-    next_phase,
+    read,
     save,
 )
 
-
-@given(st.lists(st.sampled_from(list(Phase)), max_size=30))
-def test_moves_follow_the_table_or_raise(targets: list[Phase]) -> None:
-    """Any sequence of moves succeeds exactly when each step is in the transition table."""
-    b = BundleState()
-    for target in targets:
-        if target in TRANSITIONS[b.phase]:
-            b = b.move(target)
-            assert b.phase is target
-        else:
-            with pytest.raises(StateError, match="illegal transition"):
-                b.move(target)
-    assert len(b.history) <= HISTORY_LIMIT
+K = "6.1.0-57-amd64"
+A, B, C = "a" * 64, "b" * 64, "c" * 64
 
 
-def test_the_table_allows_exactly_the_moves_modstage_makes() -> None:
-    """Only the moves intake, the daemon and boot make are legal; shortcuts raise."""
-    P = Phase
-    made = {
-        (P.NONE, P.PENDING),
-        (P.PENDING, P.PENDING),
-        (P.REBOOT_SCHEDULED, P.PENDING),
-        (P.ACTIVE, P.PENDING),
-        (P.FAILED, P.PENDING),  # intake
-        (P.PENDING, P.REBOOT_SCHEDULED),  # daemon
-        (P.PENDING, P.LOADING),
-        (P.REBOOT_SCHEDULED, P.LOADING),
-        (P.ACTIVE, P.LOADING),
-        (P.FAILED, P.LOADING),
-        (P.LOADING, P.LOADING),
-        (P.LOADING, P.ACTIVE),
-        (P.LOADING, P.FAILED),  # boot
-    }
-    assert {(a, b) for a, targets in TRANSITIONS.items() for b in targets} == made
-    for illegal in [
-        (P.ACTIVE, P.FAILED),
-        (P.NONE, P.ACTIVE),
-        (P.PENDING, P.ACTIVE),
-        (P.VERIFYING, P.PENDING),
-    ]:
-        with pytest.raises(StateError):
-            next_phase(*illegal)
+def gen(gid: str, added: float = 1.0, kernel: str = K) -> Generation:
+    """A fresh generation as intake records it."""
+    return Generation(gid, f"v-{gid[0]}", kernel, added=added)
 
 
-def test_history_is_bounded() -> None:
-    """However many moves, the history keeps the newest HISTORY_LIMIT."""
-    b = BundleState()
-    for _ in range(HISTORY_LIMIT + 10):
-        b = b.move(Phase.PENDING)
-    assert len(b.history) == HISTORY_LIMIT
+def live(gid: str = A) -> BundleState:
+    """A bundle whose generation ``gid`` was staged, booted and came up."""
+    b = BundleState().staged(gen(gid), retain=3).booting(gid)
+    return b.went_live(gid, (ModuleLoad("nvidia", "S1", 12.5),))
+
+
+def test_a_generation_goes_from_staged_to_active() -> None:
+    """staged -> reboot asked -> booting (one attempt) -> live: active, loads recorded."""
+    b = BundleState().staged(gen(A), retain=3)
+    assert (b.phase, b.pending, b.active) == (Phase.PENDING, A, None)
+    assert b.awaits_reboot(K) and not b.awaits_reboot("other")
+    b = b.reboot_asked("asked via kured")
+    assert b.phase is Phase.REBOOT_SCHEDULED and b.history[-1].note == "asked via kured"
+    b = b.booting(A)
+    assert b.phase is Phase.LOADING and b.generations[A].attempts == 1
+    b = b.went_live(A, (ModuleLoad("nvidia", "S1", 3.0),))
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, A, None)
+    assert b.generations[A].attempts == 0 and b.loaded[0].module == "nvidia"
+    assert [(h.source, h.target) for h in b.history] == [
+        ("none", "pending"),
+        ("pending", "reboot_scheduled"),
+        ("reboot_scheduled", "loading"),
+        ("loading", "active"),
+    ]
+
+
+def test_a_failed_new_generation_falls_back_to_the_last_good() -> None:
+    """A pending generation that fails is failed for good; the fallback counts no attempt."""
+    b = live(A).staged(gen(B, added=2.0), retain=3).booting(B)
+    b = b.failed(B, "ENOKEY: unsigned")
+    assert (b.phase, b.pending, b.active) == (Phase.FAILED, None, A)
+    assert b.generations[B].failed == "ENOKEY: unsigned"
+    b = b.booting(A)
+    assert b.generations[A].attempts == 0
+    b = b.went_live(A, ())
+    assert (b.phase, b.active) == (Phase.ACTIVE, A) and b.generations[B].failed
+
+
+def test_a_failed_fallback_marks_no_generation_failed() -> None:
+    """The last good failing to load leaves it unmarked (the next boot tries it again)."""
+    b = live(A).booting(A).failed(A, "EEXIST")
+    assert b.phase is Phase.FAILED and b.generations[A].failed is None and b.active == A
+
+
+def test_attempts_accumulate_until_expired() -> None:
+    """Each boot of the pending generation counts; expired fails it and clears pending."""
+    b = live(A).staged(gen(B, added=2.0), retain=3)
+    b = b.booting(B).booting(B)  # a crash mid-load, then the next boot
+    assert b.generations[B].attempts == 2
+    b = b.expired("did not complete boot in 2 attempts")
+    assert (b.phase, b.pending) == (Phase.FAILED, None)
+    assert b.generations[B].failed == "did not complete boot in 2 attempts"
+
+
+def test_staging_the_same_generation_again_changes_nothing() -> None:
+    """A drop of what is already pending or active is a no-op; after a failure it is not."""
+    b = BundleState().staged(gen(A), retain=3)
+    assert b.staged(gen(A, added=9.0), retain=3) is b
+    assert live(A).staged(gen(A, added=9.0), retain=3) == live(A)
+    failed_active = live(A).booting(A).failed(A, "x")
+    again = failed_active.staged(gen(A, added=9.0), retain=3)
+    assert again.phase is Phase.PENDING and again.pending == A
+
+
+def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
+    """Beyond ``retain`` the oldest generations go; the active one always stays."""
+    b = live(A)
+    for i, gid in enumerate((B, C, "d" * 64), start=2):
+        b = b.staged(gen(gid, added=float(i)), retain=2)
+    assert set(b.generations) == {A, C, "d" * 64}
+
+
+@pytest.mark.parametrize(
+    ("make", "verb"),
+    [
+        (lambda: live(A).booting(A).staged(gen(B), 3), "staged"),  # while loading
+        (lambda: live(A).hold().staged(gen(B), 3), "staged"),
+        (lambda: live(A).staged(gen(B), 3).booting(B).failed(B, "x").staged(gen(B), 3), "staged"),
+        (lambda: live(A).reboot_asked("n"), "reboot_asked"),  # nothing pending
+        (lambda: live(A).went_live(A, ()), "went_live"),  # nothing being loaded
+        (lambda: live(A).failed(A, "x"), "failed"),
+        (lambda: live(A).booting(B), "booting"),  # unknown generation
+        (lambda: live(A).expired("x"), "expired"),
+        (lambda: BundleState().booting(A), "booting"),
+    ],
+)
+def test_a_transition_refuses_what_may_not_precede_it(make: object, verb: str) -> None:
+    """Each transition names itself and the phase it was refused in."""
+    with pytest.raises(IllegalTransition, match=f"illegal transition {verb} from ") as info:
+        make()  # type: ignore[operator]
+    assert info.value.verb == verb
+
+
+def test_the_daemon_records_its_intent_and_clears_it_after_the_reboot() -> None:
+    """reboot_asked schedules the named bundles and keeps the intent; rebooted clears it
+    only in a later boot."""
+    state = State({"nvidia": BundleState().staged(gen(A), 3)}, boot_id="boot-1")
+    assert state.awaiting_reboot(K) == ["nvidia"]
+    intent = RebootIntent(5.0, "boot-1", "kured", ("nvidia",), "new generation pending")
+    asked = state.reboot_asked(intent, "reboot asked via kured")
+    assert asked.bundle("nvidia").phase is Phase.REBOOT_SCHEDULED
+    assert asked.intent_in("boot-1") == intent and asked.intent_in("boot-2") is None
+    assert asked.reboot_asked(intent, "again").bundle("nvidia") == asked.bundle("nvidia")
+    with pytest.raises(IllegalTransition, match="asked in this boot"):
+        asked.rebooted("boot-1")
+    assert asked.rebooted("boot-2").reboot is None
+    with pytest.raises(IllegalTransition, match="no reboot was asked"):
+        state.rebooted("boot-2")
+    with pytest.raises(IllegalTransition, match="names no bundle"):
+        state.reboot_asked(RebootIntent(5.0, "boot-1"), "n")
+
+
+def test_a_held_bundle_does_not_wait_for_a_reboot() -> None:
+    """A hold keeps the pending generation but no reboot is wanted for it."""
+    state = State({"nvidia": BundleState().staged(gen(A), 3).hold()})
+    assert state.awaiting_reboot(K) == []
+
+
+_VERBS = st.sampled_from(["staged", "reboot_asked", "booting", "went_live", "failed", "expired"])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(_VERBS, st.sampled_from([A, B, C])), max_size=25))
+def test_any_sequence_of_transitions_keeps_the_state_sound(steps: list[tuple[str, str]]) -> None:
+    """Whatever is asked in whatever order: a transition either applies or raises
+    IllegalTransition, and the state stays sound (active and pending known and not
+    failed, attempts counted, history bounded, active only after went_live)."""
+    b, added = BundleState(), 0.0
+    for verb, gid in steps:
+        added += 1.0
+        args: dict[str, tuple[object, ...]] = {
+            "staged": (gen(gid, added), 2),
+            "reboot_asked": ("n",),
+            "booting": (gid,),
+            "went_live": (gid, ()),
+            "failed": (gid, "why"),
+            "expired": ("why",),
+        }
+        before = b
+        try:
+            b = getattr(b, verb)(*args[verb])
+        except IllegalTransition:
+            continue
+        assert b.keep() <= set(b.generations)
+        assert all(not b.generations[g].failed for g in b.keep())
+        assert all(g.attempts >= 0 for g in b.generations.values())
+        assert len(b.history) <= HISTORY_LIMIT
+        if b.phase is Phase.ACTIVE and before.phase is not Phase.ACTIVE:
+            assert verb == "went_live" and b.active == gid
 
 
 def test_round_trip_through_the_file(tmp_path: Path) -> None:
-    """What is saved is what is loaded."""
-    gen = Generation("a" * 64, "1.0", "6.1.0-57-amd64", added=1.5, attempts=2, failed="x")
-    state = State(
-        {"nvidia": BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)}, "boot"
-    )
+    """What is saved is what is loaded, records included."""
+    b = live(A).staged(gen(B, added=2.0), retain=3)
+    intent = RebootIntent(7.5, "boot", "none", ("nvidia",), "new generation pending")
+    state = State({"nvidia": b}, "boot").reboot_asked(intent, "waiting")
     save(tmp_path / "state.json", state)
     assert load(tmp_path / "state.json") == state
+
+
+OLD_FORMAT = {
+    "format": 1,
+    "boot_id": "boot-2",
+    "reboot": {
+        "at": 1700000000.5,
+        "boot_id": "boot-1",
+        "backend": "kured",
+        "bundles": ["nvidia"],
+        "reason": "new generation pending for nvidia",
+    },
+    "bundles": {
+        "nvidia": {
+            "phase": "reboot_scheduled",
+            "active": A,
+            "pending": B,
+            "held": False,
+            "generations": {
+                A: {
+                    "id": A,
+                    "version": "1",
+                    "kernel": K,
+                    "added": 1.0,
+                    "attempts": 0,
+                    "failed": None,
+                },
+                B: {
+                    "id": B,
+                    "version": "2",
+                    "kernel": K,
+                    "added": 2.0,
+                    "attempts": 0,
+                    "failed": None,
+                },
+            },
+            "loaded": [
+                {"module": "i2c_core", "srcversion": "S0", "already_loaded": True},
+                {"module": "nvidia", "srcversion": "S1", "ms": 412.5},
+            ],
+            "history": [
+                {"at": 1.0, "from": "none", "to": "pending", "note": "generation aaaa pending"},
+                {"at": 2.0, "from": "pending", "to": "reboot_scheduled"},
+            ],
+        }
+    },
+}
+
+
+def test_a_state_file_written_before_the_records_reads_and_is_rewritten_identically(
+    tmp_path: Path,
+) -> None:
+    """An existing state.json (untyped dicts on disk) reads into the typed records and
+    is written back byte for byte: the on-disk format did not change."""
+    raw = json.dumps(OLD_FORMAT, indent=1, sort_keys=True).encode() + b"\n"
+    (tmp_path / "state.json").write_bytes(raw)
+    state = read(tmp_path / "state.json")
+    b = state.bundle("nvidia")
+    assert b.loaded == (
+        ModuleLoad("i2c_core", "S0", already_loaded=True),
+        ModuleLoad("nvidia", "S1", 412.5),
+    )
+    assert b.history[1] == HistoryEntry(2.0, "pending", "reboot_scheduled")
+    assert state.reboot == RebootIntent(
+        1700000000.5, "boot-1", "kured", ("nvidia",), "new generation pending for nvidia"
+    )
+    assert state.to_json() == raw
+
+
+def test_an_old_reboot_intent_with_only_time_and_boot_reads() -> None:
+    """An intent recorded with just ``at`` and ``boot_id`` is still a valid intent."""
+    doc = {**OLD_FORMAT, "reboot": {"at": 3, "boot_id": None}}
+    state = State.from_json(json.dumps(doc).encode())
+    assert state.reboot == RebootIntent(3.0, None)
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        (lambda d: d["reboot"].pop("at"), "reboot.at"),
+        (lambda d: d["reboot"].update(at="noon"), "reboot.at"),
+        (lambda d: d["reboot"].update(boot_id=7), "reboot.boot_id"),
+        (lambda d: d["reboot"].update(bundles="nvidia"), "reboot.bundles"),
+        (lambda d: d["reboot"].update(when=1), "reboot has unknown keys"),
+        (lambda d: d.update(reboot=[1]), "reboot is list"),
+        (lambda d: d["bundles"]["nvidia"]["loaded"][1].pop("module"), "nvidia.loaded[1].module"),
+        (lambda d: d["bundles"]["nvidia"]["loaded"][1].update(ms="x"), "nvidia.loaded[1].ms"),
+        (lambda d: d["bundles"]["nvidia"]["history"][0].update(at=None), "history[0].at"),
+        (lambda d: d["bundles"]["nvidia"]["history"][1].update(note=5), "history[1].note"),
+    ],
+)
+def test_a_damaged_record_is_a_state_error_naming_file_and_field(
+    tmp_path: Path, damage: object, field: str
+) -> None:
+    """A hand-edited record (a reboot intent without ``at``, a wrong type) is refused where
+    state.json is read, naming the file and the field, never a KeyError later."""
+    doc = json.loads(json.dumps(OLD_FORMAT))
+    damage(doc)  # type: ignore[operator]
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(StateError) as info:
+        read(path)
+    assert str(info.value).startswith(f"{path}: state file is corrupt")
+    assert field in str(info.value)
 
 
 @pytest.mark.parametrize("content", [b"{", b"[]", b'{"format": 9}', b'{"format": 1}', b"\xff"])
@@ -95,20 +308,3 @@ def test_corrupt_state_is_moved_aside_not_reset(tmp_path: Path, content: bytes) 
     assert info.value.aside.startswith(str(path) + ".corrupt-")
     with pytest.raises(StateCorrupt, match="an earlier state file was corrupt"):
         load(path)  # and on every later run, until an admin decides
-
-
-def test_a_reboot_intent_without_its_time_is_a_corrupt_state(tmp_path: Path) -> None:
-    """A hand-edited reboot record without ``at`` is refused where state.json is read (a
-    StateError naming the key), never a KeyError later in the daemon's reboot decision."""
-    import json
-
-    from service.store.state import State, read, save
-
-    path = tmp_path / "state.json"
-    save(path, State({}, boot_id="b", reboot={"at": 1.0, "boot_id": "b", "backend": "none"}))
-    assert read(path).reboot == {"at": 1.0, "boot_id": "b", "backend": "none"}
-    doc = json.loads(path.read_text())
-    del doc["reboot"]["at"]
-    path.write_text(json.dumps(doc))
-    with pytest.raises(StateError, match="reboot intent's 'at'"):
-        read(path)

@@ -12,6 +12,7 @@ from service.cli import main
 from service.layout import Layout
 from service.status.collect import SCHEMA, Health, bundle_health, collect, memory_summary, overall
 from service.status.view import lines
+from service.store.records import ModuleLoad, RebootIntent
 from service.store.state import BundleState, Generation, Phase, State, save
 from service.store.statusfile import write_status
 
@@ -23,7 +24,7 @@ def active_bundle() -> BundleState:
     """A bundle whose generation OLD came up and is active."""
     b = BundleState().with_generation(Generation(OLD, "1.0", KERNEL, added=100.0))
     b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING)
-    loaded = ({"module": "nvidia", "srcversion": "ABC", "ms": 412.5},)
+    loaded = (ModuleLoad("nvidia", "ABC", 412.5),)
     return b.move(Phase.ACTIVE, active=OLD, pending=None, loaded=loaded, note="up")
 
 
@@ -50,7 +51,7 @@ def host(tmp_path: Path, state: State) -> Layout:
     save(layout.state, state)
     for b in state.bundles.values():
         for m in b.loaded:
-            live(layout, m["module"], m["srcversion"])
+            live(layout, m.module, m.srcversion)
     return layout
 
 
@@ -222,8 +223,8 @@ def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
     """The daemon's recorded request (when, how) is in --json and in the plain view."""
     scheduled = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = {"at": 1.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
+    asked = RebootIntent(1.0, "b", "kured", ("nvidia",), "r")
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
     doc = collect(layout)
-    assert doc["reboot"]["asked"] == asked and doc["reboot"]["scheduled"] == ["nvidia"]
+    assert doc["reboot"]["asked"] == asked.to_json() and doc["reboot"]["scheduled"] == ["nvidia"]
     assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(doc))

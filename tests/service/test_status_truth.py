@@ -15,6 +15,7 @@ from service.layout import Layout
 from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.view import lines, render_rich
+from service.store.records import RebootIntent
 from service.store.state import Generation, Phase, State, save
 from service.store.statusfile import write_status
 from tests.service.test_status import KERNEL, NEW, OLD, active_bundle, failed_new, host, live
@@ -136,7 +137,7 @@ def test_backend_none_waits_for_an_admin_and_no_heartbeat_is_said(tmp_path: Path
     """Backend none: 'waiting for an admin reboot'; without a daemon: 'no heartbeat'."""
     b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     b = b.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = {"at": NOON, "boot_id": "boot-2", "backend": "none", "bundles": ["nvidia"]}
+    asked = RebootIntent(NOON, "boot-2", "none", ("nvidia",))
     layout = host(tmp_path, State({"nvidia": b}, boot_id="boot-2", reboot=asked))
     view = text(layout)
     assert "waiting for an admin reboot" in view and "asked via none" not in view
@@ -166,7 +167,7 @@ def test_rich_view_never_shows_node_none(tmp_path: Path) -> None:
 def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     """The daemon's loop writes the heartbeat with its reboot decision; status shows it alive."""
     from service.config import Config
-    from service.daemon.events import Event
+    from service.daemon.events import Event, Kind
     from service.daemon.loop import Daemon
     from service.reboot import NoRebooter
 
@@ -178,7 +179,7 @@ def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     deadline = time.monotonic() + 10
     while not layout.heartbeat.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    daemon.events.put(Event("stop"))
+    daemon.events.put(Event(Kind.STOP))
     thread.join(5)
     beat = json.loads(layout.heartbeat.read_text())
     assert beat["reboot_decision"] == "requested"

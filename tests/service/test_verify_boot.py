@@ -67,7 +67,7 @@ def test_compressed_module_is_loaded_decompressed_whatever_its_name(
     pending(host, kernel, lying)
     fake = ImageKernel()
     state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
-    assert state.bundle("z").loaded[0]["module"] == "ms_params"
+    assert state.bundle("z").loaded[0].module == "ms_params"
     assert fake.fds == []
     assert fake.images == [("ms_params.ko", signed.read_bytes())]
 

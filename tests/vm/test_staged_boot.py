@@ -89,7 +89,7 @@ def test_staged_generation_loads_after_reboot(
     assert rc == 0, out
     b = state(node).bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
-    assert [m["module"] for m in b.loaded] == [
+    assert [m.module for m in b.loaded] == [
         "ms_exporter",
         "ms_consumer",
         "ms_params",

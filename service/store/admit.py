@@ -1,0 +1,93 @@
+"""What intake asks of a drop before it may become a generation (pure where it can be).
+
+:func:`policy_problems` applies the host's policy to a manifest and the bundle's
+state; :func:`verify_copy` verifies the store's copies of the drop's files (digests,
+signatures, the target kernel's rules, module order) and asks the running kernel's
+keyrings what it will refuse when it enforces signatures (:func:`preflight`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from service.config import Config
+from service.layout import Layout
+from service.store.state import BundleState
+from service.verify.bundle import order_problems
+from service.verify.keyring import Keyring, enforcing
+from service.verify.params import param_problems
+from service.verify.target import Target
+from service.verify.trust import TrustStore
+from service.verify.verdict import Verdict, verify_files
+from stager.manifest import Manifest
+from stager.params import parse_params
+
+
+def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> list[str]:
+    """Every way ``manifest`` breaks the host's policy, or its bundle's state forbids it."""
+    problems = []
+    if config.allowed_bundles and manifest.bundle not in config.allowed_bundles:
+        problems.append(f"bundle {manifest.bundle!r} is not allowed on this host")
+    if manifest.memory is not None and manifest.memory not in config.allowed_memory_policies:
+        problems.append(f"memory policy {manifest.memory.value!r} is not allowed on this host")
+    forbidden = {n.replace("-", "_") for n in config.forbidden_params}
+    for i, module in enumerate(manifest.modules):
+        problems += [f"module[{i}].params: {p}" for p in param_problems(module.params)]
+        for name, _value in parse_params(module.params):
+            if name.replace("-", "_") in forbidden:
+                problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
+    if bundle.held:
+        problems.append(f"bundle {manifest.bundle!r} is held by an admin (modstage release)")
+    failed = bundle.generations.get(manifest.digest)
+    if failed is not None and failed.failed:
+        problems.append(f"generation {manifest.digest[:12]} already failed: {failed.failed}")
+    return problems
+
+
+def verify_copy(
+    tmp: Path,
+    manifest: Manifest,
+    *,
+    layout: Layout,
+    config: Config,
+    trust: TrustStore,
+    keyring: Keyring,
+    shown: Path,
+) -> list[str]:
+    """Why the copies under ``tmp`` may not be published (empty: they may)."""
+    target = replace(
+        Target.from_layout(layout, manifest.kernel), strict_crcs=config.require_symbol_crcs
+    )
+    verdicts = verify_files(tmp, manifest, trust=trust, kernel=target, shown=shown)
+    reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
+    modules = verdicts[: len(manifest.modules)]
+    if not reasons:
+        reasons = order_problems(modules)
+    if not reasons:
+        reasons = preflight(layout, keyring, manifest, modules, target)
+    return reasons
+
+
+def preflight(
+    layout: Layout, keyring: Keyring, manifest: Manifest, verdicts: list[Verdict], target: Target
+) -> list[str]:
+    """What the running kernel will refuse, when it enforces and is the target: asked
+    as it asks (``.secondary_trusted_keys``, then ``.platform`` on ENOKEY when built
+    with it, then the module's hash against ``.blacklist``)."""
+    if manifest.kernel != layout.kernel_release():
+        return []
+    why = enforcing(layout)
+    if why is None:
+        return []
+    platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+    reasons = [
+        f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {k}"
+        for k in dict.fromkeys(v.key_id for v in verdicts if v.key_id)
+        if not keyring.trusts(k, platform=platform)
+    ]
+    for v in verdicts:
+        digest = v.image_sha256 or v.sha256
+        if digest and keyring.blacklisted(digest):
+            reasons.append(f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist")
+    return reasons

@@ -1,0 +1,58 @@
+"""A clock the tests drive: the daemon's waits jump to their deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from service.daemon.events import Event, Kind, Queue
+
+NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()  # a Tuesday
+
+
+@dataclass
+class FakeClock:
+    """Wall and monotonic time that move only when the daemon waits or a test advances them.
+
+    :meth:`wait` returns a queued event at once; with none queued it advances both clocks
+    by the whole timeout (the deadline the loop waits for comes at once). Past
+    ``stop_at`` (monotonic) it returns a stop event, so ``Daemon.loop`` runs a span of
+    fake time synchronously and returns. ``waits`` records every timeout asked for.
+    """
+
+    wall: float = NOON
+    mono: float = 1000.0
+    stop_at: float = float("inf")
+    waits: list[float] = field(default_factory=list)
+
+    def now(self) -> datetime:
+        """The fake wall time."""
+        return datetime.fromtimestamp(self.wall, UTC)
+
+    def monotonic(self) -> float:
+        """The fake monotonic time."""
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass on both clocks."""
+        self.wall += seconds
+        self.mono += seconds
+
+    def wait(self, events: Queue, timeout: float) -> Event | None:
+        """A queued event, else jump ``timeout`` ahead (or to ``stop_at``, and stop)."""
+        self.waits.append(timeout)
+        assert len(self.waits) < 100_000, "the loop spins without waiting"
+        try:
+            return events.get_nowait()
+        except queue.Empty:
+            pass
+        if self.mono + timeout >= self.stop_at:
+            self.advance(max(0.0, self.stop_at - self.mono))
+            return Event(Kind.STOP, "fake clock: stop_at", at=self.mono)
+        self.advance(timeout)
+        return None
+
+    def run_for(self, seconds: float) -> None:
+        """Let the loop run ``seconds`` of fake time from now (set ``stop_at``)."""
+        self.stop_at = self.mono + seconds
