@@ -9,8 +9,9 @@ hundreds of MiB. :class:`ChildIntake` has the daemon-facing shape of
 The child takes the same state lock, so the semantics are those of ``modstage
 intake``: a child killed mid-way leaves what a killed intake leaves, and the next
 child (the next scan, or the next start) cleans up and takes the drop again. A scan
-that finds no complete drop and nothing in the trash starts no child: it only
-refreshes the published status, under the lock, as an empty intake run would.
+that finds no complete drop, nothing in the trash and (the first after a start or a
+failed child) nothing left in the store to clean starts no child: it only refreshes
+the published status, under the lock, as an empty intake run would.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from service.config import Config
 from service.errors import ServiceError, StateCorrupt
 from service.layout import Layout
 from service.store.drops import Drops
+from service.store.generations import TMP_PREFIX
 from service.store.outcome import Outcome
 from service.store.publish import incoming_dirs, mirror_status
 from service.store.state import locked
@@ -66,6 +68,19 @@ def has_work(layout: Layout, config: Config, stuck: dict[str, str] | None = None
     return False
 
 
+def needs_cleaning(layout: Layout) -> bool:
+    """Whether a killed intake or collection left something in the store (a temporary
+    directory, a generation without its manifest) that an intake run would clean."""
+    try:
+        entries = list(os.scandir(layout.store))
+    except OSError:
+        return False
+    return any(
+        e.name.startswith(TMP_PREFIX) or not os.path.lexists(Path(e.path) / MANIFEST_NAME)
+        for e in entries
+    )
+
+
 def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: the daemon's, minus systemd's notify variables, with the
     daemon's own ``service`` package first on ``PYTHONPATH`` (the same code runs)."""
@@ -83,21 +98,23 @@ class ChildIntake:
     config: Config
     tick: Callable[[], None] = field(default=lambda: None)  # per progress line of the child
     python: Sequence[str] = (sys.executable,)
-    started_once: bool = False  # the first run always starts a child (it cleans up)
+    started_once: bool = False  # the first run checks the store for what a crash left
     stuck: dict[str, str] = field(default_factory=dict)  # drops that cannot be removed
 
     def run(self) -> list[Outcome]:
         """Take in every complete drop; raise what the child's run raised, as a ServiceError."""
-        if self.started_once and not has_work(self.layout, self.config, self.stuck):
+        cleaning = not self.started_once and needs_cleaning(self.layout)
+        if not cleaning and not has_work(self.layout, self.config, self.stuck):
+            self.started_once = True
             with locked(self.layout.var):
                 mirror_status(self.layout, self.config)
             return []
-        self.started_once = True
+        self.started_once = False  # until a child succeeds: then the store is clean
         result = self._child()
         if "outcomes" in result:
+            self.started_once = True
             self.stuck = {str(k): str(v) for k, v in dict(result.get("stuck", {})).items()}
             return [Outcome.from_json(o) for o in result["outcomes"]]
-        self.started_once = False  # a failed run: the next one starts a child again
         corrupt = result.get("corrupt")
         error = str(result.get("error", "no result"))
         if corrupt:

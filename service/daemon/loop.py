@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
-from service.daemon.events import DropWatcher, Event, Kind, MemoryWatcher, Queue
+from service.daemon.events import DropWatcher, Event, Kind, Queue
 from service.daemon.intake_runner import ChildIntake
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
+from service.daemon.uevents import MemoryOnliner
 from service.daemon.watchdog import Watchdog
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import block_number, online_blocks
@@ -293,7 +294,7 @@ class Daemon:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
         dirs = incoming_dirs(self.layout, self.config)
         ensure_dirs(dirs)
-        memory = MemoryWatcher(self.layout.root / "run/udev", self.events)
+        memory = MemoryOnliner(Sysfs(self.layout.sys), self.config.hotplug_policy, self.events)
         memory.start()
         self.online_memory([])  # blocks that arrived before we started
         watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Pat
     return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
 
 
+def _work(host: Layout) -> None:
+    """Something in the trash: work for a child (a stand-in child here)."""
+    (host.trash / "b.00000000000000000001.ab").mkdir(parents=True, exist_ok=True)
+
+
 def _printing(doc: object) -> tuple[str, ...]:
     """A stand-in interpreter whose "child" prints one ticks line and ``doc``, then exits 1."""
     line = json.dumps(doc)
@@ -61,18 +67,32 @@ def test_child_takes_a_drop_in_and_relays_its_progress(
 
 
 def test_a_scan_without_work_starts_no_child(host: Layout, module: Path, kernel: str) -> None:
-    """After its first run, a scan that finds no complete drop and no trash starts no child
-    (an interpreter that cannot start proves it), and one with a drop does."""
-    runner = ChildIntake(host, Config())
-    assert runner.run() == []  # the first run starts a child: it cleans what a crash left
-    runner.python = ("/nonexistent/python",)
+    """A scan that finds no complete drop, no trash and nothing a crash left in the store
+    starts no child (an interpreter that cannot start proves it); one with a drop does."""
+    runner = ChildIntake(host, Config(), python=("/nonexistent/python",))
     (host.incoming / "b.00000000000000000001.ab").mkdir()  # incomplete: no manifest
     assert not has_work(host, Config())
-    assert runner.run() == []
+    assert runner.run() == [] and runner.run() == []
     stage(host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)])
     assert has_work(host, Config())
     with pytest.raises(FileNotFoundError):
         runner.run()
+
+
+def test_what_a_killed_intake_left_starts_a_child_after_a_start(host: Layout) -> None:
+    """A temporary directory left in the store makes the first scan after a start (or after
+    a failed child) start a child, which cleans it; later scans do not look again."""
+    host.store.mkdir(parents=True, exist_ok=True)
+    (host.store / ".tmp-0123456789abcdef").mkdir()
+    runner = ChildIntake(host, Config(), python=("/nonexistent/python",))
+    with pytest.raises(FileNotFoundError):
+        runner.run()
+    runner.python = (sys.executable,)
+    assert runner.run() == []
+    assert list(host.store.iterdir()) == []
+    runner.python = ("/nonexistent/python",)
+    (host.store / ".tmp-fedcba9876543210").mkdir()
+    assert runner.run() == []  # not looked at again: only a crash leaves these
 
 
 def test_trash_left_behind_is_work(host: Layout) -> None:
@@ -85,6 +105,7 @@ def test_trash_left_behind_is_work(host: Layout) -> None:
 def test_a_child_without_a_result_is_a_service_error(host: Layout) -> None:
     """A child that dies without its result line (killed, crashed) is an error naming its
     exit code, and the next scan starts a child again even without work."""
+    _work(host)
     runner = ChildIntake(host, Config(), python=(sys.executable, "-c", "raise SystemExit(3)"))
     with pytest.raises(ServiceError, match="exited with 3 and no result"):
         runner.run()
@@ -96,6 +117,7 @@ def test_a_child_without_a_result_is_a_service_error(host: Layout) -> None:
 def test_the_childs_errors_come_back_as_their_kind(host: Layout) -> None:
     """A corrupt state the child found is a StateCorrupt in the daemon (it rebuilds the state
     from it), with the same message; any other failure a ServiceError saying what failed."""
+    _work(host)
     aside = f"{host.state}.corrupt-1"
     message = f"{host.state}: Expecting value; moved aside to {aside}"
     runner = ChildIntake(
@@ -144,7 +166,8 @@ import service.cmd.serve, service.daemon.loop
 from service.config import Config
 from service.daemon.intake_runner import ChildIntake
 from service.layout import Layout
-[o] = ChildIntake(Layout({str(host.root)!r}), Config()).run()
+from pathlib import Path
+[o] = ChildIntake(Layout(Path({str(host.root)!r})), Config()).run()
 assert o.accepted, o
 heavy = sorted(m for m in sys.modules
                if m.split('.')[0] in ('cryptography', 'asn1crypto') or m.startswith('service.verify'))
@@ -165,10 +188,12 @@ def test_stuck_drops_are_remembered_across_children(
         "import sys, json; d = json.loads(sys.stdin.readline());"
         " print(json.dumps({'outcomes': [], 'stuck': {**d['stuck'], 'new': 'why'}}))"
     )
+    _work(host)
     runner = ChildIntake(host, Config(), python=(sys.executable, "-c", echo))
     runner.stuck = {"old": "because"}
     assert runner.run() == []
     assert runner.stuck == {"old": "because", "new": "why"}
+    shutil.rmtree(host.trash)  # the stand-in child left it
     drop = stage(
         host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)]
     )
