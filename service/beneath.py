@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Open a directory of a drop: never through a symbolic link.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # No O_NOFOLLOW here: /proc/self/fd/N is a magic link to the inode already checked.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -39,7 +40,7 @@ def open_beneath(dir_fd: int, relative: str, check: Check) -> int:
     try:
         *dirs, last = relative.split("/")
         for part in dirs:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = sub
         parent, fd = fd, os.open(last, _PATH_FLAGS, dir_fd=fd)

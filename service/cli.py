@@ -4,7 +4,8 @@ Each subcommand names the module that runs it; that module is imported only
 when the subcommand runs, so ``modstage stage`` works in a container holding
 tomli-w alone and ``modstage boot`` imports nothing the boot path does not use.
 A command's ``run(args, out)`` returns the exit code; errors are mapped to
-messages and exit codes here and nowhere else.
+messages and exit codes here and nowhere else. The container commands' arguments
+live beside their code, in :mod:`stager.args`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from stager.args import add_stage, add_wait
 from stager.errors import StagerError
+
+if TYPE_CHECKING:
+    from stager.args import Subparsers
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -36,76 +41,7 @@ def _root(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _stage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "stage",
-        help="(container) copy modules and firmware into a new drop",
-        description=(
-            "Copy signed modules and firmware into a fresh drop directory, compute their "
-            "digests and write manifest.toml last, by rename. Prints the drop's path. "
-            "A newer drop of a bundle supersedes the older ones."
-        ),
-    )
-    p.add_argument(
-        "--into",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="the incoming directory, e.g. /var/lib/modstage/incoming",
-    )
-    p.add_argument("--bundle", required=True, help="bundle (slot) name, e.g. nvidia")
-    p.add_argument(
-        "--version",
-        required=True,
-        dest="bundle_version",
-        help="version of what the bundle carries, e.g. 580.95.05",
-    )
-    p.add_argument("--kernel", required=True, help="kernel release the modules are built for")
-    p.add_argument(
-        "--module",
-        action="append",
-        default=[],
-        metavar="FILE[:PARAMS]",
-        help="a module file, optionally with its parameters after the first ':'; "
-        "repeat in load order",
-    )
-    p.add_argument(
-        "--params-dir",
-        type=Path,
-        metavar="DIR",
-        help="directory of <module>.conf parameter files (GPU operator's "
-        "kernelModuleConfig); merged into matching modules, --module wins",
-    )
-    p.add_argument(
-        "--firmware",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="firmware directory; its files keep their relative paths",
-    )
-    p.add_argument(
-        "--after",
-        action="append",
-        default=[],
-        metavar="BUNDLE",
-        help="a bundle whose modules must be loaded before this one's",
-    )
-    p.add_argument(
-        "--memory",
-        metavar="POLICY",
-        help="auto_online_blocks policy: offline|online|online_kernel|online_movable",
-    )
-    p.add_argument(
-        "--config-digest",
-        metavar="DIGEST",
-        help="the GPU operator's DRIVER_CONFIG_DIGEST; the host writes it to its configured "
-        "state file once this generation is live",
-    )
-    p.set_defaults(command="stager.drop")
-
-
-def _verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _verify(sub: Subparsers) -> None:
     p = sub.add_parser(
         "verify",
         help="check module signatures, modinfo and vermagic as the kernel will",
@@ -142,13 +78,49 @@ def _verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(command="service.cmd.verify")
 
 
-def _host(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, module: str, help_: str
-) -> argparse.ArgumentParser:
+def _host(sub: Subparsers, name: str, module: str, help_: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_, description=help_)
     _root(p)
     p.set_defaults(command=module)
     return p
+
+
+def _host_commands(sub: Subparsers) -> None:
+    """The host's daemon-side commands: intake, boot, serve, status."""
+    intake = _host(
+        sub,
+        "intake",
+        "service.cmd.intake",
+        "copy complete drops into the store, verify them, record pending generations",
+    )
+    intake.add_argument(
+        "drops",
+        type=Path,
+        nargs="*",
+        metavar="DROP",
+        help="drop directories (default: every complete drop in incoming/)",
+    )
+    boot = _host(
+        sub,
+        "boot",
+        "service.cmd.boot",
+        "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    boot.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
+        "and change nothing",
+    )
+    _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
+    status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--reboot-required",
+        action="store_true",
+        help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "
+        "(the reason on stderr); kured's sentinel command",
+    )
 
 
 EXIT_CODES = {
@@ -189,7 +161,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _admin(sub: Subparsers) -> None:
     """The admin's verbs (service/cmd/admin.py, configcheck.py); each has --json."""
     module = "service.cmd.admin"
     gens = _host(sub, "generations", module, "list every stored generation and its role")
@@ -246,85 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
-    _stage(sub)
+    add_stage(sub)
     _verify(sub)
-    intake = _host(
-        sub,
-        "intake",
-        "service.cmd.intake",
-        "copy complete drops into the store, verify them, record pending generations",
-    )
-    intake.add_argument(
-        "drops",
-        type=Path,
-        nargs="*",
-        metavar="DROP",
-        help="drop directories (default: every complete drop in incoming/)",
-    )
-    boot = _host(
-        sub,
-        "boot",
-        "service.cmd.boot",
-        "load each bundle's pending or active generation (run once, early at boot)",
-    )
-    boot.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
-        "and change nothing",
-    )
-    _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
-    status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
-    status.add_argument("--json", action="store_true", help="print the status as JSON")
-    status.add_argument(
-        "--reboot-required",
-        action="store_true",
-        help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "
-        "(the reason on stderr); kured's sentinel command",
-    )
-    wait = sub.add_parser(
-        "wait",
-        help="(container) wait until a bundle's generation is active",
-        description=(
-            "Poll the bundle's status file (written by the host) until the generation is "
-            "active, was rejected or failed, or waits for another kernel; print one line "
-            "per change. Which generation: --generation, else the one of --drop, else the "
-            "one the status file names."
-        ),
-    )
-    wait.add_argument(
-        "--status-dir",
-        type=Path,
-        default=Path("/var/lib/modstage/status"),
-        metavar="DIR",
-        help="the status directory mounted into the container",
-    )
-    wait.add_argument("--bundle", required=True, help="bundle (slot) name, e.g. nvidia")
-    wait.add_argument(
-        "--generation", metavar="ID", help="generation id (64 hex digits, or a prefix of 8 or more)"
-    )
-    wait.add_argument(
-        "--timeout",
-        type=float,
-        metavar="S",
-        help="give up after S seconds, S >= 0 (exit 3; default: wait forever)",
-    )
-    wait.add_argument(
-        "--drop",
-        type=Path,
-        metavar="DIR",
-        help="the drop 'modstage stage' printed: wait for its generation, see its rejection",
-    )
-    wait.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="poll every S seconds (default 1)"
-    )
-    wait.add_argument(
-        "--ready-file",
-        type=Path,
-        metavar="PATH",
-        help="create PATH once the generation is active (readiness probe)",
-    )
-    wait.set_defaults(command="stager.wait")
+    _host_commands(sub)
+    add_wait(sub)
     _admin(sub)
     _exit_codes(parser)
     return parser

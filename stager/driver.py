@@ -154,7 +154,6 @@ class Driver:
         """Stage the bundle into the host's pod directory and wait for its verdict."""
         from stager.drop import ModuleSpec, stage
         from stager.manifest import Manifest
-        from stager.paths import MANIFEST_NAME
 
         s = self.settings
         incoming = s.modstage_dir / "incoming"
@@ -175,7 +174,7 @@ class Driver:
             firmware_dirs=(s.firmware_dir,) if s.firmware_dir else (),
             config_digest=s.digest,
         )
-        generation = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes()).digest
+        generation = Manifest.read(drop).digest
         self.say(f"staged {drop.name} (generation {generation[:12]}); waiting for the host")
         status = s.modstage_dir / "status" / "nvidia.json"
         return wait_for(

@@ -11,12 +11,14 @@ bundles are never touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import secrets
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
@@ -77,6 +79,10 @@ def conf_params(params_dir: Path, stem: str) -> str:
             raise StageError(path, f"not a kernel parameter string: {exc}") from exc
         return params
     return ""
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def firmware_files(root: Path) -> list[tuple[Path, str]]:
@@ -146,11 +152,40 @@ def stage(
     writing (a full or read-only file system) removes the partial drop. Either way
     the error is one :class:`StageError` naming the file and the reason.
     """
+    header = _header(bundle, version, kernel, after, memory)
+    params, fw_sources = _checked(into, header, modules, params_dir, firmware_dirs, config_digest)
+    drop = into / drop_name(bundle, time.time_ns(), secrets.token_hex(8))
+    try:
+        drop.mkdir(mode=0o755)
+    except OSError as exc:
+        raise StageError(into, f"cannot create a drop: {exc.strerror}") from exc
+    try:
+        _fill(drop, header, list(zip(modules, params, strict=True)), fw_sources, config_digest)
+        fsync_dir(into)
+    except OSError as exc:
+        remove_drop(drop)
+        raise StageError(exc.filename or drop, f"cannot write the drop: {exc.strerror}") from exc
+    except BaseException:
+        remove_drop(drop)  # a failed stager leaves nothing behind
+        raise
+    supersede(into, drop)
+    return drop
+
+
+def _checked(
+    into: Path,
+    header: dict[str, object],
+    modules: list[ModuleSpec],
+    params_dir: Path | None,
+    firmware_dirs: tuple[Path, ...],
+    config_digest: str | None,
+) -> tuple[list[str], list[tuple[Path, str]]]:
+    """Check every input before anything is written; the modules' merged parameters and
+    the firmware files (source, relative path)."""
     if not modules:
         raise StageError("--module", "a bundle needs at least one module")
     if not into.is_dir():
         raise StageError(into, "incoming directory does not exist")
-    header = _header(bundle, version, kernel, after, memory)
     _validated(header, [ModuleEntry("modules/x.ko", "0" * 64)], [])  # fail before copying
     for spec in modules:
         _check_readable(spec.source, "module")
@@ -165,39 +200,44 @@ def stage(
     for spec in modules:
         from_conf = conf_params(params_dir, spec.stem) if params_dir else ""
         params.append(merge_params(from_conf, spec.params))
-    drop = into / drop_name(bundle, time.time_ns(), secrets.token_hex(8))
-    try:
-        drop.mkdir(mode=0o755)
-    except OSError as exc:
-        raise StageError(into, f"cannot create a drop: {exc.strerror}") from exc
-    try:
-        entries = [
-            ModuleEntry(
-                f"modules/{spec.source.name}",
-                copy_hashed(spec.source, drop / "modules" / spec.source.name),
-                p,
-            )
-            for spec, p in zip(modules, params, strict=True)
-        ]
-        fw_entries = [
-            FirmwareEntry(f"firmware/{rel}", copy_hashed(src, drop / "firmware" / rel))
-            for src, rel in fw_sources
-        ]
-        for directory, _dirs, _files in os.walk(drop, topdown=False):
-            fsync_dir(Path(directory))  # every entry, deepest first, before the manifest
-        manifest = _validated(header, entries, fw_entries)
-        if config_digest is not None:
-            write_atomic(drop / DIGEST_NAME, config_digest.encode() + b"\n")
-        write_atomic(drop / MANIFEST_NAME, manifest.to_toml())
-        fsync_dir(into)
-    except OSError as exc:
-        shutil.rmtree(drop, ignore_errors=True)
-        raise StageError(exc.filename or drop, f"cannot write the drop: {exc.strerror}") from exc
-    except BaseException:
-        shutil.rmtree(drop, ignore_errors=True)  # a failed stager leaves nothing behind
-        raise
-    supersede(into, drop)
-    return drop
+    return params, fw_sources
+
+
+def _fill(
+    drop: Path,
+    header: dict[str, object],
+    modules: list[tuple[ModuleSpec, str]],
+    fw_sources: list[tuple[Path, str]],
+    config_digest: str | None,
+) -> None:
+    """Copy and hash the files, make them durable, then write the manifest last."""
+    entries = [
+        ModuleEntry(
+            f"modules/{spec.source.name}",
+            copy_hashed(spec.source, drop / "modules" / spec.source.name),
+            params,
+        )
+        for spec, params in modules
+    ]
+    fw_entries = [
+        FirmwareEntry(f"firmware/{rel}", copy_hashed(src, drop / "firmware" / rel))
+        for src, rel in fw_sources
+    ]
+    for directory, _dirs, _files in os.walk(drop, topdown=False):
+        fsync_dir(Path(directory))  # every entry, deepest first, before the manifest
+    manifest = _validated(header, entries, fw_entries)
+    if config_digest is not None:
+        write_atomic(drop / DIGEST_NAME, config_digest.encode() + b"\n")
+    write_atomic(drop / MANIFEST_NAME, manifest.to_toml())
+
+
+def remove_drop(drop: Path, rmtree: Callable[[Path], None] = _rmtree) -> None:
+    """Remove a drop, its manifest first, as the host's intake does: a drop left half
+    removed (an error, a kill) is incomplete, and every reader ignores it."""
+    with contextlib.suppress(OSError):  # absent, or a directory: rmtree takes it
+        os.unlink(drop / MANIFEST_NAME)
+        fsync_dir(drop)
+    rmtree(drop)
 
 
 def _check_readable(path: Path, what: str) -> None:
@@ -254,7 +294,7 @@ def supersede(into: Path, drop: Path) -> list[Path]:
     for entry in into.iterdir():
         other = parse_drop_name(entry.name)
         if other and other[0] == mine[0] and other[1] < mine[1]:
-            shutil.rmtree(entry, ignore_errors=True)
+            remove_drop(entry)
             removed.append(entry)
     return removed
 

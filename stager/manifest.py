@@ -13,12 +13,13 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from stager.errors import ManifestError
-from stager.paths import module_name
+from stager.paths import MANIFEST_NAME, module_name
 
 SCHEMA = 1
 MAX_MANIFEST_BYTES = 1 << 20
@@ -91,6 +92,19 @@ class Manifest:
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise ManifestError([f"not valid TOML: {exc}"], source) from exc
         return cls.from_dict(data, source)
+
+    @classmethod
+    def read(cls, directory: Path, source: str | None = None) -> Manifest:
+        """The manifest of a drop or a stored generation: ``directory/manifest.toml``.
+
+        For directories the reader trusts (its own drop, the store); intake reads a
+        container's drop through ``service.store.dropfs`` instead. Raises ``OSError``
+        or :class:`ManifestError` (``source`` defaults to the file's path).
+        """
+        path = directory / MANIFEST_NAME
+        with open(path, "rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        return cls.from_toml(raw, source or str(path))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "manifest.toml") -> Manifest:

@@ -100,21 +100,7 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
     modules = _modules(p, data)
     firmware = _firmware(p, data.get("firmware", []))
     memory = _memory(p, data.get("memory"))
-    seen: dict[str, str] = {}
-    for key, entry in [(f"module[{i}]", m) for i, m in enumerate(modules)] + [
-        (f"firmware[{i}]", f) for i, f in enumerate(firmware)
-    ]:
-        if entry.file in seen:
-            p.add(f"{key}.file", f"{entry.file!r} is already listed as {seen[entry.file]}.file")
-        seen.setdefault(entry.file, key)
-    names: dict[str, int] = {}
-    for i, m in enumerate(modules):
-        if m.name in names:
-            p.add(
-                f"module[{i}].file",
-                f"module name {m.name!r} is already loaded by module[{names[m.name]}]",
-            )
-        names.setdefault(m.name, i)
+    _duplicates(p, modules, firmware)
     if p.items:
         raise ManifestError(p.all(), source)
     manifest = Manifest(
@@ -131,6 +117,25 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
         p.add("manifest", f"canonical form is {canonical} bytes, over {MAX_MANIFEST_BYTES}")
         raise ManifestError(p.all(), source)
     return manifest
+
+
+def _duplicates(p: _Problems, modules: list[ModuleEntry], firmware: list[FirmwareEntry]) -> None:
+    """A file listed twice (module or firmware), a module name loaded twice."""
+    seen: dict[str, str] = {}
+    for key, entry in [(f"module[{i}]", m) for i, m in enumerate(modules)] + [
+        (f"firmware[{i}]", f) for i, f in enumerate(firmware)
+    ]:
+        if entry.file in seen:
+            p.add(f"{key}.file", f"{entry.file!r} is already listed as {seen[entry.file]}.file")
+        seen.setdefault(entry.file, key)
+    names: dict[str, int] = {}
+    for i, m in enumerate(modules):
+        if m.name in names:
+            p.add(
+                f"module[{i}].file",
+                f"module name {m.name!r} is already loaded by module[{names[m.name]}]",
+            )
+        names.setdefault(m.name, i)
 
 
 def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:

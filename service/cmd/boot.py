@@ -11,32 +11,20 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from service.config import Config
-from service.kernel.modules import Kernel
+from service.cmd.host import build_host
 from service.layout import Layout
 from service.store.state import Phase
-from service.verify.trust import TrustStore
 
 
 def dry_run(layout: Layout, out: TextIO) -> int:
     """Print what the next boot would load; exit 1 if a bundle would fail to start."""
     from service.boot.dryrun import plan_boot, render
 
-    plans = plan_boot(layout, Config.load(layout.config), TrustStore.from_directory(layout.trusted))
+    host = build_host(layout)
+    plans = plan_boot(layout, host.config, host.trust)
     render(plans, layout, out)
     bad = [p for p in plans if p.problem or any(m.verdict != "ok" for m in p.modules)]
     return 1 if bad else 0
-
-
-def kernel_for(layout: Layout) -> Kernel:
-    """The real kernel on ``/``, a recording one under any other root."""
-    if layout.sandboxed():
-        from service.kernel.recording import RecordingKernel
-
-        return RecordingKernel(layout.sys)
-    from service.kernel.modules import LinuxKernel
-
-    return LinuxKernel(layout.sys)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -48,11 +36,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from service.logs import configure
 
     configure()
-    config, problems = Config.salvage(layout.config)  # a typo must never load less
-    if problems:
-        log.error("config.invalid", path=str(layout.config), problems=list(problems))
-    kernel = kernel_for(layout)
-    state = Boot(layout, config, TrustStore.from_directory(layout.trusted), kernel).run()
+    host = build_host(layout, salvage=True)  # a typo must never load less
+    if host.config_problems:
+        log.error("config.invalid", path=str(layout.config), problems=list(host.config_problems))
+    kernel = host.kernel
+    state = Boot(layout, host.config, host.trust, kernel).run()
     from service.status.metrics import write_metrics  # after loading: off the critical path
 
     try:

@@ -9,23 +9,24 @@ import argparse
 import json
 from typing import Any, TextIO
 
+from service.cmd.host import build_host
 from service.config import Config
 from service.errors import ConfigError, TrustError
 from service.layout import Layout
-from service.verify.trust import TrustStore
 
 
 def check(layout: Layout) -> dict[str, Any]:
     """Every problem of the host's config and trust directory, and what would apply."""
+    host = build_host(layout, strict_trust=True)
     problems: list[str] = []
     config: Config | None = None
     try:
-        config = Config.load(layout.config)
+        config = host.config
     except ConfigError as exc:
         problems += [f"{exc.path}: {p}" for p in exc.problems]
     certificates: list[dict[str, str]] = []
     try:
-        trust = TrustStore.from_directory(layout.trusted, strict=True)
+        trust = host.trust
         certificates = [{"file": k.source, "subject": k.subject} for k in trust.keys]
         if not certificates:
             problems.append(f"{layout.trusted}: no trusted certificate: every module is refused")

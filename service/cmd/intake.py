@@ -12,25 +12,13 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from service.config import Config
+from service.cmd.host import build_host
 from service.errors import ServiceError, UsageError
 from service.layout import Layout
 from service.logs import configure
-from service.store.intake import Intake, Outcome
-from service.verify.keyring import KernelKeyring
-from service.verify.trust import TrustStore
+from service.store.intake import Outcome
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
-
-
-def build(layout: Layout) -> Intake:
-    """An :class:`Intake` for the host at ``layout`` (the daemon builds the same)."""
-    return Intake(
-        layout=layout,
-        config=Config.load(layout.config),
-        trust=TrustStore.from_directory(layout.trusted),
-        keyring=KernelKeyring(layout.proc),
-    )
 
 
 def incoming_dirs(layout: Layout) -> list[Path]:
@@ -77,7 +65,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     layout = Layout(args.root)
     drops = [drop_path(layout, d) for d in args.drops]
     try:
-        outcomes = build(layout).run(drops or None)
+        outcomes = build_host(layout).intake.run(drops or None)
     except OSError as exc:  # the host's own failure (a full disk): a message, no traceback
         raise ServiceError(f"{exc.filename or layout.var}: {exc.strerror or exc}") from exc
     for o in outcomes:

@@ -17,10 +17,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from service.beneath import open_beneath
+from service.beneath import DIR_FLAGS, open_beneath
 from service.errors import DropError
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _why(exc: OSError) -> str:
@@ -36,7 +34,7 @@ def _why(exc: OSError) -> str:
 def open_dir(path: Path) -> int:
     """Open the drop directory itself (the last component must not be a symlink)."""
     try:
-        return os.open(path, _DIR_FLAGS)
+        return os.open(path, DIR_FLAGS)
     except OSError as exc:
         why = "is a symbolic link" if os.path.islink(path) else _why(exc)
         raise DropError(path, why) from exc
@@ -111,7 +109,7 @@ def remove_tree(parent: Path, name: str, *, max_entries: int, tick: Tick | None 
     """
     display = parent / name
     try:
-        pfd = os.open(parent, _DIR_FLAGS)
+        pfd = os.open(parent, DIR_FLAGS)
     except OSError as exc:
         raise RemoveError(exc.errno, f"{parent}: {_why(exc)}") from exc
     try:
@@ -147,7 +145,7 @@ def _empty_dir(pfd: int, name: str, display: Path, max_entries: int, tick: Tick 
     stack: list[tuple[int, str]] = []
     removed = hoisted = 0
     try:
-        stack.append((os.open(name, _DIR_FLAGS, dir_fd=pfd), name))
+        stack.append((os.open(name, DIR_FLAGS, dir_fd=pfd), name))
         top = stack[0][0]
         while stack:
             fd = stack[-1][0]
@@ -171,7 +169,7 @@ def _empty_dir(pfd: int, name: str, display: Path, max_entries: int, tick: Tick 
                 os.rename(sub, f".rm-{hoisted}", src_dir_fd=fd, dst_dir_fd=top)
             else:
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                    stack.append((os.open(sub, _DIR_FLAGS, dir_fd=fd), sub))
+                    stack.append((os.open(sub, DIR_FLAGS, dir_fd=fd), sub))
     except RemoveError:
         raise
     except OSError as exc:
@@ -213,7 +211,7 @@ def tree_size(parent: Path, name: str, *, max_entries: int) -> int | None:
     total, seen = 0, 0
     stack: list[int] = []
     try:
-        stack.append(os.open(parent / name, _DIR_FLAGS))
+        stack.append(os.open(parent / name, DIR_FLAGS))
         pending = [_names(stack[0], max_entries)]
         while stack:
             if not pending[-1]:
@@ -229,7 +227,7 @@ def tree_size(parent: Path, name: str, *, max_entries: int) -> int | None:
             if stat.S_ISDIR(st.st_mode):
                 if len(stack) >= MAX_OPEN_DEPTH:
                     return None
-                stack.append(os.open(entry, _DIR_FLAGS, dir_fd=stack[-1]))
+                stack.append(os.open(entry, DIR_FLAGS, dir_fd=stack[-1]))
                 pending.append(_names(stack[-1], max_entries))
     except OSError:
         return None
@@ -256,8 +254,8 @@ def copy_tree(
     total, seen = 0, 0
     try:
         os.mkdir(into, 0o700)
-        src.append(os.open(parent / name, _DIR_FLAGS))
-        dst.append(os.open(into, _DIR_FLAGS))
+        src.append(os.open(parent / name, DIR_FLAGS))
+        dst.append(os.open(into, DIR_FLAGS))
         pending.append(_names(src[0], max_entries))
         while src:
             if not pending[-1]:
@@ -272,8 +270,8 @@ def copy_tree(
                 return None
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(entry, 0o700, dir_fd=dst[-1])
-                src.append(os.open(entry, _DIR_FLAGS, dir_fd=src[-1]))
-                dst.append(os.open(entry, _DIR_FLAGS, dir_fd=dst[-1]))
+                src.append(os.open(entry, DIR_FLAGS, dir_fd=src[-1]))
+                dst.append(os.open(entry, DIR_FLAGS, dir_fd=dst[-1]))
                 pending.append(_names(src[-1], max_entries))
             elif stat.S_ISREG(st.st_mode):
                 total += _copy_file(src[-1], dst[-1], entry, max_bytes - total)

@@ -44,9 +44,7 @@ class Store:
 
     def manifest(self, generation: str) -> Manifest:
         """The canonical manifest of a published generation."""
-        return Manifest.from_toml(
-            (self.path(generation) / MANIFEST_NAME).read_bytes(), source=generation
-        )
+        return Manifest.read(self.path(generation), source=generation)
 
     def copy_drop(
         self,

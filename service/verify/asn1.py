@@ -134,6 +134,15 @@ class _Decoder:
                     return False
                 raise bad("unexpected tag")
         self.flags |= _MATCHED
+        self.length = self._read_length(tag)
+        if self.flags & _CONS:
+            self._push_cons()
+        self.tdp = self.dp
+        return True
+
+    def _read_length(self, tag: int) -> int:
+        """The element's length octets (definite, short or long form, or indefinite)."""
+        data = self.data
         length = data[self.dp]
         self.dp += 1
         if length > 0x7F:
@@ -156,17 +165,17 @@ class _Decoder:
                     raise bad("data overrun")
         elif length > self.datalen - self.dp:
             raise bad("data overrun")
-        self.length = length
-        if self.flags & _CONS:
-            if len(self.cons) >= _STACK:
-                raise bad("cons stack overflow")
-            if not self.flags & _INDEFINITE:
-                self.cons.append((self.dp, self.datalen, self.hdr))
-                self.datalen = self.dp + length
-            else:
-                self.cons.append((self.dp, 0, self.hdr))
-        self.tdp = self.dp
-        return True
+        return length
+
+    def _push_cons(self) -> None:
+        """Enter a constructed element: bound the data to it (definite length)."""
+        if len(self.cons) >= _STACK:
+            raise bad("cons stack overflow")
+        if not self.flags & _INDEFINITE:
+            self.cons.append((self.dp, self.datalen, self.hdr))
+            self.datalen = self.dp + self.length
+        else:
+            self.cons.append((self.dp, 0, self.hdr))
 
     def _matched(self, op: int) -> None:
         if not self.flags & _CONS and self.flags & _INDEFINITE:

@@ -28,21 +28,34 @@ _BLACKLIST = (".blacklist",)
 
 
 def enforcing(layout: Layout) -> str | None:
-    """Why the running kernel refuses unsigned or untrusted modules, or None if it does not."""
-    sig_enforce = layout.sys / "module/module/parameters/sig_enforce"
-    try:
-        if sig_enforce.read_text().strip() == "Y":
-            return "module.sig_enforce=1"
-    except OSError:
-        pass
-    try:
-        lockdown = (layout.sys / "kernel/security/lockdown").read_text()
-    except OSError:
-        return None
+    """Why the running kernel refuses unsigned or untrusted modules, or None if it does not.
+
+    A file that is absent means the kernel lacks the feature (no module signatures, no
+    lockdown). One that exists but cannot be read leaves the answer unknown: that is an
+    :class:`OSError` naming the file, never "not enforcing" (intake then keeps the drop).
+    """
+    sig_enforce = _read(layout.sys / "module/module/parameters/sig_enforce")
+    if sig_enforce is not None and sig_enforce.strip() == "Y":
+        return "module.sig_enforce=1"
+    lockdown = _read(layout.sys / "kernel/security/lockdown")
     for mode in ("integrity", "confidentiality"):
-        if f"[{mode}]" in lockdown:
+        if lockdown is not None and f"[{mode}]" in lockdown:
             return f"lockdown={mode}"
     return None
+
+
+def _read(path: Path) -> str | None:
+    """The file's text, None when it does not exist; any other failure names the file."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OSError(
+            exc.errno,
+            f"cannot tell whether the running kernel enforces module signatures: {exc.strerror}",
+            str(path),
+        ) from exc
 
 
 class Keyring(Protocol):

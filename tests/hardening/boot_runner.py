@@ -1,5 +1,7 @@
 """Run ``Boot`` on a host tree with the recording fake kernel: the crash tests' boot process.
 
+The host is built by :func:`~service.cmd.host.build_host`, as ``modstage boot`` builds it.
+
 ``python -m tests.hardening.boot_runner ROOT [--fail MODULE]``: exit 0 when no bundle
 ended failed, 1 otherwise; the kernel calls are printed as JSON.
 """
@@ -13,10 +15,9 @@ import sys
 from pathlib import Path
 
 from service.boot.loader import Boot
-from service.config import Config
+from service.cmd.host import build_host
 from service.layout import Layout
 from service.store.state import Phase
-from service.verify.trust import TrustStore
 from tests.service.fakes import FakeKernel
 
 
@@ -26,11 +27,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("root", type=Path)
     parser.add_argument("--fail", action="append", default=[])
     args = parser.parse_args(argv)
-    layout = Layout(args.root)
     kernel = FakeKernel(fail=dict.fromkeys(args.fail, errno.ENODEV))
-    state = Boot(
-        layout, Config.load(layout.config), TrustStore.from_directory(layout.trusted), kernel
-    ).run()
+    host = build_host(Layout(args.root), kernel, salvage=True)  # as modstage boot builds it
+    state = Boot(host.layout, host.config, host.trust, host.kernel).run()
     print(json.dumps(kernel.calls))
     return 0 if all(b.phase is not Phase.FAILED for b in state.bundles.values()) else 1
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from service.cmd.boot import kernel_for
+from service.cmd.host import kernel_for
 from service.config import RebootConfig
 from service.kernel.modules import LinuxKernel
 from service.kernel.recording import RecordingKernel

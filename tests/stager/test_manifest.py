@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import tomllib
+from pathlib import Path
 
+import pytest
 import tomli_w
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stager.manifest import Manifest
+from stager.errors import ManifestError
+from stager.manifest import MAX_MANIFEST_BYTES, Manifest, ModuleEntry
 from tests.strategies import manifests
 
 
@@ -63,3 +66,14 @@ def test_module_names_follow_the_kernel_spelling() -> None:
     )
     assert m.modules[0].name == "nvidia_uvm"
     assert m.modules[0].params == ""
+
+
+def test_read_takes_the_directory_manifest_and_bounds_it(tmp_path: Path) -> None:
+    """``Manifest.read`` gives what was written; an oversized file is refused, naming it."""
+    manifest = Manifest("b", "1", "6.1", (ModuleEntry("modules/m.ko", "0" * 64),))
+    (tmp_path / "manifest.toml").write_bytes(manifest.to_toml())
+    assert Manifest.read(tmp_path) == manifest
+    (tmp_path / "manifest.toml").write_bytes(b"#" * (MAX_MANIFEST_BYTES + 10))
+    with pytest.raises(ManifestError, match="larger than") as info:
+        Manifest.read(tmp_path)
+    assert info.value.source == str(tmp_path / "manifest.toml")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from stager.drop import ModuleSpec, stage
+from stager.drop import ModuleSpec, remove_drop, stage
 from stager.errors import StageError
-from stager.paths import parse_drop_name
+from stager.paths import MANIFEST_NAME, parse_drop_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -262,3 +262,22 @@ def test_killed_stager_leaves_no_complete_looking_drop(
         modules=[ModuleSpec(sources / "nvidia.ko")],
     )
     assert list(incoming.iterdir()) == [final]
+
+
+def test_a_drop_removed_halfway_no_longer_holds_its_manifest(sources: Path, tmp_path: Path) -> None:
+    """The manifest goes first: a removal cut short (a kill, an error) leaves an incomplete drop."""
+    incoming = tmp_path / "incoming"
+    mods = [ModuleSpec(sources / "nvidia.ko"), ModuleSpec(sources / "nvidia-uvm.ko")]
+    drop = stage(incoming, bundle="nvidia", version="1", kernel="6.1", modules=mods)
+    seen: list[bool] = []
+
+    def cut_short(path: Path) -> None:  # removes one module, then the remover is killed
+        seen.append((path / MANIFEST_NAME).exists())
+        (path / "modules" / "nvidia.ko").unlink()
+
+    remove_drop(drop, cut_short)
+    assert seen == [False]
+    assert (drop / "modules" / "nvidia-uvm.ko").exists()  # half removed, and
+    assert not os.path.lexists(drop / MANIFEST_NAME)  # not complete: every reader skips it
+    remove_drop(drop)
+    assert not drop.exists()

@@ -1,0 +1,119 @@
+"""One host, built the same way by every entry point: :func:`build_host`.
+
+A :class:`Host` holds what the commands build from a layout: the config, the trusted
+certificates, the kernel, the kernel's keyrings, the reboot backend and intake. Each
+part is built (and its module imported) the first time it is asked for, so a command
+pays only for what it uses: ``modstage boot`` never imports the reboot backends nor
+intake, ``modstage verify`` never reads ``config.toml``. The crash-test runner builds
+its host here too, with a fake kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from service.config import Config
+from service.layout import Layout
+
+if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
+    from service.kernel.modules import Kernel
+    from service.reboot import Rebooter
+    from service.store.intake import Intake
+    from service.verify.keyring import Keyring
+    from service.verify.trust import TrustStore
+
+
+def kernel_for(layout: Layout) -> Kernel:
+    """The real kernel on ``/``, a recording one under any other root (a sandbox)."""
+    if layout.sandboxed():
+        from service.kernel.recording import RecordingKernel
+
+        return RecordingKernel(layout.sys)
+    from service.kernel.modules import LinuxKernel
+
+    return LinuxKernel(layout.sys)
+
+
+@dataclass(frozen=True)
+class Host:
+    """The parts of the host at ``layout``, each built once, when first used.
+
+    ``salvage``: read ``config.toml`` as the boot does (a problem falls back to the
+    default for what cannot be read; :attr:`config_problems` names each) instead of
+    refusing it. ``trusted``: another certificate directory than the layout's.
+    ``strict_trust``: an unusable certificate file is an error, not skipped.
+    """
+
+    layout: Layout
+    given_kernel: Kernel | None = None
+    trusted: Path | None = None
+    salvage: bool = False
+    strict_trust: bool = False
+
+    @cached_property
+    def _config(self) -> tuple[Config, tuple[str, ...]]:
+        if self.salvage:
+            config, problems = Config.salvage(self.layout.config)
+            return config, tuple(problems)
+        return Config.load(self.layout.config), ()
+
+    @property
+    def config(self) -> Config:
+        """The host policy; raises :class:`~service.errors.ConfigError` unless salvaging."""
+        return self._config[0]
+
+    @property
+    def config_problems(self) -> tuple[str, ...]:
+        """What salvaging the config passed over (always empty without ``salvage``)."""
+        return self._config[1]
+
+    @cached_property
+    def trust(self) -> TrustStore:
+        """The trusted certificates (``trusted`` or the layout's ``trusted.d``)."""
+        from service.verify.trust import TrustStore
+
+        where = self.trusted or self.layout.trusted
+        return TrustStore.from_directory(where, strict=self.strict_trust)
+
+    @cached_property
+    def kernel(self) -> Kernel:
+        """The kernel given, else :func:`kernel_for` the layout."""
+        return self.given_kernel if self.given_kernel is not None else kernel_for(self.layout)
+
+    @cached_property
+    def keyring(self) -> Keyring:
+        """The running kernel's keyrings (intake's pre-flight asks them)."""
+        from service.verify.keyring import KernelKeyring
+
+        return KernelKeyring(self.layout.proc)
+
+    @cached_property
+    def rebooter(self) -> Rebooter:
+        """The reboot backend the config names (only recording under a sandbox root)."""
+        from service.reboot import rebooter
+
+        return rebooter(self.config.reboot, self.layout)
+
+    @cached_property
+    def intake(self) -> Intake:
+        """Intake for this host (``modstage intake`` and the daemon build the same)."""
+        from service.store.intake import Intake
+
+        return Intake(
+            layout=self.layout, config=self.config, trust=self.trust, keyring=self.keyring
+        )
+
+
+def build_host(
+    layout: Layout,
+    kernel: Kernel | None = None,
+    *,
+    trusted: Path | None = None,
+    salvage: bool = False,
+    strict_trust: bool = False,
+) -> Host:
+    """The host at ``layout``; ``kernel`` replaces the one :func:`kernel_for` picks."""
+    return Host(layout, kernel, trusted=trusted, salvage=salvage, strict_trust=strict_trust)

@@ -1,0 +1,81 @@
+"""Whether the running kernel enforces signatures: absent means no, unreadable means unknown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.layout import Layout
+from service.store.intake import Intake
+from service.verify.keyring import enforcing
+from service.verify.trust import TrustStore
+from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import make_host
+
+
+class NeverAsked:
+    """A keyring the pre-flight must not ask (the kernel does not enforce, or cannot tell)."""
+
+    def trusts(self, key_id: str, *, platform: bool = False) -> bool:
+        raise AssertionError(f"asked about key {key_id}")
+
+    def blacklisted(self, sha256: str) -> bool:
+        raise AssertionError(f"asked about hash {sha256}")
+
+
+@pytest.fixture
+def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+    """A host tree trusting the RSA test key; the running kernel is the target."""
+    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+
+
+def _sig_enforce(layout: Layout) -> Path:
+    path = layout.sys / "module/module/parameters/sig_enforce"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_absent_files_mean_not_enforcing_and_y_or_lockdown_mean_enforcing(host: Layout) -> None:
+    """No sig_enforce and no lockdown file: None; "Y" or [integrity] name the reason."""
+    assert enforcing(host) is None
+    _sig_enforce(host).write_text("N\n")
+    assert enforcing(host) is None
+    lockdown = host.sys / "kernel/security/lockdown"
+    lockdown.parent.mkdir(parents=True)
+    lockdown.write_text("none [integrity] confidentiality\n")
+    assert enforcing(host) == "lockdown=integrity"
+    _sig_enforce(host).write_text("Y\n")
+    assert enforcing(host) == "module.sig_enforce=1"
+
+
+@pytest.mark.parametrize(
+    "which", ["module/module/parameters/sig_enforce", "kernel/security/lockdown"]
+)
+def test_an_unreadable_file_is_an_error_naming_it_not_a_no(host: Layout, which: str) -> None:
+    """A file that exists but cannot be read (here: a directory) never reads as "not enforcing"."""
+    (host.sys / which).mkdir(parents=True)
+    with pytest.raises(OSError, match="cannot tell whether the running kernel enforces") as info:
+        enforcing(host)
+    assert info.value.filename == str(host.sys / which)
+
+
+def test_intake_keeps_the_drop_while_enforcement_is_unknown(
+    host: Layout, kernel: str, modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """The pre-flight cannot tell: the drop is deferred (kept) with the file named, not accepted."""
+    module = sign(modules["ms_exporter"], rsa_key, tmp_path / "ms_exporter.ko")
+    drop = stage(
+        host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    _sig_enforce(host).mkdir()
+    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), NeverAsked())
+    [outcome] = intake.run()
+    assert outcome.deferred and not outcome.accepted
+    assert "sig_enforce" in outcome.reasons[0] and "cannot tell" in outcome.reasons[0]
+    assert drop.exists()
+    _sig_enforce(host).rmdir()
+    [outcome] = intake.run()
+    assert outcome.accepted
