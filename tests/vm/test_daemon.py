@@ -103,8 +103,8 @@ def test_daemon_onlines_memory_and_reboots_into_the_drop(
     b = state(node).bundle("test")
     assert b.phase is Phase.REBOOT_SCHEDULED and b.pending
     intent = state(node).reboot
-    assert intent is not None and intent["backend"] == "command" and intent["bundles"] == ["test"]
-    first_boot = intent["boot_id"]
+    assert intent is not None and intent.backend == "command" and intent.bundles == ("test",)
+    first_boot = intent.boot_id
 
     node.start()
     prepare(node, certs, CONFIG)

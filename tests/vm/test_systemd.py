@@ -144,7 +144,7 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     node.run(stage).check()
     wait_for_reboot(node, 240)
     intent = state(node).reboot
-    assert intent is not None and intent["backend"] == "systemd" and intent["bundles"] == ["test"]
+    assert intent is not None and intent.backend == "systemd" and intent.bundles == ("test",)
 
     node.start()
     require_systemd(node)
