@@ -4,12 +4,14 @@ The daemon stays small by never importing the verification stack (cryptography,
 asn1crypto, OpenSSL's hashlib): it runs this module instead, once per scan that finds
 work (:mod:`service.daemon.intake_runner`). This process builds the same
 :class:`~service.store.intake.Intake` ``modstage intake`` builds, takes the same state
-lock and runs it over every complete drop. On standard input it reads one JSON line,
-``{"stuck": {drop: why}}``: the drops that could not be removed, which the daemon
-remembers across scans as an in-process intake would. Its standard output is the protocol, one
-line each: ``tick`` while it makes progress (the daemon feeds systemd's watchdog on
-it), then one JSON object, ``{"outcomes": [...], "stuck": {...}}`` or, when the run failed as a
-whole, ``{"error": ..., "corrupt": [path, aside] | null}``. Logs go to standard
+lock and runs it over every complete drop once it reads its go on standard input: one
+JSON line, ``{"stuck": {drop: why}}`` (the drops that could not be removed, which the
+daemon remembers across scans as an in-process intake would); end of input instead
+means "not needed" (a child started early for a drop that went away), and it exits.
+Its standard output is the protocol, one line each: ``tick`` while it makes progress
+(the daemon feeds systemd's watchdog on it), then one JSON object, ``{"outcomes":
+[...], "stuck": {...}}`` or, when the run failed as a whole, ``{"error": ...,
+"corrupt": [path, aside] | null}``. Logs go to standard
 error, which it shares with the daemon (journald).
 
 SIGTERM and SIGINT are ignored: a stopping daemon lets the drop being taken in
@@ -74,10 +76,10 @@ def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> dict[str, obje
     return {"outcomes": [o.to_json() for o in outcomes], "stuck": intake.stuck}
 
 
-def read_stuck(given: BinaryIO) -> dict[str, str]:
-    """The daemon's remembered stuck drops, one JSON line on standard input (or none)."""
+def read_stuck(line: bytes) -> dict[str, str]:
+    """The daemon's remembered stuck drops from its go line (none if it is not JSON)."""
     try:
-        doc = json.loads(given.readline() or b"{}")
+        doc = json.loads(line)
         return {str(k): str(v) for k, v in dict(doc.get("stuck", {})).items()}
     except (ValueError, TypeError, AttributeError):
         return {}
@@ -91,9 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure()
+    go = sys.stdin.buffer.readline()  # a child started early waits here for its go
+    if not go:
+        return 0  # the daemon let it go unused: nothing to do
     out = sys.stdout.buffer
     try:
-        result = take(Layout(args.root), out, read_stuck(sys.stdin.buffer))
+        result = take(Layout(args.root), out, read_stuck(go))
     except (ServiceError, OSError) as exc:  # the config or trust store could not be read
         result = {"error": shown(exc), "corrupt": None}
     out.write(json.dumps(result).encode() + b"\n")

@@ -11,7 +11,9 @@ intake``: a child killed mid-way leaves what a killed intake leaves, and the nex
 child (the next scan, or the next start) cleans up and takes the drop again. A scan
 that finds no complete drop, nothing in the trash and (the first after a start or a
 failed child) nothing left in the store to clean starts no child: it only refreshes
-the published status, under the lock, as an empty intake run would.
+the published status, under the lock, as an empty intake run would. The loop calls
+:func:`prepare` when drop events arrive: if a complete drop is there, the child starts
+at once and imports while the loop debounces, and the scan hands it its go.
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ def has_work(layout: Layout, config: Config, stuck: dict[str, str] | None = None
     return False
 
 
+def prepare(intake: object) -> None:
+    """Start a :class:`ChildIntake`'s child early (see the module's docstring); any other
+    intake (the in-process one tests use) needs no preparing."""
+    if isinstance(intake, ChildIntake):
+        intake.prepare()
+
+
 def needs_cleaning(layout: Layout) -> bool:
     """Whether a killed intake or collection left something in the store (a temporary
     directory, a generation without its manifest) that an intake run would clean."""
@@ -100,11 +109,28 @@ class ChildIntake:
     python: Sequence[str] = (sys.executable,)
     started_once: bool = False  # the first run checks the store for what a crash left
     stuck: dict[str, str] = field(default_factory=dict)  # drops that cannot be removed
+    warm: subprocess.Popen[bytes] | None = None  # started by prepare(), waiting for its go
+
+    def prepare(self) -> None:
+        """Start the child now if a complete drop waits, so that its interpreter and imports
+        overlap the loop's debounce; :meth:`run` then hands it the go."""
+        if self.warm is None and has_work(self.layout, self.config, self.stuck):
+            self.warm = self._spawn()
+
+    def _discard_warm(self) -> None:
+        """Let a prepared child go unused: end of input tells it to exit doing nothing."""
+        if self.warm is not None:
+            warm, self.warm = self.warm, None
+            assert warm.stdin is not None and warm.stdout is not None
+            with contextlib.suppress(OSError):
+                warm.stdin.close()
+            warm.stdout.close()  # the subprocess module reaps it later; no wait here
 
     def run(self) -> list[Outcome]:
         """Take in every complete drop; raise what the child's run raised, as a ServiceError."""
         cleaning = not self.started_once and needs_cleaning(self.layout)
         if not cleaning and not has_work(self.layout, self.config, self.stuck):
+            self._discard_warm()
             self.started_once = True
             with locked(self.layout.var):
                 mirror_status(self.layout, self.config)
@@ -123,12 +149,17 @@ class ChildIntake:
             raise StateCorrupt(path, aside, reason)
         raise ServiceError(f"intake (child process): {error}")
 
-    def _child(self) -> dict[str, Any]:
-        """Start the child, relay its ticks, return its result line's object."""
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """The child, started and waiting for its go (one line on its standard input)."""
         command = [*self.python, "-m", CHILD, "--root", str(self.layout.root)]
-        with subprocess.Popen(
+        return subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
-        ) as proc:
+        )
+
+    def _child(self) -> dict[str, Any]:
+        """Give the (prepared or new) child its go, relay its ticks, return its result."""
+        proc, self.warm = (self.warm or self._spawn()), None
+        with proc:
             assert proc.stdin is not None and proc.stdout is not None
             with contextlib.suppress(BrokenPipeError):  # a child that died at once says why
                 proc.stdin.write(json.dumps({"stuck": self.stuck}).encode() + b"\n")

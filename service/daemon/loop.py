@@ -19,7 +19,7 @@ from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
 from service.daemon.events import DropWatcher, Event, Kind, Queue
-from service.daemon.intake_runner import ChildIntake
+from service.daemon.intake_runner import ChildIntake, prepare
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
 from service.daemon.uevents import MemoryOnliner
@@ -249,6 +249,7 @@ class Daemon:
         now = self.clock.monotonic()
         if any(e.kind in (Kind.DROP, Kind.OVERFLOW) for e in batch):
             timers.dirty = now + self.debounce if timers.dirty is None else timers.dirty
+            prepare(self.intake)  # a child intake starts during the debounce
         if any(e.kind is Kind.OVERFLOW for e in batch):
             log.warning("inotify.overflow", action="full rescan")
             timers.dirty = now

@@ -199,3 +199,39 @@ def test_stuck_drops_are_remembered_across_children(
     )
     assert has_work(host, Config(), {})
     assert not has_work(host, Config(), {str(drop): "cannot be removed"})
+
+
+def test_a_prepared_child_is_the_one_that_takes_the_drop(
+    host: Layout, module: Path, kernel: str
+) -> None:
+    """With a complete drop waiting, prepare() starts the child at once and run() gives it
+    its go (an interpreter that cannot start, set in between, proves no second child);
+    without one, prepare() starts nothing."""
+    runner = ChildIntake(host, Config())
+    runner.prepare()
+    assert runner.warm is None
+    drop = stage(
+        host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    runner.prepare()
+    assert runner.warm is not None
+    runner.python = ("/nonexistent/python",)
+    [outcome] = runner.run()
+    assert outcome.accepted and outcome.drop == drop and runner.warm is None
+
+
+def test_a_prepared_child_let_go_takes_nothing(host: Layout, module: Path, kernel: str) -> None:
+    """A child started for a drop that is gone by the scan is let go: it exits at the end of
+    its input, taking nothing, and the scan starts no other."""
+    runner = ChildIntake(host, Config())
+    drop = stage(
+        host.incoming, bundle="b", version="1", kernel=kernel, modules=[ModuleSpec(module)]
+    )
+    runner.prepare()
+    warm = runner.warm
+    assert warm is not None
+    shutil.move(drop, host.root / "elsewhere")
+    assert runner.run() == [] and runner.warm is None
+    assert warm.wait(timeout=60) == 0
+    shutil.move(host.root / "elsewhere", drop)
+    assert not host.state.exists() and drop.exists()
