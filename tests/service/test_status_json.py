@@ -15,12 +15,13 @@ from service.config import Limits
 from service.layout import Layout
 from service.status.glance import write_heartbeat
 from service.store import quarantine
+from service.store.records import RebootIntent
 from service.store.state import Phase, State, read, save
 from service.store.statusfile import write_status
 from tests.service.test_metrics import fallback_host
 
 DOC = Path(__file__).resolve().parents[2] / "docs/status.md"
-ASKED = {"at": 1.5, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
+ASKED = RebootIntent(1.5, "b", "kured", ("nvidia",), "r")
 
 
 def documented_keys() -> tuple[set[str], set[str]]:
@@ -61,7 +62,9 @@ def full_host(tmp_path: Path) -> Layout:
     layout.config.parent.mkdir(parents=True, exist_ok=True)
     layout.config.write_text('[reboot]\nbackend = "kured"\ndays = ["mon"]\nstart = "02:00"\n')
     write_heartbeat(layout.heartbeat, decision="outside the reboot window", at=1.0)
-    write_status(layout, "nvidia", state.bundle("nvidia"), reboot=ASKED, version="3", kernel="k")
+    write_status(
+        layout, "nvidia", state.bundle("nvidia"), reboot=ASKED.to_json(), version="3", kernel="k"
+    )
     write_status(layout, "amd", State().bundle("amd"), phase=Phase.REJECTED, drop="amd.1.x")
     block = layout.sys / "devices/system/memory/memory8"
     block.mkdir(parents=True)
@@ -84,4 +87,4 @@ def test_json_keys_are_the_documented_keys(tmp_path: Path) -> None:
     assert keys(doc) == schema
     files = [doc["bundles"][b]["status_file"] for b in ("nvidia", "amd")]
     assert {k for f in files for k in f} == status_file
-    assert files[0]["reboot"] == ASKED
+    assert files[0]["reboot"] == ASKED.to_json()
