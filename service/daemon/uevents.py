@@ -6,8 +6,8 @@ not at all while the loop was busy taking a drop in. This listener reads the ker
 uevents from a netlink socket itself (``NETLINK_KOBJECT_UEVENT``, the kernel's
 multicast group, messages from a user-space sender ignored as libudev ignores them)
 and, for an ``add`` or ``offline`` of a memory block, applies the host's
-``hotplug_policy`` to that block at once (:func:`service.kernel.memory.online_blocks`:
-a pure plan over the block's state, one sysfs write). It touches no modstage state:
+``hotplug_policy`` to that block at once (:func:`online_block`: the pure plan of
+:mod:`service.kernel.memory` over the block's state, one sysfs write). It touches no modstage state:
 the loop still gets one :class:`~service.daemon.events.Event` per block, after the
 write (this thread logs what it did); the loop's own pass over the block finds
 nothing left to do unless the write failed, and it refreshes the metrics as before.
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.daemon.events import Event, Kind, Queue
-from service.kernel.memory import MEMORY, block_number, online_blocks
+from service.kernel.memory import MEMORY, block_number, plan_onlining
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.logs import get_logger
@@ -83,6 +83,38 @@ def kernel_socket() -> socket.socket:
 def from_kernel(address: object) -> bool:
     """Whether a netlink sender address is the kernel's (port id 0)."""
     return isinstance(address, tuple) and len(address) >= 1 and address[0] == 0
+
+
+def online_block(
+    sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float
+) -> list[dict[str, object]]:
+    """Apply ``policy`` to one block as :func:`~service.kernel.memory.online_blocks` would
+    (the same plan, the same steps), with two bare system calls and no buffered file
+    objects: under emulation every layer of Python I/O shows in the block's latency."""
+    path = f"{sysfs.root}/{MEMORY}/memory{block}/state"  # no pathlib objects per block
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            state = os.read(fd, 64).decode("ascii", "replace").strip()
+        finally:
+            os.close(fd)
+    except OSError:  # gone again
+        return []
+    steps = plan_onlining({block: state}, policy)  # one block: no step or one
+    if not steps:
+        return []
+    value = steps[0].state
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())  # one write(2), as sysfs wants
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return [{"block": block, "state": value, "error": str(exc)}]
+    return [
+        {"block": block, "state": value, "latency_ms": round((time.monotonic() - since) * 1000, 3)}
+    ]
 
 
 class MemoryOnliner:
@@ -157,7 +189,7 @@ class MemoryOnliner:
                 continue
             at = time.monotonic()
             if self.policy is not None:
-                done += online_blocks(self.sysfs, self.policy, since=at, only=[block])
+                done += online_block(self.sysfs, block, self.policy, since=at)
             seen.append(Event(Kind.MEMORY, f"{uevent.action} memory{block}", at=at))
         for event in seen:
             self.events.put(event)

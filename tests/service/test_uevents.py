@@ -92,3 +92,18 @@ def test_an_untrusted_sender_and_the_kernel_policy_online_nothing(tmp_path: Path
     assert _state(tmp_path, 2) == "offline"
     sender.close()
     kernel.close()
+
+
+def test_one_block_is_onlined_as_the_policy_plans_it(tmp_path: Path) -> None:
+    """online_block writes exactly the planned value (a shorter one too) and leaves an online
+    block, a missing one and the offline policy alone."""
+    from service.daemon.uevents import online_block
+    from stager.manifest import MemoryPolicy
+
+    sysfs = _sysfs(tmp_path, {1: "offline", 2: "online", 3: "offline"})
+    [step] = online_block(sysfs, 1, MemoryPolicy.ONLINE, since=time.monotonic())
+    assert step["state"] == "online" and float(step["latency_ms"]) >= 0  # type: ignore[arg-type]
+    assert _state(tmp_path, 1) == "online"
+    assert online_block(sysfs, 2, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
+    assert online_block(sysfs, 9, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
+    assert online_block(sysfs, 3, MemoryPolicy.OFFLINE, since=0.0) == []
