@@ -46,8 +46,6 @@ if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
 
-__all__ = ["Clock", "Daemon", "SystemClock"]
-
 
 @dataclass
 class Daemon:
