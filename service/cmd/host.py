@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from service.config import Config
 from service.layout import Layout
-from service.verify.trust import TrustStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
     from service.kernel.modules import Kernel
     from service.reboot import Rebooter
     from service.store.intake import Intake
     from service.verify.keyring import Keyring
+    from service.verify.trust import TrustStore
 
 
 def kernel_for(layout: Layout) -> Kernel:
@@ -74,6 +74,8 @@ class Host:
     @cached_property
     def trust(self) -> TrustStore:
         """The trusted certificates (``trusted`` or the layout's ``trusted.d``)."""
+        from service.verify.trust import TrustStore
+
         where = self.trusted or self.layout.trusted
         return TrustStore.from_directory(where, strict=self.strict_trust)
 

@@ -6,6 +6,7 @@ import argparse
 from typing import TextIO
 
 from service.cmd.host import build_host
+from service.daemon.intake_runner import ChildIntake
 from service.daemon.loop import Daemon
 from service.layout import Layout
 
@@ -16,5 +17,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     configure()
     host = build_host(Layout(args.root))
-    Daemon(host.layout, host.config, host.intake, host.rebooter).serve()
+    intake = ChildIntake(host.layout, host.config)  # verification in a child process
+    Daemon(host.layout, host.config, intake, host.rebooter).serve()
     return 0

@@ -13,14 +13,16 @@ import queue
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
-from service.daemon.events import DropWatcher, Event, Kind, MemoryWatcher, Queue
+from service.daemon.events import DropWatcher, Event, Kind, Queue
+from service.daemon.intake_runner import ChildIntake, prepare
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
+from service.daemon.uevents import MemoryOnliner
 from service.daemon.watchdog import Watchdog
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import block_number, online_blocks
@@ -29,7 +31,6 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.reboot import Rebooter
-from service.store.intake import Intake
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.records import RebootIntent
 from service.store.state import State, load, locked, save
@@ -38,6 +39,9 @@ from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
+
+if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify stack
+    from service.store.intake import Intake
 
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -49,7 +53,7 @@ class Daemon:
 
     layout: Layout
     config: Config
-    intake: Intake
+    intake: Intake | ChildIntake  # serve runs intake in a child process
     rebooter: Rebooter
     clock: Clock = field(default_factory=SystemClock)
     events: Queue = field(default_factory=queue.Queue)
@@ -244,6 +248,7 @@ class Daemon:
         now = self.clock.monotonic()
         if any(e.kind in (Kind.DROP, Kind.OVERFLOW) for e in batch):
             timers.dirty = now + self.debounce if timers.dirty is None else timers.dirty
+            prepare(self.intake)  # a child intake starts during the debounce
         if any(e.kind is Kind.OVERFLOW for e in batch):
             log.warning("inotify.overflow", action="full rescan")
             timers.dirty = now
@@ -289,7 +294,7 @@ class Daemon:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
         dirs = incoming_dirs(self.layout, self.config)
         ensure_dirs(dirs)
-        memory = MemoryWatcher(self.layout.root / "run/udev", self.events)
+        memory = MemoryOnliner(Sysfs(self.layout.sys), self.config.hotplug_policy, self.events)
         memory.start()
         self.online_memory([])  # blocks that arrived before we started
         watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]

@@ -28,6 +28,7 @@ from service.store.admit import policy_problems, verify_copy
 from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
+from service.store.outcome import Outcome as Outcome  # re-exported: its home before
 from service.store.publish import (
     forget_digests,
     mirror_status,
@@ -46,20 +47,6 @@ from stager.shown import MAX_REASON, bounded, shown
 log = get_logger("modstage.intake")
 GONE = "gone: taken in or removed meanwhile"
 MAX_STATUS_FILES = 64  # status files a rejection may create for names state.json does not know
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one drop."""
-
-    drop: Path
-    bundle: str | None
-    generation: str | None
-    accepted: bool
-    reasons: tuple[str, ...] = ()
-    deferred: bool = False  # the host failed; the drop is kept and retried
-    seconds: float | None = None  # how long taking it in took (copy and verification)
-    gone: bool = False  # vanished before it could be taken (another intake took it)
 
 
 class _NoStatus(Exception):

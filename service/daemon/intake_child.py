@@ -1,0 +1,110 @@
+"""The child process that takes drops in for the daemon: ``python -m service.daemon.intake_child``.
+
+The daemon stays small by never importing the verification stack (cryptography,
+asn1crypto, OpenSSL's hashlib): it runs this module instead, once per scan that finds
+work (:mod:`service.daemon.intake_runner`). This process builds the same
+:class:`~service.store.intake.Intake` ``modstage intake`` builds, takes the same state
+lock and runs it over every complete drop once it reads its go on standard input: one
+JSON line, ``{"stuck": {drop: why}}`` (the drops that could not be removed, which the
+daemon remembers across scans as an in-process intake would); end of input instead
+means "not needed" (a child started early for a drop that went away), and it exits.
+Its standard output is the protocol, one line each: ``tick`` while it makes progress
+(the daemon feeds systemd's watchdog on it), then one JSON object, ``{"outcomes":
+[...], "stuck": {...}}`` or, when the run failed as a whole, ``{"error": ...,
+"corrupt": [path, aside] | null}``. Logs go to standard
+error, which it shares with the daemon (journald).
+
+SIGTERM and SIGINT are ignored: a stopping daemon lets the drop being taken in
+finish, as it did when intake ran in its own process. SIGKILL is crash-safe as ever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from service.config import Config
+from service.errors import ServiceError, StateCorrupt
+from service.layout import Layout
+from service.logs import configure
+from service.store.intake import Intake
+from service.verify.keyring import KernelKeyring
+from service.verify.trust import TrustStore
+from stager.shown import shown
+
+TICK = b"tick\n"
+TICK_EVERY = 0.1  # seconds between two progress lines (the daemon pings at most every ping/2)
+
+
+def ticker(out: BinaryIO, every: float = TICK_EVERY) -> Callable[[], None]:
+    """A tick for :class:`Intake` that writes :data:`TICK` to ``out`` at most every ``every`` s."""
+    last = [float("-inf")]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            out.write(TICK)
+            out.flush()
+
+    return tick
+
+
+def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> dict[str, object]:
+    """Run intake over every complete drop, skipping the ``stuck`` ones the daemon
+    remembers; the result line's object (with the drops stuck now)."""
+    intake = Intake(
+        layout=layout,
+        config=Config.load(layout.config),
+        trust=TrustStore.from_directory(layout.trusted),
+        keyring=KernelKeyring(layout.proc),
+        tick=ticker(out),
+        stuck=stuck,
+    )
+    try:
+        outcomes = intake.run()
+    except StateCorrupt as exc:
+        return {"error": str(exc), "corrupt": [exc.path, exc.aside]}
+    except (ServiceError, OSError) as exc:
+        return {"error": shown(exc), "corrupt": None}
+    return {"outcomes": [o.to_json() for o in outcomes], "stuck": intake.stuck}
+
+
+def read_stuck(line: bytes) -> dict[str, str]:
+    """The daemon's remembered stuck drops from its go line (none if it is not JSON)."""
+    try:
+        doc = json.loads(line)
+        return {str(k): str(v) for k, v in dict(doc.get("stuck", {})).items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Take drops in under ``--root``; print the result line; 0 unless the run failed."""
+    parser = argparse.ArgumentParser(prog="modstage-intake-child")
+    parser.add_argument("--root", type=Path, required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure()
+    go = sys.stdin.buffer.readline()  # a child started early waits here for its go
+    if not go:
+        return 0  # the daemon let it go unused: nothing to do
+    out = sys.stdout.buffer
+    try:
+        result = take(Layout(args.root), out, read_stuck(go))
+    except (ServiceError, OSError) as exc:  # the config or trust store could not be read
+        result = {"error": shown(exc), "corrupt": None}
+    out.write(json.dumps(result).encode() + b"\n")
+    out.flush()
+    return 0 if "outcomes" in result else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
