@@ -52,6 +52,11 @@ class PublicKey:
     algo: str  # "rsa", "ecdsa-nist-p256", "sm2", "ecrdsa", ...
     key: bytes  # RSAPublicKey DER, or the EC point
 
+    def rsa_bits(self) -> int | None:
+        """The modulus size the kernel checks (its byte length times 8), for RSA keys."""
+        n = _rsa_numbers(self.key)
+        return None if n is None else _byte_len(n[0]) * 8
+
 
 @dataclass(frozen=True)
 class SigParams:
