@@ -4,7 +4,8 @@
 
     StagerError                 every failure of the stager package
     ├── ManifestError           a manifest breaks schema 1 (carries every problem found)
-    └── StageError              staging a drop failed (names the file and the reason)
+    ├── StageError              staging a drop failed (names the file and the reason)
+    └── StatusFileError         a status file is unreadable or breaks its schema (stager.statusfile)
 """
 
 from __future__ import annotations

@@ -18,18 +18,18 @@ into that kernel).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
 from stager.paths import parse_drop_name
+from stager.statusfile import FAILED, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
 EXIT_REFUSED = 1
@@ -50,8 +50,8 @@ class StatusReader:
     clock: Callable[[], float] = time.monotonic
     missing_since: float | None = None
 
-    def __call__(self) -> dict[str, Any] | None:
-        """The document, None while there is none; raises :class:`WaitUsage` past the grace."""
+    def __call__(self) -> StatusFile | None:
+        """The status file, None while there is none; raises :class:`WaitUsage` past the grace."""
         directory = self.path.parent
         if directory.is_dir():
             self.missing_since = None
@@ -114,64 +114,47 @@ class Outcome:
     message: str
 
 
-def judge(doc: Mapping[str, Any] | None, target: Target) -> Outcome:
-    """What the status document ``doc`` (None: no file yet) means for ``target``."""
+def judge(doc: StatusFile | None, target: Target) -> Outcome:
+    """What the status file ``doc`` (None: no file yet) means for ``target``."""
     if doc is None:
         return Outcome(None, "waiting for the host (no status yet)")
-    if target.since is not None and float(doc.get("updated") or 0) < target.since:
+    if target.since is not None and doc.updated < target.since:
         return Outcome(None, "waiting for the host to take the drop in")
-    phase = str(doc.get("phase"))
-    gen = _full(target.generation, doc) or doc.get("generation")
-    short = str(gen)[:12] if gen else "-"
-    errors = "; ".join(map(str, doc.get("errors") or ())) or "no reason given"
-    failed = doc.get("failed") or {}
-    if gen in failed:
-        return Outcome(EXIT_REFUSED, f"generation {short} failed: {failed[gen]}")
-    if phase == "rejected" and (doc.get("drop") == target.drop or target.drop is None):
+    gen = _full(target.generation, doc) or doc.generation
+    short = gen[:12] if gen else "-"
+    errors = "; ".join(doc.errors) or "no reason given"
+    if gen is not None and gen in doc.failed:
+        return Outcome(EXIT_REFUSED, f"generation {short} failed: {doc.failed[gen]}")
+    if doc.phase == REJECTED and (doc.drop == target.drop or target.drop is None):
         return Outcome(EXIT_REFUSED, f"drop rejected: {errors}")
-    if gen is not None and doc.get("active") == gen:
+    if gen is not None and doc.active == gen:
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
-    if phase == "failed" and doc.get("generation") == gen:
+    if doc.phase == FAILED and doc.generation == gen:
         return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
-    other, running = doc.get("pending_kernel"), doc.get("running_kernel")
-    if gen is not None and doc.get("pending") == gen and other and running and other != running:
+    other, running = doc.pending_kernel, doc.running_kernel
+    if gen is not None and doc.pending == gen and other and running and other != running:
         return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
-    if gen is not None and gen not in _known(doc):
-        known = ", ".join(f"{k} {str(doc.get(k))[:12]}" for k in ("pending", "active"))
+    if gen is not None and gen not in doc.known():
+        known = f"pending {str(doc.pending)[:12]}, active {str(doc.active)[:12]}"
         return Outcome(None, f"generation {short} is not known to the host yet ({known})")
-    return Outcome(None, f"{phase} (generation {short})")
+    return Outcome(None, f"{doc.phase} (generation {short})")
 
 
-def _known(doc: Mapping[str, Any]) -> set[str]:
-    """Generation ids the status document names."""
-    ids = {doc.get("generation"), doc.get("active"), doc.get("pending")}
-    ids |= set(doc.get("failed") or {})
-    return {str(i) for i in ids if i}
-
-
-def _full(generation: str | None, doc: Mapping[str, Any]) -> str | None:
-    """The full id the status document names for a prefix (the prefix itself if none)."""
+def _full(generation: str | None, doc: StatusFile) -> str | None:
+    """The full id the status file names for a prefix (the prefix itself if none)."""
     if generation is None:
         return None
-    found = [k for k in _known(doc) if k.startswith(generation)]
+    found = [k for k in doc.known() if k.startswith(generation)]
     return found[0] if len(found) == 1 else generation
 
 
-def read_status(path: Path) -> dict[str, Any] | None:
-    """The status document at ``path``, None if absent; raises :class:`StagerError` if garbled."""
-    try:
-        doc = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StagerError(f"{path}: unreadable status file: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise StagerError(f"{path}: status file is not a JSON object")
-    return doc
+def read_status(path: Path) -> StatusFile | None:
+    """The status file at ``path``, None if absent; raises :class:`StagerError` if garbled."""
+    return StatusFile.read(path)
 
 
 def wait_for(
-    read: Callable[[], Mapping[str, Any] | None],
+    read: Callable[[], StatusFile | None],
     target: Target,
     emit: Callable[[str], None],
     *,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,29 +48,51 @@ def write_heartbeat(path: Path, *, decision: str, at: float) -> None:
     write_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
 
-def read_heartbeat(path: Path, now: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Heartbeat:
+    """The daemon's heartbeat as status shows it (``at`` None: no readable heartbeat)."""
+
+    path: str
+    alive: bool
+    at: str | None = None
+    age_seconds: float | None = None
+    decision: str | None = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``daemon`` object."""
+        return {
+            "path": self.path,
+            "alive": self.alive,
+            "at": self.at,
+            "age_seconds": self.age_seconds,
+            "decision": self.decision,
+        }
+
+
+def read_heartbeat(path: Path, now: float) -> Heartbeat:
     """The heartbeat as ``status`` shows it: alive, age, the daemon's last reboot decision."""
     try:
         doc = json.loads(path.read_bytes())
         at = float(doc["at"])
     except (OSError, ValueError, KeyError, TypeError):
-        return {"path": str(path), "alive": False, "at": None, "age_seconds": None, "decision": ""}
+        return Heartbeat(str(path), alive=False)
     age = max(0.0, now - at)
-    return {
-        "path": str(path),
-        "alive": age <= HEARTBEAT_STALE,
-        "at": iso(at),
-        "age_seconds": round(age, 1),
-        "decision": doc.get("reboot_decision") if isinstance(doc, dict) else None,
-    }
+    decision = doc.get("reboot_decision") if isinstance(doc, dict) else None
+    return Heartbeat(
+        str(path),
+        alive=age <= HEARTBEAT_STALE,
+        at=iso(at),
+        age_seconds=round(age, 1),
+        decision=decision if isinstance(decision, str) else None,
+    )
 
 
 def why_no_reboot(
     *,
     required: bool,
-    asked: dict[str, Any] | None,
+    asked: Mapping[str, Any] | None,
     backend: str | None,
-    daemon: dict[str, Any],
+    daemon: Heartbeat,
     opens: datetime | None,
     now: datetime,
     waits: list[str],
@@ -84,10 +108,10 @@ def why_no_reboot(
         return "the config is invalid: the daemon cannot run, nobody asks for the reboot"
     if backend == "none":
         return "waiting for an admin reboot (backend none; or kured's sentinel command)"
-    if not daemon["alive"]:
+    if not daemon.alive:
         return "the daemon is not running (no recent heartbeat): nobody asks for the reboot"
     if opens is None:
         return "the reboot window never opens"
     if opens > now:
         return f"outside the reboot window; it opens at {iso(opens.timestamp())}"
-    return f"the daemon decided: {daemon['decision'] or 'not yet decided'}"
+    return f"the daemon decided: {daemon.decision or 'not yet decided'}"

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from service.layout import Layout
-from service.status.collect import Health, collect
+from service.status.collect import collect
+from service.status.report import BundleReport, Report
 from service.store.state import Phase
 from stager.atomic import write_atomic
 
@@ -31,92 +31,81 @@ class Family:
     samples: list[tuple[Labels, float]] = field(default_factory=list)
 
 
-def families(
-    doc: Mapping[str, Any], verification: Mapping[str, float] | None = None
-) -> list[Family]:
-    """The metrics for a ``status`` document; ``verification``: seconds per bundle, if known."""
-    health = {h.label: float(h.value) for h in Health}
-    bundles: dict[str, Any] = doc["bundles"]
-    fams = [
-        Family(
-            "modstage_health",
-            "Host health: 0 healthy, 1 degraded, 2 failed (status exit code).",
-            [({}, health[doc["health"]])],
-        ),
-        Family(
-            "modstage_state_readable",
-            "1 if state.json could be read.",
-            [({}, 0.0 if doc["state"]["error"] else 1.0)],
-        ),
-        Family(
-            "modstage_reboot_required",
-            "1 if a pending generation waits for a reboot.",
-            [({}, float(doc["reboot"]["required"]))],
-        ),
-        Family("modstage_bundle_health", "Bundle health: 0 healthy, 1 degraded, 2 failed."),
-        Family("modstage_bundle_phase", "1 for the phase the bundle is in, 0 for the others."),
-        Family("modstage_bundle_reboot_required", "1 if the bundle waits for a reboot."),
-        Family("modstage_bundle_failed_generations", "Failed generations the state remembers."),
-        Family("modstage_bundle_boot_attempts", "Boot attempts of the pending generation."),
-        Family("modstage_bundle_load_seconds", "Time the active generation's modules took."),
-        Family("modstage_module_load_seconds", "finit_module time of each loaded module."),
-        Family("modstage_bundle_last_transition_timestamp_seconds", "Time of the last move."),
-        Family(
-            "modstage_verification_seconds",
-            "Seconds the last intake of the bundle's drop took (copy and verification).",
-        ),
-        Family("modstage_memory_blocks", "Memory blocks by NUMA node, zone and state."),
-        Family(
-            "modstage_bundle_info",
-            "Always 1; labels name the active (last known good) and pending versions.",
-        ),
-        Family(
-            "modstage_daemon_heartbeat_age_seconds",
-            "Seconds since the daemon's last heartbeat (absent: no heartbeat).",
-        ),
-    ]
-    by = {f.name: f.samples for f in fams}
-    for name, b in bundles.items():
-        bl = {"bundle": name}
-        by["modstage_bundle_health"].append((bl, health[b["health"]]))
-        for phase in Phase:
-            by["modstage_bundle_phase"].append(
-                ({**bl, "phase": phase.value}, float(b["phase"] == phase.value))
-            )
-        waiting = name in doc["reboot"]["bundles"]
-        by["modstage_bundle_reboot_required"].append((bl, float(waiting)))
-        failed = sum(1 for g in b["generations"] if g["failed"])
-        by["modstage_bundle_failed_generations"].append((bl, float(failed)))
-        pending = [g["attempts"] for g in b["generations"] if g["id"] == b["pending"]]
-        by["modstage_bundle_boot_attempts"].append((bl, float(sum(pending))))
-        timed = [m for m in b["loaded"] if not m["already_loaded"] and m["ms"] is not None]
-        by["modstage_bundle_load_seconds"].append((bl, sum(m["ms"] for m in timed) / 1000))
-        for m in timed:
-            by["modstage_module_load_seconds"].append(
-                ({**bl, "module": str(m["module"])}, m["ms"] / 1000)
-            )
-        by["modstage_bundle_info"].append(({**bl, **_versions(b)}, 1.0))
-        if b["history"]:
-            by["modstage_bundle_last_transition_timestamp_seconds"].append(
-                (bl, float(b["history"][-1]["at"]))
-            )
+_HELP = {
+    "modstage_health": "Host health: 0 healthy, 1 degraded, 2 failed (status exit code).",
+    "modstage_state_readable": "1 if state.json could be read.",
+    "modstage_reboot_required": "1 if a pending generation waits for a reboot.",
+    "modstage_bundle_health": "Bundle health: 0 healthy, 1 degraded, 2 failed.",
+    "modstage_bundle_phase": "1 for the phase the bundle is in, 0 for the others.",
+    "modstage_bundle_reboot_required": "1 if the bundle waits for a reboot.",
+    "modstage_bundle_failed_generations": "Failed generations the state remembers.",
+    "modstage_bundle_boot_attempts": "Boot attempts of the pending generation.",
+    "modstage_bundle_load_seconds": "Time the active generation's modules took.",
+    "modstage_module_load_seconds": "finit_module time of each loaded module.",
+    "modstage_bundle_last_transition_timestamp_seconds": "Time of the last move.",
+    "modstage_verification_seconds": (
+        "Seconds the last intake of the bundle's drop took (copy and verification)."
+    ),
+    "modstage_memory_blocks": "Memory blocks by NUMA node, zone and state.",
+    "modstage_bundle_info": (
+        "Always 1; labels name the active (last known good) and pending versions."
+    ),
+    "modstage_daemon_heartbeat_age_seconds": (
+        "Seconds since the daemon's last heartbeat (absent: no heartbeat)."
+    ),
+}
+Samples = dict[str, list[tuple[Labels, float]]]
+
+
+def families(doc: Report, verification: Mapping[str, float] | None = None) -> list[Family]:
+    """The metrics for a ``status`` report; ``verification``: seconds per bundle, if known."""
+    fams = [Family(name, text) for name, text in _HELP.items()]
+    by: Samples = {f.name: f.samples for f in fams}
+    by["modstage_health"].append(({}, float(doc.health)))
+    by["modstage_state_readable"].append(({}, 0.0 if doc.state_error else 1.0))
+    by["modstage_reboot_required"].append(({}, float(doc.reboot.required)))
+    for name, b in doc.bundles.items():
+        _bundle_samples(by, name, b, waiting=name in doc.reboot.bundles)
     for name, seconds in sorted((verification or {}).items()):
         by["modstage_verification_seconds"].append(({"bundle": name}, seconds))
-    age = (doc.get("daemon") or {}).get("age_seconds")
-    if age is not None:
-        by["modstage_daemon_heartbeat_age_seconds"].append(({}, float(age)))
-    for m in doc["memory"]:
-        labels = {"node": "" if m["node"] is None else str(m["node"]), "zone": m["zone"] or ""}
-        by["modstage_memory_blocks"].append(({**labels, "state": m["state"]}, float(m["blocks"])))
+    if doc.daemon.age_seconds is not None:
+        by["modstage_daemon_heartbeat_age_seconds"].append(({}, float(doc.daemon.age_seconds)))
+    for m in doc.memory:
+        labels = {"node": "" if m.node is None else str(m.node), "zone": m.zone or ""}
+        by["modstage_memory_blocks"].append(({**labels, "state": m.state}, float(m.blocks)))
     return fams
 
 
-def _versions(bundle: Mapping[str, Any]) -> Labels:
+def _bundle_samples(by: Samples, name: str, b: BundleReport, *, waiting: bool) -> None:
+    """Append one bundle's samples to the families in ``by``."""
+    bl = {"bundle": name}
+    by["modstage_bundle_health"].append((bl, float(b.health)))
+    for phase in Phase:
+        by["modstage_bundle_phase"].append(
+            ({**bl, "phase": phase.value}, float(b.phase == phase.value))
+        )
+    by["modstage_bundle_reboot_required"].append((bl, float(waiting)))
+    failed = sum(1 for g in b.generations if g.failed)
+    by["modstage_bundle_failed_generations"].append((bl, float(failed)))
+    pending = [g.attempts for g in b.generations if g.id == b.pending]
+    by["modstage_bundle_boot_attempts"].append((bl, float(sum(pending))))
+    timed = [(m.module, m.ms) for m in b.loaded if not m.already_loaded and m.ms is not None]
+    by["modstage_bundle_load_seconds"].append((bl, sum(ms for _, ms in timed) / 1000))
+    for module, ms in timed:
+        by["modstage_module_load_seconds"].append(({**bl, "module": module}, ms / 1000))
+    by["modstage_bundle_info"].append(({**bl, **_versions(b)}, 1.0))
+    if b.history:
+        by["modstage_bundle_last_transition_timestamp_seconds"].append(
+            (bl, float(b.history[-1].at or 0))
+        )
+
+
+def _versions(bundle: BundleReport) -> Labels:
     """``active_version``/``pending_version`` labels (empty when there is none)."""
-    by_id = {g["id"]: g["version"] for g in bundle["generations"]}
+    by_id = {g.id: g.version for g in bundle.generations}
     return {
-        "active_version": by_id.get(bundle["active"], ""),
-        "pending_version": by_id.get(bundle["pending"], ""),
+        "active_version": by_id.get(bundle.active or "", ""),
+        "pending_version": by_id.get(bundle.pending or "", ""),
     }
 
 

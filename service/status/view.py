@@ -1,16 +1,22 @@
 """How ``modstage status`` looks: rich tables on a terminal, plain lines otherwise.
 
-Both views render the same document :func:`service.status.collect.collect` returns;
-nothing here decides anything.
+Both views render the same :class:`~service.status.report.Report` that
+:func:`service.status.collect.collect` returns; nothing here decides anything.
 """
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from service.status.glance import iso
+from service.status.health import Health
+from service.status.report import BundleReport, LoadedRow, Report
 
-_MARK = {"healthy": "ok", "degraded": "DEGRADED", "failed": "FAILED"}
+if TYPE_CHECKING:
+    from rich.console import Console
+
+_MARK = {Health.HEALTHY: "ok", Health.DEGRADED: "DEGRADED", Health.FAILED: "FAILED"}
+_STYLE = {Health.HEALTHY: "green", Health.DEGRADED: "yellow", Health.FAILED: "bold red"}
 
 
 def when(epoch: float | None) -> str:
@@ -23,30 +29,30 @@ def short(generation: str | None) -> str:
     return generation[:12] if generation else "-"
 
 
-def _reboot_line(doc: dict[str, Any]) -> str:
-    r = doc["reboot"]
-    line = "required for " + ", ".join(r["bundles"]) if r["required"] else "not required"
-    if r["scheduled"]:
-        line += "; scheduled for " + ", ".join(r["scheduled"])
-    line += f": {r['why_not_asked']}" if r.get("why_not_asked") else ""
-    if r["backend"] is None:
+def _reboot_line(doc: Report) -> str:
+    r = doc.reboot
+    line = "required for " + ", ".join(r.bundles) if r.required else "not required"
+    if r.scheduled:
+        line += "; scheduled for " + ", ".join(r.scheduled)
+    line += f": {r.why_not_asked}" if r.why_not_asked else ""
+    if r.backend is None or r.window is None:
         return f"{line} (backend and window unknown: the config is invalid)"
-    w = r["window"]
-    days = ",".join(w["days"]) if w["days"] and len(w["days"]) < 7 else "every day"
-    opens = f", next open {r['next_window']}" if r.get("next_window") else ""
-    opens = ", open now" if r.get("window_open") else opens
+    w = r.window
+    days = ",".join(w.days) if w.days and len(w.days) < 7 else "every day"
+    opens = f", next open {r.next_window}" if r.next_window else ""
+    opens = ", open now" if r.window_open else opens
     return (
-        f"{line} (backend {r['backend']}, window {days} {w['start']}-{w['end']} "
-        f"{w['timezone']}{opens}, sentinel {'present' if r['sentinel']['present'] else 'absent'})"
+        f"{line} (backend {r.backend}, window {days} {w.start}-{w.end} "
+        f"{w.timezone}{opens}, sentinel {'present' if r.sentinel_present else 'absent'})"
     )
 
 
-def _daemon_line(doc: dict[str, Any]) -> str:
-    d = doc.get("daemon") or {}
-    if not d.get("at"):
-        return f"daemon: no heartbeat ({d.get('path', '?')}): not running"
-    alive = "alive" if d.get("alive") else "NOT RESPONDING"
-    return f"daemon: {alive}, last heartbeat {d['at']} ({d['age_seconds']:.0f} s ago)"
+def _daemon_line(doc: Report) -> str:
+    d = doc.daemon
+    if not d.at:
+        return f"daemon: no heartbeat ({d.path}): not running"
+    alive = "alive" if d.alive else "NOT RESPONDING"
+    return f"daemon: {alive}, last heartbeat {d.at} ({d.age_seconds or 0:.0f} s ago)"
 
 
 def _said(text: str, said: list[str]) -> bool:
@@ -54,116 +60,122 @@ def _said(text: str, said: list[str]) -> bool:
     return any(text and text in line for line in said)
 
 
-def lines(doc: dict[str, Any]) -> list[str]:
+def _module_state(m: LoadedRow) -> tuple[str, str]:
+    """(how long it took, whether it is live) for one loaded module."""
+    took = "already loaded" if m.already_loaded else f"{m.ms} ms"
+    return took, "NOT LIVE" if m.live is None else f"live, refcnt {m.live.refcnt}"
+
+
+def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
+    """Append one bundle's lines to ``out`` (a failure already printed is not repeated)."""
+    held = " HELD" if b.held else ""
+    waits = f" ({b.waiting})" if b.waiting else ""
+    out.append(
+        f"bundle {name}: {b.phase} [{_MARK[b.health]}]{held}{waits} "
+        f"active {short(b.active)} pending {short(b.pending)}"
+    )
+    for g in b.generations:
+        fail = ""
+        if g.failed:
+            fail = " failed" if _said(g.failed, out) else f" failed: {g.failed}"
+        out.append(
+            f"  {g.role:<8} {short(g.id)} {g.version} kernel {g.kernel} "
+            f"added {when(g.added)} attempts {g.attempts}{fail}"
+        )
+    for m in b.loaded:
+        took, state = _module_state(m)
+        out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
+    for h in b.history[-5:]:
+        note = f": {h.note}" if h.note and not _said(h.note, out) else ""
+        out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")
+    for err in b.errors[-5:]:
+        text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
+        if not _said(text, out):
+            out.append(f"  error: {err}")
+
+
+def _quarantine_lines(doc: Report) -> list[str]:
+    """One line per quarantined drop (its reasons were escaped and bounded when recorded)."""
+    return [
+        f"quarantined {q.drop} ({'kept' if q.kept else 'removed'}, {when(q.at)}): "
+        f"{'; '.join(q.reasons)}"
+        for q in doc.quarantine
+    ]
+
+
+def lines(doc: Report) -> list[str]:
     """The plain-text view, one line per fact; each failure is printed once."""
     out = [
-        f"host: {_MARK[doc['health']]}  kernel {doc['kernel'] or '?'}",
+        f"host: {_MARK[doc.health]}  kernel {doc.kernel or '?'}",
         f"reboot: {_reboot_line(doc)}",
         _daemon_line(doc),
     ]
-    for problem in doc["problems"]:
-        where = problem["bundle"] or "host"
-        out.append(f"  ! {where}: {problem['reason']}")
-    for name, b in doc["bundles"].items():
-        held = " HELD" if b.get("held") else ""
-        waits = f" ({b['waiting']})" if b.get("waiting") else ""
-        out.append(
-            f"bundle {name}: {b['phase']} [{_MARK[b['health']]}]{held}{waits} "
-            f"active {short(b['active'])} pending {short(b['pending'])}"
-        )
-        for g in b["generations"]:
-            fail = ""
-            if g["failed"]:
-                fail = " failed" if _said(g["failed"], out) else f" failed: {g['failed']}"
-            out.append(
-                f"  {g['role']:<8} {short(g['id'])} {g['version']} kernel {g['kernel']} "
-                f"added {when(g['added'])} attempts {g['attempts']}{fail}"
-            )
-        for m in b["loaded"]:
-            took = "already loaded" if m["already_loaded"] else f"{m['ms']} ms"
-            now = m.get("live")
-            state = "NOT LIVE" if now is None else f"live, refcnt {now['refcnt']}"
-            out.append(f"  module {m['module']} srcversion {m['srcversion']} ({took}; {state})")
-        for h in b["history"][-5:]:
-            note = f": {h['note']}" if h["note"] and not _said(h["note"], out) else ""
-            out.append(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}")
-        for err in b["errors"][-5:]:
-            text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
-            if not _said(text, out):
-                out.append(f"  error: {err}")
-    for q in doc.get("quarantine", []):  # escaped and bounded when recorded
-        kept = "kept" if q["kept"] else "removed"
-        out.append(f"quarantined {q['drop']} ({kept}, {when(q['at'])}): {'; '.join(q['reasons'])}")
-    for m in doc["memory"]:
-        node = "-" if m["node"] is None else m["node"]
-        out.append(f"memory node {node} zone {m['zone'] or '-'} {m['state']}: {m['blocks']} blocks")
+    out += [f"  ! {p.bundle or 'host'}: {p.reason}" for p in doc.problems]
+    for name, b in doc.bundles.items():
+        _bundle_lines(name, b, out)
+    out += _quarantine_lines(doc)
+    for m in doc.memory:
+        node = "-" if m.node is None else m.node
+        out.append(f"memory node {node} zone {m.zone or '-'} {m.state}: {m.blocks} blocks")
     return out
 
 
-def render_rich(doc: dict[str, Any], out: TextIO) -> None:
+def _rich_bundle(console: Console, name: str, b: BundleReport) -> None:
+    """One bundle's generations, loaded modules and last moves as tables."""
+    from rich.table import Table
+
+    table = Table(title=f"{name}: {b.phase} ({b.health.label})", title_justify="left")
+    for col in ("role", "generation", "version", "kernel", "added", "attempts", "failed"):
+        wide = {"generation": 12, "added": 20}.get(col)
+        table.add_column(col, overflow="fold", no_wrap=bool(wide), min_width=wide)
+    for g in b.generations:
+        table.add_row(
+            g.role, short(g.id), g.version, g.kernel, when(g.added), str(g.attempts), g.failed or ""
+        )
+    console.print(table)
+    if b.loaded:
+        mods = Table(
+            "module", "srcversion", "load ms", "live", title="loaded", title_justify="left"
+        )
+        for m in b.loaded:
+            live = "NOT LIVE" if m.live is None else f"refcnt {m.live.refcnt}"
+            took = "already" if m.already_loaded else str(m.ms)
+            mods.add_row(m.module, m.srcversion, took, live)
+        console.print(mods)
+    for h in b.history[-5:]:
+        note = f": {h.note}" if h.note else ""
+        console.print(f"  {when(h.at)} {h.from_} -> {h.to}{note}", highlight=False)
+
+
+def render_rich(doc: Report, out: TextIO) -> None:
     """Tables for a terminal (rich)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    style = {"healthy": "green", "degraded": "yellow", "failed": "bold red"}
     console = Console(file=out)
     console.print(
-        f"[{style[doc['health']]}]{doc['health']}[/]  kernel {doc['kernel'] or '?'}  "
+        f"[{_STYLE[doc.health]}]{doc.health.label}[/]  kernel {doc.kernel or '?'}  "
         f"reboot {_reboot_line(doc)}",
         highlight=False,
     )
     console.print(_daemon_line(doc), highlight=False)
-    for problem in doc["problems"]:
-        where = escape(
-            f"{problem['bundle'] or 'host'}: {problem['reason']}"
-        )  # drop text: no markup
+    for p in doc.problems:
+        where = escape(f"{p.bundle or 'host'}: {p.reason}")  # drop text: no markup
         console.print(f"  [yellow]![/] {where}", highlight=False)
-    for name, b in doc["bundles"].items():
-        table = Table(title=f"{name}: {b['phase']} ({b['health']})", title_justify="left")
-        for col in ("role", "generation", "version", "kernel", "added", "attempts", "failed"):
-            wide = {"generation": 12, "added": 20}.get(col)
-            table.add_column(col, overflow="fold", no_wrap=bool(wide), min_width=wide)
-        for g in b["generations"]:
-            table.add_row(
-                g["role"],
-                short(g["id"]),
-                g["version"],
-                g["kernel"],
-                when(g["added"]),
-                str(g["attempts"]),
-                g["failed"] or "",
-            )
-        console.print(table)
-        if b["loaded"]:
-            mods = Table(
-                "module", "srcversion", "load ms", "live", title="loaded", title_justify="left"
-            )
-            for m in b["loaded"]:
-                now = m.get("live")
-                mods.add_row(
-                    m["module"],
-                    m["srcversion"],
-                    "already" if m["already_loaded"] else str(m["ms"]),
-                    "NOT LIVE" if now is None else f"refcnt {now['refcnt']}",
-                )
-            console.print(mods)
-        for h in b["history"][-5:]:
-            note = f": {h['note']}" if h["note"] else ""
-            console.print(f"  {when(h['at'])} {h['from']} -> {h['to']}{note}", highlight=False)
-    for q in doc.get("quarantine", []):
-        kept = "kept" if q["kept"] else "removed"
-        text = f"quarantined {q['drop']} ({kept}, {when(q['at'])}): {'; '.join(q['reasons'])}"
+    for name, b in doc.bundles.items():
+        _rich_bundle(console, name, b)
+    for text in _quarantine_lines(doc):
         console.print(text, markup=False, highlight=False)
-    if doc["memory"]:
+    if doc.memory:
         mem = Table("node", "zone", "state", "blocks", title="memory", title_justify="left")
-        for m in doc["memory"]:
-            node = "-" if m["node"] is None else str(m["node"])
-            mem.add_row(node, m["zone"] or "-", m["state"], str(m["blocks"]))
+        for m in doc.memory:
+            node = "-" if m.node is None else str(m.node)
+            mem.add_row(node, m.zone or "-", m.state, str(m.blocks))
         console.print(mem)
 
 
-def render(doc: dict[str, Any], out: TextIO) -> None:
+def render(doc: Report, out: TextIO) -> None:
     """Rich tables when ``out`` is a terminal and rich is installed, plain lines otherwise."""
     if out.isatty():
         try:

@@ -15,11 +15,10 @@ the digest's value, in the file :data:`stager.drop.DIGEST_NAME`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from service.config import Config
 from service.errors import DropError
@@ -29,6 +28,7 @@ from service.store.dropfs import read_small
 from service.store.state import State, load
 from stager.atomic import write_atomic
 from stager.drop import DIGEST_NAME
+from stager.statusfile import GenerationInfo, StatusFile
 
 log = get_logger("modstage.publish")
 DIGEST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+=/-]{0,255}\Z")
@@ -128,22 +128,23 @@ def mirror_status(layout: Layout, config: Config) -> None:
         try:
             target.mkdir(parents=True, exist_ok=True)
             for bundle, doc in sorted(docs.items()):
-                body = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
-                write_atomic(target / f"{bundle}.json", body)
+                write_atomic(target / f"{bundle}.json", doc.to_json())
         except OSError as exc:
             log.error("status.mirror_failed", directory=str(target), error=str(exc))
 
 
-def _enriched(path: Path, state: State, layout: Layout) -> dict[str, Any]:
-    doc = dict(json.loads(path.read_bytes()))
+def _enriched(path: Path, state: State, layout: Layout) -> StatusFile:
+    doc = StatusFile.from_json(path.read_bytes(), path)
     b = state.bundles.get(path.stem)
     gens = b.generations.values() if b else ()
-    doc["generations"] = {
-        g.id: {"version": g.version, "kernel": g.kernel, "failed": g.failed} for g in gens
-    }
+    running = doc.running_kernel
     with contextlib.suppress(OSError):
-        doc["running_kernel"] = layout.kernel_release()
-    return doc
+        running = layout.kernel_release()
+    return replace(
+        doc,
+        generations={g.id: GenerationInfo(g.version, g.kernel, g.failed) for g in gens},
+        running_kernel=running,
+    )
 
 
 def ensure_dirs(dirs: list[Path]) -> None:

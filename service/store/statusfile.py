@@ -1,18 +1,20 @@
 """``status/<bundle>.json``: what a bundle's container may read back about its drops.
 
 The directory is mounted read-only into containers; ``modstage wait`` reads it.
+The file's type, :class:`stager.statusfile.StatusFile`, is shared with those readers.
 Written with the one crash-safe write, so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from service.layout import Layout
 from service.store.state import BundleState, Phase
 from stager.atomic import write_atomic
+from stager.statusfile import StatusFile
 
 
 def write_status(
@@ -23,28 +25,36 @@ def write_status(
     phase: Phase | None = None,
     generation: str | None = None,
     errors: list[str] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """Write the bundle's status: its persisted state plus what the last step found."""
+    drop: str | None = None,
+    version: str | None = None,
+    kernel: str | None = None,
+    reboot: Mapping[str, Any] | None = None,
+) -> StatusFile:
+    """Write the bundle's status: its persisted state plus what the last step found.
+
+    ``drop`` names a rejected drop, ``version``/``kernel`` the generation intake took
+    in, ``reboot`` the daemon's recorded request; each is written only when given.
+    """
     pending = state.generations.get(state.pending) if state.pending else None
-    doc: dict[str, Any] = {
-        "bundle": bundle,
-        "phase": (phase or state.phase).value,
-        "generation": generation or state.pending or state.active,
-        "active": state.active,
-        "pending": state.pending,
-        "failed": {g.id: g.failed for g in state.generations.values() if g.failed},
-        "errors": errors or [],
-        "updated": round(time.time(), 3),
-        "pending_kernel": pending.kernel if pending else None,
-        "running_kernel": _release(layout),
-        **extra,
-    }
-    layout.status.mkdir(parents=True, exist_ok=True)
-    write_atomic(
-        layout.status / f"{bundle}.json", json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+    status = StatusFile(
+        bundle=bundle,
+        phase=(phase or state.phase).value,
+        generation=generation or state.pending or state.active,
+        active=state.active,
+        pending=state.pending,
+        failed={g.id: g.failed for g in state.generations.values() if g.failed},
+        errors=tuple(errors or ()),
+        updated=round(time.time(), 3),
+        pending_kernel=pending.kernel if pending else None,
+        running_kernel=_release(layout),
+        drop=drop,
+        version=version,
+        kernel=kernel,
+        reboot=reboot,
     )
-    return doc
+    layout.status.mkdir(parents=True, exist_ok=True)
+    write_atomic(layout.status / f"{bundle}.json", status.to_json())
+    return status
 
 
 def _release(layout: Layout) -> str | None:

@@ -436,8 +436,8 @@ def test_status_lists_the_quarantine_and_never_renders_drop_markup(
     (drop / MANIFEST_NAME).write_text(data + '"[/]" = 1\n"[bold]x" = 2\n')
     make_intake(host).run()
     doc = collect(host)
-    [q] = doc["quarantine"]
-    assert q["drop"] == drop.name and "[/]: unknown key" in q["reasons"][0]
+    [q] = doc.quarantine
+    assert q.drop == drop.name and "[/]: unknown key" in q.reasons[0]
     plain = "\n".join(lines(doc))
     assert f"quarantined {drop.name} (kept" in plain
     out = io.StringIO()

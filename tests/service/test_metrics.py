@@ -81,16 +81,9 @@ def test_builtin_writer_matches_prometheus_client(tmp_path: Path) -> None:
     assert samples(render_plain(fams)) == samples(render(fams))
 
 
-def test_label_values_are_escaped() -> None:
+def test_label_values_are_escaped(tmp_path: Path) -> None:
     """Quotes, backslashes and newlines in a label survive the round trip."""
-    doc = {
-        "health": "healthy",
-        "state": {"error": None},
-        "reboot": {"required": False, "bundles": []},
-        "bundles": {},
-        "memory": [],
-    }
-    fams = families(doc, {'we"ird\\na\nme': 1.0})
+    fams = families(collect(Layout(tmp_path)), {'we"ird\\na\nme': 1.0})
     got = samples(render_plain(fams))
     assert got[("modstage_verification_seconds", (("bundle", 'we"ird\\na\nme'),))] == 1.0
 

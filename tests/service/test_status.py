@@ -10,10 +10,13 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.status.collect import SCHEMA, Health, bundle_health, collect, memory_summary, overall
+from service.status.collect import collect, memory_summary
+from service.status.health import Health, bundle_health, overall
+from service.status.report import SCHEMA
 from service.status.view import lines
 from service.store.state import BundleState, Generation, Phase, State, save
 from service.store.statusfile import write_status
+from stager.statusfile import StatusFile
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64
@@ -65,7 +68,7 @@ def live(layout: Layout, module: str, srcversion: str, refcnt: int = 0) -> None:
 def test_an_active_bundle_is_healthy() -> None:
     """A bundle whose only generation is active for the running kernel has nothing to report."""
     assert bundle_health(active_bundle(), None, kernel=KERNEL) == bundle_health(
-        active_bundle(), {"phase": "active", "errors": []}, kernel=KERNEL
+        active_bundle(), StatusFile("nvidia", "active"), kernel=KERNEL
     )
     assert bundle_health(active_bundle(), None, kernel=KERNEL).health is Health.HEALTHY
 
@@ -95,7 +98,7 @@ def test_an_old_failure_before_the_active_generation_is_forgotten() -> None:
 
 def test_a_rejected_drop_is_degraded_with_its_reasons() -> None:
     """The status file's rejection makes the bundle degraded and says why."""
-    doc = {"phase": "rejected", "errors": ["nvidia.ko: EKEYREJECTED"]}
+    doc = StatusFile("nvidia", "rejected", errors=("nvidia.ko: EKEYREJECTED",))
     verdict = bundle_health(None, doc, kernel=KERNEL)
     assert verdict == bundle_health(None, doc, kernel=None)
     assert verdict.health is Health.DEGRADED and "EKEYREJECTED" in verdict.reasons[0]
@@ -161,8 +164,8 @@ def test_corrupt_state_is_failed_and_left_in_place(tmp_path: Path) -> None:
     """An unreadable state file is reported (exit 2), and status does not move it aside."""
     layout = host(tmp_path, State())
     layout.state.write_text("{not json")
-    doc = collect(layout)
-    assert doc["health"] == "failed" and doc["state"]["error"]
+    report = collect(layout)
+    assert report.health is Health.FAILED and report.state_error
     assert layout.state.read_text() == "{not json"
 
 
@@ -192,7 +195,7 @@ def test_memory_blocks_are_counted_by_node_zone_and_state(tmp_path: Path) -> Non
         (block / "state").write_text(state + "\n")
         (block / "valid_zones").write_text(zones + "\n")
         (block / f"node{node}").symlink_to(tmp_path)
-    assert memory_summary(tmp_path) == [
+    assert [m.to_json() for m in memory_summary(tmp_path)] == [
         {"node": 0, "zone": "Normal", "state": "online", "blocks": 2},
         {"node": 1, "zone": None, "state": "offline", "blocks": 1},
         {"node": 1, "zone": "Movable", "state": "online", "blocks": 1},
@@ -224,6 +227,7 @@ def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
     scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
     asked = {"at": 1.0, "boot_id": "b", "backend": "kured", "bundles": ["nvidia"], "reason": "r"}
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
-    doc = collect(layout)
-    assert doc["reboot"]["asked"] == asked and doc["reboot"]["scheduled"] == ["nvidia"]
-    assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(doc))
+    report = collect(layout)
+    assert report.reboot.asked == asked and report.reboot.scheduled == ("nvidia",)
+    assert report.to_json()["reboot"]["asked"] == asked
+    assert any("asked via kured at 1970-01-01T00:00:01Z" in line for line in lines(report))

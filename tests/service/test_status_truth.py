@@ -14,6 +14,7 @@ from service.cli import main
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.glance import write_heartbeat
+from service.status.health import Health
 from service.status.view import lines, render_rich
 from service.store.state import Generation, Phase, State, save
 from service.store.statusfile import write_status
@@ -46,7 +47,7 @@ def test_another_build_live_is_degraded_and_refcnt_is_shown(tmp_path: Path) -> N
     """A live module with another srcversion than recorded: degraded, both named."""
     layout = host(tmp_path, State({"nvidia": active_bundle()}, boot_id="boot-2"))
     live(layout, "nvidia", "XYZ", refcnt=3)
-    doc = collect(layout)
+    doc = collect(layout).to_json()
     assert doc["health"] == "degraded"
     assert "nvidia (srcversion XYZ live, ABC recorded)" in doc["bundles"]["nvidia"]["reasons"][0]
     assert doc["bundles"]["nvidia"]["loaded"][0]["live"]["refcnt"] == 3
@@ -63,17 +64,17 @@ def test_a_state_moved_aside_is_failed_and_named(tmp_path: Path) -> None:
     doc = json.loads(out.getvalue())
     assert str(aside) in doc["state"]["error"] and doc["health"] == "failed"
     save(layout.state, State({"nvidia": active_bundle()}, boot_id="boot-2"))  # boot rebuilt it
-    doc = collect(layout)
+    doc = collect(layout).to_json()
     assert doc["health"] == "degraded" and str(aside) in doc["problems"][0]["reason"]
     aside.unlink()
-    assert collect(layout)["health"] == "healthy"
+    assert collect(layout).health is Health.HEALTHY
 
 
 def test_a_corrupt_state_in_place_names_its_path(tmp_path: Path) -> None:
     """A garbled state.json is reported with its path."""
     layout = host(tmp_path, State())
     layout.state.write_text("{not json")
-    assert str(layout.state) in collect(layout)["state"]["error"]
+    assert str(layout.state) in str(collect(layout).state_error)
 
 
 def test_a_garbled_status_file_is_shown_as_such(tmp_path: Path) -> None:
@@ -82,7 +83,7 @@ def test_a_garbled_status_file_is_shown_as_such(tmp_path: Path) -> None:
     layout.status.mkdir(parents=True)
     (layout.status / "nvidia.json").write_text('{"phase": "rejec')
     (layout.status / "amd.json").write_text("[]")
-    doc = collect(layout)
+    doc = collect(layout).to_json()
     assert doc["bundles"]["nvidia"]["health"] == "degraded"
     assert any("nvidia.json is garbled" in r for r in doc["bundles"]["nvidia"]["reasons"])
     assert doc["bundles"]["amd"]["health"] == "degraded"
@@ -93,10 +94,11 @@ def test_an_invalid_config_shows_no_defaults(tmp_path: Path) -> None:
     layout = host(tmp_path, State({"nvidia": active_bundle()}, boot_id="boot-2"))
     layout.etc.mkdir(parents=True)
     layout.config.write_text('[reboot]\nbackend = "kured"\nstart = "25:00"\n')
-    doc = collect(layout)
+    report = collect(layout)
+    doc = report.to_json()
     assert doc["reboot"]["backend"] is None and doc["reboot"]["window"] is None
     assert str(layout.config) in doc["config"]["error"] and doc["health"] == "degraded"
-    view = "\n".join(lines(doc))
+    view = "\n".join(lines(report))
     assert "the config is invalid" in view and "backend none" not in view
 
 
@@ -104,7 +106,7 @@ def test_a_pending_generation_for_another_kernel_says_so(tmp_path: Path) -> None
     """A generation built for the next kernel: 'waiting for kernel X (running Y)'."""
     b = active_bundle().with_generation(Generation(NEW, "2.0", "6.2.0-next", added=200.0))
     layout = host(tmp_path, State({"nvidia": b.move(Phase.PENDING, pending=NEW)}, "boot-2"))
-    doc = collect(layout)
+    doc = collect(layout).to_json()
     note = f"waiting for kernel 6.2.0-next (running {KERNEL})"
     assert doc["bundles"]["nvidia"]["waiting"] == note
     assert doc["reboot"]["why_not_asked"] == f"nvidia: {note}"
@@ -118,7 +120,7 @@ def test_the_window_and_why_no_reboot_was_asked(tmp_path: Path) -> None:
     layout.etc.mkdir(parents=True)
     layout.config.write_text('[reboot]\nbackend = "kured"\nstart = "02:00"\nend = "04:00"\n')
     write_heartbeat(layout.heartbeat, decision="outside the reboot window", at=NOON - 10)
-    doc = collect(layout, now=NOON)
+    doc = collect(layout, now=NOON).to_json()
     assert doc["reboot"]["next_window"] == "2026-12-02T02:00:00Z"
     assert doc["reboot"]["why_not_asked"] == (
         "outside the reboot window; it opens at 2026-12-02T02:00:00Z"
@@ -128,7 +130,7 @@ def test_the_window_and_why_no_reboot_was_asked(tmp_path: Path) -> None:
     assert "NOT RESPONDING" in text(layout, NOON + 3600)
     assert not doc["reboot"]["window_open"]
     at_three = NOON - 9 * 3600  # 03:00 UTC, inside the window
-    assert collect(layout, now=at_three)["reboot"]["window_open"]
+    assert collect(layout, now=at_three).reboot.window_open
     assert "every day 02:00:00-04:00:00 UTC, open now" in text(layout, at_three)
 
 
@@ -182,7 +184,7 @@ def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     thread.join(5)
     beat = json.loads(layout.heartbeat.read_text())
     assert beat["reboot_decision"] == "requested"
-    doc = collect(layout)
+    doc = collect(layout).to_json()
     assert doc["daemon"]["alive"]
     note = doc["bundles"]["nvidia"]["history"][-1]["note"]
     assert note == "waiting for an admin reboot (backend none)"
@@ -205,7 +207,7 @@ def test_a_held_bundle_is_marked_and_its_heartbeat_age_is_a_metric(tmp_path: Pat
     write_heartbeat(layout.heartbeat, decision="no generation waits for a reboot", at=NOON - 5)
     doc = collect(layout, now=NOON)
     assert "HELD" in "\n".join(lines(doc))
-    assert doc["reboot"]["why_not_asked"] == (
+    assert doc.reboot.why_not_asked == (
         "nvidia: held by an admin: no reboot is asked (modstage release)"
     )
     ages = {f.name: f.samples for f in families(doc)}["modstage_daemon_heartbeat_age_seconds"]

@@ -11,6 +11,7 @@ from service.layout import Layout
 from service.store.state import BundleState, Generation, Phase
 from service.store.statusfile import write_status
 from stager.paths import drop_name
+from stager.statusfile import StatusFile
 from stager.wait import (
     EXIT_ACTIVE,
     EXIT_REFUSED,
@@ -124,13 +125,13 @@ def test_a_rejection_of_our_drop_exits_1(tmp_path: Path) -> None:
 
 def test_a_rejection_of_another_drop_is_not_ours() -> None:
     """A rejected drop with another name does not end the wait for ours."""
-    doc = {"phase": "rejected", "drop": "nvidia.1.x", "errors": ["x"], "updated": 5.0}
+    doc = StatusFile("nvidia", "rejected", drop="nvidia.1.x", errors=("x",), updated=5.0)
     assert judge(doc, Target(GEN, "nvidia.2.y", 1.0)).code is None
 
 
 def test_status_older_than_the_drop_is_ignored() -> None:
     """An active status written before our drop was staged is not our generation's success."""
-    doc = {"phase": "active", "generation": OLD, "active": OLD, "updated": 5.0, "failed": {}}
+    doc = StatusFile("nvidia", "active", generation=OLD, active=OLD, updated=5.0)
     assert judge(doc, Target(None, "d", since=6.0)).code is None
     assert judge(doc, Target(None, "d", since=4.0)).code == EXIT_ACTIVE
 

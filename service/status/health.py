@@ -1,0 +1,173 @@
+"""Whether a bundle is healthy, decided from plain values (its state, status file, the kernel).
+
+Nothing here reads or writes a file: :func:`bundle_health` takes what
+:mod:`service.status.collect` read and returns a :class:`Verdict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from service.status.live import LiveModule, module_mismatches
+from service.store.state import BundleState, Generation, Phase
+from stager.statusfile import StatusFile
+
+
+class Health(IntEnum):
+    """How a bundle (or the host) is doing; the value is ``status``'s exit code."""
+
+    HEALTHY = 0
+    DEGRADED = 1
+    FAILED = 2
+
+    @property
+    def label(self) -> str:
+        """The lowercase name used in JSON and tables."""
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A health and the reasons for it, in plain words."""
+
+    health: Health
+    reasons: tuple[str, ...] = ()
+
+
+Finding = tuple[Health, str]
+
+
+def bundle_health(
+    bundle: BundleState | None,
+    status_doc: StatusFile | None,
+    *,
+    kernel: str | None,
+    boot_id: str | None = None,
+    state_boot_id: str | None = None,
+    live: Mapping[str, LiveModule | None] | None = None,
+) -> Verdict:
+    """Judge one bundle from its state and its last status file.
+
+    failed: the bundle's last load failed and nothing of it is loaded.
+    degraded: a generation newer than the active one failed (the last known
+    good runs), the last drop was rejected, the active generation targets
+    another kernel, or a load started in an earlier boot never finished.
+    With ``live`` (the kernel's view of the recorded modules): failed when a
+    module recorded as loaded is not live, degraded when another build of it
+    is, or when ``modstage boot`` did not run in this boot.
+    """
+    found: list[Finding] = []
+    if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
+        why = "; ".join(status_doc.errors) or "no reason given"
+        found.append((Health.DEGRADED, f"the last drop was rejected: {why}"))
+    if bundle is not None:
+        found += _failures(bundle)
+        found += _kernel_findings(bundle, kernel, live, boot_id, state_boot_id)
+        if bundle.phase is Phase.LOADING and boot_id and state_boot_id and boot_id != state_boot_id:
+            found.append(
+                (
+                    Health.DEGRADED,
+                    "a load started in an earlier boot never finished; the next boot retries it",
+                )
+            )
+    return Verdict(max((h for h, _ in found), default=Health.HEALTHY), tuple(r for _, r in found))
+
+
+def _active(bundle: BundleState) -> Generation | None:
+    return bundle.generations.get(bundle.active) if bundle.active else None
+
+
+def last_note(bundle: BundleState) -> str | None:
+    """The newest note in the bundle's history (why it moved last), if any."""
+    return next((str(h["note"]) for h in reversed(bundle.history) if h.get("note")), None)
+
+
+def _failures(bundle: BundleState) -> list[Finding]:
+    """A failed bundle, and generations that failed since the active one was added."""
+    found: list[Finding] = []
+    active = _active(bundle)
+    if bundle.phase is Phase.FAILED:
+        note = last_note(bundle)
+        found.append((Health.FAILED, f"nothing is loaded: {note or 'the last load failed'}"))
+    since = active.added if active is not None else float("-inf")
+    runs = f"running {active.id[:12]}" if active else "no generation is active"
+    for gen in sorted(bundle.generations.values(), key=lambda g: g.added):
+        if gen.failed and gen.added >= since and gen.id != bundle.active:
+            why = f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
+            found.append((Health.DEGRADED, why))
+    return found
+
+
+def _kernel_findings(
+    bundle: BundleState,
+    kernel: str | None,
+    live: Mapping[str, LiveModule | None] | None,
+    boot_id: str | None,
+    state_boot_id: str | None,
+) -> list[Finding]:
+    """What the running kernel says of the active generation: another kernel, or not live."""
+    active = _active(bundle)
+    if active is None:
+        return []
+    if kernel is not None and active.kernel != kernel:
+        why = (
+            f"the active generation targets kernel {active.kernel}, "
+            f"running {kernel}: its modules are not loaded"
+        )
+        return [(Health.DEGRADED, why)]
+    if live is None:
+        return []
+    return _live_findings(bundle, live, boot_id, state_boot_id)
+
+
+def _live_findings(
+    bundle: BundleState,
+    live: Mapping[str, LiveModule | None],
+    boot_id: str | None,
+    state_boot_id: str | None,
+) -> list[Finding]:
+    """What the kernel contradicts in the record of the active generation."""
+    found: list[Finding] = []
+    missing, differing = module_mismatches(bundle.loaded, live)
+    gen = str(bundle.active)[:12]
+    if missing:
+        found.append(
+            (
+                Health.FAILED,
+                f"generation {gen} is recorded active but module(s) {', '.join(missing)} "
+                "are not loaded in the running kernel",
+            )
+        )
+    if differing:
+        found.append(
+            (Health.DEGRADED, f"another build is loaded than recorded: {', '.join(differing)}")
+        )
+    stale = boot_id and state_boot_id and boot_id != state_boot_id
+    if stale and bundle.phase is Phase.ACTIVE:
+        found.append(
+            (
+                Health.DEGRADED,
+                f"modstage boot has not run in this boot (state was written in boot "
+                f"{state_boot_id}, this is {boot_id})",
+            )
+        )
+    return found
+
+
+def overall(healths: Iterable[Health]) -> Health:
+    """The host's health: the worst of its parts (healthy when there are none)."""
+    return max(healths, default=Health.HEALTHY)
+
+
+def waiting_note(bundle: BundleState, kernel: str | None) -> str | None:
+    """Why the bundle's pending generation does not load at the next boot, if it does not."""
+    gen = bundle.generations.get(bundle.pending) if bundle.pending else None
+    if gen is None or gen.failed:
+        return None
+    if kernel is not None and gen.kernel != kernel:
+        return f"waiting for kernel {gen.kernel} (running {kernel})"
+    if bundle.held:
+        return "held by an admin: no reboot is asked (modstage release)"
+    return None
