@@ -1,8 +1,9 @@
 """``modstage intake``: take complete drops into the store as pending generations.
 
 ``intake PATH`` takes only what the daemon would: an entry of an incoming
-directory (``incoming_dirs`` in config.toml) whose name is a drop's name. Anything else (the state directory, the
-store, a file elsewhere) is refused before anything is read or removed.
+directory (``incoming_dirs`` in config.toml) whose name is a drop's name.
+Anything else (the state directory, the store, a file elsewhere) is refused
+before anything is read or removed.
 """
 
 from __future__ import annotations
