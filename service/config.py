@@ -11,6 +11,8 @@ wrong types are errors naming the key, reported together.
     allowed_memory_policies = ["offline", "online", "online_kernel", "online_movable"]
     forbidden_params = []          # parameter names no bundle may set
     allow_foreign_firmware_path = false   # may boot replace a firmware_class.path set by others
+    require_symbol_crcs = true     # without the target's Module.symvers: refuse (policy) a
+                                   # module whose symbol CRCs cannot be checked
     hotplug_policy = "kernel"      # online hot-added memory: online | online_kernel |
                                    # online_movable, or "kernel" to leave it to the kernel
     incoming_dirs = ["/var/lib/modstage/incoming"]   # where containers drop (absolute,

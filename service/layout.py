@@ -118,6 +118,16 @@ class Layout:
         return self._under("/proc")
 
     @property
+    def sig_enforce(self) -> Path:
+        """Whether the kernel enforces module signatures (``Y``); absent without them."""
+        return self.sys / "module/module/parameters/sig_enforce"
+
+    @property
+    def lockdown(self) -> Path:
+        """The kernel's lockdown mode, the active one in brackets; absent without it."""
+        return self.sys / "kernel/security/lockdown"
+
+    @property
     def boot_id(self) -> Path:
         """The kernel's random id of the current boot."""
         return self.proc / "sys/kernel/random/boot_id"

@@ -1,8 +1,10 @@
 """The one crash-safe write: temp file in the same directory, fsync, rename, fsync the directory.
 
-Every file modstage persists (manifests, state, status, metrics) goes through
+Every file modstage persists whole (manifests, state, status, metrics) goes through
 :func:`write_atomic`, so a reader sees either the old content or the new one,
-whatever moment the writer is killed at.
+whatever moment the writer is killed at. Copied module and firmware files are
+fsynced by their copier and published by renaming their directory, once
+:func:`fsync_dir` made its entries durable.
 """
 
 from __future__ import annotations

@@ -55,11 +55,6 @@ class FirmwareEntry:
     file: str
     sha256: str
 
-    @property
-    def request_path(self) -> str:
-        """The name a driver passes to ``request_firmware``."""
-        return self.file.removeprefix("firmware/")
-
 
 @dataclass(frozen=True)
 class Manifest:

@@ -1,8 +1,9 @@
 """``modstage intake``: take complete drops into the store as pending generations.
 
-``intake PATH`` takes only what the daemon would: an entry of the incoming
-directory whose name is a drop's name. Anything else (the state directory, the
-store, a file elsewhere) is refused before anything is read or removed.
+``intake PATH`` takes only what the daemon would: an entry of an incoming
+directory (``incoming_dirs`` in config.toml) whose name is a drop's name.
+Anything else (the state directory, the store, a file elsewhere) is refused
+before anything is read or removed.
 """
 
 from __future__ import annotations
@@ -17,20 +18,17 @@ from service.errors import ServiceError, UsageError
 from service.layout import Layout
 from service.logs import configure
 from service.store.intake import Outcome
+from service.store.publish import incoming_dirs
 from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
 
 
-def incoming_dirs(layout: Layout) -> list[Path]:
-    """The directories drops may be taken from."""
-    return [layout.incoming]
-
-
-def drop_path(layout: Layout, given: Path) -> Path:
+def drop_path(given: Path, incoming: list[Path]) -> Path:
     """``given`` as an entry of an incoming directory, or :class:`UsageError` saying why.
 
     The entry itself is not resolved (it may be a planted symlink: intake refuses
-    it as a drop); its directory must be one of :func:`incoming_dirs`.
+    it as a drop); its directory must be one of ``incoming``, the directories the
+    daemon takes drops from (:func:`~service.store.publish.incoming_dirs`).
     """
     absolute = Path(os.path.abspath(given))
     if parse_drop_name(absolute.name) is None:
@@ -39,9 +37,9 @@ def drop_path(layout: Layout, given: Path) -> Path:
             "inside an incoming directory)"
         )
     parent = absolute.parent.resolve()
-    allowed = [d.resolve() for d in incoming_dirs(layout)]
+    allowed = [d.resolve() for d in incoming]
     if parent not in allowed:
-        where = ", ".join(str(d) for d in incoming_dirs(layout))
+        where = ", ".join(str(d) for d in incoming)
         raise UsageError(f"{shown(given)}: not in an incoming directory ({where})")
     return parent / absolute.name
 
@@ -63,9 +61,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Take in the given drops (or all); exit 1 if any was rejected or deferred."""
     configure()
     layout = Layout(args.root)
-    drops = [drop_path(layout, d) for d in args.drops]
+    host = build_host(layout)
+    drops = [drop_path(d, incoming_dirs(layout, host.config)) for d in args.drops]
     try:
-        outcomes = build_host(layout).intake.run(drops or None)
+        outcomes = host.intake.run(drops or None)
     except OSError as exc:  # the host's own failure (a full disk): a message, no traceback
         raise ServiceError(f"{exc.filename or layout.var}: {exc.strerror or exc}") from exc
     for o in outcomes:

@@ -11,7 +11,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -202,8 +201,3 @@ def _pump(src: int, out: int, cap: int, display: Path, tick: Callable[[], None])
         if chunks % 64 == 0:
             tick()
     return size
-
-
-def is_read_only(path: Path) -> bool:
-    """Whether no write bit is set on ``path``."""
-    return not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)

@@ -34,10 +34,10 @@ def enforcing(layout: Layout) -> str | None:
     lockdown). One that exists but cannot be read leaves the answer unknown: that is an
     :class:`OSError` naming the file, never "not enforcing" (intake then keeps the drop).
     """
-    sig_enforce = _read(layout.sys / "module/module/parameters/sig_enforce")
+    sig_enforce = _read(layout.sig_enforce)
     if sig_enforce is not None and sig_enforce.strip() == "Y":
         return "module.sig_enforce=1"
-    lockdown = _read(layout.sys / "kernel/security/lockdown")
+    lockdown = _read(layout.lockdown)
     for mode in ("integrity", "confidentiality"):
         if lockdown is not None and f"[{mode}]" in lockdown:
             return f"lockdown={mode}"

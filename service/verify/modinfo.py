@@ -13,7 +13,6 @@ refuses raises :class:`~service.errors.ModuleRejected` with ``ENOEXEC``.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ SHT_NULL, SHT_SYMTAB, SHT_NOBITS = 0, 2, 8
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHDR_SIZE = 64
 MAX_TABLE = 16 << 20  # modstage policy: bound the strings and .modinfo read into memory
-MULTI = ("alias", "parm", "parmtype", "firmware", "softdep", "import_ns", "weakdep")
 MODULE_NAME_AT, MODULE_NAME_LEN = 24, 56  # struct module: state, list, name[56] (64-bit)
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _EHDR = struct.Struct("<HHIQQQIHHHHHH")
@@ -325,9 +323,3 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
         raise ModuleRejected(
             f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
         )
-
-
-def kernel_version(release: str) -> tuple[int, int]:
-    """(major, minor) of a release string; unknown shapes count as newest."""
-    match = re.match(r"(\d+)\.(\d+)", release)
-    return (int(match[1]), int(match[2])) if match else (99, 0)

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SRC = Path(__file__).with_name("src")
@@ -68,13 +69,13 @@ def _built(directory: Path) -> dict[str, Path]:
     return {name: directory / f"{name}.ko" for name in MODULE_NAMES}
 
 
-def _kbuild(release: str, into: Path) -> None:
-    for path in SRC.iterdir():
-        if path.is_file():
-            shutil.copy2(path, into / path.name)
+def kbuild(work: Path, release: str, *variables: str) -> None:
+    """``make -C <headers> M=work VARIABLES modules`` against ``release``'s headers (the
+    caller's own make environment left out); a failure raises with make's output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    headers = HEADERS / f"linux-headers-{release}"
     proc = subprocess.run(
-        ["make", "-C", str(HEADERS / f"linux-headers-{release}"), f"M={into}", "modules"],
+        ["make", "-C", str(headers), f"M={work}", *variables, "modules"],
         env=env,
         capture_output=True,
         text=True,
@@ -84,26 +85,48 @@ def _kbuild(release: str, into: Path) -> None:
         raise RuntimeError(f"kbuild failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
-def build_modules() -> dict[str, Path]:
-    """Module name -> path of the UNSIGNED ``.ko`` built against :func:`kernel_release`."""
-    release = kernel_release()
-    root = cache_root()
-    final = root / f"modules-{release}-{_source_digest(release)}"
-    if all(p.is_file() for p in _built(final).values()):
-        return _built(final)
-    with open(root / "build.lock", "w") as lock:
+def build_once(
+    final: Path,
+    fill: Callable[[Path], None],
+    *variables: str,
+    finish: Callable[[Path], None] | None = None,
+) -> Path:
+    """The directory ``final`` holding a kbuild tree built once per machine.
+
+    ``fill(work)`` writes the sources (and their Kbuild) into a fresh directory of the
+    cache; kbuild builds them with ``variables``; ``finish(work)`` may post-process; the
+    directory is then renamed to ``final``. Processes building at once serialise on the
+    cache's lock, and the rename publishes only a finished build.
+    """
+    if final.is_dir():
+        return final
+    with open(cache_root() / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if all(p.is_file() for p in _built(final).values()):
-            return _built(final)
-        work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+        if final.is_dir():
+            return final
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_root()))
         try:
-            _kbuild(release, work)
-            if final.exists():
-                shutil.rmtree(final)
+            fill(work)
+            kbuild(work, kernel_release(), *variables)
+            if finish is not None:
+                finish(work)
             work.rename(final)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return _built(final)
+    return final
+
+
+def _copy_sources(into: Path) -> None:
+    for path in SRC.iterdir():
+        if path.is_file():
+            shutil.copy2(path, into / path.name)
+
+
+def build_modules() -> dict[str, Path]:
+    """Module name -> path of the UNSIGNED ``.ko`` built against :func:`kernel_release`."""
+    release = kernel_release()
+    final = cache_root() / f"modules-{release}-{_source_digest(release)}"
+    return _built(build_once(final, _copy_sources))
 
 
 def padded_module(module: Path, out: Path, size: int) -> Path:

@@ -7,15 +7,12 @@ which covers `.modinfo` `name=` and the name inside `.gnu.linkonce.this_module`.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from tests.kmod.build import HEADERS, cache_root, kernel_release
+from tests.kmod.build import build_once, cache_root, kernel_release
 
 SRC = Path(__file__).with_name("kmod")
 BASE_NAME = b"msorc_00000"
@@ -33,37 +30,27 @@ def _digest(release: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _run(argv: list[str], **kwargs: object) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+def _copy_sources(into: Path) -> None:
+    for path in SRC.iterdir():
+        shutil.copy2(path, into / path.name)
+
+
+def _strip(work: Path) -> None:
+    proc = subprocess.run(
+        ["strip", "--strip-debug", str(work / "msorc_00000.ko")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise RuntimeError(f"strip failed ({proc.returncode}):\n{proc.stderr}")
 
 
 def base_module() -> bytes:
     """The unsigned base module (debug info stripped), built and cached on first use."""
     release = kernel_release()
-    final = cache_root() / f"oracle-module-{release}-{_digest(release)}.ko"
-    if final.is_file():
-        return final.read_bytes()
-    with open(cache_root() / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if final.is_file():
-            return final.read_bytes()
-        work = Path(tempfile.mkdtemp(prefix="oracle-", dir=cache_root()))
-        try:
-            for path in SRC.iterdir():
-                shutil.copy2(path, work / path.name)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-            make = ["make", "-C", str(HEADERS / f"linux-headers-{release}"), f"M={work}"]
-            _run([*make, "modules"], env=env)
-            ko = work / "msorc_00000.ko"
-            _run(["strip", "--strip-debug", str(ko)])
-            tmp = final.with_name(f".{final.name}.{os.getpid()}")
-            shutil.copyfile(ko, tmp)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final.read_bytes()
+    final = cache_root() / f"oracle-module-{release}-{_digest(release)}"
+    return (build_once(final, _copy_sources, finish=_strip) / "msorc_00000.ko").read_bytes()
 
 
 def renamed(module: bytes, index: int) -> bytes:

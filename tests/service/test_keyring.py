@@ -33,9 +33,8 @@ def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
 
 
 def _sig_enforce(layout: Layout) -> Path:
-    path = layout.sys / "module/module/parameters/sig_enforce"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+    layout.sig_enforce.parent.mkdir(parents=True, exist_ok=True)
+    return layout.sig_enforce
 
 
 def test_absent_files_mean_not_enforcing_and_y_or_lockdown_mean_enforcing(host: Layout) -> None:
@@ -43,23 +42,21 @@ def test_absent_files_mean_not_enforcing_and_y_or_lockdown_mean_enforcing(host: 
     assert enforcing(host) is None
     _sig_enforce(host).write_text("N\n")
     assert enforcing(host) is None
-    lockdown = host.sys / "kernel/security/lockdown"
-    lockdown.parent.mkdir(parents=True)
-    lockdown.write_text("none [integrity] confidentiality\n")
+    host.lockdown.parent.mkdir(parents=True)
+    host.lockdown.write_text("none [integrity] confidentiality\n")
     assert enforcing(host) == "lockdown=integrity"
     _sig_enforce(host).write_text("Y\n")
     assert enforcing(host) == "module.sig_enforce=1"
 
 
-@pytest.mark.parametrize(
-    "which", ["module/module/parameters/sig_enforce", "kernel/security/lockdown"]
-)
+@pytest.mark.parametrize("which", ["sig_enforce", "lockdown"])
 def test_an_unreadable_file_is_an_error_naming_it_not_a_no(host: Layout, which: str) -> None:
     """A file that exists but cannot be read (here: a directory) never reads as "not enforcing"."""
-    (host.sys / which).mkdir(parents=True)
+    path: Path = getattr(host, which)
+    path.mkdir(parents=True)
     with pytest.raises(OSError, match="cannot tell whether the running kernel enforces") as info:
         enforcing(host)
-    assert info.value.filename == str(host.sys / which)
+    assert info.value.filename == str(path)
 
 
 def test_intake_keeps_the_drop_while_enforcement_is_unknown(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.verify.modinfo import ModInfo, check_vermagic, kernel_version, same_magic
+from service.verify.modinfo import ModInfo, check_vermagic, same_magic
 from service.verify.target import KernelConfig, Target
 from tests.service.strategies_verify import mutated
 
@@ -156,15 +156,6 @@ def test_check_vermagic_policies_name_themselves() -> None:
         check_vermagic(info_with(None), target_with(VM, force_load=True))
     with pytest.raises(ModuleRejected, match=r"^ENOEXEC: no vermagic in .modinfo and no MODULE"):
         check_vermagic(info_with(None), target_with(VM))
-
-
-@pytest.mark.parametrize(
-    ("release", "version"),
-    [("6.1.0-57-amd64", (6, 1)), ("6.12.57-talos", (6, 12)), ("weird", (99, 0))],
-)
-def test_kernel_version(release: str, version: tuple[int, int]) -> None:
-    """(major, minor) from a release; unknown shapes are treated as the newest kernel."""
-    assert kernel_version(release) == version
 
 
 @pytest.fixture(scope="module")

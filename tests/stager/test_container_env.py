@@ -10,6 +10,8 @@ from pathlib import Path
 
 import tomli_w
 
+from tests.stager.argv import stage_argv
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,17 +44,14 @@ def test_stage_runs_in_a_venv_holding_only_tomli_w(tmp_path: Path) -> None:
             python,
             "-m",
             "service.cli",
-            "stage",
-            "--into",
-            str(incoming),
-            "--bundle",
-            "test",
-            "--version",
-            "1.0",
-            "--kernel",
-            "6.1.0-57-amd64",
-            "--module",
-            f"{module}:count=3",
+            *stage_argv(
+                incoming,
+                "--module",
+                f"{module}:count=3",
+                bundle="test",
+                version="1.0",
+                kernel="6.1.0-57-amd64",
+            ),
         ],
         env=env,
         capture_output=True,

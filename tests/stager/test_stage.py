@@ -17,6 +17,7 @@ from service.cli import main
 from stager.drop import ModuleSpec, remove_drop, stage
 from stager.errors import StageError
 from stager.paths import MANIFEST_NAME, parse_drop_name
+from tests.stager.argv import stage_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,17 +125,7 @@ def test_stage_failures_are_one_line(
     sources: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     """Each failure prints one line naming the file and the reason, exits 1, leaves no drop."""
-    argv = [
-        "stage",
-        "--into",
-        str(tmp_path / "incoming"),
-        "--bundle",
-        "nvidia",
-        "--version",
-        "1",
-        "--kernel",
-        "6.1",
-    ] + [a.format(src=sources) for a in args]
+    argv = stage_argv(tmp_path / "incoming", *(a.format(src=sources) for a in args))
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err == f"modstage stage: error: {message.format(src=sources)}\n"
@@ -182,17 +173,7 @@ def test_concurrent_stagers_of_different_bundles(sources: Path, tmp_path: Path) 
                 sys.executable,
                 "-m",
                 "service.cli",
-                "stage",
-                "--into",
-                str(tmp_path / "incoming"),
-                "--bundle",
-                bundle,
-                "--version",
-                "1",
-                "--kernel",
-                "6.1",
-                "--module",
-                str(big),
+                *stage_argv(tmp_path / "incoming", "--module", str(big), bundle=bundle),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -225,21 +206,15 @@ def test_killed_stager_leaves_no_complete_looking_drop(
             sys.executable,
             "-m",
             "service.cli",
-            "stage",
-            "--into",
-            str(incoming),
-            "--bundle",
-            "nvidia",
-            "--version",
-            "1",
-            "--kernel",
-            "6.1",
-            "--module",
-            str(big),
-            "--module",
-            str(sources / "nvidia-uvm.ko"),
-            "--firmware",
-            str(sources / "firmware"),
+            *stage_argv(
+                incoming,
+                "--module",
+                str(big),
+                "--module",
+                str(sources / "nvidia-uvm.ko"),
+                "--firmware",
+                str(sources / "firmware"),
+            ),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -11,6 +11,7 @@ import pytest
 
 from service.cli import main
 from stager.drop import DIGEST_NAME
+from tests.stager.argv import stage_argv
 
 
 @pytest.fixture
@@ -44,18 +45,7 @@ def small_fs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 
 def _stage(into: Path, *extra: str) -> list[str]:
-    return [
-        "stage",
-        "--into",
-        str(into),
-        "--bundle",
-        "nvidia",
-        "--version",
-        "1",
-        "--kernel",
-        "6.1",
-        *extra,
-    ]
+    return stage_argv(into, *extra)
 
 
 def _one_line(capsys: pytest.CaptureFixture[str]) -> str:

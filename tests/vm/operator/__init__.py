@@ -9,17 +9,13 @@ decision), ``startup_probe.sh`` (the startup probe).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import shlex
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from tests.kmod import SigningKey, cache_root, kernel_release, sign
-from tests.kmod.build import HEADERS
+from tests.kmod.build import build_once
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -31,43 +27,19 @@ def build_nvidia(version: str) -> dict[str, Path]:
     release = kernel_release()
     source = (HERE / "nvfake.c").read_bytes()
     key = hashlib.sha256(source + f"\0{release}\0{version}".encode()).hexdigest()[:16]
-    final = cache_root() / f"nvfake-{release}-{version}-{key}"
-    built = {n: final / f"{n}.ko" for n in NAMES}
-    if all(p.is_file() for p in built.values()):
-        return built
-    with open(cache_root() / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if all(p.is_file() for p in built.values()):
-            return built
-        work = Path(tempfile.mkdtemp(prefix="nvfake-", dir=cache_root()))
-        try:
-            for name in NAMES:
-                (work / f"{name}.c").write_bytes(source)
-            (work / "Kbuild").write_text(
-                "obj-m := " + " ".join(f"{n}.o" for n in NAMES) + "\n"
-                "ccflags-y := -DNV_VERSION='\"$(NV_VERSION)\"'\n"
-            )
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-            proc = subprocess.run(
-                [
-                    "make",
-                    "-C",
-                    str(HEADERS / f"linux-headers-{release}"),
-                    f"M={work}",
-                    f"NV_VERSION={version}",
-                    "modules",
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise RuntimeError(f"kbuild failed:\n{proc.stdout}\n{proc.stderr}")
-            work.rename(final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return built
+
+    def fill(work: Path) -> None:
+        for name in NAMES:
+            (work / f"{name}.c").write_bytes(source)
+        (work / "Kbuild").write_text(
+            "obj-m := " + " ".join(f"{n}.o" for n in NAMES) + "\n"
+            "ccflags-y := -DNV_VERSION='\"$(NV_VERSION)\"'\n"
+        )
+
+    final = build_once(
+        cache_root() / f"nvfake-{release}-{version}-{key}", fill, f"NV_VERSION={version}"
+    )
+    return {n: final / f"{n}.ko" for n in NAMES}
 
 
 def make_image(into: Path, version: str, key: SigningKey, params: dict[str, str]) -> Path:
