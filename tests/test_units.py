@@ -115,7 +115,7 @@ def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
     ``service.store.state`` use on a host.
     """
     from service.layout import Layout
-    from service.store.state import LAST_GOOD
+    from service.store.statefile import LAST_GOOD
 
     state = Layout(Path("/")).state
     conditions = unit_conditions(BOOT)

@@ -17,7 +17,8 @@ from service.errors import StateError
 from service.kernel.firmware import PATH_PARAM
 from service.layout import Layout
 from service.store.generations import Store
-from service.store.state import State, read
+from service.store.state import State
+from service.store.statefile import read
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import verify_module

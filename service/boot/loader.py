@@ -31,7 +31,8 @@ from service.store.generations import Store
 from service.store.publish import mirror_status, publish_live
 from service.store.records import ModuleLoad
 from service.store.recover import load_or_rebuild
-from service.store.state import BundleState, State, locked, save
+from service.store.state import BundleState, State
+from service.store.statefile import locked, save
 from service.store.statusfile import write_status
 from service.verify.decompress import compression, decompress
 from service.verify.target import Target

@@ -20,7 +20,8 @@ from service.layout import Layout
 from service.status.collect import read_state
 from service.status.glance import iso
 from service.store.generations import Store
-from service.store.state import BundleState, State, locked, save
+from service.store.state import BundleState, State
+from service.store.statefile import locked, save
 from service.store.statusfile import write_status
 
 Change = Callable[[BundleState], BundleState]

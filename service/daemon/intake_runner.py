@@ -36,7 +36,7 @@ from service.store.drops import Drops
 from service.store.generations import TMP_PREFIX
 from service.store.outcome import Outcome
 from service.store.publish import incoming_dirs, mirror_status
-from service.store.state import locked
+from service.store.statefile import locked
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import shown
 

@@ -33,7 +33,8 @@ from service.logs import get_logger
 from service.reboot import Rebooter
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.records import RebootIntent
-from service.store.state import State, load, locked, save
+from service.store.state import State
+from service.store.statefile import load, locked, save
 from service.store.statusfile import write_status
 from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy

@@ -39,7 +39,8 @@ from service.status.report import (
 )
 from service.store import quarantine
 from service.store.records import HistoryEntry, ModuleLoad
-from service.store.state import BundleState, Phase, State, read
+from service.store.state import BundleState, Phase, State
+from service.store.statefile import read
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
 

@@ -25,7 +25,7 @@ from service.logs import get_logger
 from service.store import quarantine
 from service.store.dropfs import remove_tree
 from service.store.publish import incoming_dirs
-from service.store.state import load
+from service.store.statefile import load
 from service.store.statusfile import write_status
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import MAX_REASON, shown

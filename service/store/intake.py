@@ -35,7 +35,8 @@ from service.store.publish import (
     read_digest,
     record_digest,
 )
-from service.store.state import Generation, Phase, State, load, locked, read, save
+from service.store.state import Generation, Phase, State
+from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.keyring import Keyring
 from service.verify.trust import TrustStore

@@ -25,7 +25,8 @@ from service.errors import DropError
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.dropfs import read_small
-from service.store.state import State, load
+from service.store.state import State
+from service.store.statefile import load
 from stager.atomic import write_atomic
 from stager.drop import DIGEST_NAME
 from stager.statusfile import GenerationInfo, StatusFile

@@ -27,7 +27,8 @@ import tomli_w
 from service.config import Config, Limits
 from service.layout import Layout
 from service.store.intake import Outcome
-from service.store.state import Generation, Phase, load, save
+from service.store.state import Generation, Phase
+from service.store.statefile import load, save
 from stager.manifest import MemoryPolicy
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop

@@ -35,7 +35,7 @@ from service.status.view import lines, render_rich
 from service.store import quarantine
 from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
 from service.store.records import RebootIntent
-from service.store.state import load, save
+from service.store.statefile import load, save
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest

@@ -23,7 +23,8 @@ from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
 from service.store.records import RebootIntent
-from service.store.state import Phase, load
+from service.store.state import Phase
+from service.store.statefile import load
 from service.verify.trust import TrustStore
 from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
@@ -259,7 +260,7 @@ def test_restart_is_not_a_reboot(host: Layout) -> None:
     daemon = _daemon(host, kured)
     from dataclasses import replace
 
-    from service.store.state import save
+    from service.store.statefile import save
 
     save(
         host.state,

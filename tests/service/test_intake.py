@@ -12,7 +12,8 @@ import pytest
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.store.state import Phase, load
+from service.store.state import Phase
+from service.store.statefile import load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, install_target, sign
@@ -209,7 +210,7 @@ def test_old_generations_are_collected_but_not_active_or_pending(
     """With retain=2, only the newest two generations remain, plus active and pending."""
     from dataclasses import replace
 
-    from service.store.state import save
+    from service.store.statefile import save
 
     ids = []
     for version in "12345":

@@ -6,7 +6,8 @@ import io
 from pathlib import Path
 
 from service.cli import main
-from service.store.state import Phase, load
+from service.store.state import Phase
+from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import make_host

@@ -10,7 +10,8 @@ from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import families, render, render_plain, write_metrics
 from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation, Phase, State, save
+from service.store.state import BundleState, Generation, Phase, State
+from service.store.statefile import save
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64

@@ -20,7 +20,8 @@ from service.layout import Layout
 from service.reboot import CommandRebooter
 from service.store.intake import Intake
 from service.store.publish import incoming_dirs
-from service.store.state import Phase, load
+from service.store.state import Phase
+from service.store.statefile import load
 from service.verify.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage

@@ -18,7 +18,8 @@ from service.cli import main
 from service.layout import Layout
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
 from service.store.records import RebootIntent
-from service.store.state import BundleState, Generation, Phase, State, save
+from service.store.state import BundleState, Generation, Phase, State
+from service.store.statefile import save
 
 KERNEL = "6.1.0-test"
 BOOT = "boot-2"

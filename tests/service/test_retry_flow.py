@@ -10,7 +10,8 @@ from service.cli import main
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.store.state import Phase, load
+from service.store.state import Phase
+from service.store.statefile import load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, FakeKeyring

@@ -12,16 +12,8 @@ from hypothesis import strategies as st
 
 from service.errors import IllegalTransition, StateCorrupt, StateError
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
-from service.store.state import (
-    HISTORY_LIMIT,
-    BundleState,
-    Generation,
-    Phase,
-    State,
-    load,
-    read,
-    save,
-)
+from service.store.state import HISTORY_LIMIT, BundleState, Generation, Phase, State
+from service.store.statefile import load, read, save
 
 K = "6.1.0-57-amd64"
 A, B, C = "a" * 64, "b" * 64, "c" * 64

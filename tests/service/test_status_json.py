@@ -16,7 +16,8 @@ from service.layout import Layout
 from service.status.glance import write_heartbeat
 from service.store import quarantine
 from service.store.records import RebootIntent
-from service.store.state import Phase, State, read, save
+from service.store.state import Phase, State
+from service.store.statefile import read, save
 from service.store.statusfile import write_status
 from tests.service.test_metrics import fallback_host
 

@@ -17,7 +17,8 @@ from service.status.glance import write_heartbeat
 from service.status.health import Health
 from service.status.view import lines, render_rich
 from service.store.records import RebootIntent
-from service.store.state import Generation, Phase, State, save
+from service.store.state import Generation, Phase, State
+from service.store.statefile import save
 from service.store.statusfile import write_status
 from tests.service.test_status import KERNEL, NEW, OLD, active_bundle, failed_new, host, live
 

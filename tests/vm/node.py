@@ -58,7 +58,7 @@ def drop(
 
 def state(vm: Vm) -> State:
     """The node's state.json, read on the host side of the share."""
-    from service.store.state import load
+    from service.store.statefile import load
 
     return load(vm.state_dir / "state.json")
 

@@ -1,0 +1,214 @@
+"""``state.json`` on disk: its JSON form, the crash-safe save, the lock, the last-good pointer.
+
+The records and their transitions are in :mod:`service.store.state`; this module
+is the file's edge: every field is type-checked on read (:func:`decode`), every
+write goes through the one crash-safe write (:func:`save`), and a corrupt file
+is set aside, never reset (:func:`load`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from service import faults
+from service.errors import StateCorrupt, StateError
+from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, want
+from service.store.state import FORMAT, BundleState, Generation, Phase, State
+from stager.atomic import fsync_dir, write_atomic
+
+LAST_GOOD = "last-good.json"  # beside state.json: each bundle's last known good generation
+
+
+def encode(state: State) -> bytes:
+    """The persisted form of ``state``."""
+    bundles = {name: _bundle_json(b) for name, b in sorted(state.bundles.items())}
+    reboot = state.reboot.to_json() if state.reboot is not None else None
+    doc = {"format": FORMAT, "boot_id": state.boot_id, "reboot": reboot, "bundles": bundles}
+    return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+
+
+def decode(raw: bytes) -> State:
+    """Parse the persisted form; raises :class:`StateError` on anything unexpected.
+
+    Every field is type-checked here, so that a hand-edited or damaged file is
+    refused on read rather than failing later, half-way through a boot.
+    """
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise StateError("state is not a JSON object")
+        if doc.get("format") != FORMAT:
+            raise StateError(f"unknown state format {doc.get('format')!r}")
+        bundles = {
+            want(name, str, "bundle name"): _bundle(name, b)
+            for name, b in want(doc["bundles"], dict, "bundles").items()
+        }
+        raw_intent = doc.get("reboot")
+        reboot = None if raw_intent is None else RebootIntent.from_json(raw_intent)
+        boot_id = want(doc["boot_id"], str | None, "boot_id")
+        return State(bundles=bundles, boot_id=boot_id, reboot=reboot)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        if isinstance(exc, StateError):
+            raise
+        raise StateError(f"state file is corrupt: {exc!r}") from exc
+
+
+def _bundle_json(b: BundleState) -> dict[str, Any]:
+    """One bundle's persisted form (the records at their JSON edge)."""
+    return {
+        "phase": b.phase.value,
+        "active": b.active,
+        "pending": b.pending,
+        "generations": {k: asdict(v) for k, v in sorted(b.generations.items())},
+        "loaded": [m.to_json() for m in b.loaded],
+        "history": [h.to_json() for h in b.history],
+        "held": b.held,
+    }
+
+
+def _generation(key: str, v: Any, where: str) -> Generation:
+    v = want(v, dict, where)
+    if set(v) - {"id", "version", "kernel", "added", "attempts", "failed"}:
+        raise StateError(f"state file is corrupt: {where} has unknown keys")
+    gen = Generation(
+        id=want(v["id"], str, f"{where}.id"),
+        version=want(v["version"], str, f"{where}.version"),
+        kernel=want(v["kernel"], str, f"{where}.kernel"),
+        added=float(want(v.get("added", 0.0), int | float, f"{where}.added")),
+        attempts=want(v.get("attempts", 0), int, f"{where}.attempts"),
+        failed=want(v.get("failed"), str | None, f"{where}.failed"),
+    )
+    if gen.id != key or gen.attempts < 0:
+        raise StateError(f"state file is corrupt: {where} is inconsistent")
+    return gen
+
+
+def _bundle(name: str, b: Any) -> BundleState:
+    where = f"bundles.{name}"
+    b = want(b, dict, where)
+    gens = {
+        k: _generation(k, v, f"{where}.generations.{k}")
+        for k, v in want(b["generations"], dict, f"{where}.generations").items()
+    }
+    loaded = want(b["loaded"], list, f"{where}.loaded")
+    history = want(b["history"], list, f"{where}.history")
+    bundle = BundleState(
+        phase=Phase(b["phase"]),
+        active=want(b["active"], str | None, f"{where}.active"),
+        pending=want(b["pending"], str | None, f"{where}.pending"),
+        generations=gens,
+        loaded=tuple(ModuleLoad.from_json(x, f"{where}.loaded[{i}]") for i, x in enumerate(loaded)),
+        history=tuple(
+            HistoryEntry.from_json(x, f"{where}.history[{i}]") for i, x in enumerate(history)
+        ),
+        held=want(b.get("held", False), bool, f"{where}.held"),
+    )
+    if any(g not in gens for g in bundle.keep()):
+        raise StateError(f"state file is corrupt: {where} names an unknown generation")
+    return bundle
+
+
+def read(path: Path) -> State:
+    """Parse ``path`` without touching it (missing: empty); raises :class:`StateError`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return State()
+    except (IsADirectoryError, NotADirectoryError) as exc:  # planted or mistaken: not a file
+        raise StateError(f"{path}: cannot read: {exc.strerror} (not a regular file)") from exc
+    try:
+        return decode(raw)
+    except StateError as exc:
+        raise StateError(f"{path}: {exc}") from exc
+
+
+def load(path: Path) -> State:
+    """Read ``path``; a missing file is an empty state, unless a corrupt one was set aside.
+
+    A corrupt file is renamed to ``state.json.corrupt-<time>`` and
+    :class:`StateCorrupt` is raised naming both paths. Until an admin removes the
+    set-aside file, every later load raises too: modstage never silently forgets
+    which generation was good.
+    """
+    if not path.exists():
+        aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
+        if aside:
+            raise StateCorrupt(
+                path,
+                aside[-1],
+                "an earlier state file was corrupt; inspect it, restore it "
+                "as state.json or remove it to start afresh",
+            )
+    try:
+        return read(path)
+    except StateError as exc:
+        aside_path = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+        path.rename(aside_path)
+        fsync_dir(path.parent)
+        raise StateCorrupt(path, aside_path, str(exc).removeprefix(f"{path}: ")) from exc
+
+
+def save(path: Path, state: State, *, step: str = "state") -> None:
+    """Persist ``state`` with the one crash-safe write.
+
+    ``step`` names the transition (a phase, or ``boot_id``) for the fault points
+    ``state.<step>.renaming`` and ``state.<step>.saved``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(
+        path,
+        encode(state),
+        mode=0o600,
+        before_replace=lambda: faults.hit(f"state.{step}.renaming"),
+    )
+    faults.hit(f"state.{step}.saved")
+    _point_last_good(path.with_name(LAST_GOOD), state)
+
+
+def read_last_good(path: Path) -> dict[str, dict[str, Any]]:
+    """The last-good pointer file (``{bundle: {generation, version, kernel}}``); {} if unusable."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        k: v for k, v in doc.items() if isinstance(v, dict) and isinstance(v.get("generation"), str)
+    }
+
+
+def _point_last_good(path: Path, state: State) -> None:
+    """Keep the last-good pointer beside state (written only when it changes).
+
+    It survives a corrupt ``state.json``: boot rebuilds from it and the store.
+    Bundles without an active generation keep what the pointer said.
+    """
+    old = read_last_good(path)
+    new = dict(old)
+    for name, b in state.bundles.items():
+        gen = b.generations.get(b.active) if b.active else None
+        if gen is not None:
+            new[name] = {"generation": gen.id, "version": gen.version, "kernel": gen.kernel}
+    if new != old:
+        write_atomic(path, json.dumps(new, indent=1, sort_keys=True).encode() + b"\n", mode=0o600)
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold modstage's state lock (one writer of state.json at a time, across processes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
