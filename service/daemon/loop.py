@@ -25,7 +25,7 @@ from service.daemon.timers import Timers
 from service.daemon.uevents import MemoryOnliner
 from service.daemon.watchdog import Watchdog
 from service.errors import ServiceError, StateCorrupt
-from service.kernel.memory import block_number, online_blocks
+from service.kernel.memory import Onlined, block_number, online_blocks
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
@@ -210,7 +210,7 @@ class Daemon:
         except OSError as exc:
             log.error("metrics.write_failed", path=str(self.layout.metrics), error=str(exc))
 
-    def online_memory(self, events: list[Event]) -> list[dict[str, Any]]:
+    def online_memory(self, events: list[Event]) -> list[Onlined]:
         """Online offline blocks per the host's hotplug policy; log each with its latency."""
         if self.config.hotplug_policy == "kernel":
             return []

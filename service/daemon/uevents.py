@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.daemon.events import Event, Kind, Queue
-from service.kernel.memory import MEMORY, block_number, plan_onlining
+from service.kernel.memory import MEMORY, Onlined, block_number, plan_onlining
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.logs import get_logger
@@ -85,9 +85,7 @@ def from_kernel(address: object) -> bool:
     return isinstance(address, tuple) and len(address) >= 1 and address[0] == 0
 
 
-def online_block(
-    sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float
-) -> list[dict[str, object]]:
+def online_block(sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float) -> list[Onlined]:
     """Apply ``policy`` to one block as :func:`~service.kernel.memory.online_blocks` would
     (the same plan, the same steps), with two bare system calls and no buffered file
     objects: under emulation every layer of Python I/O shows in the block's latency."""
@@ -111,10 +109,8 @@ def online_block(
         finally:
             os.close(fd)
     except OSError as exc:
-        return [{"block": block, "state": value, "error": str(exc)}]
-    return [
-        {"block": block, "state": value, "latency_ms": round((time.monotonic() - since) * 1000, 3)}
-    ]
+        return [Onlined(block, value, error=str(exc))]
+    return [Onlined(block, value, latency_ms=round((time.monotonic() - since) * 1000, 3))]
 
 
 class MemoryOnliner:
@@ -169,7 +165,7 @@ class MemoryOnliner:
     def _drain(self) -> None:
         """Handle every message queued now: online each block first, tell the loop after."""
         seen: list[Event] = []
-        done: list[dict[str, object]] = []
+        done: list[Onlined] = []
         while True:
             try:
                 message, address = self.sock.recvfrom(1 << 16, socket.MSG_DONTWAIT)

@@ -32,6 +32,28 @@ class Onlining:
     state: str
 
 
+@dataclass(frozen=True)
+class Onlined:
+    """One step of an onlining pass as done: a block written, or the kernel's setting.
+
+    ``block`` None is the ``auto_online_blocks`` setting written to ``state``; a block
+    the kernel refused carries its ``error`` and no latency.
+    """
+
+    block: int | None
+    state: str
+    latency_ms: float | None = None
+    error: str | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The step as it is logged."""
+        if self.block is None:
+            return {"auto_online_blocks": self.state}
+        if self.error is not None:
+            return {"block": self.block, "state": self.state, "error": self.error}
+        return {"block": self.block, "state": self.state, "latency_ms": self.latency_ms}
+
+
 def plan_onlining(blocks: dict[int, str], policy: MemoryPolicy) -> list[Onlining]:
     """Which offline blocks to online for ``policy``, in the order to do it."""
     if policy is MemoryPolicy.OFFLINE:
@@ -114,7 +136,7 @@ def online_blocks(
     since: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     only: Iterable[int] | None = None,
-) -> list[dict[str, object]]:
+) -> list[Onlined]:
     """Online the offline blocks ``policy`` asks for; each with its latency from ``since``.
 
     ``only`` limits the pass to the named blocks (those a uevent just announced: no
@@ -122,21 +144,21 @@ def online_blocks(
     error and skipped.
     """
     started = clock() if since is None else since
-    done: list[dict[str, object]] = []
+    done: list[Onlined] = []
     for step in plan_onlining(blocks(sysfs, only), policy):
         try:
             sysfs.write(f"{MEMORY}/memory{step.block}/state", step.state)
         except OSError as exc:
-            done.append({"block": step.block, "state": step.state, "error": str(exc)})
+            done.append(Onlined(step.block, step.state, error=str(exc)))
             continue
         ms = round((clock() - started) * 1000, 3)
-        done.append({"block": step.block, "state": step.state, "latency_ms": ms})
+        done.append(Onlined(step.block, step.state, latency_ms=ms))
     return done
 
 
-def apply_policy(sysfs: Sysfs, policy: MemoryPolicy) -> list[dict[str, object]]:
+def apply_policy(sysfs: Sysfs, policy: MemoryPolicy) -> list[Onlined]:
     """Set ``auto_online_blocks`` and online present blocks; return what was done."""
-    done: list[dict[str, object]] = []
+    done: list[Onlined] = []
     if sysfs.write(f"{MEMORY}/auto_online_blocks", policy.value):
-        done.append({"auto_online_blocks": policy.value})
+        done.append(Onlined(None, policy.value))
     return done + online_blocks(sysfs, policy)

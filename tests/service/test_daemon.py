@@ -287,10 +287,10 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
     done = daemon.online_memory(
         [Event(Kind.MEMORY, "add memory2"), Event(Kind.MEMORY, "add memory9")]
     )
-    assert [(d["block"], d["state"]) for d in done] == [(2, "online_movable")]
-    assert all(float(d["latency_ms"]) >= 0 for d in done)
+    assert [(d.block, d.state) for d in done] == [(2, "online_movable")]
+    assert all(d.latency_ms is not None and d.latency_ms >= 0 for d in done)
     done = daemon.online_memory([])
-    assert [(d["block"], d["state"]) for d in done] == [(1, "online_movable")]
+    assert [(d.block, d.state) for d in done] == [(1, "online_movable")]
     memory = host.sys / "devices/system/memory"
     assert [(memory / f"memory{n}/state").read_text() for n in (1, 2)] == ["online\n"] * 2
     assert _daemon(host, NoRebooter()).online_memory([]) == []  # policy "kernel": hands off

@@ -42,11 +42,11 @@ def test_blocks_named_by_uevents_are_onlined_highest_first_and_only_if_offline(
         clock=lambda: float(next(ticks)),
         only=[3, 1, 2, 7, 2],
     )
-    assert [(d["block"], d["state"]) for d in done] == [
+    assert [(d.block, d.state) for d in done] == [
         (2, "online_movable"),
         (1, "online_movable"),
     ]
-    assert [d["latency_ms"] for d in done] == [0.0, 1000.0]
+    assert [d.latency_ms for d in done] == [0.0, 1000.0]
     assert (memory / "memory3/state").read_text() == "online\n"
     assert (memory / "memory1/state").read_text() == "online\n"  # the kernel's readback
     assert (memory / "memory1/valid_zones").read_text() == "Movable\n"

@@ -102,7 +102,7 @@ def test_one_block_is_onlined_as_the_policy_plans_it(tmp_path: Path) -> None:
 
     sysfs = _sysfs(tmp_path, {1: "offline", 2: "online", 3: "offline"})
     [step] = online_block(sysfs, 1, MemoryPolicy.ONLINE, since=time.monotonic())
-    assert step["state"] == "online" and float(step["latency_ms"]) >= 0  # type: ignore[arg-type]
+    assert step.state == "online" and step.latency_ms is not None and step.latency_ms >= 0
     assert _state(tmp_path, 1) == "online"
     assert online_block(sysfs, 2, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
     assert online_block(sysfs, 9, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
