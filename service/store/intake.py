@@ -128,9 +128,7 @@ class Intake:
         """
         self.tick()
         if not os.path.lexists(drop) or self.drops.skipped(drop):
-            return Outcome(
-                drop, None, None, False, ("gone: taken in or removed meanwhile",), gone=True
-            )
+            return Outcome(drop, None, None, False, (GONE,), gone=True)
         named = parse_drop_name(drop.name)
         started = time.monotonic()
         try:
