@@ -173,7 +173,8 @@ NEEDS_REBOOT = "*** System restart required ***\n"
 
 
 def _pending_state(kernel: str) -> str:
-    from service.store.state import BundleState, Generation, Phase, State
+    from service.store.phase import Phase
+    from service.store.state import BundleState, Generation, State
 
     gen = Generation("b" * 64, "2.0", kernel, added=1.0)
     bundle = BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from service.cmd.host import build_host
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 
 
 def dry_run(layout: Layout, out: TextIO) -> int:

@@ -38,8 +38,9 @@ from service.status.report import (
     WindowRow,
 )
 from service.store import quarantine
+from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad
-from service.store.state import BundleState, Phase, State
+from service.store.state import BundleState, State
 from service.store.statefile import read
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from service.status.live import LiveModule, module_mismatches
-from service.store.state import BundleState, Generation, Phase
+from service.store.phase import Phase
+from service.store.state import BundleState, Generation
 from stager.statusfile import StatusFile
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.report import BundleReport, Report
-from service.store.state import Phase
+from service.store.phase import Phase
 from stager.atomic import write_atomic
 
 Labels = dict[str, str]

@@ -29,13 +29,14 @@ from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
+from service.store.phase import Phase
 from service.store.publish import (
     forget_digests,
     mirror_status,
     read_digest,
     record_digest,
 )
-from service.store.state import Generation, Phase, State
+from service.store.state import Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.keyring import Keyring

@@ -17,8 +17,9 @@ from pathlib import Path
 from service.errors import StateCorrupt
 from service.logs import get_logger
 from service.store.generations import Store
+from service.store.phase import Phase
 from service.store.records import HistoryEntry
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import LAST_GOOD, load, read_last_good, save
 from stager.errors import ManifestError
 from stager.manifest import Manifest

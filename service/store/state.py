@@ -23,50 +23,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from service.errors import IllegalTransition, StateError
+from service.store.phase import Phase, next_phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
 
 FORMAT = 1
 HISTORY_LIMIT = 64
-
-
-class Phase(StrEnum):
-    """Where a bundle's newest generation stands."""
-
-    NONE = "none"
-    VERIFYING = "verifying"
-    REJECTED = "rejected"
-    PENDING = "pending"
-    REBOOT_SCHEDULED = "reboot_scheduled"
-    LOADING = "loading"
-    ACTIVE = "active"
-    FAILED = "failed"
-
-
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    # intake records a verified generation as pending (a newer one replaces it)
-    Phase.NONE: frozenset({Phase.PENDING}),
-    Phase.PENDING: frozenset({Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}),
-    # the daemon recorded its intent to reboot; a newer drop makes it pending again
-    Phase.REBOOT_SCHEDULED: frozenset({Phase.PENDING, Phase.LOADING}),
-    # boot: loading again after a crash mid-load, then active or failed
-    Phase.LOADING: frozenset({Phase.LOADING, Phase.ACTIVE, Phase.FAILED}),
-    Phase.ACTIVE: frozenset({Phase.PENDING, Phase.LOADING}),
-    Phase.FAILED: frozenset({Phase.PENDING, Phase.LOADING}),
-    # status-file phases of an intake in progress or refused: never recorded in state.json
-    Phase.VERIFYING: frozenset(),
-    Phase.REJECTED: frozenset(),
-}
-
-
-def next_phase(current: Phase, target: Phase) -> Phase:
-    """``target`` if the machine allows moving there from ``current``; raises otherwise."""
-    if target not in TRANSITIONS[current]:
-        raise IllegalTransition(f"-> {target.value}", current.value, "not in the phase table")
-    return target
 
 
 @dataclass(frozen=True)

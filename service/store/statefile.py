@@ -20,8 +20,9 @@ from typing import Any
 
 from service import faults
 from service.errors import StateCorrupt, StateError
+from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, want
-from service.store.state import FORMAT, BundleState, Generation, Phase, State
+from service.store.state import FORMAT, BundleState, Generation, State
 from stager.atomic import fsync_dir, write_atomic
 
 LAST_GOOD = "last-good.json"  # beside state.json: each bundle's last known good generation

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.layout import Layout
-from service.store.state import BundleState, Phase
+from service.store.phase import Phase
+from service.store.state import BundleState
 from stager.atomic import write_atomic
 from stager.statusfile import StatusFile
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from service.boot.loader import Boot
 from service.cmd.host import build_host
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 from tests.service.fakes import FakeKernel
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from service import faults
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from service.config import Config
 from service.errors import ConfigError, StateError
+from service.store.phase import Phase
 from service.store.records import HistoryEntry, RebootIntent
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, State
 from stager.errors import ManifestError
 from stager.manifest import Manifest
 from tests.strategies import manifests

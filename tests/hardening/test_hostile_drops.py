@@ -27,7 +27,8 @@ import tomli_w
 from service.config import Config, Limits
 from service.layout import Layout
 from service.store.intake import Outcome
-from service.store.state import Generation, Phase
+from service.store.phase import Phase
+from service.store.state import Generation
 from service.store.statefile import load, save
 from stager.manifest import MemoryPolicy
 from stager.paths import MANIFEST_NAME
@@ -813,7 +814,7 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
     from service.daemon.events import DropWatcher, Event, Kind
     from service.daemon.loop import Daemon
     from service.reboot import NoRebooter
-    from service.store.state import Phase
+    from service.store.phase import Phase
 
     good = ctx.drop.with_name("keep")
     shutil.copytree(ctx.drop, good)

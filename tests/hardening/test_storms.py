@@ -21,8 +21,9 @@ import tomli_w
 
 from service.config import Config, Limits
 from service.layout import Layout
+from service.store.phase import Phase
 from service.store.records import HistoryEntry
-from service.store.state import HISTORY_LIMIT, Phase
+from service.store.state import HISTORY_LIMIT
 from service.store.statefile import load, save
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, drop_name

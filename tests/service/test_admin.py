@@ -15,7 +15,8 @@ from service.cli import build_parser, main
 from service.layout import Layout
 from service.reboot import reboot_required
 from service.store.generations import Store
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.phase import Phase
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, locked, read, save
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import MANIFEST_NAME

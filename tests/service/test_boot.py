@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load, save
 from service.verify.trust import TrustStore
 from tests.service.fakes import FakeKernel

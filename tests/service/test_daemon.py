@@ -22,8 +22,8 @@ from service.daemon.loop import Daemon
 from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
+from service.store.phase import Phase
 from service.store.records import RebootIntent
-from service.store.state import Phase
 from service.store.statefile import load
 from service.verify.trust import TrustStore
 from service.window import Guard, Window

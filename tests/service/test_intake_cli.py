@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from service.cli import main
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign

@@ -16,7 +16,7 @@ from service.daemon.intake_runner import ChildIntake, child_env, has_work
 from service.errors import ServiceError, StateCorrupt
 from service.layout import Layout
 from service.store.outcome import Outcome
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign

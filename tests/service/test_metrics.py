@@ -9,8 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import families, render, render_plain, write_metrics
+from service.store.phase import Phase
 from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import save
 
 KERNEL = "6.1.0-test"

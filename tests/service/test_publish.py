@@ -19,8 +19,8 @@ from service.errors import ConfigError
 from service.layout import Layout
 from service.reboot import CommandRebooter
 from service.store.intake import Intake
+from service.store.phase import Phase
 from service.store.publish import incoming_dirs
-from service.store.state import Phase
 from service.store.statefile import load
 from service.verify.trust import TrustStore
 from service.window import Guard

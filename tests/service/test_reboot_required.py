@@ -17,8 +17,9 @@ import pytest
 from service.cli import main
 from service.layout import Layout
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
+from service.store.phase import Phase
 from service.store.records import RebootIntent
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import save
 
 KERNEL = "6.1.0-test"

@@ -13,7 +13,8 @@ from structlog.testing import capture_logs
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
-from service.store.state import Phase, State
+from service.store.phase import Phase
+from service.store.state import State
 from service.store.statefile import LAST_GOOD, load, save
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot

@@ -10,7 +10,7 @@ from service.cli import main
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load
 from service.verify.trust import TrustStore
 from stager.drop import ModuleSpec, stage

@@ -24,7 +24,7 @@ from service.kernel.modules import LinuxKernel
 from service.kernel.recording import RecordingKernel
 from service.layout import Layout
 from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, rebooter
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statefile import load, read
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign

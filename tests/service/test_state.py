@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import IllegalTransition, StateCorrupt, StateError
+from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
-from service.store.state import HISTORY_LIMIT, BundleState, Generation, Phase, State
+from service.store.state import HISTORY_LIMIT, BundleState, Generation, State
 from service.store.statefile import load, read, save
 
 K = "6.1.0-57-amd64"

@@ -14,8 +14,9 @@ from service.status.collect import collect, memory_summary
 from service.status.health import Health, bundle_health, overall
 from service.status.report import SCHEMA
 from service.status.view import lines
+from service.store.phase import Phase
 from service.store.records import ModuleLoad, RebootIntent
-from service.store.state import BundleState, Generation, Phase, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import save
 from service.store.statusfile import write_status
 from stager.statusfile import StatusFile

@@ -15,8 +15,9 @@ from service.config import Limits
 from service.layout import Layout
 from service.status.glance import write_heartbeat
 from service.store import quarantine
+from service.store.phase import Phase
 from service.store.records import RebootIntent
-from service.store.state import Phase, State
+from service.store.state import State
 from service.store.statefile import read, save
 from service.store.statusfile import write_status
 from tests.service.test_metrics import fallback_host

@@ -16,8 +16,9 @@ from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.health import Health
 from service.status.view import lines, render_rich
+from service.store.phase import Phase
 from service.store.records import RebootIntent
-from service.store.state import Generation, Phase, State
+from service.store.state import Generation, State
 from service.store.statefile import save
 from service.store.statusfile import write_status
 from tests.service.test_status import KERNEL, NEW, OLD, active_bundle, failed_new, host, live

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from service.cli import main
 from service.layout import Layout
-from service.store.state import BundleState, Generation, Phase
+from service.store.phase import Phase
+from service.store.state import BundleState, Generation
 from service.store.statusfile import write_status
 from stager.paths import drop_name
 from stager.statusfile import StatusFile

@@ -9,7 +9,8 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.store.state import Generation, Phase
+from service.store.phase import Phase
+from service.store.state import Generation
 from service.store.statusfile import write_status
 from stager.wait import EXIT_OTHER_KERNEL, EXIT_USAGE, MISSING_GRACE, StatusReader, WaitUsage
 from tests.stager.test_wait import GEN, KERNEL, active, pending

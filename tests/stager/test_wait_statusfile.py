@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 from service.store.statusfile import write_status
 from stager.statusfile import GenerationInfo, StatusFile, StatusFileError
 from stager.wait import judge, read_status

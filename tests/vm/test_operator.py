@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.state import Phase
+from service.store.phase import Phase
 from tests.kmod import SigningKey, kernel_release, make_key
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.node import daemon_events, live_modules, modstage, prepare, start_daemon, state

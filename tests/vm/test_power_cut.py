@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.store.state import Phase
+from service.store.phase import Phase
 from stager.manifest import Manifest
 from tests.hardening.invariants import not_lost, published_problems, state_of
 from tests.kmod import SigningKey, kernel_release, make_key, padded_module, sign

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.state import Phase
+from service.store.phase import Phase
 from tests.kmod import SigningKey, debian_build_cert, kernel_release, make_key, sign
 from tests.vm.harness import Vm, VmExited, VmFactory
 from tests.vm.node import drop, live_modules, modstage, prepare, state, status

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.state import Phase
+from service.store.phase import Phase
 from tests.installer import checkout, install, wheelhouse
 from tests.kmod import SigningKey, kernel_release, make_key, sign
 from tests.vm.harness import Vm, VmFactory
