@@ -15,7 +15,6 @@ moment after.
 from __future__ import annotations
 
 import os
-import signal
 
 FAULT_ENV = "MODSTAGE_FAULT"
 TRACE_ENV = "MODSTAGE_FAULT_TRACE"
@@ -66,4 +65,6 @@ def hit(point: str) -> None:
         return
     _hits[point] = _hits.get(point, 0) + 1
     if _hits[point] >= int(nth or "1"):
+        import signal  # only when a fault is armed: an enum-heavy import on the boot path
+
         os.kill(os.getpid(), signal.SIGKILL)

@@ -27,10 +27,9 @@ from stager.atomic import fsync_dir, write_atomic
 from stager.errors import ManifestError, StageError
 from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.params import ParamsError, merge_params, parse_params
-from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
+from stager.paths import DIGEST_NAME, MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
 
 CHUNK = 1 << 20
-DIGEST_NAME = "config-digest"  # the operator's DRIVER_CONFIG_DIGEST, beside the manifest
 
 
 @dataclass(frozen=True)

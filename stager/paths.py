@@ -14,6 +14,7 @@ MAX_PATH_LEN = 1024
 MAX_COMPONENT_LEN = 255
 MAX_DEPTH = 16
 MANIFEST_NAME = "manifest.toml"
+DIGEST_NAME = "config-digest"  # the operator's DRIVER_CONFIG_DIGEST, beside the manifest
 
 
 def bundle_problem(name: str) -> str | None:

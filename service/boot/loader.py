@@ -9,21 +9,22 @@ the generation failed with the kernel's words and bring up the last known good.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import time
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from service import faults
 from service.boot.plan import Choice, choose, order
 from service.config import Config
 from service.errors import BootError, LoadError, ModuleRejected
 from service.kernel.firmware import FirmwareView
-from service.kernel.memory import apply_policy
 from service.kernel.modules import Kernel
-from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
@@ -34,24 +35,29 @@ from service.store.recover import load_or_rebuild
 from service.store.state import BundleState, State
 from service.store.statefile import locked, save
 from service.store.statusfile import write_status
-from service.verify.decompress import compression, decompress
-from service.verify.target import Target
-from service.verify.trust import TrustStore
-from service.verify.verdict import verify_module
 from stager.errors import ManifestError
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name
+
+if TYPE_CHECKING:  # the verify stack is imported when the first module is verified
+    from service.verify.target import Target
+    from service.verify.trust import TrustStore
 
 log = get_logger("modstage.boot")
 
 
 @dataclass
 class Boot:
-    """One boot's loader."""
+    """One boot's loader.
+
+    ``trust`` is the trusted certificates, or a function that reads them: it is called
+    when the first module is verified, so a boot with nothing to load never reads them
+    (nor imports the verify stack).
+    """
 
     layout: Layout
     config: Config
-    trust: TrustStore
+    trust: TrustStore | Callable[[], TrustStore]
     kernel: Kernel
     sysfs_view: InitVar[Sysfs | None] = None  # the kernel's sysfs (a fake in tests)
 
@@ -59,15 +65,37 @@ class Boot:
         self.store = Store(self.layout.store)
         self.sysfs = sysfs_view or Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
-        # intake judged this kernel's facts already; without Module.symvers boot cannot do
-        # better, so it does not refuse what intake accepted for unknown CRCs
-        self.target = replace(Target.from_layout(self.layout, self.release), strict_crcs=False)
         self._manifests: dict[str, Manifest] = {}
         self.firmware = FirmwareView(
             self.layout.run / "firmware",
             self.sysfs,
             allow_foreign=self.config.allow_foreign_firmware_path,
         )
+
+    @cached_property
+    def trusted(self) -> TrustStore:
+        """The trusted certificates (read on first use)."""
+        return self.trust() if callable(self.trust) else self.trust
+
+    @cached_property
+    def full_target(self) -> Target:
+        """The running kernel's facts, ``Module.symvers`` included (read on first use).
+
+        Intake judged the same kernel's facts already, so boot does not refuse what
+        intake accepted for unknown CRCs (``strict_crcs=False``).
+        """
+        from service.verify.target import Target
+
+        return replace(Target.from_layout(self.layout, self.release), strict_crcs=False)
+
+    @cached_property
+    def target(self) -> Target:
+        """What boot judges modules by: :attr:`full_target` without ``Module.symvers``.
+
+        The kernel checks every imported symbol's CRC when it loads the module; the
+        file is read only to name the symbol when the kernel refuses a load (EINVAL).
+        """
+        return self.full_target.without_symvers()
 
     def run(self) -> State:
         """Bring up every bundle; return the final state."""
@@ -154,6 +182,9 @@ class Boot:
         try:
             manifest = self._manifest(generation)
             if manifest.memory is not None:
+                from service.kernel.memory import apply_policy
+                from service.kernel.onlining_log import log_onlining
+
                 step = f"memory policy {manifest.memory.value}"
                 log_onlining(apply_policy(self.sysfs, manifest.memory))
             if manifest.firmware:
@@ -185,11 +216,13 @@ class Boot:
         a compressed one (told by content, never by suffix) is decompressed once in
         memory, verified, and loaded from a sealed memfd with flags 0.
         """
+        from service.verify.verdict import verify_module
+
         started = time.monotonic()
         with open(root / module.file, "rb") as f:
             stored, image = _image(f, module.file)
             elf: BinaryIO = f if image is None else io.BytesIO(image)
-            v = verify_module(elf, display=module.file, trust=self.trust, kernel=self.target)
+            v = verify_module(elf, display=module.file, trust=self.trusted, kernel=self.target)
             if not v.ok or (stored or v.sha256) != module.sha256:
                 raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
             name = normalize_module_name(v.name or module.name)
@@ -207,15 +240,33 @@ class Boot:
             ]
             self.kernel.modprobe(deps)
             faults.hit("boot.finit.before")
-            if image is None:
-                self.kernel.load(f.fileno(), module.params)
-            else:
-                self.kernel.load_image(image, Path(module.file).name, module.params)
+            try:
+                if image is None:
+                    self.kernel.load(f.fileno(), module.params)
+                else:
+                    self.kernel.load_image(image, Path(module.file).name, module.params)
+            except LoadError as exc:
+                raise self._explain(exc, elf, module.file) from exc
             faults.hit("boot.finit.after")
         live[name] = v.srcversion
         ms = round((time.monotonic() - started) * 1000, 3)
         log.info("module.loaded", module=name, ms=ms)
         return ModuleLoad(name, v.srcversion, ms)
+
+    def _explain(self, exc: LoadError, elf: BinaryIO, display: str) -> Exception:
+        """The kernel's refusal, with the symbol named when it is a CRC mismatch.
+
+        Boot judged without ``Module.symvers``; on EINVAL the module is judged again
+        with it, and a symbol whose CRC disagrees with the target's becomes the reason.
+        """
+        from service.verify.verdict import verify_module
+
+        if exc.errno != errno.EINVAL:
+            return exc
+        v = verify_module(elf, display=display, trust=self.trusted, kernel=self.full_target)
+        if v.ok or not v.reason:
+            return exc
+        return BootError(f"{display}: {v.reason} (finit_module: {exc.message})")
 
     def _undo(self, names: list[str]) -> None:
         for name in reversed(names):
@@ -228,6 +279,8 @@ class Boot:
 
 def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None]:
     """(stored file's sha256, decompressed image) of a compressed module; (None, None) if plain."""
+    from service.verify.decompress import compression, decompress
+
     kind = compression(f.read(6))
     f.seek(0)
     if kind is None:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if host.config_problems:
         log.error("config.invalid", path=str(layout.config), problems=list(host.config_problems))
     kernel = host.kernel
-    state = Boot(layout, host.config, host.trust, kernel).run()
+    state = Boot(layout, host.config, lambda: host.trust, kernel).run()  # read if used
     for call in getattr(kernel, "calls", ()):
         print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
     for name, b in sorted(state.bundles.items()):

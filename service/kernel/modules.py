@@ -18,7 +18,6 @@ import ctypes
 import errno
 import fcntl
 import os
-import subprocess
 from pathlib import Path
 from typing import Protocol
 
@@ -109,6 +108,8 @@ class LinuxKernel:
         """``modprobe -a NAMES``; a failure is a :class:`LoadError` with modprobe's words."""
         if not names:
             return
+        import subprocess  # a boot whose modules need no in-tree module never runs it
+
         done = subprocess.run(
             ["modprobe", "-a", *names], capture_output=True, text=True, check=False
         )

@@ -9,7 +9,7 @@ config digest its drop carried (``DRIVER_CONFIG_DIGEST``) to a file the admin fi
 init container (``k8s-driver-manager uninstall_driver``) keeps a loaded driver only when
 that file holds the digest it was given; ``/run`` is a tmpfs, so ``modstage boot``
 writes it again on every boot. The container names no path here: a drop only carries
-the digest's value, in the file :data:`stager.drop.DIGEST_NAME`.
+the digest's value, in the file :data:`stager.paths.DIGEST_NAME`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from service.store.dropfs import read_small
 from service.store.state import State
 from service.store.statefile import load
 from stager.atomic import write_atomic
-from stager.drop import DIGEST_NAME
+from stager.paths import DIGEST_NAME
 from stager.statusfile import GenerationInfo, StatusFile
 
 log = get_logger("modstage.publish")

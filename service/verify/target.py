@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -166,6 +166,20 @@ class Target:
         else:
             vermagic, source = None, f"not given (only the release {release!r})"
         return cls(release, vermagic, source, config or KernelConfig.missing("not read"))
+
+    def without_symvers(self) -> Target:
+        """This target knowing only the probed module's CRCs: ``build/Module.symvers`` unread.
+
+        ``modstage boot`` judges with it: the kernel checks every imported symbol's CRC
+        when it loads the module (EINVAL), and parsing the file's 25,000 lines costs more
+        than the rest of a small boot. ``module_layout``'s CRC (ENOEXEC) is still checked.
+        """
+        if not isinstance(self.crcs, SymbolCrcs) or self.crcs.symvers is None:
+            return self
+        probed = self.crcs_source.split(" + ")[:-1]
+        return replace(
+            self, crcs=SymbolCrcs(self.crcs.base, None), crcs_source=" + ".join(probed) or "none"
+        )
 
     @property
     def crcs_complete(self) -> bool:
