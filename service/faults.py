@@ -35,18 +35,18 @@ REJECT_POINTS = (
     "intake.rejected",  # status says rejected; the drop is still there
     "quarantine.moved",  # the drop is in quarantine/, its record not yet written
 )
-BOOT_POINTS = (
-    "state.boot_id.renaming",
-    "state.boot_id.saved",
+BOOT_POINTS = (  # the boot id is saved with the first attempt
     "state.loading.renaming",
-    "state.loading.saved",  # attempt counted, nothing loaded
+    "state.loading.saved",  # attempt counted (and the boot id recorded), nothing loaded
     "boot.finit.before",
     "boot.finit.after",  # the module is in the kernel, state says loading
     "state.active.renaming",
     "state.active.saved",
 )
 BOOT_FAIL_POINTS = ("state.failed.renaming", "state.failed.saved")
-POINTS = INTAKE_POINTS + REJECT_POINTS + BOOT_POINTS + BOOT_FAIL_POINTS
+#: A boot with nothing to load or expire saves the boot id alone.
+IDLE_BOOT_POINTS = ("state.boot_id.renaming", "state.boot_id.saved")
+POINTS = INTAKE_POINTS + REJECT_POINTS + BOOT_POINTS + BOOT_FAIL_POINTS + IDLE_BOOT_POINTS
 
 _hits: dict[str, int] = {}
 

@@ -101,8 +101,10 @@ class Boot:
         """Bring up every bundle; return the final state."""
         with locked(self.layout.var):
             state = load_or_rebuild(self.layout.state, self.store)
+            # the boot id is saved with the first transition (one write fewer on the boot
+            # path), or alone below when no bundle has anything to do
             state = state.booted(self.layout.boot_id.read_text().strip())
-            save(self.layout.state, state, step="boot_id")
+            self._saved = False
             choices = [
                 choose(n, b, self.release, self.config.max_boot_attempts)
                 for n, b in state.bundles.items()
@@ -110,6 +112,8 @@ class Boot:
             after = {c.bundle: self._after(c.generation) for c in choices if c.generation}
             for choice in order(choices, after):
                 state = self._bring_up(state, choice)
+            if not self._saved:
+                save(self.layout.state, state, step="boot_id")
             if not self.firmware.has_links():
                 self.firmware.point(False)  # never leave a stale firmware path behind
             mirror_status(self.layout, self.config)
@@ -118,6 +122,7 @@ class Boot:
     def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:
         state = state.with_bundle(name, bundle)
         save(self.layout.state, state, step=bundle.phase.value)
+        self._saved = True
         write_status(self.layout, name, bundle, **status)
         return state
 

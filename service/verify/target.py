@@ -44,7 +44,7 @@ _HASH_OPTIONS = {
     "streebog256": "CONFIG_CRYPTO_STREEBOG",
     "streebog512": "CONFIG_CRYPTO_STREEBOG",
 }
-_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_ODD_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines breaks besides \n
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 _MAX_PROBES = 50
 
@@ -70,15 +70,24 @@ class ConfigText(Mapping[str, str]):
     def __init__(self, text: str) -> None:
         self.text = "\n" + text
         self._all: dict[str, str] | None = None
-        if _ODD_BREAKS.search(text):
+        self._found: dict[str, str | None] = {}  # each option searched for once
+        if any(brk in text for brk in _ODD_BREAKS):  # a character each: faster than a regex
             self._all = parse_config(text)
 
     def __getitem__(self, name: str) -> str:
         if self._all is not None:
             return self._all[name]
+        if name not in self._found:
+            self._found[name] = self._find(name)
+        value = self._found[name]
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def _find(self, name: str) -> str | None:
         at = self.text.rfind(f"\n{name}=") if name.startswith("CONFIG_") else -1
         if at < 0 or "\n" in name or "=" in name:
-            raise KeyError(name)
+            return None
         start = at + len(name) + 2
         end = self.text.find("\n", start)
         return self.text[start : None if end < 0 else end].strip().strip('"')

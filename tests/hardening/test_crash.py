@@ -163,6 +163,24 @@ def test_boot_passes_every_point_in_order(
     assert _trace(tmp_path, lambda t: boot(host, trace=t)) == list(faults.BOOT_POINTS)
 
 
+def test_boot_records_its_boot_id_with_the_first_attempt(
+    host: Layout, pending: dict[str, str]
+) -> None:
+    """The boot id is in the state saved with the first attempt (no save of its own)."""
+    killed = boot(host, fault="state.loading.saved")
+    assert killed.returncode == -9, killed.stderr
+    assert load(host.state).boot_id == host.boot_id.read_text().strip()
+
+
+def test_idle_boot_saves_its_boot_id_alone(host: Layout, tmp_path: Path) -> None:
+    """A boot with no bundle saves the boot id by itself, at the idle boot points; killed at
+    either, the state still parses and the next boot records the id."""
+    killed = boot(host, fault=faults.IDLE_BOOT_POINTS[0])
+    assert killed.returncode == -9, killed.stderr
+    assert _trace(tmp_path, lambda t: boot(host, trace=t)) == list(faults.IDLE_BOOT_POINTS)
+    assert load(host.state).boot_id == host.boot_id.read_text().strip()
+
+
 @pytest.mark.parametrize(
     "point",
     [
