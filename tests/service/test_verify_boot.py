@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -121,3 +122,63 @@ def test_firmware_path_is_cleared_with_a_nul_and_bounded_to_255_bytes(tmp_path: 
     long_view = FirmwareView(tmp_path / ("x" * 256), Sysfs(sys), allow_foreign=False)
     with pytest.raises(BootError, match=r"longer than firmware_class\.path's 255 bytes"):
         long_view.point(True)
+
+
+def _disagreeing_symvers(host: Layout, kernel: str, module: Path) -> str:
+    """Rewrite the target's ``Module.symvers`` so one symbol ``module`` imports has another
+    CRC there (the module no longer matches the kernel); that symbol's name."""
+    from service.verify.modinfo import read_versions
+
+    symbol = next(n for n, _ in read_versions(module) if n != "module_layout")
+    symvers = host.modules_dir(kernel) / "build" / "Module.symvers"
+    lines = symvers.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split("\t")[1:2] == [symbol])
+    crc, rest = lines[at].split("\t", 1)
+    lines[at] = f"{int(crc, 16) ^ 0x5A5A:#010x}\t{rest}"
+    symvers.write_text("\n".join(lines) + "\n")
+    return symbol
+
+
+def test_boot_leaves_symbol_crcs_to_the_kernel(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """Boot does not refuse a module for a CRC it read in ``Module.symvers``: the kernel checks
+    each imported symbol's CRC at load, so a kernel that takes the module makes it live."""
+    module = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    pending(host, kernel, module)
+    _disagreeing_symvers(host, kernel, module)
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), FakeKernel()).run()
+    assert [m.module for m in state.bundle("z").loaded] == ["ms_params"]
+
+
+def test_kernel_einval_names_the_symbol_whose_crc_disagrees(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """When the kernel refuses a load with EINVAL, the failure names the imported symbol whose
+    CRC ``Module.symvers`` gives otherwise, as ``modstage verify`` would have."""
+    module = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    pending(host, kernel, module)
+    symbol = _disagreeing_symvers(host, kernel, module)
+    refusing = FakeKernel(fail={"ms_params": errno.EINVAL})
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), refusing).run()
+    [failed] = [g.failed for g in state.bundle("z").generations.values() if g.failed]
+    assert failed.startswith(
+        f"modules/ms_params.ko: EINVAL: disagrees about version of symbol {symbol} "
+    )
+    assert failed.endswith(
+        "(finit_module: EINVAL: invalid module or parameter (or a symbol version mismatch))"
+    )
+
+
+def test_kernel_einval_with_agreeing_crcs_keeps_the_kernels_words(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """EINVAL for another reason (every CRC agrees): the failure is the kernel's own words."""
+    pending(host, kernel, sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko"))
+    refusing = FakeKernel(fail={"ms_params": errno.EINVAL})
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), refusing).run()
+    [failed] = [g.failed for g in state.bundle("z").generations.values() if g.failed]
+    assert (
+        failed
+        == "modules/ms_params.ko: EINVAL: invalid module or parameter (or a symbol version mismatch)"
+    )
