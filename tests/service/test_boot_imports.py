@@ -73,6 +73,12 @@ def outside_stdlib(names: set[str]) -> set[str]:
 
 def boot_imports(root: Path) -> tuple[int, set[str]]:
     """Top-level names of the modules a whole ``modstage boot`` of ``root`` imported."""
+    rc, names = boot_modules(root)
+    return rc, {n.split(".")[0] for n in names}
+
+
+def boot_modules(root: Path) -> tuple[int, set[str]]:
+    """Every module a whole ``modstage boot`` of ``root`` imported beyond a bare interpreter."""
     bare = subprocess.run(
         [sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
         cwd=ROOT,
@@ -88,7 +94,7 @@ def boot_imports(root: Path) -> tuple[int, set[str]]:
         check=True,
     ).stdout.splitlines()
     names = set(out[1].split()) - set(bare) if len(out) > 1 else set()
-    return int(out[0]), {n.split(".")[0] for n in names}
+    return int(out[0]), names
 
 
 def test_boot_path_imports_only_the_expected_packages(
@@ -125,3 +131,15 @@ def test_empty_boot_imports_no_more_than_a_full_one(
     assert rc == 0
     assert outside_stdlib(top) <= set(THIRD_PARTY)
     assert not top & set(NEVER)
+
+
+def test_boot_with_nothing_to_load_never_imports_the_verify_stack(
+    tmp_path: Path, rsa_key: SigningKey, kernel: str
+) -> None:
+    """No bundle to bring up: no certificate is read and ``service.verify`` is never imported
+    (it is imported with the first module verified), nor the memory onlining."""
+    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+    rc, names = boot_modules(layout.root)
+    assert rc == 0 and "service.boot.loader" in names
+    assert not {n for n in names if n.startswith("service.verify")}
+    assert "service.kernel.memory" not in names
