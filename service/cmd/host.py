@@ -19,10 +19,13 @@ from service.config import Config
 from service.layout import Layout
 
 if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
+    from collections.abc import Callable
+
     from service.kernel.modules import Kernel
     from service.reboot import Rebooter
     from service.store.intake import Intake
     from service.verify.keyring import Keyring
+    from service.verify.modinfo import ModInfo
     from service.verify.trust import TrustStore
 
 
@@ -30,12 +33,18 @@ def kernel_for(layout: Layout) -> Kernel:
     """The real kernel on ``/``, a recording one under any other root (a sandbox)."""
     if layout.sandboxed():
         from service.kernel.recording import RecordingKernel
-        from service.verify.modinfo import ModInfo
 
-        return RecordingKernel(layout.sys, identify=ModInfo.from_elf)
+        return RecordingKernel(layout.sys, identify=_identify)
     from service.kernel.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)
+
+
+def _identify(read_at: Callable[[int, int], bytes], size: int) -> ModInfo:
+    """``ModInfo.from_elf``, imported when the sandbox's kernel records its first load."""
+    from service.verify.modinfo import ModInfo
+
+    return ModInfo.from_elf(read_at, size)
 
 
 @dataclass(frozen=True)
