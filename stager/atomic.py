@@ -10,7 +10,6 @@ fsynced by their copier and published by renaming their directory, once
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +33,7 @@ def write_atomic(
     ``before_replace`` runs once the temporary file is durable, just before the
     rename (the host's crash tests inject a kill there).
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         try:

@@ -150,12 +150,11 @@ class StatusFile:
         return cls.from_json(raw, path)
 
 
-@dataclass(frozen=True)
 class _Getter:
     """Reads one key of a status document, checked by a converter that raises TypeError."""
 
-    doc: Mapping[str, Any]
-    source: str
+    def __init__(self, doc: Mapping[str, Any], source: str) -> None:
+        self.doc, self.source = doc, source
 
     def __call__(
         self,

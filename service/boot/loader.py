@@ -14,7 +14,7 @@ import hashlib
 import io
 import time
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -46,22 +46,24 @@ if TYPE_CHECKING:  # the verify stack is imported when the first module is verif
 log = get_logger("modstage.boot")
 
 
-@dataclass
 class Boot:
     """One boot's loader.
 
     ``trust`` is the trusted certificates, or a function that reads them: it is called
     when the first module is verified, so a boot with nothing to load never reads them
-    (nor imports the verify stack).
+    (nor imports the verify stack). ``sysfs_view`` is the kernel's sysfs (a fake in tests).
     """
 
-    layout: Layout
-    config: Config
-    trust: TrustStore | Callable[[], TrustStore]
-    kernel: Kernel
-    sysfs_view: InitVar[Sysfs | None] = None  # the kernel's sysfs (a fake in tests)
-
-    def __post_init__(self, sysfs_view: Sysfs | None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        config: Config,
+        trust: TrustStore | Callable[[], TrustStore],
+        kernel: Kernel,
+        sysfs_view: Sysfs | None = None,
+    ) -> None:
+        self.layout, self.config, self.trust, self.kernel = layout, config, trust, kernel
+        self._saved = False
         self.store = Store(self.layout.store)
         self.sysfs = sysfs_view or Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -66,7 +65,7 @@ class Store:
                 display, f"names {len(entries)} files, over the limit of {limits.max_files}"
             )
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        tmp = self.root / f"{TMP_PREFIX}{os.urandom(8).hex()}"
         tmp.mkdir(mode=0o700)
         total = 0
         try:

@@ -15,7 +15,7 @@ import hashlib
 import io
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -86,7 +86,6 @@ class Verdict:
         return out
 
 
-@dataclass
 class _Facts:
     """What the checks learned so far; the first kernel problem becomes the reason.
 
@@ -94,9 +93,10 @@ class _Facts:
     kernel itself would accept the module.
     """
 
-    display: str
-    problems: list[str] = field(default_factory=list)
-    fields: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, display: str, fields: dict[str, Any] | None = None) -> None:
+        self.display = display
+        self.problems: list[str] = []
+        self.fields: dict[str, Any] = fields if fields is not None else {}
 
     def verdict(self) -> Verdict:
         kernel = [p for p in self.problems if not errno_of(p)[1]]
