@@ -12,7 +12,7 @@ either way, only the cost differs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _SEQ, _SET, _INT, _BITS, _OCTETS, _NULL, _OID, _BOOL = 0x30, 0x31, 2, 3, 4, 5, 6, 1
 _CN = bytes.fromhex("550403")
@@ -35,8 +35,7 @@ class NotPlain(Exception):
     """The certificate is not in the plain form :func:`plain_fields` reads."""
 
 
-@dataclass(frozen=True)
-class CertFields:
+class CertFields(NamedTuple):
     """What the trust store files a certificate under."""
 
     serial: bytes  # content octets of the serialNumber INTEGER

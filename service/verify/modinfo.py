@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from service.errors import ModuleRejected
 
@@ -54,8 +54,7 @@ class Section:
     link: int
 
 
-@dataclass(frozen=True)
-class Elf:
+class Elf(NamedTuple):
     """What ``elf_validity_check`` and ``setup_load_info`` establish about a module."""
 
     machine: int

@@ -16,8 +16,7 @@ are imported when an EC key is first used.
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from service.verify.asn1 import Asn1Error, ber_decode
 from service.verify.asn1_machines import RSAPUBKEY_ACTIONS, RSAPUBKEY_MACHINE
@@ -41,8 +40,7 @@ _CURVES = {
 }
 
 
-@dataclass(frozen=True)
-class PublicKey:
+class PublicKey(NamedTuple):
     """A key as the kernel holds it: algorithm name and the SubjectPublicKey bits."""
 
     algo: str  # "rsa", "ecdsa-nist-p256", "sm2", "ecrdsa", ...
@@ -54,8 +52,7 @@ class PublicKey:
         return None if isinstance(n, int) else _byte_len(n[0]) * 8
 
 
-@dataclass(frozen=True)
-class SigParams:
+class SigParams(NamedTuple):
     """What the key operation needs from a signature."""
 
     pkey_algo: str | None  # "rsa", "ecdsa", ...

@@ -10,7 +10,7 @@ PKCS#7 blob itself is parsed by :mod:`service.verify.pkcs7` and judged by
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.errors import ModuleRejected
 
@@ -20,8 +20,7 @@ PKEY_ID_PKCS7 = 2
 TAIL = len(MARKER) + INFO.size
 
 
-@dataclass(frozen=True)
-class Trailer:
+class Trailer(NamedTuple):
     """Where the signature sits: bytes ``[0, signed_len)`` are signed, the blob follows."""
 
     signed_len: int

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.verify.pkcs7 import Message, SignerInfo
 from service.verify.pubkey import PublicKey, SigParams, verify_signature
 from service.verify.x509 import Cert
 
 
-@dataclass(frozen=True)
-class KernelKey:
+class KernelKey(NamedTuple):
     """A key as it sits in a kernel keyring: its two ids and its public key."""
 
     id: bytes  # serial || issuer
@@ -40,8 +39,7 @@ class Refused(Exception):
         super().__init__(why)
 
 
-@dataclass(frozen=True)
-class Trusted:
+class Trusted(NamedTuple):
     """The signer that verified, and the key that vouched for it."""
 
     signer: SignerInfo

@@ -15,9 +15,8 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from service.errors import TrustError
 from service.logs import get_logger
@@ -33,8 +32,7 @@ MAX_CERT_FILE = 1 << 20
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s+-----END CERTIFICATE-----", re.S)
 
 
-@dataclass(frozen=True)
-class TrustedKey:
+class TrustedKey(NamedTuple):
     """A certificate's public key with the key ids the kernel would file it under."""
 
     source: str
