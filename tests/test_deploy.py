@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from service.cli import build_parser
 from service.config import Config
 from service.layout import Layout
+from service.parser import build_parser
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))

@@ -8,14 +8,16 @@ instead of made. ``--dry-run`` prints the plan and changes nothing at all.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from service.cmd.host import build_host
 from service.layout import Layout
 from service.store.phase import Phase
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def dry_run(layout: Layout, out: TextIO) -> int:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import build_parser, main
+from service.cli import main
 from service.layout import Layout
+from service.parser import build_parser
 from service.reboot import reboot_required
 from service.store.generations import Store
 from service.store.phase import Phase

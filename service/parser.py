@@ -1,0 +1,251 @@
+"""The ``modstage`` argument parser: every command's options, help and exit codes.
+
+:mod:`service.cli` imports this only when a command line is not the boot unit's own
+(``modstage boot [--root PREFIX] [--dry-run]``, read without argparse). Each
+subcommand names the module that runs it (``command``), imported by the CLI only
+when it runs. The container commands' arguments live beside their code, in
+:mod:`stager.args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stager.args import add_stage, add_wait
+
+if TYPE_CHECKING:
+    from stager.args import Subparsers
+
+
+def _root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        metavar="PREFIX",
+        help="root every default path (/etc, /var, /run, /sys, /proc) under PREFIX (default: /); "
+        "any other PREFIX is a sandbox: modules are never loaded, the machine never rebooted",
+    )
+
+
+def _verify(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check module signatures, modinfo and vermagic as the kernel will",
+        description=(
+            "Verify module files or drop directories exactly as the kernel will at load "
+            "time: appended PKCS#7 signature against trusted certificates, .modinfo, "
+            "vermagic. For a drop directory the manifest's digests are checked too. "
+            "Exit 0 only if every module is accepted."
+        ),
+    )
+    _root(p)
+    p.add_argument(
+        "--trusted",
+        type=Path,
+        metavar="DIR",
+        help="certificate directory (default: /etc/modstage/trusted.d under --root)",
+    )
+    p.add_argument(
+        "--kernel",
+        metavar="RELEASE",
+        help=(
+            "target kernel release (default: the running kernel); its vermagic and config "
+            "are read under --root (lib/modules/RELEASE, boot/config-RELEASE)"
+        ),
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list of verdicts")
+    p.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="module file (.ko, .ko.xz, .ko.zst, .ko.gz) or drop directory",
+    )
+    p.set_defaults(command="service.cmd.verify")
+
+
+def _host(sub: Subparsers, name: str, module: str, help_: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=help_)
+    _root(p)
+    p.set_defaults(command=module)
+    return p
+
+
+def _intake(sub: Subparsers) -> None:
+    """`intake`: take complete drops in."""
+    intake = _host(
+        sub,
+        "intake",
+        "service.cmd.intake",
+        "copy complete drops into the store, verify them, record pending generations",
+    )
+    intake.add_argument(
+        "drops",
+        type=Path,
+        nargs="*",
+        metavar="DROP",
+        help="drop directories (default: every complete drop in incoming/)",
+    )
+
+
+def _boot(sub: Subparsers) -> None:
+    """`boot`: the early-boot loader."""
+    boot = _host(
+        sub,
+        "boot",
+        "service.cmd.boot",
+        "load each bundle's pending or active generation (run once, early at boot)",
+    )
+    boot.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
+        "and change nothing",
+    )
+
+
+def _serve_status(sub: Subparsers) -> None:
+    """`serve` and `status`: the daemon and the admin's view."""
+    _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
+    status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--reboot-required",
+        action="store_true",
+        help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "
+        "(the reason on stderr); kured's sentinel command",
+    )
+
+
+EXIT_CODES = {
+    "modstage": "0 success, 1 error, 2 usage; each command lists its own (COMMAND --help)",
+    "stage": "0 drop written (its path printed), 1 error, 2 usage",
+    "verify": "0 every module accepted, 1 any rejected or unreadable, 2 usage",
+    "intake": "0 every drop accepted, 1 any rejected or deferred, 2 usage",
+    "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
+    "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
+    "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2); "
+    "--reboot-required has its own, see that option",
+    "wait": "0 the generation is active, 1 rejected or failed (or the ready file cannot be "
+    "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
+    "4 the generation waits for another kernel than the running one",
+    "generations": "0 listed, 1 state unreadable, 2 usage",
+    "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage",
+    "rollback": "0 recorded, 1 refused (already active, failed: use retry, not in the store), "
+    "2 usage",
+    "hold": "0 held, 1 already held or state unreadable, 2 usage",
+    "release": "0 released, 1 not held or state unreadable, 2 usage",
+    "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage",
+    "config": "0 config and certificates usable, 1 a problem (each named), 2 usage",
+    "check": "0 config and certificates usable, 1 a problem (each named), 2 usage",
+}
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked (importlib.metadata is off the boot path)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("modstage")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        print(f"modstage {found}")
+        parser.exit()
+
+
+def _admin(sub: Subparsers) -> None:
+    """The admin's verbs (service/cmd/admin.py, configcheck.py); each has --json."""
+    module = "service.cmd.admin"
+    gens = _host(sub, "generations", module, "list every stored generation and its role")
+    gens.add_argument("bundle", nargs="?", metavar="BUNDLE", help="only this bundle")
+    verbs = {
+        "retry": "clear a failed generation's failure so the next boot tries it again",
+        "rollback": "make an earlier generation the one the next boot loads",
+        "hold": "take no new generation and ask for no reboot for BUNDLE until released",
+        "release": "undo hold",
+    }
+    for verb, text in verbs.items():
+        p = _host(sub, verb, module, text)
+        p.add_argument("bundle", metavar="BUNDLE")
+        if verb in ("retry", "rollback"):
+            p.add_argument(
+                "generation",
+                nargs="?",
+                metavar="GEN",
+                help="generation id or unique prefix (default: the newest failed one for "
+                "retry, the one before the active one for rollback)",
+            )
+    prune = _host(
+        sub, "prune", module, "remove generations beyond retention (never active or pending)"
+    )
+    prune.add_argument(
+        "--keep", type=int, metavar="N", help="keep the newest N per bundle (default: retain)"
+    )
+    for name in ("generations", *verbs, "prune"):
+        sub.choices[name].set_defaults(verb=name)
+    config = sub.add_parser("config", help="check the host configuration")
+    csub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    _host(csub, "check", "service.cmd.configcheck", "validate config.toml and trusted certificates")
+    for p in (*(sub.choices[n] for n in ("generations", *verbs, "prune")), csub.choices["check"]):
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _exit_codes(parser: argparse.ArgumentParser, name: str = "modstage") -> None:
+    """Add each command's exit codes to its --help, recursively."""
+    parser.epilog = f"exit codes: {EXIT_CODES.get(name, EXIT_CODES['modstage'])}"
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub_parser in action.choices.items():
+                _exit_codes(sub_parser, sub_name)
+
+
+def _stage(sub: Subparsers) -> None:
+    add_stage(sub)
+
+
+def _wait(sub: Subparsers) -> None:
+    add_wait(sub)
+
+
+#: Each command's parser builder, in ``modstage --help``'s order (a builder adds its group).
+COMMANDS: dict[str, Callable[[Subparsers], None]] = {
+    "stage": _stage,
+    "verify": _verify,
+    "intake": _intake,
+    "boot": _boot,
+    "serve": _serve_status,
+    "status": _serve_status,
+    "wait": _wait,
+    **dict.fromkeys(
+        ("generations", "retry", "rollback", "hold", "release", "prune", "config"), _admin
+    ),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``modstage`` argument parser; with ``command``, only that command's group.
+
+    Parsing ``modstage COMMAND ...`` needs only COMMAND's parser, and building all
+    eighteen costs ``modstage boot`` (on every node's boot path) a few milliseconds of
+    gettext lookups; ``modstage --help`` and anything else get the whole parser.
+    """
+    parser = argparse.ArgumentParser(
+        prog="modstage",
+        description=(
+            "Stage signed out-of-tree kernel modules from a container and load them on the "
+            "host at the next reboot, falling back to the last good set."
+        ),
+    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    builders = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for build in dict.fromkeys(builders):
+        build(sub)
+    _exit_codes(parser)
+    return parser
