@@ -50,7 +50,6 @@ from dataclasses import dataclass, field, fields
 from datetime import time
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from service.errors import ConfigError
 from service.window import DAYS, Guard, Window
@@ -121,16 +120,21 @@ class Config:
         are valid with defaults for the rest, and the problems (the caller logs them).
 
         Only ``boot`` uses this: it must never load less because of a typo, while
-        ``serve`` and ``intake`` refuse an invalid config (:meth:`load`).
+        ``serve`` and ``intake`` refuse an invalid config (:meth:`load`). The
+        ``[reboot]`` table is the daemon's: boot neither reads nor judges it (its
+        ``reboot`` is the default), so it never loads the time zone database either.
         """
         try:
-            return cls.load(path), ()
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(), ()
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+            return cls(), (f"cannot read: {exc}",)
+        data.pop("reboot", None)
+        try:
+            return cls.from_dict(data, path), ()
         except ConfigError as exc:
             problems = exc.problems
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
-            return cls(), problems
         values: dict[str, Any] = {}
         for key, value in data.items():
             try:
@@ -313,6 +317,8 @@ def _clock(value: Any, key: str, problems: list[str]) -> time:
 
 
 def _zone(value: Any, problems: list[str]) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # the [reboot] table's only
+
     try:
         ZoneInfo(value)
     except (TypeError, ValueError, ZoneInfoNotFoundError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
-from zoneinfo import ZoneInfo
 
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
@@ -26,6 +25,8 @@ class Window:
 
     def contains(self, when: datetime) -> bool:
         """Whether the aware datetime ``when`` lies in the window."""
+        from zoneinfo import ZoneInfo  # not on the boot path, which has no window
+
         local = when.astimezone(ZoneInfo(self.timezone))
         days = self.days or DAYS
         now = local.time()
@@ -39,6 +40,8 @@ class Window:
         """``now`` if the window is open, else the next moment it opens (within 8 days)."""
         if self.contains(now):
             return now
+        from zoneinfo import ZoneInfo
+
         zone = ZoneInfo(self.timezone)
         local = now.astimezone(zone)
         for days in range(0, 9):

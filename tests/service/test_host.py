@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cmd.host import build_host
+from service.config import RebootConfig
 from service.errors import ConfigError, TrustError
 from service.kernel.recording import RecordingKernel
 from service.layout import Layout
@@ -64,6 +65,20 @@ def test_an_invalid_config_is_refused_or_salvaged_and_read_only_when_used(host: 
     salvaged = build_host(host, salvage=True)
     assert salvaged.config.max_boot_attempts == 2
     assert salvaged.config_problems and "retain" in salvaged.config_problems[0]
+
+
+def test_the_boot_neither_reads_nor_judges_the_reboot_table(host: Layout) -> None:
+    """Salvaging (the boot's read) leaves ``[reboot]`` to the daemon: a bad reboot table is
+    no problem for the boot and its reboot policy is the default; the strict read refuses it."""
+    host.config.parent.mkdir(parents=True, exist_ok=True)
+    host.config.write_text(
+        'max_boot_attempts = 2\n[reboot]\nbackend = "kured"\ntimezone = "Mars/Base"\n'
+    )
+    salvaged = build_host(host, salvage=True)
+    assert salvaged.config.max_boot_attempts == 2 and salvaged.config_problems == ()
+    assert salvaged.config.reboot == RebootConfig()
+    with pytest.raises(ConfigError, match="Mars/Base"):
+        _ = build_host(host).config
 
 
 def test_another_trust_directory_and_strict_trust(host: Layout, tmp_path: Path) -> None:
