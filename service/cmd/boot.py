@@ -67,13 +67,26 @@ def write_boot_metrics(layout: Layout) -> None:
         log.error("metrics.write_failed", path=str(layout.metrics), error=exc.strerror or str(exc))
 
 
+#: Metrics writers a long-lived caller (the tests) forked and has not reaped yet.
+_writers: list[int] = []
+
+
 def metrics_in_background(layout: Layout, out: TextIO) -> None:
-    """Write the metrics textfile in a detached grandchild once the boot's outcome is final.
+    """Write the metrics textfile in a child once the boot's outcome is final.
 
     systemd starts the kubelet when this process exits; the status collection behind
-    the metrics (a fifth of a boot's time) need not delay it. The grandchild is
-    reparented to init, so nobody waits for it; without ``fork`` the file is written here.
+    the metrics (a fifth of a boot's time) need not delay it, nor need the boot wait
+    for the child: the console script exits at once (``service.cli.entry``) and the
+    child, reparented to init, is reaped there. A caller that lives on reaps its earlier
+    writers here, once they are done. Without ``fork`` the file is written here.
     """
+    for pid in list(_writers):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue  # still writing
+        except ChildProcessError:
+            pass  # reaped by someone else
+        _writers.remove(pid)
     for stream in (out, sys.stdout, sys.stderr):
         stream.flush()
     try:
@@ -82,11 +95,10 @@ def metrics_in_background(layout: Layout, out: TextIO) -> None:
         write_boot_metrics(layout)
         return
     if child:
-        os.waitpid(child, 0)
+        _writers.append(child)
         return
     try:  # the child: never returns into the caller's code
-        if os.fork() == 0:
-            write_boot_metrics(layout)
+        write_boot_metrics(layout)
     except BaseException:
         import traceback
 
