@@ -14,7 +14,6 @@ import gzip
 import lzma
 import random
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -399,18 +398,6 @@ def _modinfo(payload: bytes, old: bytes, new: bytes) -> bytes:
     return payload.replace(old, new + b"\0" * (len(old) - len(new)), 1)
 
 
-def _versions_crc(payload: bytes, symbol: bytes | None) -> bytes:
-    """Flip the CRC of `symbol` in __versions (None: the first entry not module_layout)."""
-    offset, size = elf.section_data(payload, "__versions")
-    out = bytearray(payload)
-    for at in range(offset, offset + size, 64):
-        name = payload[at + 8 : at + 64].split(b"\0")[0]
-        if (symbol is None and name != b"module_layout") or name == symbol:
-            struct.pack_into("<Q", out, at, struct.unpack_from("<Q", payload, at)[0] ^ 0x5A5A)
-            return bytes(out)
-    raise KeyError(symbol)
-
-
 def modinfo(g: Generator) -> None:
     """vermagic and modversions: what `same_magic` and `check_version` decide."""
     vm = b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
@@ -428,8 +415,8 @@ def modinfo(g: Generator) -> None:
         "vermagic-missing": lambda e: _modinfo(e, vm, b"vermagiX" + vm[8:]),
         "vermagic-empty": lambda e: _modinfo(e, vm, b"vermagic="),
         "no-crcs-same-vermagic": unversioned,
-        "crc-module-layout": lambda e: _versions_crc(e, b"module_layout"),
-        "crc-other-symbol": lambda e: _versions_crc(e, None),
+        "crc-module-layout": lambda e: elf.flip_version_crc(e, b"module_layout"),
+        "crc-other-symbol": lambda e: elf.flip_version_crc(e, None),
         "name-mismatch": lambda e: _modinfo(e, b"name=msorc_", b"name=msorX_"),
         "name-of-a-builtin": lambda e: re.sub(rb"msorc_\d{5}", b"rsa_generic", e),
         "name-of-a-builtin-with-params": lambda e: re.sub(rb"msorc_\d{5}", b"pci_hotplug", e),

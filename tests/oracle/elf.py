@@ -83,3 +83,15 @@ def section_data(elf: bytes, label: str) -> tuple[int, int]:
     """(file offset, size) of the section called `label`."""
     header = sections(elf)[index_of(elf, label)]
     return int(header["offset"]), int(header["size"])
+
+
+def flip_version_crc(payload: bytes, symbol: bytes | None) -> bytes:
+    """Flip the CRC of `symbol` in __versions (None: the first entry not module_layout)."""
+    offset, size = section_data(payload, "__versions")
+    out = bytearray(payload)
+    for at in range(offset, offset + size, 64):
+        name = payload[at + 8 : at + 64].split(b"\0")[0]
+        if (symbol is None and name != b"module_layout") or name == symbol:
+            struct.pack_into("<Q", out, at, struct.unpack_from("<Q", payload, at)[0] ^ 0x5A5A)
+            return bytes(out)
+    raise KeyError(symbol)

@@ -227,3 +227,56 @@ def test_hot_added_memory_is_onlined_movable_at_boot(
     for block in added:
         assert node.read(f"/sys/devices/system/memory/{block}/state") == "online"
         assert node.read(f"/sys/devices/system/memory/{block}/valid_zones") == "Movable"
+
+
+def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
+    node: Vm,
+    test_modules: dict[str, Path],
+    signed: dict[str, Path],
+    key: SigningKey,
+    certs: dict[str, bytes],
+    tmp_path: Path,
+) -> None:
+    """Boot leaves symbol CRCs to the kernel: a generation taken in without the headers'
+    Module.symvers (``require_symbol_crcs = false``) whose module imports a symbol under
+    another CRC than the running kernel's is refused by finit_module (EINVAL); boot names
+    the symbol from Module.symvers, nothing stays loaded and the last good generation returns."""
+    from service.layout import Layout
+    from service.verify.modinfo import read_versions
+    from service.verify.target import Target
+    from tests.oracle.elf import flip_version_crc
+
+    config = "require_symbol_crcs = false\n"
+    drop(node, "test", "1", KERNEL, [(signed["crc8"], "")])
+    prepare(node, certs, config)
+    assert modstage(node, "intake")[0] == 0
+    node.reboot()
+    assert _boot(node, certs, config)[0] == 0
+    good = state(node).bundle("test").active
+
+    probed = Target.from_layout(Layout(Path("/")), KERNEL).without_symvers().crcs
+    symbol = next(n for n, _ in read_versions(test_modules["ms_params"]) if n not in probed)
+    flipped = tmp_path / "unsigned" / "ms_params.ko"
+    flipped.parent.mkdir()
+    flipped.write_bytes(flip_version_crc(test_modules["ms_params"].read_bytes(), symbol.encode()))
+    drop(node, "test", "2", KERNEL, [(sign(flipped, key, tmp_path / "ms_params.ko"), "")])
+    symvers = f"/lib/modules/{KERNEL}/build/Module.symvers"
+    node.run(f"rm {symvers}").check()  # on the guest's overlay: back after the reboot
+    assert modstage(node, "intake")[0] == 0  # the CRC could not be checked: taken in
+    bad = state(node).bundle("test").pending
+
+    node.reboot()
+    assert node.run(f"test -f {symvers}").rc == 0
+    rc, out = _boot(node, certs, config)
+    assert rc == 0, out  # active again, on the last known good generation
+    b = state(node).bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
+    failed = str(b.generations[str(bad)].failed)
+    assert failed.startswith(
+        f"modules/ms_params.ko: EINVAL: disagrees about version of symbol {symbol} "
+    ), failed
+    assert failed.endswith(
+        "(finit_module: EINVAL: invalid module or parameter (or a symbol version mismatch))"
+    ), failed
+    live = live_modules(node)
+    assert "crc8" in live and "ms_params" not in live
