@@ -205,23 +205,15 @@ def _exit_codes(parser: argparse.ArgumentParser, name: str = "modstage") -> None
                 _exit_codes(sub_parser, sub_name)
 
 
-def _stage(sub: Subparsers) -> None:
-    add_stage(sub)
-
-
-def _wait(sub: Subparsers) -> None:
-    add_wait(sub)
-
-
 #: Each command's parser builder, in ``modstage --help``'s order (a builder adds its group).
-COMMANDS: dict[str, Callable[[Subparsers], None]] = {
-    "stage": _stage,
+COMMANDS: dict[str, Callable[[Subparsers], object]] = {
+    "stage": add_stage,
     "verify": _verify,
     "intake": _intake,
     "boot": _boot,
     "serve": _serve_status,
     "status": _serve_status,
-    "wait": _wait,
+    "wait": add_wait,
     **dict.fromkeys(
         ("generations", "retry", "rollback", "hold", "release", "prune", "config"), _admin
     ),

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.errors import StateError, UsageError
 from service.layout import Layout
 from service.status.collect import read_state
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
     """Forget and remove generations beyond retention (never active or pending)."""
-    keep = args.keep if args.keep is not None else build_host(layout).config.retain
+    keep = args.keep if args.keep is not None else Host(layout).config.retain
     if keep < 0:
         raise UsageError("--keep must be 0 or more")
     removed: dict[str, list[str]] = {}

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.layout import Layout
 from service.store.phase import Phase
 
@@ -24,7 +24,7 @@ def dry_run(layout: Layout, out: TextIO) -> int:
     """Print what the next boot would load; exit 1 if a bundle would fail to start."""
     from service.boot.dryrun import plan_boot, render
 
-    host = build_host(layout)
+    host = Host(layout)
     plans = plan_boot(layout, host.config, host.trust)
     render(plans, layout, out)
     bad = [p for p in plans if p.problem or any(m.verdict != "ok" for m in p.modules)]
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from service.logs import configure
 
     configure()
-    host = build_host(layout, salvage=True)  # a typo must never load less
+    host = Host(layout, salvage=True)  # a typo must never load less
     if host.config_problems:
         log.error("config.invalid", path=str(layout.config), problems=list(host.config_problems))
     kernel = host.kernel

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.config import Config
 from service.errors import ConfigError, TrustError
 from service.layout import Layout
@@ -17,7 +17,7 @@ from service.layout import Layout
 
 def check(layout: Layout) -> dict[str, Any]:
     """Every problem of the host's config and trust directory, and what would apply."""
-    host = build_host(layout, strict_trust=True)
+    host = Host(layout, strict_trust=True)
     problems: list[str] = []
     config: Config | None = None
     try:

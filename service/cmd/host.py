@@ -1,4 +1,4 @@
-"""One host, built the same way by every entry point: :func:`build_host`.
+"""One host, built the same way by every entry point: :class:`Host`.
 
 A :class:`Host` holds what the commands build from a layout: the config, the trusted
 certificates, the kernel, the kernel's keyrings, the reboot backend and intake. Each
@@ -49,6 +49,7 @@ def _identify(read_at: Callable[[int, int], bytes], size: int) -> ModInfo:
 class Host:
     """The parts of the host at ``layout``, each built once, when first used.
 
+    ``kernel``: replaces the one :func:`kernel_for` picks (the crash tests' fake).
     ``salvage``: read ``config.toml`` as the boot does (a problem falls back to the
     default for what cannot be read; :attr:`config_problems` names each) instead of
     refusing it. ``trusted``: another certificate directory than the layout's.
@@ -60,13 +61,13 @@ class Host:
     def __init__(
         self,
         layout: Layout,
-        given_kernel: Kernel | None = None,
+        kernel: Kernel | None = None,
         *,
         trusted: Path | None = None,
         salvage: bool = False,
         strict_trust: bool = False,
     ) -> None:
-        self.layout, self.given_kernel, self.trusted = layout, given_kernel, trusted
+        self.layout, self.given_kernel, self.trusted = layout, kernel, trusted
         self.salvage, self.strict_trust = salvage, strict_trust
 
     @cached_property
@@ -121,15 +122,3 @@ class Host:
         return Intake(
             layout=self.layout, config=self.config, trust=self.trust, keyring=self.keyring
         )
-
-
-def build_host(
-    layout: Layout,
-    kernel: Kernel | None = None,
-    *,
-    trusted: Path | None = None,
-    salvage: bool = False,
-    strict_trust: bool = False,
-) -> Host:
-    """The host at ``layout``; ``kernel`` replaces the one :func:`kernel_for` picks."""
-    return Host(layout, kernel, trusted=trusted, salvage=salvage, strict_trust=strict_trust)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.errors import ServiceError, UsageError
 from service.layout import Layout
 from service.logs import configure
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Take in the given drops (or all); exit 1 if any was rejected or deferred."""
     configure()
     layout = Layout(args.root)
-    host = build_host(layout)
+    host = Host(layout)
     drops = [drop_path(d, incoming_dirs(layout, host.config)) for d in args.drops]
     try:
         outcomes = host.intake.run(drops or None)

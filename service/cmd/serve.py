@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.daemon.intake_runner import ChildIntake
 from service.daemon.loop import Daemon
 from service.layout import Layout
@@ -16,7 +16,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from service.logs import configure
 
     configure()
-    host = build_host(Layout(args.root))
+    host = Host(Layout(args.root))
     intake = ChildIntake(host.layout, host.config)  # verification in a child process
     Daemon(host.layout, host.config, intake, host.rebooter).serve()
     return 0

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TextIO
 
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.errors import UsageError
 from service.layout import Layout
 from service.verify.keyid import describe_key_id
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Verify ``args.paths``; 0 if every module (and firmware digest) is accepted, else 1."""
     layout = Layout(args.root)
     target = target_of(args, layout)
-    trust = build_host(layout, trusted=args.trusted).trust
+    trust = Host(layout, trusted=args.trusted).trust
     verdicts = verify_paths(list(args.paths), trust=trust, kernel=target)
     render(verdicts, out, as_json=args.json, target=target)
     return 0 if verdicts and all(v.ok for v in verdicts) else 1

@@ -1,6 +1,6 @@
 """Run ``Boot`` on a host tree with the recording fake kernel: the crash tests' boot process.
 
-The host is built by :func:`~service.cmd.host.build_host`, as ``modstage boot`` builds it.
+The host is built by :class:`~service.cmd.host.Host`, as ``modstage boot`` builds it.
 
 ``python -m tests.hardening.boot_runner ROOT [--fail MODULE]``: exit 0 when no bundle
 ended failed, 1 otherwise; the kernel calls are printed as JSON.
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from service.boot.loader import Boot
-from service.cmd.host import build_host
+from service.cmd.host import Host
 from service.layout import Layout
 from service.store.phase import Phase
 from tests.service.fakes import FakeKernel
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fail", action="append", default=[])
     args = parser.parse_args(argv)
     kernel = FakeKernel(fail=dict.fromkeys(args.fail, errno.ENODEV))
-    host = build_host(Layout(args.root), kernel, salvage=True)  # as modstage boot builds it
+    host = Host(Layout(args.root), kernel, salvage=True)  # as modstage boot builds it
     state = Boot(host.layout, host.config, host.trust, host.kernel).run()
     print(json.dumps(kernel.calls))
     return 0 if all(b.phase is not Phase.FAILED for b in state.bundles.values()) else 1
