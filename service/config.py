@@ -106,13 +106,8 @@ class Config:
     @classmethod
     def load(cls, path: Path) -> Config:
         """Read ``path`` (defaults if it does not exist); raises :class:`ConfigError`."""
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls()
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-            raise ConfigError(path, [f"cannot read: {exc}"]) from exc
-        return cls.from_dict(data, path)
+        data = _read(path)
+        return cls() if data is None else cls.from_dict(data, path)
 
     @classmethod
     def salvage(cls, path: Path) -> tuple[Config, tuple[str, ...]]:
@@ -125,11 +120,11 @@ class Config:
         ``reboot`` is the default), so it never loads the time zone database either.
         """
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            data = _read(path)
+        except ConfigError as exc:
+            return cls(), exc.problems
+        if data is None:
             return cls(), ()
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-            return cls(), (f"cannot read: {exc}",)
         data.pop("reboot", None)
         try:
             return cls.from_dict(data, path), ()
@@ -306,6 +301,16 @@ def _reboot(value: Any, problems: list[str]) -> RebootConfig:
         window=window,
         guard=guard,
     )
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """The parsed ``path``, None if it does not exist; raises :class:`ConfigError`."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise ConfigError(path, [f"cannot read: {exc}"]) from exc
 
 
 def _clock(value: Any, key: str, problems: list[str]) -> time:
