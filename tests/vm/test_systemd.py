@@ -238,3 +238,32 @@ def test_daemon_pets_the_watchdog_logs_priorities_restarts_and_stops(node: Vm) -
         "ExecMainStatus": "0",
     }
     assert any(e["event"] == "daemon.stopped" for e in events(journal(node, DAEMON)))
+
+
+def _probe_boot_unit(node: Vm, name: str, *extra: str) -> bool:
+    """Run the installed boot unit, its ExecStart replaced by one that leaves a child behind
+    which writes ``name`` under the state directory 3 s after the main process exited; whether
+    that child's file appeared (``extra``: more [Service] lines for the drop-in)."""
+    mark = f"/var/lib/modstage/{name}"
+    child = f"sleep 3 && echo survived > {mark}"
+    dropin = "/run/systemd/system/modstage-boot.service.d"
+    lines = ["[Service]", "ExecStart=", f"ExecStart=/bin/sh -c '({child}) & exit 0'", *extra]
+    node.run(f"rm -f {mark}; mkdir -p {dropin}").check()
+    conf, text = f"{dropin}/probe.conf", "\n".join(lines) + "\n"
+    node.python(f"write({conf!r}, {text!r})")
+    try:
+        node.run("systemctl daemon-reload && systemctl restart modstage-boot.service").check()
+        time.sleep(6)
+        return node.run(f"test -f {mark}").rc == 0
+    finally:
+        node.run(f"rm -rf {dropin} && systemctl daemon-reload").check()
+
+
+def test_the_boot_units_metrics_writer_outlives_its_main_process(node: Vm) -> None:
+    """``modstage boot`` exits without waiting for its metrics writer (a child); the installed
+    unit (Type=oneshot, RemainAfterExit=yes, the default KillMode) lets such a child finish.
+    The control: the same unit with RemainAfterExit=no goes inactive when the main process
+    exits and systemd kills the child, so the probe can tell the two apart."""
+    assert _probe_boot_unit(node, "probe-kept")
+    assert show(node, BOOT, "ActiveState")["ActiveState"] == "active"
+    assert not _probe_boot_unit(node, "probe-killed", "RemainAfterExit=no")
