@@ -11,8 +11,9 @@ wrong types are errors naming the key, reported together.
     allowed_memory_policies = ["offline", "online", "online_kernel", "online_movable"]
     forbidden_params = []          # parameter names no bundle may set
     allow_foreign_firmware_path = false   # may boot replace a firmware_class.path set by others
-    require_symbol_crcs = true     # without the target's Module.symvers: refuse (policy) a
-                                   # module whose symbol CRCs cannot be checked
+    require_symbol_crcs = true     # when none of the target's exports can be read (its
+                                   # vmlinuz, in-tree modules, Module.symvers): refuse
+                                   # (policy) a module whose imports cannot be checked
     hotplug_policy = "kernel"      # online hot-added memory: online | online_kernel |
                                    # online_movable, or "kernel" to leave it to the kernel
     incoming_dirs = ["/var/lib/modstage/incoming"]   # where containers drop (absolute,
@@ -94,8 +95,9 @@ class Config:
     allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
     forbidden_params: tuple[str, ...] = ()
     allow_foreign_firmware_path: bool = False
-    # Without the target's build/Module.symvers, refuse (policy) a module importing a symbol
-    # whose CRC is unknown (true), or take it and say the CRCs went unchecked (false).
+    # Imports are judged against the kernel's own CRCs (vmlinuz and in-tree modules, and
+    # Module.symvers where installed). When none can be read, refuse (policy) a module
+    # importing a symbol not otherwise known (true), or take it and say so (false).
     require_symbol_crcs: bool = True
     hotplug_policy: str = "kernel"
     limits: Limits = field(default_factory=Limits)

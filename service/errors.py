@@ -13,8 +13,10 @@
     ├── StateError                  an illegal phase transition or an inconsistent state file
     │   ├── StateCorrupt            state.json was unreadable and has been moved aside
     │   └── IllegalTransition       a transition asked in a phase that may not precede it
-    └── ModuleRejected              a module the kernel would refuse (also a ValueError);
-                                    ``reason`` names the rule and the kernel's errno
+    ├── ModuleRejected              a module the kernel would refuse (also a ValueError);
+    │                               ``reason`` names the rule and the kernel's errno
+    └── TargetFileError             a target kernel's own file (vmlinuz, an in-tree module,
+                                    Module.symvers, the exports cache) cannot be used
 
 Later parts add their leaves here (verification, intake, state, loading).
 """
@@ -113,3 +115,15 @@ class BootError(ServiceError):
 
 class RebootError(ServiceError):
     """Asking for a reboot failed (the backend's command or file)."""
+
+
+class TargetFileError(ServiceError):
+    """A file of the target kernel at ``path`` cannot be read as it must; ``reason`` says why.
+
+    Verification then falls back to the next source of the same facts.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")

@@ -146,6 +146,14 @@ class Layout:
         """A kernel release's module tree (in-tree modules, ``modules.builtin``)."""
         return self._under("/lib/modules") / release
 
+    def kernel_image(self, release: str) -> Path:
+        """A kernel release's image, whose payload lists vmlinux's exports and CRCs."""
+        return self._under("/boot") / f"vmlinuz-{release}"
+
+    def exports_cache(self, release: str) -> Path:
+        """The parsed exports of a kernel release (see ``service.verify.exports``)."""
+        return self.var / "cache" / f"exports-{release}"
+
     def kernel_config(self, release: str) -> Path:
         """A kernel release's build configuration, as distributions install it."""
         return self._under("/boot") / f"config-{release}"

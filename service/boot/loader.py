@@ -81,7 +81,8 @@ class Boot:
 
     @cached_property
     def full_target(self) -> Target:
-        """The running kernel's facts, ``Module.symvers`` included (read on first use).
+        """The running kernel's facts, its exports included (read on first use: the
+        cache intake built, else the kernel's files).
 
         Intake judged the same kernel's facts already, so boot does not refuse what
         intake accepted for unknown CRCs (``strict_crcs=False``).
@@ -92,12 +93,12 @@ class Boot:
 
     @cached_property
     def target(self) -> Target:
-        """What boot judges modules by: :attr:`full_target` without ``Module.symvers``.
+        """What boot judges modules by: :attr:`full_target` without its exports.
 
-        The kernel checks every imported symbol's CRC when it loads the module; the
-        file is read only to name the symbol when the kernel refuses a load (EINVAL).
+        The kernel resolves every import when it loads the module; the exports are read
+        only to name the symbol when the kernel refuses a load (EINVAL or ENOENT).
         """
-        return self.full_target.without_symvers()
+        return self.full_target.probe_only()
 
     def run(self) -> State:
         """Bring up every bundle; return the final state."""
@@ -263,12 +264,12 @@ class Boot:
     def _explain(self, exc: LoadError, elf: BinaryIO, display: str) -> Exception:
         """The kernel's refusal, with the symbol named when it is a CRC mismatch.
 
-        Boot judged without ``Module.symvers``; on EINVAL the module is judged again
-        with it, and a symbol whose CRC disagrees with the target's becomes the reason.
+        Boot judged without the target's exports; on EINVAL or ENOENT the module is
+        judged again with them, and the symbol the kernel refused becomes the reason.
         """
         from service.verify.verdict import verify_module
 
-        if exc.errno != errno.EINVAL:
+        if exc.errno not in (errno.EINVAL, errno.ENOENT):
             return exc
         v = verify_module(elf, display=display, trust=self.trusted, kernel=self.full_target)
         if v.ok or not v.reason:

@@ -8,6 +8,7 @@ keyrings what it will refuse when it enforces signatures (:func:`preflight`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,11 +18,26 @@ from service.store.state import BundleState
 from service.verify.bundle import order_problems
 from service.verify.keyring import Keyring, enforcing
 from service.verify.params import param_problems
+from service.verify.symtab import Export
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from service.verify.verdict import Verdict, verify_files
 from stager.manifest import Manifest
 from stager.params import parse_params
+
+
+def bundle_exports(directory: Path, manifest: Manifest) -> dict[str, Export]:
+    """The exports of a stored generation's modules (unreadable ones export nothing)."""
+    from service.errors import TargetFileError
+    from service.verify.exports import read_module_exports
+
+    out: dict[str, Export] = {}
+    for module in manifest.modules:
+        try:
+            out.update(read_module_exports(directory / module.file))
+        except TargetFileError:
+            continue  # the kernel cannot resolve from a module boot will not load either
+    return out
 
 
 def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> list[str]:
@@ -54,16 +70,22 @@ def verify_copy(
     trust: TrustStore,
     keyring: Keyring,
     shown: Path,
+    before: Mapping[str, Export] | None,
 ) -> list[str]:
-    """Why the copies under ``tmp`` may not be published (empty: they may)."""
+    """Why the copies under ``tmp`` may not be published (empty: they may).
+
+    ``before``: the exports of the bundles this one loads after (``after``); None when
+    one of them is not known yet, so imports no one else exports are left to the kernel.
+    """
     target = replace(
         Target.from_layout(layout, manifest.kernel), strict_crcs=config.require_symbol_crcs
     )
-    verdicts = verify_files(tmp, manifest, trust=trust, kernel=target, shown=shown)
-    reasons = [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
+    verdicts = verify_files(tmp, manifest, trust=trust, kernel=target, shown=shown, before=before)
     modules = verdicts[: len(manifest.modules)]
-    if not reasons:
-        reasons = order_problems(modules)
+    # a module ordered before what it depends on also fails symbol resolution: the
+    # order is the reason to give first
+    reasons = order_problems(modules)
+    reasons += [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
     if not reasons:
         reasons = preflight(layout, keyring, manifest, modules, target)
     return reasons

@@ -24,7 +24,7 @@ from service.config import Config
 from service.errors import DropError, ServiceError
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.admit import policy_problems, verify_copy
+from service.store.admit import bundle_exports, policy_problems, verify_copy
 from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
@@ -40,6 +40,7 @@ from service.store.state import Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.keyring import Keyring
+from service.verify.symtab import Export
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
@@ -155,7 +156,7 @@ class Intake:
             state = self._screen(manifest)
             faults.hit("intake.verifying")
             if not self.store.has(manifest.digest):
-                self._build(drop, manifest, started)
+                self._build(drop, manifest, started, self._exported_before(state, manifest))
             self._record(state, manifest, digest)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
@@ -289,7 +290,23 @@ class Intake:
         finally:
             os.close(fd)
 
-    def _build(self, drop: Path, manifest: Manifest, started: float) -> None:
+    def _exported_before(self, state: State, manifest: Manifest) -> dict[str, Export] | None:
+        """What the bundles ``manifest`` loads after export: the generation boot would
+        bring up for each (pending if any, else active), as the kernel will see them.
+        None when one of them has no generation yet (its exports are unknown)."""
+        out: dict[str, Export] = {}
+        for name in manifest.after:
+            bundle = state.bundles.get(name)
+            generation = bundle and (bundle.pending or bundle.active)
+            if not generation or not self.store.has(generation):
+                return None
+            stored = self.store.path(generation)
+            out.update(bundle_exports(stored, self.store.manifest(generation)))
+        return out
+
+    def _build(
+        self, drop: Path, manifest: Manifest, started: float, before: dict[str, Export] | None
+    ) -> None:
         """Copy the drop into the store, verify the copies, publish them under their id."""
         deadline = started + self.config.limits.max_seconds
 
@@ -318,6 +335,7 @@ class Intake:
                 trust=self.trust,
                 keyring=self.keyring,
                 shown=drop,
+                before=before,
             )
             if reasons:
                 raise Rejected(reasons)

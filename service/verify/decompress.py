@@ -81,8 +81,12 @@ class _Stream:
         return bool(self._zst.eof)
 
 
-def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
-    """All of the stream ``read`` yields, decompressed; refuses more than ``cap`` bytes."""
+def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: bool = True) -> bytes:
+    """All of the stream ``read`` yields, decompressed; refuses more than ``cap`` bytes.
+
+    ``exact``: bytes after the end of the stream are refused (a module); else ignored (a
+    kernel image's payload, which kbuild follows with padding and its size).
+    """
     stream = _Stream(kind)
     out = bytearray()
     queued = b""
@@ -109,7 +113,7 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED) -> bytes:
                 raise ModuleRejected(f"EFBIG: decompressed module exceeds {cap} bytes")
     except errors as exc:
         raise ModuleRejected(f"EINVAL: corrupt {kind} stream: {exc}") from exc
-    if queued or read(CHUNK):
+    if exact and (queued or read(CHUNK)):
         raise ModuleRejected(
             f"EINVAL (policy): data after the end of the {kind} stream "
             "(modstage decompresses in userspace and refuses it; the kernel never sees the stream)"

@@ -1,33 +1,117 @@
 """The kernel's load-time rules after ``.modinfo`` is read, and modstage's policies on them.
 
-In ``load_module``'s order: the ``module_layout`` CRC, vermagic (``check_modinfo``),
-``STRICT_MODULE_RWX`` (``module_enforce_rwx_sections``), the other imported symbols'
-CRCs, then a module that is built into the target (``mod_sysfs_init``).
+In ``load_module``'s order: the size of ``.gnu.linkonce.this_module`` (``elf_validity_check``
+on 6.12; 6.1 does not check it and crashes on a short one), the ``module_layout`` CRC
+(``check_modstruct_version``), vermagic (``check_modinfo``), ``STRICT_MODULE_RWX``
+(``module_enforce_rwx_sections``), symbol resolution (``simplify_symbols``, see
+:mod:`service.verify.linking`), then a module that is built into the target
+(``mod_sysfs_init``). Symbol resolution may wait for the bundle: an import the target does
+not export can come from a module loaded before it (:func:`finish`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from service.errors import ModuleRejected
+from service.verify.linking import Failure, Linkage, Rules, last, resolve
 from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
+from service.verify.symtab import Export
 from service.verify.target import Target
 
 
-def load_rules(info: ModInfo, target: Target) -> None:
-    """Raise :class:`ModuleRejected` for the first rule ``info`` breaks on ``target``."""
-    check_crcs(info, target.crcs, layout=True)
+def load_rules(info: ModInfo, target: Target) -> Linkage | None:
+    """Raise :class:`ModuleRejected` for the first rule ``info`` breaks on ``target``.
+
+    When the module's symbol table was read, returns what is left to judge: the rest
+    of symbol resolution and the rules after it, which :func:`finish` judges with the
+    exports of the bundle's modules loaded before it. Else (boot) returns None.
+    """
+    _struct_module(info, target)
+    check_crcs(info, target.exports, layout=True)
     check_vermagic(info, target)
     if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
         raise ModuleRejected(
             f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
-    check_crcs(info, target.crcs, layout=False)
-    unknown = [n for n, _crc in info.versions if n not in target.crcs]
-    if unknown and target.strict_crcs and not target.crcs_complete:
-        raise ModuleRejected(
-            f"EINVAL (policy): the target's CRCs of {len(unknown)} imported symbols are unknown "
-            f"(e.g. {unknown[0]}): no build/Module.symvers under lib/modules/{target.release}; "
-            "the kernel refuses a CRC mismatch with EINVAL"
-        )
+    if info.symbols is None:  # boot: the kernel resolves; only CRCs already known are judged
+        check_crcs(info, target.exports, layout=False)
+        _builtin(info, target)
+        return None
+    failures = [] if info.symbols.problem is None else [_problem(info.symbols.problem)]
+    found, left = resolve(info, info.symbols.imports, target.exports, _rules(target), final=False)
+    disagree = target.exports.table.disagree
+    failures += [
+        Failure(imp.at, f"EINVAL (policy): the target's files disagree about the CRC of "
+                f"{imp.name}: {disagree[imp.name]}", policy=True)
+        for imp in info.symbols.imports
+        if imp.name in disagree
+    ]  # fmt: skip
+    return Linkage(info, (*failures, *found), left, info.symbols.exports)
+
+
+def finish(
+    linkage: Linkage, target: Target, bundle: Mapping[str, Export], *, open_ended: bool = False
+) -> None:
+    """Judge what :func:`load_rules` left with ``bundle`` (the exports of the modules loaded
+    before this one), then the rules that follow symbol resolution. ``open_ended``: other
+    modules, not known here, load before it: imports still unresolved are not judged."""
+    info = linkage.info
+    failures = list(linkage.failures)
+    if linkage.unresolved:
+        found, left = resolve(info, linkage.unresolved, bundle, _rules(target), final=False)
+        failures += found
+        if left and open_ended:
+            pass  # exported, perhaps, by a bundle not taken in yet: the kernel judges
+        elif left and target.exports.complete:
+            failures += resolve(info, left, {}, _rules(target), final=True)[0]
+        elif left and target.strict_crcs:
+            failures.append(_unknown(left[-1].at, len(left), left[0].name, target))
+        # else: nothing more is known of the target's exports; the kernel judges the rest
+    refusal = last(failures)
+    if refusal is not None:
+        raise refusal
+    _builtin(info, target)
+
+
+def _rules(target: Target) -> Rules:
+    return Rules(
+        target.config.enabled("MODULE_FORCE_LOAD"),
+        target.config.enabled("MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS"),
+    )
+
+
+def _problem(problem: tuple[int, str]) -> Failure:
+    return Failure(problem[0], f"ENOEXEC: {problem[1]}")
+
+
+def _unknown(at: int, count: int, first: str, target: Target) -> Failure:
+    return Failure(
+        at,
+        f"EINVAL (policy): {count} imported symbols are not among the target's known exports "
+        f"(e.g. {first}; {target.exports.describe()}); the kernel refuses an unknown symbol "
+        "(ENOENT) or a CRC mismatch (EINVAL)",
+        policy=True,
+    )
+
+
+def _struct_module(info: ModInfo, target: Target) -> None:
+    size, expected = info.this_module_size, target.struct_module
+    if size is None or expected is None or size == expected:
+        return
+    said = (
+        f".gnu.linkonce.this_module is {size} bytes, not sizeof(struct module) = {expected} "
+        "(as in the target's in-tree modules)"
+    )
+    if target.version >= (6, 12):
+        raise ModuleRejected(f"ENOEXEC: {said}")
+    raise ModuleRejected(
+        f"ENOEXEC (policy): safety: {said}; Linux {target.release} does not check this size "
+        "and may crash loading the module (a short one oopses in add_kallsyms)"
+    )
+
+
+def _builtin(info: ModInfo, target: Target) -> None:
     name = (info.module_name or "").replace("-", "_")
     if name in target.builtin_sysfs:
         raise ModuleRejected(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from service.errors import ModuleRejected
 
 if TYPE_CHECKING:
+    from service.verify.symtab import Export, Symbols
     from service.verify.target import Target
 
 ReadAt = Callable[[int, int], bytes]  # (offset, length) -> exactly length bytes
@@ -149,6 +150,13 @@ class ModInfo:
     module_name: str | None = None  # the name the kernel registers (struct module's)
     write_exec: str | None = None  # the first W+X section, if any
     versions: tuple[tuple[str, int], ...] = ()  # __versions: (symbol, crc) as the kernel reads
+    this_module_size: int | None = None  # .gnu.linkonce.this_module: sizeof(struct module)
+    symbols: Symbols | None = None  # imports and exports, when asked for (not at boot)
+
+    @property
+    def import_ns(self) -> tuple[str, ...]:
+        """The namespaces ``MODULE_IMPORT_NS`` lists (``import_ns=`` in ``.modinfo``)."""
+        return tuple(v for k, v in self.fields if k == "import_ns")
 
     @classmethod
     def from_bytes(cls, data: bytes, machine: int | None = None) -> ModInfo:
@@ -156,8 +164,14 @@ class ModInfo:
         return cls.from_elf(lambda at, n: data[at : at + n], len(data), machine)
 
     @classmethod
-    def from_elf(cls, read_at: ReadAt, size: int, machine: int | None = None) -> ModInfo:
-        """Check and parse the ELF object held in ``[0, size)`` of whatever ``read_at`` reads."""
+    def from_elf(
+        cls, read_at: ReadAt, size: int, machine: int | None = None, *, symbols: bool = False
+    ) -> ModInfo:
+        """Check and parse the ELF object held in ``[0, size)`` of whatever ``read_at`` reads.
+
+        ``symbols``: also read the symbol table (imports and exports; see
+        :mod:`service.verify.symtab`).
+        """
         elf = parse_elf(read_at, size, machine)
         read = _reader(read_at, size)
         info = elf.find_sec(b".modinfo")
@@ -176,12 +190,16 @@ class ModInfo:
         wx = elf.write_exec()
         vers = elf.find_sec(b"__versions")
         parsed = cls.from_fields(fields, elf.machine, vers is not None)
+        if symbols:
+            from service.verify.symtab import read_symbols  # not on the boot path
         return cls(
             **{
                 **parsed.__dict__,
                 "module_name": struct_name,
                 "write_exec": None if wx is None else (wx.name or b"?").decode("utf-8", "replace"),
                 "versions": () if vers is None else _versions(read, vers),
+                "this_module_size": this.size,
+                "symbols": read_symbols(elf, read) if symbols else None,
             }
         )
 
@@ -225,20 +243,29 @@ def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def check_crcs(info: ModInfo, crcs: dict[str, int] | Mapping[str, int], *, layout: bool) -> None:
+def check_crcs(info: ModInfo, exports: Mapping[str, Export], *, layout: bool) -> None:
     """``check_version`` for the symbols whose CRC the target is known to export.
 
     ``layout``: only ``module_layout`` (``check_modstruct_version``: ENOEXEC, checked before
-    vermagic); else every other symbol (``resolve_symbol``: EINVAL, after it).
+    vermagic); else every other ``__versions`` entry (``resolve_symbol``: EINVAL, after
+    it), as boot judges without reading the module's symbol table.
     """
     for name, crc in info.versions:
-        if (name == "module_layout") != layout or name not in crcs or crc == crcs[name]:
+        if (name == "module_layout") != layout:
+            continue
+        export = exports.get(name)
+        if export is None or export.crc is None or crc == export.crc:
             continue
         code = "ENOEXEC" if layout else "EINVAL"
         raise ModuleRejected(
             f"{code}: disagrees about version of symbol {name} "
-            f"(module {crc:#x}, target {crcs[name]:#x})"
+            f"(module {crc:#x}, target {export.crc:#x})"
         )
+
+
+def read_installed(path: Path) -> ModInfo | None:
+    """The ``.modinfo`` and ELF facts of an installed module file (compressed too), or None."""
+    return _installed(path)
 
 
 def _installed(path: Path) -> ModInfo | None:
@@ -289,10 +316,11 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
 
     The kernel compares the module's vermagic with its own by :func:`same_magic`.
     Policies (the kernel would accept): the release word must equal the target's even
-    with modversions (the kernel then checks symbol CRCs, which modstage cannot see
-    before the reboot); a module without vermagic is refused although a kernel with
-    ``MODULE_FORCE_LOAD=y`` force-loads it tainted; without the target's full vermagic
-    nothing is accepted, as ``same_magic`` cannot be applied.
+    with modversions when the target's exports cannot be read (the kernel then checks
+    symbol CRCs, which modstage judges only with the exports); a module without vermagic
+    is refused although a kernel with ``MODULE_FORCE_LOAD=y`` force-loads it tainted;
+    without the target's full vermagic nothing is accepted, as ``same_magic`` cannot be
+    applied.
     """
     if info.vermagic is None:
         if target.config.enabled("MODULE_FORCE_LOAD"):
@@ -314,10 +342,12 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
             raise ModuleRejected(
                 f"ENOEXEC: vermagic is for kernel {built_for}, not {target.release}"
             )
-        raise ModuleRejected(
-            f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
-            "(with modversions the kernel would compare symbol CRCs, which modstage cannot)"
-        )
+        if target.strict_crcs and not target.exports.complete:
+            raise ModuleRejected(
+                f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
+                "(with modversions the kernel compares symbol CRCs instead, and the target's "
+                "exports could not be read to do the same)"
+            )
     if target.vermagic is None:
         raise ModuleRejected(
             f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"

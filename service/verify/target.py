@@ -13,6 +13,12 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
   ``MODULE_FORCE_LOAD``, ``STRICT_MODULE_RWX=y``, no ``.platform`` fallback, digests
   sha224/256/384/512 only.
 * built-in modules: ``<root>/lib/modules/<release>/modules.builtin``.
+* exported symbols (name, CRC, GPL-only, namespace, owner): ``<root>/boot/vmlinuz-<release>``
+  and the in-tree modules, cross-checked with ``build/Module.symvers`` where the headers are
+  installed (see :mod:`service.verify.exports`), read on first lookup; none readable →
+  only the probed module's ``__versions`` CRCs, and a module importing another symbol is
+  refused (policy) unless ``require_symbol_crcs = false``.
+* ``sizeof(struct module)``: the size of ``.gnu.linkonce.this_module`` in the probed module.
 """
 
 from __future__ import annotations
@@ -23,11 +29,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.verify.modinfo import ModInfo
 
 from service.errors import ModuleRejected
 from service.layout import Layout
-from service.verify.symvers import SymbolCrcs, readable
+from service.verify.exports import KernelExports, Sources
+from service.verify.symtab import Export
 
 _ASSUMED = MappingProxyType(
     {"CONFIG_CRYPTO_SHA256": "y", "CONFIG_CRYPTO_SHA512": "y", "CONFIG_STRICT_MODULE_RWX": "y"}
@@ -136,12 +146,12 @@ class Target:
     vermagic_source: str
     config: KernelConfig
     builtin: frozenset[str] = field(default_factory=frozenset)
-    crcs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    crcs_source: str = "none"
+    exports: KernelExports = field(default_factory=lambda: KernelExports(None, {}))
     builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
-    # without build/Module.symvers, refuse (policy) a module importing a symbol whose CRC is
-    # unknown; boot sets it False: intake judged the same kernel's facts already
+    # when the target's exports cannot all be read, refuse (policy) a module importing a
+    # symbol they do not name; boot sets it False: intake judged the same kernel already
     strict_crcs: bool = True
+    struct_module: int | None = None  # sizeof(struct module), from the probed module
 
     @classmethod
     def from_layout(cls, layout: Layout, release: str | None = None) -> Target:
@@ -154,16 +164,19 @@ class Target:
             )
         modules = layout.modules_dir(release)
         vermagic, source, probe = _vermagic(modules)
-        crcs, crcs_source = _crcs(modules, probe)
+        probed = {} if probe is None else {
+            name: Export(crc, False, "", source) for name, crc in probe.versions
+        }  # fmt: skip
+        sources = Sources(layout.kernel_image(release), modules, layout.exports_cache(release))
         return cls(
             release,
             vermagic,
             source,
             _config(layout, release, running),
             _builtin(modules / "modules.builtin"),
-            crcs,
-            crcs_source,
+            KernelExports(sources, probed),
             _builtin_sysfs(modules / "modules.builtin.modinfo"),
+            struct_module=None if probe is None else probe.this_module_size,
         )
 
     @classmethod
@@ -176,24 +189,20 @@ class Target:
             vermagic, source = None, f"not given (only the release {release!r})"
         return cls(release, vermagic, source, config or KernelConfig.missing("not read"))
 
-    def without_symvers(self) -> Target:
-        """This target knowing only the probed module's CRCs: ``build/Module.symvers`` unread.
+    def probe_only(self) -> Target:
+        """This target knowing only the probed module's CRCs: its exports never read.
 
-        ``modstage boot`` judges with it: the kernel checks every imported symbol's CRC
-        when it loads the module (EINVAL), and parsing the file's 25,000 lines costs more
-        than the rest of a small boot. ``module_layout``'s CRC (ENOEXEC) is still checked.
+        ``modstage boot`` judges with it: the kernel resolves every import when it loads
+        the module, and intake judged the same kernel's exports already. ``module_layout``'s
+        CRC (ENOEXEC) is still checked.
         """
-        if not isinstance(self.crcs, SymbolCrcs) or self.crcs.symvers is None:
-            return self
-        probed = self.crcs_source.split(" + ")[:-1]
-        return replace(
-            self, crcs=SymbolCrcs(self.crcs.base, None), crcs_source=" + ".join(probed) or "none"
-        )
+        return replace(self, exports=self.exports.probe_only(), strict_crcs=False)
 
     @property
-    def crcs_complete(self) -> bool:
-        """Whether every exported symbol's CRC is known (the headers' Module.symvers was read)."""
-        return "Module.symvers" in self.crcs_source
+    def links(self) -> bool:
+        """Whether modules are judged on symbol resolution (their symbol tables read):
+        where the exports can be read, or a strict target must refuse unknown imports."""
+        return self.exports.sources is not None or self.strict_crcs
 
     @property
     def version(self) -> tuple[int, int]:
@@ -228,15 +237,23 @@ class Target:
         out = []
         if self.vermagic is None:
             out.append(f"target vermagic {self.vermagic_source}")
-        if not self.crcs_complete:
+        said = f"symbols: {self.exports.describe()}"
+        if not self.exports.complete:
+            said += "; " + (
+                "a module importing another symbol is refused (policy)"
+                if self.strict_crcs
+                else "other symbols are left to the kernel (CRC mismatches are not caught)"
+            )
+        out.append(said)
+        table = self.exports.table
+        out += [f"symbols: {p}" for p in table.problems]
+        if self.exports.cache_note:
+            out.append(f"symbols: {self.exports.cache_note}")
+        if table.disagree:
+            first = next(iter(table.disagree.items()))
             out.append(
-                f"symbol CRCs: no build/Module.symvers; only {len(self.crcs)} CRCs known "
-                f"({self.crcs_source}); "
-                + (
-                    "a module importing another symbol is refused (policy)"
-                    if self.strict_crcs
-                    else "other symbols' CRC mismatches (EINVAL) are not caught"
-                )
+                f"symbols: the target's files disagree about {len(table.disagree)} CRCs "
+                f"(e.g. {first[0]}: {first[1]}); a module importing one is refused (policy)"
             )
         if not self.config.known:
             out.append(
@@ -252,7 +269,7 @@ class Target:
             "vermagic": self.vermagic,
             "vermagic_source": self.vermagic_source,
             "config_source": self.config.source,
-            "crcs_source": self.crcs_source,
+            "symbols_source": self.exports.describe(),
             "notes": list(self.notes()),
         }
 
@@ -264,9 +281,9 @@ def _running(layout: Layout) -> str | None:
         return None
 
 
-def _vermagic(directory: Path) -> tuple[str | None, str, Path | None]:
-    """(``vermagic=``, its source, the module) of the first readable in-tree module."""
-    from service.verify.modinfo import read_vermagic  # modinfo imports nothing from here
+def _vermagic(directory: Path) -> tuple[str | None, str, ModInfo | None]:
+    """(``vermagic=``, its source, the module's facts) of the first readable in-tree module."""
+    from service.verify.modinfo import read_installed  # modinfo imports nothing from here
 
     tree = directory / "kernel"
     probes = 0
@@ -277,27 +294,13 @@ def _vermagic(directory: Path) -> tuple[str | None, str, Path | None]:
                 continue
             path = Path(dirpath) / name
             probes += 1
-            vermagic = read_vermagic(path)
-            if vermagic is not None:
-                return vermagic, str(path), path
+            info = read_installed(path)
+            if info is not None and info.vermagic is not None:
+                return info.vermagic, str(path), info
             if probes >= _MAX_PROBES:
                 why = f"not found: no readable vermagic in {probes} modules under {tree}"
                 return None, why, None
     return None, f"not found: no in-tree module under {tree}", None
-
-
-def _crcs(directory: Path, probe: Path | None) -> tuple[Mapping[str, int], str]:
-    """Exported symbols' CRCs: the probed module's __versions, then ``build/Module.symvers``
-    (read when first looked up: see :mod:`service.verify.symvers`)."""
-    from service.verify.modinfo import read_versions
-
-    base = dict(read_versions(probe)) if probe is not None else {}
-    sources = [str(probe)] if base else []
-    symvers = directory / "build" / "Module.symvers"
-    found = readable(symvers)
-    if found:
-        sources.append(str(symvers))
-    return SymbolCrcs(base, symvers if found else None), " + ".join(sources) or "none"
 
 
 def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:

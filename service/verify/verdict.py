@@ -14,22 +14,27 @@ import errno
 import hashlib
 import io
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
-from service.verify.loadrules import load_rules
+from service.verify.linking import Linkage
+from service.verify.loadrules import finish, load_rules
 from service.verify.modinfo import ModInfo
 from service.verify.modsig import check_signers, read_at, read_signature
+from service.verify.symtab import Export
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.paths import module_name
+
+T = TypeVar("T")
 
 _MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 
@@ -139,7 +144,7 @@ def _stream(
 
 def _check_elf(
     f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, target: Target, whole: Any
-) -> None:
+) -> Linkage | None:
     """Signature, ELF, modinfo and vermagic of the (decompressed) module held in ``f``."""
     signed_len, msg = read_signature(f, size, facts.problems, target)
     names = {s.hash_algo or "" for s in msg.signers} if msg else set()
@@ -153,7 +158,10 @@ def _check_elf(
         except ModuleRejected as exc:
             facts.problems.append(exc.reason)
     info = ModInfo.from_elf(
-        lambda at, n: read_at(f, at, n), signed_len, _MACHINES.get(os.uname().machine)
+        lambda at, n: read_at(f, at, n),
+        signed_len,
+        _MACHINES.get(os.uname().machine),
+        symbols=target.links,
     )
     facts.fields.update(
         name=info.module_name or info.name,
@@ -162,16 +170,17 @@ def _check_elf(
         depends=info.depends,
         firmware=info.firmware,
     )
-    load_rules(info, target)
+    return load_rules(info, target)
 
 
-def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: int) -> None:
+def _check(
+    f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: int
+) -> Linkage | None:
     size = f.seek(0, os.SEEK_END)
     whole = hashlib.sha256()
     kind = compression(read_at(f, 0, 6))
     if kind is None:
-        _check_elf(f, size, facts, trust, target, whole)
-        return
+        return _check_elf(f, size, facts, trust, target, whole)
     facts.fields["compression"] = kind
 
     def read(n: int) -> bytes:
@@ -187,7 +196,7 @@ def _check(f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: i
             pass
         facts.fields["sha256"] = whole.hexdigest()
     facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
-    _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
+    return _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
 
 
 def as_target(kernel: str | Target) -> Target:
@@ -210,13 +219,41 @@ def verify_module(
     every problem is a ``Verdict(ok=False, reason=...)``.
     """
     target = as_target(kernel)
-    facts = _Facts(display, fields={"notes": target.notes()})
+    facts, linkage = _verify(f, display, trust, target, max_decompressed)
+    return _finished(facts, linkage, target, {})
+
+
+def _verify(
+    f: BinaryIO, display: str, trust: TrustStore, target: Target, cap: int
+) -> tuple[_Facts, Linkage | None]:
+    """Every check up to the imports the target does not export (see :func:`_finished`)."""
+    facts = _Facts(display)
+    linkage = None
     try:
-        _check(f, facts, trust, target, max_decompressed)
+        linkage = _check(f, facts, trust, target, cap)
     except ModuleRejected as exc:
         facts.problems.append(exc.reason)
     except OSError as exc:
         facts.problems.append(f"EIO: cannot read: {exc.strerror or exc}")
+    return facts, linkage
+
+
+def _finished(
+    facts: _Facts,
+    linkage: Linkage | None,
+    target: Target,
+    bundle: Mapping[str, Export],
+    *,
+    open_ended: bool = False,
+) -> Verdict:
+    """The verdict once ``bundle`` (exports of the modules loaded before) resolved the rest;
+    ``open_ended``: modules not known here load before, so what is left is the kernel's."""
+    if linkage is not None:
+        try:
+            finish(linkage, target, bundle, open_ended=open_ended)
+        except ModuleRejected as exc:
+            facts.problems.append(exc.reason)
+    facts.fields["notes"] = target.notes()
     return facts.verdict()
 
 
@@ -226,19 +263,42 @@ def _failed(display: str, exc: OSError) -> Verdict:
 
 
 def _module_at(
-    root: Path, relative: str, display: str, trust: TrustStore, kernel: str | Target, follow: bool
-) -> Verdict:
+    root: Path, relative: str, display: str, trust: TrustStore, target: Target, follow: bool
+) -> tuple[_Facts, Linkage | None] | Verdict:
     try:
         f = open_regular(root, relative, follow=follow)
     except OSError as exc:
         return _failed(display, exc)
     with f:
-        return verify_module(f, display=display, trust=trust, kernel=kernel)
+        return _verify(f, display, trust, target, MAX_DECOMPRESSED)
 
 
 def verify_path(path: Path, *, trust: TrustStore, kernel: str | Target) -> Verdict:
     """Verify one module file (symlinks followed: the path comes from the admin)."""
-    return _module_at(path.parent, path.name, str(path), trust, kernel, True)
+    target = as_target(kernel)
+    done = _module_at(path.parent, path.name, str(path), trust, target, True)
+    return done if isinstance(done, Verdict) else _finished(*done, target, {})
+
+
+def _linked(
+    done: list[tuple[_Facts, Linkage | None] | Verdict],
+    names: list[str],
+    target: Target,
+    before: Mapping[str, Export] | None,
+) -> list[Verdict]:
+    """Module verdicts in load order, each module's imports resolved by the target and by
+    the exports of the modules before it (as the kernel will see them)."""
+    bundle: dict[str, Export] = dict(before or {})
+    out = []
+    for item, name in zip(done, names, strict=True):
+        if isinstance(item, Verdict):
+            out.append(item)
+            continue
+        out.append(_finished(*item, target, bundle, open_ended=before is None))
+        linkage = item[1]
+        if linkage is not None:
+            bundle.update({n: e._replace(owner=name) for n, e in linkage.exports.items()})
+    return out
 
 
 def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verdict:
@@ -262,7 +322,7 @@ def _mismatch(actual: str, expected: str) -> str:
     return f"EBADMSG: sha256 {actual} is not the manifest's {expected}"
 
 
-def _run_all(jobs: Sequence[Callable[[], Verdict]]) -> list[Verdict]:
+def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
     """Run verification jobs on every core (hashlib releases the GIL), results in order."""
     if len(jobs) < 2:
         return [job() for job in jobs]
@@ -302,22 +362,30 @@ def verify_files(
     trust: TrustStore,
     kernel: str | Target,
     shown: Path | None = None,
+    before: Mapping[str, Export] | None = {},
 ) -> list[Verdict]:
     """Verify the files ``manifest`` names beneath ``root`` (modules, then firmware).
 
     Verdicts name files under ``shown`` (default ``root``): intake verifies its store
-    copy but reports the paths of the drop the container wrote.
+    copy but reports the paths of the drop the container wrote. ``before``: the exports
+    of modules loaded before this bundle's (the bundles it loads after), None when they
+    are not known (imports neither the target nor the bundle exports are then not judged).
     """
     at = shown or root
-    jobs: list[Callable[[], Verdict]] = [
-        partial(_module_at, root, m.file, str(at / m.file), trust, kernel, False)
+    target = as_target(kernel)
+    jobs: list[Callable[[], tuple[_Facts, Linkage | None] | Verdict]] = [
+        partial(_module_at, root, m.file, str(at / m.file), trust, target, False)
         for m in manifest.modules
     ]
     jobs += [
         partial(_firmware_at, root, fw.file, str(at / fw.file), fw.sha256)
         for fw in manifest.firmware
     ]
-    verdicts = _run_all(jobs)
+    done = _run_all(jobs)
+    count = len(manifest.modules)
+    names = [module_name(m.file) for m in manifest.modules]
+    verdicts = _linked(done[:count], names, target, before)
+    verdicts += [v for v in done[count:] if isinstance(v, Verdict)]
     for i, entry in enumerate(manifest.modules):
         actual = verdicts[i].sha256
         if actual is not None and actual != entry.sha256:

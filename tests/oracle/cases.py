@@ -1,9 +1,9 @@
 """The differential generator: a seeded, reproducible list of module cases, one name each.
 
 `generate(pki, workdir, seed)` returns `Case`s in categories (baseline, ecdsa, keys, signers,
-pkcs7, trailer, elf, modinfo, compress, random). Signatures are real: kbuild's sign-file for
-what it can express, `tests.oracle.cms` otherwise; hand-made bytes only as deliberately
-broken input. Keys are cached (tests/oracle/pki.py), RSA PKCS#1 v1.5 and ECDSA (RFC 6979)
+pkcs7, trailer, elf, modinfo, compress, random, symbols). Signatures are real: kbuild's
+sign-file for what it can express, `tests.oracle.cms` otherwise; hand-made bytes only as
+deliberately broken input. Keys are cached (tests/oracle/pki.py), RSA PKCS#1 v1.5 and ECDSA (RFC 6979)
 are deterministic, so the same seed gives the same bytes.
 """
 
@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from tests.kmod.forge import append_signature, compress, split
 from tests.oracle import der, elf
 from tests.oracle.cms import ATTR_SIGNING_TIME, ATTR_SMIME_CAPS, Cms, Signer, build, cert_parts
-from tests.oracle.module import base_module, module_name, renamed
+from tests.oracle.module import base_module, module_name, renamed, symbols_module
 from tests.oracle.pki import CHAIN, SECONDARY, Pki, reissue
 from tests.oracle.testbed import sign_file
 
@@ -55,13 +55,17 @@ class Generator:
 
     def __init__(self, pki: Pki, workdir: Path, seed: int) -> None:
         self.pki, self.workdir, self.rng = pki, workdir, random.Random(seed)
-        self.base = base_module()
+        self.base, self.symbols = base_module(), symbols_module()
         self.cases: list[Case] = []
         self.ids: set[str] = set()
 
     def payload(self) -> bytes:
         """The next case's unsigned module (fresh name)."""
         return renamed(self.base, len(self.cases) + 1)
+
+    def symbols_payload(self) -> bytes:
+        """The next case's unsigned symbols module (fresh name)."""
+        return renamed(self.symbols, len(self.cases) + 1)
 
     def add(
         self, category: str, label: str, data: bytes, compressed: str = "", suffix: str = ""
@@ -548,6 +552,50 @@ def edges_signers_and_files(g: Generator) -> None:
     g.add("compress", "xz-bcj-filter", lzma.compress(g.good(), filters=bcj), "xz")
 
 
+# The symbols module's imports (kmod/msors_00000.c), all vmlinux exports on Debian's 6.1, and
+# same-length replacements that nothing exports (checked against Module.symvers by the tests).
+# OTHER_NS is a real namespace (hid-sensor-iio-common's), just not dma_buf_put's.
+NORMAL, UNEXPORTED = b"_printk", b"_printq"
+WEAK, WEAK_UNEXPORTED = b"strim", b"strym"
+GPL_ONLY, NAMESPACED = b"kobject_create_and_add", b"dma_buf_put"
+IMPORT_NS, OTHER_NS = b"import_ns=DMA_BUF\0", b"import_ns=IIO_HID\0"
+LICENSE, NOT_GPL = b"license=GPL\0", b"license=BSD\0"
+
+
+def _unexported(payload: bytes, old: bytes, new: bytes) -> bytes:
+    """`payload` importing `new` instead of `old` (symbol table and __versions alike)."""
+    return elf.rename_version(elf.rename_symbol(payload, old, new), old, new)
+
+
+def _relicensed(payload: bytes) -> bytes:
+    """`payload` under a license that is not GPL-compatible (the kernel taints it P)."""
+    return elf.replace_in_section(payload, ".modinfo", LICENSE, NOT_GPL)
+
+
+def symbols(g: Generator) -> None:
+    """What resolve_symbol and simplify_symbols refuse: an unknown import (unless weak), an
+    import missing from __versions, a GPL-only import of a non-GPL module, a namespace not
+    imported, a CRC mismatch on a GPL-only, namespaced or weak import. The controls: the
+    symbols module as built, and a non-GPL module importing no GPL-only symbol."""
+    edits: dict[str, Callable[[bytes], bytes]] = {
+        "control": lambda e: e,
+        "unknown-symbol": lambda e: _unexported(e, NORMAL, UNEXPORTED),
+        "unknown-symbol-not-in-versions": lambda e: elf.rename_symbol(e, NORMAL, UNEXPORTED),
+        "unknown-weak-symbol": lambda e: _unexported(e, WEAK, WEAK_UNEXPORTED),
+        "missing-from-versions": lambda e: elf.rename_version(e, NORMAL, UNEXPORTED),
+        "gpl-only-from-non-gpl": _relicensed,
+        "namespace-not-imported": lambda e: elf.replace_in_section(
+            e, ".modinfo", IMPORT_NS, OTHER_NS
+        ),
+        "crc-gpl-symbol": lambda e: elf.flip_version_crc(e, GPL_ONLY),
+        "crc-namespaced-symbol": lambda e: elf.flip_version_crc(e, NAMESPACED),
+        "crc-weak-symbol": lambda e: elf.flip_version_crc(e, WEAK),
+    }
+    for label, edit in edits.items():
+        g.add("symbols", label, g.sign_file(edit(g.symbols_payload())))
+    g.add("symbols", "non-gpl-without-gpl-imports", g.sign_file(_relicensed(g.payload())))
+
+
 CATEGORIES = (
     baseline,
     ecdsa,
@@ -561,6 +609,7 @@ CATEGORIES = (
     edges,
     edges_signers_and_files,
     randomized,
+    symbols,
 )
 
 

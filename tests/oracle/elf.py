@@ -95,3 +95,71 @@ def flip_version_crc(payload: bytes, symbol: bytes | None) -> bytes:
             struct.pack_into("<Q", out, at, struct.unpack_from("<Q", payload, at)[0] ^ 0x5A5A)
             return bytes(out)
     raise KeyError(symbol)
+
+
+SYM = struct.Struct("<IBBHQQ")  # name info other shndx value size
+STB_GLOBAL, STB_WEAK = 1, 2
+
+
+def _symbol_names(elf: bytes) -> list[tuple[bytes, int, int, int]]:
+    """(name, file offset of the name, st_info, st_shndx) of every .symtab entry."""
+    headers = sections(elf)
+    symtab = headers[index_of(elf, ".symtab")]
+    strtab = int(headers[int(symtab["link"])]["offset"])
+    out = []
+    for at in range(int(symtab["offset"]), int(symtab["offset"]) + int(symtab["size"]), SYM.size):
+        name, info, _, shndx, _, _ = SYM.unpack_from(elf, at)
+        start = strtab + name
+        out.append((elf[start : elf.index(b"\0", start)], start, info, shndx))
+    return out
+
+
+def undefined_symbols(elf: bytes) -> dict[bytes, int]:
+    """The module's imports: name -> binding (STB_GLOBAL, STB_WEAK) of each named SHN_UNDEF
+    symbol."""
+    return {name: info >> 4 for name, _, info, shndx in _symbol_names(elf) if name and shndx == 0}
+
+
+def rename_symbol(elf: bytes, old: bytes, new: bytes) -> bytes:
+    """`elf` with the symbol `old` renamed `new` (same length) in its string table; fails if
+    the name is shared with another symbol (a merged string tail)."""
+    assert len(old) == len(new), (old, new)
+    names = _symbol_names(elf)
+    starts = {start for name, start, _, _ in names if name == old}
+    assert len(starts) == 1, f"{old!r}: {len(starts)} names"
+    (start,) = starts
+    out = bytearray(elf)
+    out[start : start + len(new)] = new
+    changed = {a for a, b in zip(names, _symbol_names(bytes(out)), strict=True) if a[0] != b[0]}
+    assert {name for name, _, _, _ in changed} == {old}, f"{old!r} shares its bytes"
+    return bytes(out)
+
+
+def versions(elf: bytes) -> dict[bytes, int]:
+    """The __versions entries: symbol name -> CRC."""
+    offset, size = section_data(elf, "__versions")
+    return {
+        elf[at + 8 : at + 64].split(b"\0")[0]: int(struct.unpack_from("<Q", elf, at)[0])
+        for at in range(offset, offset + size, 64)
+    }
+
+
+def rename_version(elf: bytes, old: bytes, new: bytes) -> bytes:
+    """`elf` with the __versions entry of `old` renamed `new` (same length)."""
+    assert len(old) == len(new), (old, new)
+    offset, size = section_data(elf, "__versions")
+    for at in range(offset, offset + size, 64):
+        if elf[at + 8 : at + 64].split(b"\0")[0] == old:
+            return elf[: at + 8] + new + elf[at + 8 + len(new) :]
+    raise KeyError(old)
+
+
+def replace_in_section(elf: bytes, label: str, old: bytes, new: bytes) -> bytes:
+    """`elf` with the one occurrence of `old` inside section `label` replaced by `new` (same
+    length)."""
+    assert len(old) == len(new), (old, new)
+    offset, size = section_data(elf, label)
+    data = elf[offset : offset + size]
+    assert data.count(old) == 1, f"{old!r} occurs {data.count(old)} times in {label}"
+    at = offset + data.index(old)
+    return elf[:at] + new + elf[at + len(old) :]

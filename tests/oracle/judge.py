@@ -32,8 +32,8 @@ from tests.kmod.build import HEADERS
 from tests.oracle.cases import Case
 from tests.oracle.pki import Pki
 
-IN_TREE_MODULE = "kernel/lib/crc-itu-t.ko"  # Debian-signed, carries the target's vermagic
-BUILTIN_LISTS = ("modules.builtin", "modules.builtin.modinfo")
+HOST_ROOT = Path("/")  # the installed Debian kernel is the target
+MODULE_LISTS = ("modules.builtin", "modules.builtin.modinfo", "modules.dep", "modules.order")
 ENFORCED = {"ENOKEY": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENODATA": "EKEYREJECTED"}
 REPO = Path(__file__).resolve().parents[2]
 AGREE_ACCEPT, AGREE_REFUSE = "agree-accept", "agree-refuse"
@@ -46,20 +46,25 @@ COLUMNS = (AGREE_ACCEPT, AGREE_REFUSE, M_ACCEPT_K_REFUSE, POLICY, UNNAMED)
 
 
 def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path:
-    """A --root holding the target's config, its built-in module lists and one in-tree
-    module (its full vermagic); with `symvers`, also build/Module.symvers (every exported
-    symbol's CRC, as on a node with the kernel headers installed)."""
-    modules = directory / "lib/modules" / release
-    (modules / IN_TREE_MODULE).parent.mkdir(parents=True, exist_ok=True)
-    for relative in (IN_TREE_MODULE, *BUILTIN_LISTS):
-        shutil.copyfile(Path("/lib/modules") / release / relative, modules / relative)
+    """A --root holding what a node without kernel headers has of `release`: the kernel
+    image (`boot/vmlinuz-*`, whose ELF payload holds vmlinux's exports) and config, the
+    in-tree module tree (`lib/modules/<release>/kernel`, a symlink to the host's: its
+    modules' exports, and their vermagic) and the module lists. With `symvers`, also
+    build/Module.symvers (every exported symbol's CRC, as on a node with the headers)."""
+    host, modules = HOST_ROOT / "lib/modules" / release, directory / "lib/modules" / release
+    modules.mkdir(parents=True, exist_ok=True)
+    (modules / "kernel").symlink_to(host / "kernel", target_is_directory=True)
+    for listing in MODULE_LISTS:
+        shutil.copyfile(host / listing, modules / listing)
     if symvers:
         (modules / "build").mkdir()
         shutil.copyfile(
             HEADERS / f"linux-headers-{release}/Module.symvers", modules / "build/Module.symvers"
         )
-    (directory / "boot").mkdir(exist_ok=True)
-    shutil.copyfile(f"/boot/config-{release}", directory / f"boot/config-{release}")
+    boot = directory / "boot"
+    boot.mkdir(exist_ok=True)
+    (boot / f"vmlinuz-{release}").symlink_to(HOST_ROOT / f"boot/vmlinuz-{release}")
+    shutil.copyfile(HOST_ROOT / f"boot/config-{release}", boot / f"config-{release}")
     return directory
 
 

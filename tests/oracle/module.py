@@ -1,8 +1,11 @@
-"""The oracle's base module (kmod/msorc_00000.c), built once with kbuild and renamed per case.
+"""The oracle's modules (kmod/), built once with kbuild and renamed per case.
 
+The base module (`msorc_00000.c`) imports only what every module does; the symbols module
+(`msors_00000.c`) imports a normal, a GPL-only, a namespaced and a weak vmlinux export.
 Every case needs its own module name so that hundreds of variants load in one boot without
-`EEXIST`. The name `msorc_00000` is rewritten in place (same length) everywhere it occurs,
-which covers `.modinfo` `name=` and the name inside `.gnu.linkonce.this_module`.
+`EEXIST`. The built name (`msorc_00000` or `msors_00000`) is rewritten in place (same
+length) everywhere it occurs, which covers `.modinfo` `name=` and the name inside
+`.gnu.linkonce.this_module`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from tests.kmod.build import build_once, cache_root, kernel_release
 
 SRC = Path(__file__).with_name("kmod")
 BASE_NAME = b"msorc_00000"
+SYMBOLS_NAME = b"msors_00000"
+BUILT_NAMES = (BASE_NAME, SYMBOLS_NAME)
 
 
 def module_name(index: int) -> str:
@@ -37,7 +42,7 @@ def _copy_sources(into: Path) -> None:
 
 def _strip(work: Path) -> None:
     proc = subprocess.run(
-        ["strip", "--strip-debug", str(work / "msorc_00000.ko")],
+        ["strip", "--strip-debug", *(str(work / f"{n.decode()}.ko") for n in BUILT_NAMES)],
         capture_output=True,
         text=True,
         check=False,
@@ -46,15 +51,27 @@ def _strip(work: Path) -> None:
         raise RuntimeError(f"strip failed ({proc.returncode}):\n{proc.stderr}")
 
 
-def base_module() -> bytes:
-    """The unsigned base module (debug info stripped), built and cached on first use."""
+def _built(name: bytes) -> bytes:
+    """The unsigned module `name` (debug info stripped), built and cached on first use."""
     release = kernel_release()
     final = cache_root() / f"oracle-module-{release}-{_digest(release)}"
-    return (build_once(final, _copy_sources, finish=_strip) / "msorc_00000.ko").read_bytes()
+    return (build_once(final, _copy_sources, finish=_strip) / f"{name.decode()}.ko").read_bytes()
+
+
+def base_module() -> bytes:
+    """The unsigned base module: it imports only `module_layout`, `__fentry__` and
+    `__x86_return_thunk` (normal exports)."""
+    return _built(BASE_NAME)
+
+
+def symbols_module() -> bytes:
+    """The unsigned symbols module (see kmod/msors_00000.c for what it imports)."""
+    return _built(SYMBOLS_NAME)
 
 
 def renamed(module: bytes, index: int) -> bytes:
-    """`module` with its name replaced by `module_name(index)` everywhere."""
-    if BASE_NAME not in module:
-        raise ValueError("module does not carry the base name")
-    return module.replace(BASE_NAME, module_name(index).encode())
+    """`module` with its built name replaced by `module_name(index)` everywhere."""
+    for built in BUILT_NAMES:
+        if built in module:
+            return module.replace(built, module_name(index).encode())
+    raise ValueError("module does not carry a built name")

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
+from tests.kmod.build import kernel_release
 from tests.oracle.cases import Case
 from tests.oracle.judge import (
     AGREE_ACCEPT,
     AGREE_REFUSE,
     M_ACCEPT_K_REFUSE,
+    MODULE_LISTS,
     POLICY,
     UNNAMED,
     Outcome,
     problems,
     table,
+    target_root,
 )
 
 
@@ -78,3 +82,22 @@ def test_problems_and_table_name_every_broken_rule() -> None:
     assert "kernel EBADMSG" in found[0]
     text = table(cases)
     assert text.splitlines()[1].split()[1:] == ["1", "1", "1", "1", "1", "0/1"]
+
+
+def test_minimal_target_root_is_a_node_without_headers(tmp_path: Path) -> None:
+    """The minimal root holds the kernel image and config, the in-tree module tree (the
+    host's, through a symlink) and the module lists, and no build/; with `symvers` it adds
+    build/Module.symvers only."""
+    release = kernel_release()
+    host = Path("/lib/modules", release)
+    modules = target_root(tmp_path / "minimal", release) / "lib/modules" / release
+    assert sorted(p.name for p in modules.iterdir()) == sorted(("kernel", *MODULE_LISTS))
+    assert (modules / "kernel").resolve() == (host / "kernel").resolve()
+    assert (modules / "kernel/lib/crc-itu-t.ko").is_file()
+    for listing in MODULE_LISTS:
+        assert (modules / listing).read_bytes() == (host / listing).read_bytes()
+    boot = tmp_path / "minimal/boot"
+    assert sorted(p.name for p in boot.iterdir()) == [f"config-{release}", f"vmlinuz-{release}"]
+    assert (boot / f"vmlinuz-{release}").read_bytes()[:2] == b"MZ"  # the bzImage itself
+    full = target_root(tmp_path / "symvers", release, symvers=True) / "lib/modules" / release
+    assert [p.name for p in (full / "build").iterdir()] == ["Module.symvers"]

@@ -228,18 +228,19 @@ def test_old_generations_are_collected_but_not_active_or_pending(
 
 
 @pytest.mark.parametrize("require", [True, False])
-def test_without_module_symvers_the_config_decides_about_unknown_crcs(
+def test_without_any_export_list_the_config_decides_about_unknown_crcs(
     host: Layout, signed: dict[str, Path], kernel: str, require: bool
 ) -> None:
-    """With no build/Module.symvers for the target (a host without kernel headers), a module
-    importing symbols whose CRCs are unknown is refused as a named policy by default, and
-    taken in when ``require_symbol_crcs = false`` says the admin accepts unchecked CRCs."""
+    """With neither the target's image nor its build/Module.symvers (the exports cannot be
+    read), a module importing symbols whose CRCs are unknown is refused as a named policy by
+    default, and taken in when ``require_symbol_crcs = false`` accepts unchecked CRCs."""
+    assert not host.kernel_image(kernel).exists()
     (host.root / "lib/modules" / kernel / "build/Module.symvers").unlink()
     _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
     [outcome] = _intake(host, Config(require_symbol_crcs=require)).run()
     if require:
         assert not outcome.accepted
-        assert any("(policy)" in r and "Module.symvers" in r for r in outcome.reasons), outcome
+        assert any("(policy)" in r and "known exports" in r for r in outcome.reasons), outcome
     else:
         assert outcome.accepted, outcome.reasons
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.verify.symvers import SymbolCrcs, parse_symvers
+from service.errors import TargetFileError
+from service.verify.exports import read_symvers
 from service.verify.target import ConfigText, KernelConfig, parse_config
 
 NAMES = st.sampled_from(["CONFIG_A", "CONFIG_AB", "CONFIG_B", "A", "CONFIG_", "# CONFIG_A"])
@@ -32,7 +34,7 @@ def test_kernel_config_enabled_reads_the_last_line() -> None:
     assert config.enabled("X") and not config.enabled("Y") and not config.enabled("Z")
 
 
-SYMS = st.sampled_from(["a", "b", "mod", "0x1"])
+SYMS = st.sampled_from(["a", "b", "mod", "0x1", "vmlinux", "EXPORT_SYMBOL_GPL", "NS"])
 CRCS = st.sampled_from(["0x1", "0xffffffff", "0xzz", "12", "0x_1", ""])
 SYMVERS = st.lists(st.lists(st.one_of(SYMS, CRCS), min_size=1, max_size=6).map("\t".join)).map(
     lambda rows: "".join(r + "\n" for r in rows)
@@ -40,17 +42,25 @@ SYMVERS = st.lists(st.lists(st.one_of(SYMS, CRCS), min_size=1, max_size=6).map("
 
 
 @given(SYMVERS)
-def test_symbol_crcs_read_on_first_use(tmp_path_factory: object, text: str) -> None:
-    """The lazy CRC map holds the probed CRCs overridden by every well-formed symvers line."""
+def test_module_symvers_lines_become_exports(tmp_path_factory: object, text: str) -> None:
+    """Every line with a 0x CRC and at least four fields is an export (the later line of a
+    symbol wins); its GPL flag is the export kind's, its namespace the fifth field."""
     path = Path(tmp_path_factory.mktemp("s")) / "Module.symvers"  # type: ignore[attr-defined]
     path.write_text(text)
-    crcs = SymbolCrcs({"a": 7, "z": 9}, path)
-    expected = {"a": 7, "z": 9} | parse_symvers(text.splitlines(keepends=True))
-    assert dict(crcs) == expected
-    assert ("z" in crcs) and crcs["z"] == 9
+    expected = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[0].startswith("0x"):
+            try:
+                crc = int(fields[0], 16)
+            except ValueError:
+                continue
+            expected[fields[1]] = (crc, fields[3].endswith("_GPL"), [*fields, ""][4])
+    got = {n: (e.crc, e.gpl, e.namespace) for n, e in read_symvers(path).items()}
+    assert got == expected
 
 
-def test_symbol_crcs_without_a_file_are_the_probe() -> None:
-    """No readable Module.symvers: the map is the probed module's CRCs alone."""
-    crcs = SymbolCrcs({"module_layout": 1}, None)
-    assert dict(crcs) == {"module_layout": 1} and len(crcs) == 1
+def test_unreadable_module_symvers_names_the_file(tmp_path: Path) -> None:
+    """A Module.symvers that cannot be read is an error naming it, not an empty table."""
+    with pytest.raises(TargetFileError, match=r"Module\.symvers: cannot read"):
+        read_symvers(tmp_path / "Module.symvers")

@@ -58,10 +58,12 @@ def test_sign_file_signatures_are_accepted(
 def test_identity_fields_of_a_consumer(
     tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
 ) -> None:
-    """depends and firmware come from .modinfo; key_id is the kernel's "ex:" id in hex."""
+    """depends and firmware come from .modinfo; key_id is the kernel's "ex:" id in hex. The
+    consumer alone imports a symbol no one exports: ENOENT, naming it, identity still filled."""
     consumer = check(sign(modules["ms_consumer"], rsa_key, tmp_path / "c.ko"), trust, target)
     firmware = check(sign(modules["ms_firmware"], rsa_key, tmp_path / "f.ko"), trust, target)
-    assert consumer.ok and consumer.depends == ("ms_exporter",)
+    assert consumer.depends == ("ms_exporter",) and consumer.errno == "ENOENT"
+    assert "Unknown symbol ms_exporter_value" in (consumer.reason or ""), consumer.reason
     assert firmware.ok and firmware.firmware == ("modstage/test.bin",)
     found = trust.find(bytes.fromhex(consumer.key_id or ""))
     assert found is not None and found.subject == "modstage rsa"
@@ -282,8 +284,8 @@ def test_symbol_crcs_the_target_exports_are_checked(
     tmp_path: Path, modules: dict[str, Path], rsa_key: SigningKey, trust: TrustStore, target: Target
 ) -> None:
     """check_modstruct_version: a wrong module_layout CRC is ENOEXEC (before vermagic);
-    resolve_symbol: a wrong CRC of another known export is EINVAL."""
-    assert "module_layout" in target.crcs, target.crcs_source
+    resolve_symbol: a wrong CRC of another known export is EINVAL, naming its owner."""
+    assert "module_layout" in target.exports, target.exports.describe()
     data = modules["ms_params"].read_bytes()
     layout = sign(
         file_with(tmp_path, _with_crc(data, b"module_layout", 1), "a.ko"),
@@ -293,39 +295,33 @@ def test_symbol_crcs_the_target_exports_are_checked(
     verdict = check(layout, trust, target)
     assert (verdict.errno, verdict.policy) == ("ENOEXEC", False)
     assert verdict.reason is not None and "version of symbol module_layout" in verdict.reason
-    info_symbols = [
-        n for n in ("param_ops_int", "_printk", "param_ops_charp") if n.encode() + b"\0" in data
-    ]
-    symbol = info_symbols[0]
+    symbol = next(n for n in ("param_ops_int", "_printk") if n.encode() + b"\0" in data)
     other = sign(
         file_with(tmp_path, _with_crc(data, symbol.encode(), 2), "b.ko"), rsa_key, tmp_path / "o.ko"
     )
-    known = replace(target, crcs={**target.crcs, symbol: 12345})
-    assert check(other, trust, target).ok or symbol in target.crcs
-    verdict = check(other, trust, known)
+    verdict = check(other, trust, target)
     assert verdict.errno == "EINVAL" and f"version of symbol {symbol}" in (verdict.reason or "")
+    assert "vmlinux" in (verdict.reason or "")
 
 
-def test_target_says_when_symbol_crcs_are_partly_unknown(target: Target) -> None:
-    """Without build/Module.symvers only the probe's CRCs are known, and the notes say so."""
-    assert "Module.symvers" in target.crcs_source and not target.notes()
-    partial = replace(target, crcs={"module_layout": 1}, crcs_source="/x/crc8.ko")
+def test_target_notes_say_where_the_exports_came_from(target: Target) -> None:
+    """The notes name the source of every export; only probed CRCs are said to be partial."""
+    (note,) = target.notes()
+    assert note == f"symbols: {target.exports.describe()}" and "Module.symvers" in note
+    partial = replace(target, exports=target.exports.probe_only(), strict_crcs=True)
     (note,) = partial.notes()
-    assert note.startswith("symbol CRCs: no build/Module.symvers; only 1 CRCs known")
+    assert note.startswith("symbols: only the ") and "CRCs of the probed in-tree module" in note
+    assert note.endswith("a module importing another symbol is refused (policy)")
 
 
-def test_unknown_crcs_without_module_symvers_are_refused_by_policy_except_at_boot(
+def test_unknown_exports_are_refused_by_policy_except_at_boot(
     signed_rsa: Path, trust: TrustStore, target: Target
 ) -> None:
-    """No build/Module.symvers: a module importing a symbol whose CRC is unknown could be
-    EINVAL at load, so verify and intake refuse it (policy); boot (strict_crcs=False) trusts
-    intake's judgment of the same kernel."""
-    minimal = replace(
-        target,
-        crcs={"module_layout": target.crcs["module_layout"]},
-        crcs_source="/lib/modules/x/kernel/lib/crc8.ko",
-    )
+    """With none of the target's exports readable, a module importing a symbol not probed
+    could be ENOENT or EINVAL at load, so verify and intake refuse it (policy); boot
+    (probe_only, strict_crcs=False) leaves it to the kernel, as intake judged the kernel."""
+    minimal = replace(target, exports=target.exports.probe_only(), strict_crcs=True)
     verdict = check(signed_rsa, trust, minimal)
     assert (verdict.errno, verdict.policy) == ("EINVAL", True), verdict.reason
-    assert "no build/Module.symvers" in (verdict.reason or "")
-    assert check(signed_rsa, trust, replace(minimal, strict_crcs=False)).ok
+    assert "not among the target's known exports" in (verdict.reason or "")
+    assert check(signed_rsa, trust, target.probe_only()).ok

@@ -237,10 +237,11 @@ def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     certs: dict[str, bytes],
     tmp_path: Path,
 ) -> None:
-    """Boot leaves symbol CRCs to the kernel: a generation taken in without the headers'
-    Module.symvers (``require_symbol_crcs = false``) whose module imports a symbol under
-    another CRC than the running kernel's is refused by finit_module (EINVAL); boot names
-    the symbol from Module.symvers, nothing stays loaded and the last good generation returns."""
+    """Boot leaves symbol CRCs to the kernel: a generation taken in while none of the
+    target's exports could be read (vmlinuz and Module.symvers gone,
+    ``require_symbol_crcs = false``) whose module imports a symbol under another CRC than
+    the running kernel's is refused by finit_module (EINVAL); boot names the symbol from
+    the exports, nothing stays loaded and the last good generation returns."""
     from service.layout import Layout
     from service.verify.modinfo import read_versions
     from service.verify.target import Target
@@ -254,19 +255,20 @@ def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     assert _boot(node, certs, config)[0] == 0
     good = state(node).bundle("test").active
 
-    probed = Target.from_layout(Layout(Path("/")), KERNEL).without_symvers().crcs
+    probed = Target.from_layout(Layout(Path("/")), KERNEL).probe_only().exports
     symbol = next(n for n, _ in read_versions(test_modules["ms_params"]) if n not in probed)
     flipped = tmp_path / "unsigned" / "ms_params.ko"
     flipped.parent.mkdir()
     flipped.write_bytes(flip_version_crc(test_modules["ms_params"].read_bytes(), symbol.encode()))
     drop(node, "test", "2", KERNEL, [(sign(flipped, key, tmp_path / "ms_params.ko"), "")])
     symvers = f"/lib/modules/{KERNEL}/build/Module.symvers"
-    node.run(f"rm {symvers}").check()  # on the guest's overlay: back after the reboot
+    image = f"/boot/vmlinuz-{KERNEL}"
+    node.run(f"rm {symvers} {image}").check()  # on the guest's overlay: back after the reboot
     assert modstage(node, "intake")[0] == 0  # the CRC could not be checked: taken in
     bad = state(node).bundle("test").pending
 
     node.reboot()
-    assert node.run(f"test -f {symvers}").rc == 0
+    assert node.run(f"test -f {symvers} && test -f {image}").rc == 0
     rc, out = _boot(node, certs, config)
     assert rc == 0, out  # active again, on the last known good generation
     b = state(node).bundle("test")

@@ -1,0 +1,128 @@
+"""The exports of a kernel image (``/boot/vmlinuz-<release>``), read as the kernel keeps them.
+
+A bzImage carries its vmlinux as a compressed payload (setup header: ``payload_offset``
+at 0x248, ``payload_length`` at 0x24c, counted from the protected-mode code after
+``setup_sects + 1`` sectors), followed by kbuild's 4-byte little-endian decompressed size.
+Debian 12 compresses it with xz, Debian 13 with zstd. The payload is an ELF with section
+headers and no symbol table: ``__ksymtab`` and ``__ksymtab_gpl`` hold 12-byte entries of
+three self-relative ``s32`` offsets (value, name, namespace; the names in
+``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs.
+That is what ``find_symbol`` searches and ``check_version`` compares (x86-64 and arm64
+build with ``HAVE_ARCH_PREL32_RELOCATIONS``). A plain ELF vmlinux is read the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from service.errors import ModuleRejected, TargetFileError
+from service.verify.decompress import compression, decompress
+from service.verify.symtab import Export
+
+MAX_IMAGE = 256 << 20  # modstage policy: a decompressed vmlinux larger than this is refused
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_ENTRY = 12  # struct kernel_symbol with PREL32: value_offset, name_offset, namespace_offset
+
+
+def read_image_exports(path: Path, cap: int = MAX_IMAGE) -> dict[str, Export]:
+    """Every symbol vmlinux exports, by name; :class:`TargetFileError` names what is wrong."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TargetFileError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return _exports(vmlinux(data, cap))
+    except (struct.error, IndexError, ValueError) as exc:
+        raise TargetFileError(path, f"damaged: {exc}") from exc
+
+
+def vmlinux(data: bytes, cap: int = MAX_IMAGE) -> bytes:
+    """The ELF inside a bzImage (or ``data`` itself when it is an ELF already)."""
+    if data[:4] == b"\x7fELF":
+        return data
+    if len(data) < 0x250 or data[0x202:0x206] != b"HdrS":
+        raise ValueError("neither a bzImage (no HdrS setup header) nor an ELF")
+    (version,) = struct.unpack_from("<H", data, 0x206)
+    if version < 0x208:
+        raise ValueError(f"boot protocol {version:#x} has no payload fields")
+    setup_sects = data[0x1F1] or 4
+    offset, length = struct.unpack_from("<II", data, 0x248)
+    start = (setup_sects + 1) * 512 + offset
+    payload = data[start : start + length]
+    if length < 8 or len(payload) != length:
+        raise ValueError(f"payload [{start}, +{length}) lies outside the {len(data)}-byte file")
+    kind = compression(payload[:6])
+    if kind is None:
+        raise ValueError(f"unknown payload format (starts {payload[:4].hex()})")
+    (stated,) = struct.unpack_from("<I", payload, length - 4)
+    if stated > cap:
+        raise ValueError(f"payload states {stated} decompressed bytes, over the cap of {cap}")
+    stream = memoryview(payload)[: length - 4]
+    at = 0
+
+    def read(n: int) -> bytes:
+        nonlocal at
+        chunk = bytes(stream[at : at + n])
+        at += len(chunk)
+        return chunk
+
+    try:
+        elf = decompress(read, kind, min(stated, cap), exact=False)
+    except ModuleRejected as exc:
+        raise ValueError(f"{kind} payload: {exc.reason}") from exc
+    if elf[:4] != b"\x7fELF":
+        raise ValueError("the decompressed payload is not an ELF")
+    return elf
+
+
+def _sections(elf: bytes) -> dict[bytes, tuple[int, int, int]]:
+    """Section name -> (address, file offset, size)."""
+    (shoff,) = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    if shentsize != _SHDR.size or shnum == 0 or shoff + shnum * _SHDR.size > len(elf):
+        raise ValueError("no section header table (a stripped image?)")
+    headers = [_SHDR.unpack_from(elf, shoff + i * _SHDR.size) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+    out = {}
+    for name, _type, _flags, addr, offset, size, *_ in headers:
+        end = elf.index(b"\0", names_at + name)
+        if offset + size > len(elf) and _type != 8:  # SHT_NOBITS occupies no file bytes
+            raise ValueError(f"section {elf[names_at + name : end]!r} lies outside the image")
+        out[elf[names_at + name : end]] = (addr, offset, size)
+    return out
+
+
+def _exports(elf: bytes) -> dict[str, Export]:
+    sections = _sections(elf)
+    if b"__ksymtab" not in sections or b"__ksymtab_strings" not in sections:
+        raise ValueError("no __ksymtab or __ksymtab_strings section")
+    strings = sections[b"__ksymtab_strings"]
+    out: dict[str, Export] = {}
+    for table, crcs, gpl in ((b"__ksymtab", b"__kcrctab", False),
+                             (b"__ksymtab_gpl", b"__kcrctab_gpl", True)):  # fmt: skip
+        if table not in sections:
+            continue
+        addr, offset, size = sections[table]
+        crc_table = sections.get(crcs)
+        count = size // _ENTRY
+        if crc_table is not None and crc_table[2] < 4 * count:
+            raise ValueError(f"{crcs.decode()} holds fewer CRCs than {table.decode()} entries")
+        for i in range(count):
+            entry = addr + _ENTRY * i
+            _value, name_rel, ns_rel = struct.unpack_from("<iii", elf, offset + _ENTRY * i)
+            name = _string(elf, strings, entry + 4 + name_rel)
+            namespace = _string(elf, strings, entry + 8 + ns_rel) if ns_rel else ""
+            crc = None
+            if crc_table is not None:
+                (crc,) = struct.unpack_from("<I", elf, crc_table[1] + 4 * i)
+            out[name] = Export(crc, gpl, namespace, "vmlinux")
+    return out
+
+
+def _string(elf: bytes, strings: tuple[int, int, int], address: int) -> str:
+    addr, offset, size = strings
+    if not addr <= address < addr + size:
+        raise ValueError(f"a symbol name at {address:#x} lies outside __ksymtab_strings")
+    at = offset + address - addr
+    return elf[at : elf.index(b"\0", at, offset + size)].decode("utf-8", "replace")

@@ -1,0 +1,125 @@
+"""The kernel's symbol resolution (``simplify_symbols``), judged before the reboot.
+
+For every undefined symbol in ``.symtab`` order, ``resolve_symbol`` (Linux 6.1 and 6.12):
+
+1. ``find_symbol``: the export by name in vmlinux, then in the loaded modules; a GPL-only
+   export is invisible to a module whose license is not GPL-compatible
+   (``license_is_gpl_compatible``; no license counts as "unspecified"). Not found:
+   ``ENOENT`` ("Unknown symbol"), unless the symbol is weak.
+2. ``check_version``: an export with a CRC against the module's ``__versions``: a
+   mismatch, or (Debian's patch) no entry for the symbol, is ``EINVAL``; a module with
+   no ``__versions`` at all is force-loaded only with ``MODULE_FORCE_LOAD`` (else ``EINVAL``).
+3. ``verify_namespace_is_imported``: a namespaced export needs ``import_ns=<ns>`` in
+   ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``).
+
+``simplify_symbols`` does not stop at a failure: the load fails with the error of the
+*last* failing symbol, which is the one named here. A bundle's own exports are resolved in
+its load order (a module sees the exports of the modules loaded before it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from service.errors import ModuleRejected
+from service.verify.modinfo import ModInfo
+from service.verify.symtab import Export, Import
+
+GPL_COMPATIBLE = frozenset(
+    ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL")
+)
+
+
+class Failure(NamedTuple):
+    """One symbol the kernel would not resolve, at its place in ``.symtab``."""
+
+    at: int  # its index in .symtab
+    reason: str
+    policy: bool = False  # a modstage policy, where the kernel itself would resolve it
+
+
+class Linkage(NamedTuple):
+    """What is left to judge of a module once the target's own exports were looked up."""
+
+    info: ModInfo
+    failures: tuple[Failure, ...]  # found so far, in .symtab order
+    unresolved: tuple[Import, ...]  # imports the target does not export (a bundle may)
+    exports: Mapping[str, Export]  # the module's own exports, for the modules after it
+
+
+class Rules(NamedTuple):
+    """The target's settings the rules depend on."""
+
+    force_load: bool  # CONFIG_MODULE_FORCE_LOAD
+    missing_ns_ok: bool  # CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
+
+
+def gpl_compatible(info: ModInfo) -> bool:
+    """Whether the kernel lets ``info``'s module use GPL-only exports."""
+    return (info.license or "unspecified") in GPL_COMPATIBLE
+
+
+def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> str | None:
+    """Why ``resolve_symbol`` fails for ``imp`` given the ``export`` found (None: found none)."""
+    if export is None or (export.gpl and not gpl_compatible(info)):
+        if imp.weak:
+            return None
+        if export is None:
+            return f"ENOENT: Unknown symbol {imp.name} (no export of that name)"
+        return (
+            f"ENOENT: Unknown symbol {imp.name} (GPL-only export of {export.owner}; the "
+            f"module's license {info.license or 'unspecified'!r} is not GPL-compatible)"
+        )
+    if export.crc is not None:
+        if not info.has_versions:
+            if not rules.force_load:
+                return f"EINVAL: no __versions to check {imp.name} and no MODULE_FORCE_LOAD"
+        else:
+            crc = dict(info.versions).get(imp.name)
+            if crc is None:
+                return f"EINVAL: no symbol version for {imp.name} (not in __versions)"
+            if crc != export.crc:
+                return (
+                    f"EINVAL: disagrees about version of symbol {imp.name} "
+                    f"(module {crc:#x}, target {export.crc:#x}, {export.owner})"
+                )
+    if export.namespace and export.namespace not in info.import_ns and not rules.missing_ns_ok:
+        return (
+            f"EINVAL: module uses symbol {imp.name} from namespace {export.namespace}, "
+            "but does not import it (no MODULE_IMPORT_NS)"
+        )
+    return None
+
+
+def resolve(
+    info: ModInfo,
+    imports: tuple[Import, ...],
+    exports: Mapping[str, Export],
+    rules: Rules,
+    *,
+    final: bool,
+) -> tuple[list[Failure], tuple[Import, ...]]:
+    """Judge ``imports`` against ``exports``: (failures, imports left unresolved).
+
+    ``final``: a symbol not found fails now; else it is left for the bundle's exports.
+    """
+    failures, left = [], []
+    for imp in imports:
+        export = exports.get(imp.name)
+        if export is None and not final:
+            left.append(imp)
+            continue
+        why = judge(info, imp, export, rules)
+        if why is not None:
+            failures.append(Failure(imp.at, why))
+    return failures, tuple(left)
+
+
+def last(failures: list[Failure] | tuple[Failure, ...]) -> ModuleRejected | None:
+    """The refusal ``simplify_symbols`` returns: its last failing symbol's (a policy only
+    when the kernel itself would resolve every symbol)."""
+    kernel = [f for f in failures if not f.policy]
+    if not failures:
+        return None
+    return ModuleRejected(max(kernel or failures).reason)

@@ -1,0 +1,137 @@
+"""A module's symbol table as the kernel links it: what it imports and what it exports.
+
+``simplify_symbols`` walks ``.symtab`` from index 1: every ``SHN_UNDEF`` symbol is an
+import the kernel resolves (a weak one may stay unresolved), a ``SHN_COMMON`` symbol or a
+section index past ``e_shnum`` is refused (``ENOEXEC``). A module's exports are the
+``__ksymtab_<name>`` labels kbuild places in ``__ksymtab`` (or ``__ksymtab_gpl``: GPL-only),
+their CRCs the ``__crc_<name>`` labels in ``__kcrctab``/``__kcrctab_gpl`` (a ``u32`` at the
+label's offset), their namespaces the strings at ``__kstrtabns_<name>`` in
+``__ksymtab_strings``. The same layout holds on 6.1 and 6.12.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import NamedTuple
+
+from service.errors import ModuleRejected
+from service.verify.modinfo import MAX_TABLE, SHT_NOBITS, SHT_SYMTAB, Elf, Section
+
+ReadAt = Callable[[int, int], bytes]
+
+SHN_UNDEF, SHN_LIVEPATCH, SHN_ABS, SHN_COMMON = 0, 0xFF20, 0xFFF1, 0xFFF2
+STB_WEAK = 2
+_SYM = struct.Struct("<IBBHQQ")
+MAX_SYMTAB = 64 << 20  # modstage policy: a symbol table read into memory at most this big
+_EXPORT_SECTIONS = (b"__ksymtab", b"__ksymtab_gpl")
+_CRC_SECTIONS = (b"__kcrctab", b"__kcrctab_gpl")
+
+
+class Export(NamedTuple):
+    """One exported symbol as the kernel's ``find_symbol`` sees it."""
+
+    crc: int | None  # None: exported without a CRC (the kernel then skips check_version)
+    gpl: bool  # EXPORT_SYMBOL_GPL: a module that is not GPL-compatible cannot use it
+    namespace: str  # "" when the symbol is in no namespace
+    owner: str  # "vmlinux", or the module (name, or the file it was read from)
+
+
+class Import(NamedTuple):
+    """An undefined symbol of a module, at its place in ``.symtab``."""
+
+    at: int  # its index in .symtab
+    name: str
+    weak: bool
+
+
+class Symbols(NamedTuple):
+    """A module's imports in ``.symtab`` order and its exports by name."""
+
+    imports: tuple[Import, ...]
+    exports: dict[str, Export]
+    # the last ENOEXEC simplify_symbols finds on its own, with its place in .symtab
+    problem: tuple[int, str] | None
+
+
+def _fail(why: str) -> ModuleRejected:
+    return ModuleRejected(f"ENOEXEC: {why}")
+
+
+def _table(elf: Elf, read: ReadAt) -> tuple[Section, bytes, bytes] | None:
+    symtab = next((s for s in elf.sections[1:] if s.type == SHT_SYMTAB), None)
+    if symtab is None or symtab.type == SHT_NOBITS:
+        return None
+    if symtab.size > MAX_SYMTAB:
+        raise _fail(f"symbol table of {symtab.size} bytes")
+    strings = elf.sections[symtab.link]
+    if strings.size > MAX_SYMTAB:
+        raise _fail(f"symbol string table of {strings.size} bytes")
+    data = read(symtab.offset, symtab.size - symtab.size % _SYM.size)
+    names = read(strings.offset, strings.size) if strings.type != SHT_NOBITS else b""
+    return symtab, data, names
+
+
+def _name(names: bytes, at: int) -> bytes:
+    end = names.find(b"\0", at)
+    return names[at : len(names) if end < 0 else end]
+
+
+def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbols:
+    """The imports and exports of the module whose sections ``elf`` describes."""
+    found = _table(elf, read)
+    if found is None:
+        return Symbols((), {}, None)
+    _symtab, data, names = found
+    by_index = {s.index: s.name for s in elf.sections}
+    wanted = {
+        s.index: s
+        for s in elf.sections
+        if s.name in (*_EXPORT_SECTIONS, *_CRC_SECTIONS, b"__ksymtab_strings")
+        and s.type != SHT_NOBITS
+    }
+    if exports_only and not any(by_index.get(i) in _EXPORT_SECTIONS for i in wanted):
+        return Symbols((), {}, None)
+    contents: dict[int, bytes] = {}
+    imports: list[Import] = []
+    gpl: dict[bytes, bool] = {}
+    crcs: dict[bytes, int] = {}
+    spaces: dict[bytes, bytes] = {}
+    problem: tuple[int, str] | None = None
+    shnum = len(elf.sections)
+    for i, (name_at, info, _other, shndx, value, _size) in enumerate(_SYM.iter_unpack(data)):
+        if i == 0:
+            continue
+        if shndx == SHN_UNDEF:
+            if not exports_only:
+                imports.append(Import(i, _name(names, name_at).decode("utf-8", "replace"),
+                                      info >> 4 == STB_WEAK))  # fmt: skip
+            continue
+        if shndx == SHN_COMMON and not _name(names, name_at).startswith(b"__gnu_lto"):
+            problem = (i, f"common symbol {_name(names, name_at).decode('utf-8', 'replace')}")
+            continue
+        if shndx in (SHN_ABS, SHN_LIVEPATCH):
+            continue
+        if shndx >= shnum:
+            problem = (i, f"symbol {i} has an invalid section index {shndx}")
+            continue
+        sec = wanted.get(shndx)
+        if sec is None:
+            continue
+        label = _name(names, name_at)
+        if sec.name in _EXPORT_SECTIONS and label.startswith(b"__ksymtab_"):
+            gpl[label[10:]] = sec.name == b"__ksymtab_gpl"
+        elif sec.name in _CRC_SECTIONS and label.startswith(b"__crc_"):
+            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
+            if value + 4 <= len(body):
+                crcs[label[6:]] = struct.unpack_from("<I", body, value)[0]
+        elif sec.name == b"__ksymtab_strings" and label.startswith(b"__kstrtabns_"):
+            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
+            spaces[label[12:]] = _name(body, value) if value < len(body) else b""
+    exports = {
+        name.decode("utf-8", "replace"): Export(
+            crcs.get(name), only_gpl, spaces.get(name, b"").decode("utf-8", "replace"), ""
+        )
+        for name, only_gpl in gpl.items()
+    }
+    return Symbols(tuple(imports), exports, problem)
