@@ -36,7 +36,8 @@ def run(*argv: str) -> tuple[int, str]:
 def test_all_accepted_exits_0_with_one_line_each(
     trusted: Path, root: Path, signed_rsa: Path, signed_ec: Path, kernel: str
 ) -> None:
-    """Every file accepted: exit 0, one 'ok' line per file with signer and hash algorithm."""
+    """Every file accepted: exit 0, one 'ok' line per file with signer and hash algorithm,
+    then the target's notes once (where its exports came from)."""
     code, out = run(
         "--root",
         str(root),
@@ -48,9 +49,10 @@ def test_all_accepted_exits_0_with_one_line_each(
         str(signed_ec),
     )
     lines = out.splitlines()
-    assert code == 0 and len(lines) == 2
+    assert code == 0 and len(lines) == 3
     assert lines[0] == f'ok        {signed_rsa}  signer="modstage rsa" hash=sha256 name=ms_params'
     assert lines[1].startswith("ok ") and 'signer="modstage ec" hash=sha384' in lines[1]
+    assert lines[2] == f"note: symbols: {root}/lib/modules/{kernel}/build/Module.symvers"
 
 
 def test_one_rejection_exits_1_and_prints_the_reason(
