@@ -23,6 +23,8 @@ Later parts add their leaves here (verification, intake, state, loading).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 class ServiceError(Exception):
     """Root of every error raised by :mod:`service`."""
@@ -50,18 +52,51 @@ class TrustError(ServiceError):
         super().__init__(f"{self.path}: {reason}")
 
 
+# finit_module's errno under sig_enforce for what the signature check returns
+_ENFORCED = {"ENODATA": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENOKEY": "EKEYREJECTED"}
+
+
+class Refusal(NamedTuple):
+    """Why a module is refused: the errno of the check that refuses it, and its words.
+
+    ``policy``: refused by a modstage policy where the kernel itself would load the
+    module (the errno is then the one the rule is closest to, not one the kernel gives).
+    Rendered as text only at the edge (:meth:`__str__`).
+    """
+
+    errno: str  # e.g. "ENOEXEC", the name the check returns
+    message: str
+    policy: bool = False
+
+    @property
+    def enforced(self) -> str:
+        """The errno ``finit_module`` returns on a target enforcing signatures."""
+        return _ENFORCED.get(self.errno, self.errno)
+
+    def __str__(self) -> str:
+        return f"{self.errno}{' (policy)' if self.policy else ''}: {self.message}"
+
+
 class ModuleRejected(ServiceError, ValueError):
     """A module fails a check the kernel (or modstage's stricter policy) applies at load.
 
-    ``reason`` starts with the errno the kernel would return, e.g.
-    ``"EKEYREJECTED: module signature has signed attributes"``; ``path`` is empty while a
-    parser does not know which file it reads.
+    ``refusal`` holds the errno the kernel would return and the words, e.g.
+    ``Refusal("EKEYREJECTED", "module signature has signed attributes")``; ``reason`` is
+    its text. ``path`` is empty while a parser does not know which file it reads.
     """
 
-    def __init__(self, reason: str, path: object = "") -> None:
-        self.reason = reason
+    def __init__(
+        self, errno: str, message: str, *, policy: bool = False, path: object = ""
+    ) -> None:
+        self.refusal = Refusal(errno, message, policy)
+        self.reason = str(self.refusal)
         self.path = str(path)
-        super().__init__(f"{self.path}: {reason}" if self.path else reason)
+        super().__init__(f"{self.path}: {self.reason}" if self.path else self.reason)
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> ModuleRejected:
+        """The error carrying ``refusal``."""
+        return cls(refusal.errno, refusal.message, policy=refusal.policy)
 
 
 class StateError(ServiceError):

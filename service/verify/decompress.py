@@ -104,18 +104,20 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: boo
             if not queued and not stream.pending:
                 queued = read(CHUNK)
                 if not queued:
-                    raise ModuleRejected(f"EINVAL: truncated {kind} stream")
+                    raise ModuleRejected("EINVAL", f"truncated {kind} stream")
             step = ZSTD_FEED if kind == "zst" else len(queued)
             chunk, rest = stream.feed(queued[:step], cap + 1 - len(out))
             out += chunk
             queued = rest + queued[step:]
             if len(out) > cap:
-                raise ModuleRejected(f"EFBIG: decompressed module exceeds {cap} bytes")
+                raise ModuleRejected("EFBIG", f"decompressed module exceeds {cap} bytes")
     except errors as exc:
-        raise ModuleRejected(f"EINVAL: corrupt {kind} stream: {exc}") from exc
+        raise ModuleRejected("EINVAL", f"corrupt {kind} stream: {exc}") from exc
     if exact and (queued or read(CHUNK)):
         raise ModuleRejected(
-            f"EINVAL (policy): data after the end of the {kind} stream "
-            "(modstage decompresses in userspace and refuses it; the kernel never sees the stream)"
+            "EINVAL",
+            f"data after the end of the {kind} stream "
+            "(modstage decompresses in userspace and refuses it; the kernel never sees the stream)",
+            policy=True,
         )
     return bytes(out)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from service.errors import ModuleRejected
+from service.errors import ModuleRejected, Refusal
 from service.verify.modinfo import ModInfo
 from service.verify.symtab import Export, Import
 
@@ -35,8 +35,7 @@ class Failure(NamedTuple):
     """One symbol the kernel would not resolve, at its place in ``.symtab``."""
 
     at: int  # its index in .symtab
-    reason: str
-    policy: bool = False  # a modstage policy, where the kernel itself would resolve it
+    refusal: Refusal
 
 
 class Linkage(NamedTuple):
@@ -60,34 +59,39 @@ def gpl_compatible(info: ModInfo) -> bool:
     return (info.license or "unspecified") in GPL_COMPATIBLE
 
 
-def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> str | None:
+def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> Refusal | None:
     """Why ``resolve_symbol`` fails for ``imp`` given the ``export`` found (None: found none)."""
     if export is None or (export.gpl and not gpl_compatible(info)):
         if imp.weak:
             return None
         if export is None:
-            return f"ENOENT: Unknown symbol {imp.name} (no export of that name)"
-        return (
-            f"ENOENT: Unknown symbol {imp.name} (GPL-only export of {export.owner}; the "
-            f"module's license {info.license or 'unspecified'!r} is not GPL-compatible)"
+            return Refusal("ENOENT", f"Unknown symbol {imp.name} (no export of that name)")
+        return Refusal(
+            "ENOENT",
+            f"Unknown symbol {imp.name} (GPL-only export of {export.owner}; the "
+            f"module's license {info.license or 'unspecified'!r} is not GPL-compatible)",
         )
     if export.crc is not None:
         if not info.has_versions:
             if not rules.force_load:
-                return f"EINVAL: no __versions to check {imp.name} and no MODULE_FORCE_LOAD"
+                return Refusal(
+                    "EINVAL", f"no __versions to check {imp.name} and no MODULE_FORCE_LOAD"
+                )
         else:
             crc = dict(info.versions).get(imp.name)
             if crc is None:
-                return f"EINVAL: no symbol version for {imp.name} (not in __versions)"
+                return Refusal("EINVAL", f"no symbol version for {imp.name} (not in __versions)")
             if crc != export.crc:
-                return (
-                    f"EINVAL: disagrees about version of symbol {imp.name} "
-                    f"(module {crc:#x}, target {export.crc:#x}, {export.owner})"
+                return Refusal(
+                    "EINVAL",
+                    f"disagrees about version of symbol {imp.name} "
+                    f"(module {crc:#x}, target {export.crc:#x}, {export.owner})",
                 )
     if export.namespace and export.namespace not in info.import_ns and not rules.missing_ns_ok:
-        return (
-            f"EINVAL: module uses symbol {imp.name} from namespace {export.namespace}, "
-            "but does not import it (no MODULE_IMPORT_NS)"
+        return Refusal(
+            "EINVAL",
+            f"module uses symbol {imp.name} from namespace {export.namespace}, "
+            "but does not import it (no MODULE_IMPORT_NS)",
         )
     return None
 
@@ -119,7 +123,7 @@ def resolve(
 def last(failures: list[Failure] | tuple[Failure, ...]) -> ModuleRejected | None:
     """The refusal ``simplify_symbols`` returns: its last failing symbol's (a policy only
     when the kernel itself would resolve every symbol)."""
-    kernel = [f for f in failures if not f.policy]
+    kernel = [f for f in failures if not f.refusal.policy]
     if not failures:
         return None
-    return ModuleRejected(max(kernel or failures).reason)
+    return ModuleRejected.of(max(kernel or failures).refusal)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from service.errors import ModuleRejected
+from service.errors import ModuleRejected, Refusal
 from service.verify.linking import Failure, Linkage, Rules, last, resolve
 from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
 from service.verify.symtab import Export
@@ -32,7 +32,7 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     check_vermagic(info, target)
     if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
         raise ModuleRejected(
-            f"ENOEXEC: section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
+            "ENOEXEC", f"section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
     if info.symbols is None:  # boot: the kernel resolves; only CRCs already known are judged
         check_crcs(info, target.exports, layout=False)
@@ -42,8 +42,8 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     found, left = resolve(info, info.symbols.imports, target.exports, _rules(target), final=False)
     disagree = target.exports.table.disagree
     failures += [
-        Failure(imp.at, f"EINVAL (policy): the target's files disagree about the CRC of "
-                f"{imp.name}: {disagree[imp.name]}", policy=True)
+        Failure(imp.at, Refusal("EINVAL", f"the target's files disagree about the CRC of "
+                                f"{imp.name}: {disagree[imp.name]}", policy=True))
         for imp in info.symbols.imports
         if imp.name in disagree
     ]  # fmt: skip
@@ -82,17 +82,16 @@ def _rules(target: Target) -> Rules:
 
 
 def _problem(problem: tuple[int, str]) -> Failure:
-    return Failure(problem[0], f"ENOEXEC: {problem[1]}")
+    return Failure(problem[0], Refusal("ENOEXEC", problem[1]))
 
 
 def _unknown(at: int, count: int, first: str, target: Target) -> Failure:
-    return Failure(
-        at,
-        f"EINVAL (policy): {count} imported symbols are not among the target's known exports "
-        f"(e.g. {first}; {target.exports.describe()}); the kernel refuses an unknown symbol "
-        "(ENOENT) or a CRC mismatch (EINVAL)",
-        policy=True,
+    why = (
+        f"{count} imported symbols are not among the target's known exports (e.g. {first}; "
+        f"{target.exports.describe()}); the kernel refuses an unknown symbol (ENOENT) or a "
+        "CRC mismatch (EINVAL)"
     )
+    return Failure(at, Refusal("EINVAL", why, policy=True))
 
 
 def _struct_module(info: ModInfo, target: Target) -> None:
@@ -104,10 +103,12 @@ def _struct_module(info: ModInfo, target: Target) -> None:
         "(as in the target's in-tree modules)"
     )
     if target.version >= (6, 12):
-        raise ModuleRejected(f"ENOEXEC: {said}")
+        raise ModuleRejected("ENOEXEC", f"{said}")
     raise ModuleRejected(
-        f"ENOEXEC (policy): safety: {said}; Linux {target.release} does not check this size "
-        "and may crash loading the module (a short one oopses in add_kallsyms)"
+        "ENOEXEC",
+        f"safety: {said}; Linux {target.release} does not check this size "
+        "and may crash loading the module (a short one oopses in add_kallsyms)",
+        policy=True,
     )
 
 
@@ -115,11 +116,14 @@ def _builtin(info: ModInfo, target: Target) -> None:
     name = (info.module_name or "").replace("-", "_")
     if name in target.builtin_sysfs:
         raise ModuleRejected(
-            f"EINVAL: module {name} is built into the target kernel with a /sys/module entry "
-            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it"
+            "EINVAL",
+            f"module {name} is built into the target kernel with a /sys/module entry "
+            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it",
         )
     if name in target.builtin:
         raise ModuleRejected(
-            f"EINVAL (policy): module {name} is built into the target kernel (modules.builtin); "
-            "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry"
+            "EINVAL",
+            f"module {name} is built into the target kernel (modules.builtin); "
+            "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry",
+            policy=True,
         )

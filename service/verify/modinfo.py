@@ -38,7 +38,7 @@ _EHDR = struct.Struct("<HHIQQQIHHHHHH")
 
 
 def _fail(why: str) -> ModuleRejected:
-    return ModuleRejected(f"ENOEXEC: {why}")
+    return ModuleRejected("ENOEXEC", f"{why}")
 
 
 @dataclass(frozen=True)
@@ -258,8 +258,8 @@ def check_crcs(info: ModInfo, exports: Mapping[str, Export], *, layout: bool) ->
             continue
         code = "ENOEXEC" if layout else "EINVAL"
         raise ModuleRejected(
-            f"{code}: disagrees about version of symbol {name} "
-            f"(module {crc:#x}, target {export.crc:#x})"
+            code,
+            f"disagrees about version of symbol {name} (module {crc:#x}, target {export.crc:#x})",
         )
 
 
@@ -325,30 +325,37 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
     if info.vermagic is None:
         if target.config.enabled("MODULE_FORCE_LOAD"):
             raise ModuleRejected(
-                "ENOEXEC (policy): no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "
-                "would force-load it and taint"
+                "ENOEXEC",
+                "no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "
+                "would force-load it and taint",
+                policy=True,
             )
-        raise ModuleRejected("ENOEXEC: no vermagic in .modinfo and no MODULE_FORCE_LOAD")
+        raise ModuleRejected("ENOEXEC", "no vermagic in .modinfo and no MODULE_FORCE_LOAD")
     if target.vermagic is not None and not same_magic(
         info.vermagic, target.vermagic, info.has_versions
     ):
         raise ModuleRejected(
-            f"ENOEXEC: vermagic {info.vermagic!r} does not match the target's "
-            f"{target.vermagic!r} (from {target.vermagic_source})"
+            "ENOEXEC",
+            f"vermagic {info.vermagic!r} does not match the target's "
+            f"{target.vermagic!r} (from {target.vermagic_source})",
         )
     built_for = info.vermagic.split(" ", 1)[0]
     if built_for != target.release:
         if not info.has_versions:  # same_magic compares the whole string, release included
             raise ModuleRejected(
-                f"ENOEXEC: vermagic is for kernel {built_for}, not {target.release}"
+                "ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}"
             )
         if target.strict_crcs and not target.exports.complete:
             raise ModuleRejected(
-                f"ENOEXEC (policy): vermagic is for kernel {built_for}, not {target.release} "
+                "ENOEXEC",
+                f"vermagic is for kernel {built_for}, not {target.release} "
                 "(with modversions the kernel compares symbol CRCs instead, and the target's "
-                "exports could not be read to do the same)"
+                "exports could not be read to do the same)",
+                policy=True,
             )
     if target.vermagic is None:
         raise ModuleRejected(
-            f"ENOEXEC (policy): cannot apply same_magic: target vermagic {target.vermagic_source}"
+            "ENOEXEC",
+            f"cannot apply same_magic: target vermagic {target.vermagic_source}",
+            policy=True,
         )

@@ -9,9 +9,9 @@ kernel's words (an errno first) for :mod:`service.verify.verdict`.
 from __future__ import annotations
 
 import errno
-from typing import Any, BinaryIO
+from typing import BinaryIO, NamedTuple
 
-from service.errors import ModuleRejected
+from service.errors import ModuleRejected, Refusal
 from service.verify.asn1 import MAX_BLOB, Asn1Error
 from service.verify.pkcs7 import Message, parse_message
 from service.verify.signature import TAIL, parse_trailer
@@ -33,42 +33,62 @@ def errno_name(code: int) -> str:
     return errno.errorcode.get(code, f"errno {code}")
 
 
-def check_signers(
-    msg: Message,
-    digests: dict[str, bytes],
-    trust: TrustStore,
-    target: Target,
-    fields: dict[str, Any],
-) -> None:
-    """``verify_pkcs7_message_sig`` for a module, then modstage's digest policy.
+class Signed(NamedTuple):
+    """Who signed a module, as far as the signature check got."""
 
-    Records the signer, digest and key id in ``fields``; raises :class:`ModuleRejected`.
-    """
+    signer: str | None  # the trusted certificate's subject, once one verified
+    hash: str | None
+    key_id: str | None  # hex of the kernel's key id of the signer
+    weak: str | None = None  # a digest modstage refuses as policy (md5, sha1, ...)
+
+
+def first_signer(msg: Message) -> Signed:
+    """What the message says of its first signer before anything is verified."""
     first = msg.signers[0]
-    fields.update(hash=first.hash_algo, key_id=first.auth_id.hex())
+    return Signed(None, first.hash_algo, first.auth_id.hex())
+
+
+def check_signers(
+    msg: Message, digests: dict[str, bytes], trust: TrustStore, target: Target
+) -> Signed:
+    """``verify_pkcs7_message_sig`` for a module, then modstage's digest policy
+    (:func:`digest_policy`).
+
+        Returns the trusted signer (see :func:`digest_policy`); raises
+        :class:`ModuleRejected` (the caller still knows :func:`first_signer`).
+    """
     if msg.has_data:
-        raise ModuleRejected("EBADMSG: PKCS#7 signature with non-detached data")
+        raise ModuleRejected("EBADMSG", "PKCS#7 signature with non-detached data")
     keyring, dropped = trust.kernel_keys(hashes=target.hashes, ecdsa=target.ecdsa)
     try:
         pkcs7_verify(msg, digests, target.ecdsa)
         trusted = validate_trust(msg, keyring, digests, target.ecdsa)
     except Refused as exc:
-        reason = f"{errno_name(exc.code)}: {exc.why}"
+        why = exc.why
         if exc.code == errno.ENOKEY and dropped:
-            reason += "; trusted certificates the target kernel cannot load: " + "; ".join(dropped)
-        raise ModuleRejected(reason) from exc
+            why += "; trusted certificates the target kernel cannot load: " + "; ".join(dropped)
+        raise ModuleRejected(errno_name(exc.code), why) from exc
     sinfo = trusted.signer
-    fields.update(signer=trusted.key.subject, hash=sinfo.hash_algo, key_id=sinfo.auth_id.hex())
+    weak = None
     if sinfo.hash_algo in _WEAK_DIGESTS or sinfo.pkey_oid == "id_ecdsa_with_sha1":
         weak = "ecdsa-with-SHA1" if sinfo.pkey_oid == "id_ecdsa_with_sha1" else sinfo.hash_algo
-        raise ModuleRejected(
-            f"ENOPKG (policy): {weak} signatures are refused by modstage "
-            "(the target kernel would accept this one)"
-        )
+    return Signed(trusted.key.subject, sinfo.hash_algo, sinfo.auth_id.hex(), weak)
+
+
+def digest_policy(signed: Signed) -> Refusal | None:
+    """modstage's refusal of a weak digest the target kernel would still accept."""
+    if signed.weak is None:
+        return None
+    return Refusal(
+        "ENOPKG",
+        f"{signed.weak} signatures are refused by modstage (the target kernel would accept "
+        "this one)",
+        policy=True,
+    )
 
 
 def read_signature(
-    f: BinaryIO, size: int, problems: list[str], target: Target
+    f: BinaryIO, size: int, problems: list[Refusal], target: Target
 ) -> tuple[int, Message | None]:
     """Trailer and PKCS#7 parse: (signed length, the parsed message or None).
 
@@ -77,10 +97,12 @@ def read_signature(
     try:
         trailer = parse_trailer(read_at(f, max(0, size - TAIL), min(size, TAIL)), size)
     except ModuleRejected as exc:
-        problems.append(exc.reason)
+        problems.append(exc.refusal)
         return size, None
     if trailer.sig_len > MAX_BLOB:
-        problems.append(f"EMSGSIZE: PKCS#7 blob of {trailer.sig_len} bytes (kernel max {MAX_BLOB})")
+        problems.append(
+            Refusal("EMSGSIZE", f"PKCS#7 blob of {trailer.sig_len} bytes (kernel max {MAX_BLOB})")
+        )
         return trailer.signed_len, None
     try:
         msg = parse_message(
@@ -90,6 +112,6 @@ def read_signature(
         )
     except Asn1Error as exc:
         what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""
-        problems.append(f"{errno_name(exc.code)}: {what}{exc.why}")
+        problems.append(Refusal(errno_name(exc.code), f"{what}{exc.why}"))
         return trailer.signed_len, None
     return trailer.signed_len, msg

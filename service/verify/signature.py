@@ -30,17 +30,17 @@ class Trailer(NamedTuple):
 def parse_trailer(tail: bytes, file_len: int) -> Trailer:
     """Check the last ``min(file_len, 40)`` bytes of a module the way the kernel does."""
     if len(tail) < min(file_len, TAIL):
-        raise ModuleRejected("EIO: short read of the signature trailer")
+        raise ModuleRejected("EIO", "short read of the signature trailer")
     if file_len <= len(MARKER) or not tail.endswith(MARKER):
-        raise ModuleRejected("ENODATA: module is unsigned (no signature marker)")
+        raise ModuleRejected("ENODATA", "module is unsigned (no signature marker)")
     modlen = file_len - len(MARKER)
     if modlen <= INFO.size:
-        raise ModuleRejected("EBADMSG: file too short for struct module_signature")
+        raise ModuleRejected("EBADMSG", "file too short for struct module_signature")
     algo, hash_, id_type, signer_len, key_id_len, pad, sig_len = INFO.unpack(tail[-TAIL:-28])
     if sig_len >= modlen - INFO.size:
-        raise ModuleRejected(f"EBADMSG: sig_len {sig_len} does not fit in the file")
+        raise ModuleRejected("EBADMSG", f"sig_len {sig_len} does not fit in the file")
     if id_type != PKEY_ID_PKCS7:
-        raise ModuleRejected(f"ENOPKG: signature id_type {id_type} is not PKCS#7 (2)")
+        raise ModuleRejected("ENOPKG", f"signature id_type {id_type} is not PKCS#7 (2)")
     if algo or hash_ or signer_len or key_id_len or pad != b"\0\0\0":
-        raise ModuleRejected("EBADMSG: module_signature has non-zero algo/hash/len/pad fields")
+        raise ModuleRejected("EBADMSG", "module_signature has non-zero algo/hash/len/pad fields")
     return Trailer(signed_len=modlen - INFO.size - sig_len, sig_len=sig_len)

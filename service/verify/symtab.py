@@ -55,7 +55,7 @@ class Symbols(NamedTuple):
 
 
 def _fail(why: str) -> ModuleRejected:
-    return ModuleRejected(f"ENOEXEC: {why}")
+    return ModuleRejected("ENOEXEC", f"{why}")
 
 
 def _table(elf: Elf, read: ReadAt) -> tuple[Section, bytes, bytes] | None:

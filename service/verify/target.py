@@ -160,7 +160,7 @@ class Target:
         release = release or running
         if release is None:
             raise ModuleRejected(
-                f"EINVAL: no target release given and {layout.os_release} unreadable"
+                "EINVAL", f"no target release given and {layout.os_release} unreadable"
             )
         modules = layout.modules_dir(release)
         vermagic, source, probe = _vermagic(modules)

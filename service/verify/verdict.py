@@ -21,12 +21,19 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
 from service.beneath import open_regular
-from service.errors import ModuleRejected
+from service.errors import ModuleRejected, Refusal
 from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
 from service.verify.linking import Linkage
 from service.verify.loadrules import finish, load_rules
 from service.verify.modinfo import ModInfo
-from service.verify.modsig import check_signers, read_at, read_signature
+from service.verify.modsig import (
+    Signed,
+    check_signers,
+    digest_policy,
+    first_signer,
+    read_at,
+    read_signature,
+)
 from service.verify.symtab import Export
 from service.verify.target import Target
 from service.verify.trust import TrustStore
@@ -39,26 +46,13 @@ T = TypeVar("T")
 _MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 
 
-# ENODATA, ENOPKG and ENOKEY from the signature check become EKEYREJECTED under enforcement
-_ENFORCED = {"ENODATA": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENOKEY": "EKEYREJECTED"}
-
-
-def errno_of(reason: str | None) -> tuple[str | None, bool]:
-    """(the errno finit_module returns under ``sig_enforce``, is it a modstage policy)."""
-    if reason is None:
-        return None, False
-    head = reason.split(":", 1)[0]
-    name = head.split(" ", 1)[0]
-    return _ENFORCED.get(name, name), "(policy)" in head
-
-
 @dataclass(frozen=True)
 class Verdict:
     """modstage's verdict on one file, which must equal the kernel's at load time."""
 
     file: str
     ok: bool
-    reason: str | None = None
+    refusal: Refusal | None = None  # why not ok: the errno, the words, whether a policy
     signer: str | None = None
     hash: str | None = None
     name: str | None = None  # the name the kernel registers (struct module's)
@@ -72,41 +66,55 @@ class Verdict:
     image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
     notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
 
+    @classmethod
+    def refused(cls, file: str, errno: str, message: str, **fields: Any) -> Verdict:
+        """A refusal by a check of the kernel's (not a policy)."""
+        return cls(file, False, Refusal(errno, message), **fields)
+
+    @property
+    def reason(self) -> str | None:
+        """The refusal as text (``"ENOEXEC: ..."``, ``"EINVAL (policy): ..."``), or None."""
+        return None if self.refusal is None else str(self.refusal)
+
     @property
     def errno(self) -> str | None:
         """The errno finit_module returns on the target with signature enforcement."""
-        return errno_of(self.reason)[0]
+        return None if self.refusal is None else self.refusal.enforced
 
     @property
     def policy(self) -> bool:
         """Refused by a modstage policy, where the kernel itself would load the module."""
-        return errno_of(self.reason)[1]
+        return self.refusal is not None and self.refusal.policy
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field, with ``errno`` and ``policy``."""
+        """A JSON-ready dict of every field, with ``reason``, ``errno`` and ``policy``."""
         out = asdict(self)
+        del out["refusal"]
         out["depends"], out["firmware"] = list(self.depends), list(self.firmware)
         out["notes"] = list(self.notes)
-        out["errno"], out["policy"] = errno_of(self.reason)
+        out["reason"], out["errno"], out["policy"] = self.reason, self.errno, self.policy
         return out
 
 
 class _Facts:
-    """What the checks learned so far; the first kernel problem becomes the reason.
+    """What the checks learned so far; the first kernel problem becomes the refusal.
 
-    A policy problem (``"(policy)"`` in its errno part) is the reason only when the
-    kernel itself would accept the module.
+    A policy problem is the refusal only when the kernel itself would accept the module.
     """
 
-    def __init__(self, display: str, fields: dict[str, Any] | None = None) -> None:
+    def __init__(self, display: str) -> None:
         self.display = display
-        self.problems: list[str] = []
-        self.fields: dict[str, Any] = fields if fields is not None else {}
+        self.problems: list[Refusal] = []
+        self.fields: dict[str, Any] = {}  # Verdict's fields, as they are learned
+
+    def signed(self, signed: Signed) -> None:
+        """Record who signed (as far as the check got)."""
+        self.fields.update(signer=signed.signer, hash=signed.hash, key_id=signed.key_id)
 
     def verdict(self) -> Verdict:
-        kernel = [p for p in self.problems if not errno_of(p)[1]]
-        reason = (kernel or self.problems)[0] if self.problems else None
-        return Verdict(self.display, reason is None, reason, **self.fields)
+        kernel = [p for p in self.problems if not p.policy]
+        refusal = (kernel or self.problems)[0] if self.problems else None
+        return Verdict(self.display, refusal is None, refusal, **self.fields)
 
 
 def _stream(
@@ -124,7 +132,7 @@ def _stream(
     while pos < size:
         n = cast(io.RawIOBase, f).readinto(buf[: min(CHUNK, size - pos)])
         if not n:
-            raise ModuleRejected("EIO: file shrank while being read")
+            raise ModuleRejected("EIO", "file shrank while being read")
         chunk = buf[:n]
         cut = max(0, min(n, signed_len - pos))
         if cut:
@@ -153,10 +161,16 @@ def _check_elf(
     if whole is not None:
         facts.fields["sha256"] = whole.hexdigest()
     if msg is not None:
+        facts.signed(first_signer(msg))
         try:
-            check_signers(msg, digests, trust, target, facts.fields)
+            signed = check_signers(msg, digests, trust, target)
         except ModuleRejected as exc:
-            facts.problems.append(exc.reason)
+            facts.problems.append(exc.refusal)
+        else:
+            facts.signed(signed)
+            weak = digest_policy(signed)
+            if weak is not None:
+                facts.problems.append(weak)
     info = ModInfo.from_elf(
         lambda at, n: read_at(f, at, n),
         signed_len,
@@ -232,9 +246,9 @@ def _verify(
     try:
         linkage = _check(f, facts, trust, target, cap)
     except ModuleRejected as exc:
-        facts.problems.append(exc.reason)
+        facts.problems.append(exc.refusal)
     except OSError as exc:
-        facts.problems.append(f"EIO: cannot read: {exc.strerror or exc}")
+        facts.problems.append(Refusal("EIO", f"cannot read: {exc.strerror or exc}"))
     return facts, linkage
 
 
@@ -252,14 +266,14 @@ def _finished(
         try:
             finish(linkage, target, bundle, open_ended=open_ended)
         except ModuleRejected as exc:
-            facts.problems.append(exc.reason)
+            facts.problems.append(exc.refusal)
     facts.fields["notes"] = target.notes()
     return facts.verdict()
 
 
 def _failed(display: str, exc: OSError) -> Verdict:
     code = errno.errorcode.get(exc.errno or 0, "EIO")
-    return Verdict(display, False, f"{code}: cannot open: {exc.strerror or exc}")
+    return Verdict.refused(display, code, f"cannot open: {exc.strerror or exc}")
 
 
 def _module_at(
@@ -311,15 +325,16 @@ def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verd
         with f:
             _stream(f, os.fstat(f.fileno()).st_size, 0, set(), whole)
     except (OSError, ModuleRejected) as exc:
-        return Verdict(display, False, f"EIO: cannot read: {exc}")
+        why = exc.reason if isinstance(exc, ModuleRejected) else exc.strerror or str(exc)
+        return Verdict.refused(display, "EIO", f"cannot read: {why}")
     digest = whole.hexdigest()
     if digest != expected:
         return Verdict(display, False, _mismatch(digest, expected), sha256=digest)
     return Verdict(display, True, sha256=digest)
 
 
-def _mismatch(actual: str, expected: str) -> str:
-    return f"EBADMSG: sha256 {actual} is not the manifest's {expected}"
+def _mismatch(actual: str, expected: str) -> Refusal:
+    return Refusal("EBADMSG", f"sha256 {actual} is not the manifest's {expected}")
 
 
 def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
@@ -346,12 +361,12 @@ def verify_drop(drop: Path, *, trust: TrustStore, kernel: str | Target) -> list[
     except OSError as exc:
         return [_failed(display, exc)]
     except ManifestError as exc:
-        return [Verdict(display, False, f"EINVAL: {exc}")]
+        return [Verdict.refused(display, "EINVAL", str(exc))]
     verdicts = verify_files(drop, manifest, trust=trust, kernel=kernel)
     release = as_target(kernel).release
     if manifest.kernel != release:
-        reason = f"EINVAL: manifest is for kernel {manifest.kernel}, the target is {release}"
-        verdicts.insert(0, Verdict(display, False, reason))
+        why = f"manifest is for kernel {manifest.kernel}, the target is {release}"
+        verdicts.insert(0, Verdict.refused(display, "EINVAL", why))
     return verdicts
 
 
@@ -389,7 +404,7 @@ def verify_files(
     for i, entry in enumerate(manifest.modules):
         actual = verdicts[i].sha256
         if actual is not None and actual != entry.sha256:
-            verdicts[i] = replace(verdicts[i], ok=False, reason=_mismatch(actual, entry.sha256))
+            verdicts[i] = replace(verdicts[i], ok=False, refusal=_mismatch(actual, entry.sha256))
     return verdicts
 
 

@@ -195,14 +195,17 @@ def test_openssl_cms_variants_are_rejected(
 def test_vermagic_for_another_kernel_is_enoexec(
     signed_rsa: Path, trust: TrustStore, target: Target
 ) -> None:
-    """A module for another release passes same_magic (modversions) but is refused by policy."""
+    """A module for another release passes same_magic (modversions): with the target's
+    exports known, its CRCs decide, as the kernel's; without them it is refused by policy."""
     assert target.vermagic is not None
     other = replace(
         target,
         release="6.1.0-99-amd64",
         vermagic=target.vermagic.replace(target.release, "6.1.0-99-amd64"),
     )
-    verdict = check(signed_rsa, trust, other)
+    assert check(signed_rsa, trust, other).ok
+    blind = replace(other, exports=other.exports.probe_only(), strict_crcs=True)
+    verdict = check(signed_rsa, trust, blind)
     assert verdict.reason is not None and verdict.reason.startswith(
         "ENOEXEC (policy): vermagic is for kernel"
     )
