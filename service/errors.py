@@ -109,6 +109,7 @@ class StateCorrupt(StateError):
     def __init__(self, path: object, aside: object, reason: str) -> None:
         self.path = str(path)
         self.aside = str(aside)
+        self.reason = reason
         super().__init__(f"{self.path}: {reason}; moved aside to {self.aside}")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
+import os
 import queue
 import time
 from dataclasses import dataclass, field
@@ -36,18 +36,6 @@ class Event:
     at: float = field(default_factory=time.monotonic)
 
 
-class _OverflowHandler(logging.Handler):
-    """watchdog only logs an inotify queue overflow; turn that log record into an event."""
-
-    def __init__(self, events: Queue) -> None:
-        super().__init__(logging.WARNING)
-        self.events = events
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "overflow" in record.getMessage().lower():
-            self.events.put(Event(Kind.OVERFLOW, record.getMessage()))
-
-
 class DropWatcher:
     """watchdog's inotify observer on the incoming directory and on each drop in it.
 
@@ -62,17 +50,40 @@ class DropWatcher:
 
     def __init__(self, incoming: Path, events: Queue) -> None:
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers.inotify import InotifyObserver
+        from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:
                 if event.event_type in ("created", "moved", "closed", "deleted"):
                     events.put(Event(Kind.DROP, str(event.src_path)))
 
+        class Group(InotifyWatchGroup):
+            def on_queue_overflow(self) -> None:
+                """The kernel dropped events: the loop rescans (watchdog rebuilds its watches)."""
+                events.put(Event(Kind.OVERFLOW, "inotify queue overflowed"))
+                super().on_queue_overflow()
+
+        class Emitter(InotifyEmitter):
+            """watchdog's emitter with :class:`Group` as its watch group (watchdog 7.1's
+            constructor call, with our overflow callback)."""
+
+            def on_thread_start(self) -> None:
+                self._inotify = Group(
+                    self._inotify_fd,
+                    os.fsencode(self.watch.path),
+                    is_recursive=self.watch.is_recursive,
+                    event_mask=self.get_event_mask_from_filter(),
+                    follow_symlink=self.watch.follow_symlink,
+                )
+
+        class Observer(InotifyObserver):
+            def __init__(self) -> None:
+                super().__init__()
+                self._emitter_class = Emitter
+
         self.incoming = incoming
         self.handler = Handler()
-        self.overflow = _OverflowHandler(events)
-        self.observer: Any = InotifyObserver()
+        self.observer: Any = Observer()
         self.observer.schedule(self.handler, str(incoming), recursive=False)
         self.drops: dict[str, Any] = {}
 
@@ -91,14 +102,12 @@ class DropWatcher:
 
     def start(self) -> None:
         """Start watching (events from now on reach the queue)."""
-        logging.getLogger("watchdog.observers.inotify_c").addHandler(self.overflow)
         self.observer.start()
 
     def stop(self) -> None:
         """Stop watching and join the observer thread."""
         self.observer.stop()
         self.observer.join(timeout=5)
-        logging.getLogger("watchdog.observers.inotify_c").removeHandler(self.overflow)
 
 
 class MemoryWatcher:

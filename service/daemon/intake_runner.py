@@ -4,7 +4,7 @@ Verifying a bundle needs cryptography, asn1crypto and OpenSSL's hashlib: about 1
 a daemon would otherwise hold for the rest of its life, and a heap grown by reading
 hundreds of MiB. :class:`ChildIntake` has the daemon-facing shape of
 :class:`~service.store.intake.Intake` (``run()``, ``tick``, ``config``) and runs
-:mod:`service.daemon.intake_child` instead, reading its progress and outcomes back.
+:mod:`service.cmd.intake_child` instead, reading its progress and outcomes back.
 
 The child takes the same state lock, so the semantics are those of ``modstage
 intake``: a child killed mid-way leaves what a killed intake leaves, and the next
@@ -26,11 +26,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import service
 from service.config import Config
-from service.errors import ServiceError, StateCorrupt
+from service.daemon.intake_protocol import TICK, ChildResult
 from service.layout import Layout
 from service.store.drops import Drops
 from service.store.generations import TMP_PREFIX
@@ -40,7 +39,7 @@ from service.store.statefile import locked
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import shown
 
-CHILD = "service.daemon.intake_child"
+CHILD = "service.cmd.intake_child"
 #: What the child must not inherit: systemd would take its messages for the daemon's.
 NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
@@ -137,17 +136,10 @@ class ChildIntake:
             return []
         self.started_once = False  # until a child succeeds: then the store is clean
         result = self._child()
-        if "outcomes" in result:
-            self.started_once = True
-            self.stuck = {str(k): str(v) for k, v in dict(result.get("stuck", {})).items()}
-            return [Outcome.from_json(o) for o in result["outcomes"]]
-        corrupt = result.get("corrupt")
-        error = str(result.get("error", "no result"))
-        if corrupt:
-            path, aside = str(corrupt[0]), str(corrupt[1])
-            reason = error.removeprefix(f"{path}: ").removesuffix(f"; moved aside to {aside}")
-            raise StateCorrupt(path, aside, reason)
-        raise ServiceError(f"intake (child process): {error}")
+        result.raise_failure()
+        self.started_once = True
+        self.stuck = dict(result.stuck)
+        return list(result.outcomes)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         """The child, started and waiting for its go (one line on its standard input)."""
@@ -156,7 +148,7 @@ class ChildIntake:
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
         )
 
-    def _child(self) -> dict[str, Any]:
+    def _child(self) -> ChildResult:
         """Give the (prepared or new) child its go, relay its ticks, return its result."""
         proc, self.warm = (self.warm or self._spawn()), None
         with proc:
@@ -166,15 +158,12 @@ class ChildIntake:
                 proc.stdin.close()
             last = b""
             for line in proc.stdout:
-                if line == b"tick\n":
+                if line == TICK:
                     self.tick()
                 else:
                     last = line
             code = proc.wait()
         try:
-            result = json.loads(last)
-        except ValueError:
-            result = None
-        if not isinstance(result, dict):
-            return {"error": f"exited with {code} and no result: {shown(last)}", "corrupt": None}
-        return result
+            return ChildResult.from_json(json.loads(last))
+        except (ValueError, TypeError, KeyError):  # Outcome.from_json's refusals too
+            return ChildResult(error=f"exited with {code} and no result: {shown(last)}")

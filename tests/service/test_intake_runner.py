@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from service.cmd.intake_child import ticker
 from service.config import Config
-from service.daemon.intake_child import TICK, ticker
+from service.daemon.intake_protocol import TICK, ChildResult
 from service.daemon.intake_runner import ChildIntake, child_env, has_work
 from service.errors import ServiceError, StateCorrupt
 from service.layout import Layout
@@ -117,16 +118,19 @@ def test_a_child_without_a_result_is_a_service_error(host: Layout) -> None:
 
 def test_the_childs_errors_come_back_as_their_kind(host: Layout) -> None:
     """A corrupt state the child found is a StateCorrupt in the daemon (it rebuilds the state
-    from it), with the same message; any other failure a ServiceError saying what failed."""
+    from it), built from the same fields (nothing parsed back out of its message); any other
+    failure a ServiceError saying what failed; a malformed result line a ServiceError too."""
     _work(host)
-    aside = f"{host.state}.corrupt-1"
-    message = f"{host.state}: Expecting value; moved aside to {aside}"
-    runner = ChildIntake(
-        host, Config(), python=_printing({"error": message, "corrupt": [str(host.state), aside]})
-    )
+    corrupt = StateCorrupt(host.state, f"{host.state}.corrupt-1", "Expecting value")
+    result = ChildResult.failed(corrupt, str(corrupt)).to_json()
+    runner = ChildIntake(host, Config(), python=_printing(result))
     with pytest.raises(StateCorrupt) as caught:
         runner.run()
-    assert str(caught.value) == message and caught.value.aside == aside
+    assert str(caught.value) == str(corrupt) and caught.value.aside == corrupt.aside
+    assert caught.value.reason == "Expecting value"
+    runner.python = _printing({"error": "x", "corrupt": [str(host.state), corrupt.aside]})
+    with pytest.raises(ServiceError, match="exited with 1 and no result"):
+        runner.run()
     runner.python = _printing({"error": "disk full", "corrupt": None})
     with pytest.raises(ServiceError, match=r"intake \(child process\): disk full"):
         runner.run()

@@ -1,17 +1,17 @@
-"""The child process that takes drops in for the daemon: ``python -m service.daemon.intake_child``.
+"""The child process that takes drops in for the daemon: ``python -m service.cmd.intake_child``.
 
 The daemon stays small by never importing the verification stack (cryptography,
 asn1crypto, OpenSSL's hashlib): it runs this module instead, once per scan that finds
-work (:mod:`service.daemon.intake_runner`). This process builds the same
-:class:`~service.store.intake.Intake` ``modstage intake`` builds, takes the same state
+work (:mod:`service.daemon.intake_runner`). This process builds its
+:class:`~service.store.intake.Intake` through the same :class:`~service.cmd.host.Host` as
+``modstage intake``, takes the same state
 lock and runs it over every complete drop once it reads its go on standard input: one
 JSON line, ``{"stuck": {drop: why}}`` (the drops that could not be removed, which the
 daemon remembers across scans as an in-process intake would); end of input instead
 means "not needed" (a child started early for a drop that went away), and it exits.
 Its standard output is the protocol, one line each: ``tick`` while it makes progress
-(the daemon feeds systemd's watchdog on it), then one JSON object, ``{"outcomes":
-[...], "stuck": {...}}`` or, when the run failed as a whole, ``{"error": ...,
-"corrupt": [path, aside] | null}``. Logs go to standard
+(the daemon feeds systemd's watchdog on it), then one JSON object, a
+:class:`~service.daemon.intake_protocol.ChildResult`. Logs go to standard
 error, which it shares with the daemon (journald).
 
 SIGTERM and SIGINT are ignored: a stopping daemon lets the drop being taken in
@@ -26,19 +26,17 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
-from service.config import Config
-from service.errors import ServiceError, StateCorrupt
+from service.cmd.host import Host
+from service.daemon.intake_protocol import TICK, ChildResult
+from service.errors import ServiceError
 from service.layout import Layout
 from service.logs import configure
-from service.store.intake import Intake
-from service.verify.keyring import KernelKeyring
-from service.verify.trust import TrustStore
 from stager.shown import shown
 
-TICK = b"tick\n"
 TICK_EVERY = 0.1  # seconds between two progress lines (the daemon pings at most every ping/2)
 
 
@@ -56,24 +54,15 @@ def ticker(out: BinaryIO, every: float = TICK_EVERY) -> Callable[[], None]:
     return tick
 
 
-def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> dict[str, object]:
+def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> ChildResult:
     """Run intake over every complete drop, skipping the ``stuck`` ones the daemon
-    remembers; the result line's object (with the drops stuck now)."""
-    intake = Intake(
-        layout=layout,
-        config=Config.load(layout.config),
-        trust=TrustStore.from_directory(layout.trusted),
-        keyring=KernelKeyring(layout.proc),
-        tick=ticker(out),
-        stuck=stuck,
-    )
+    remembers; the result (with the drops stuck now)."""
+    intake = replace(Host(layout).intake, tick=ticker(out), stuck=stuck)
     try:
         outcomes = intake.run()
-    except StateCorrupt as exc:
-        return {"error": str(exc), "corrupt": [exc.path, exc.aside]}
     except (ServiceError, OSError) as exc:
-        return {"error": shown(exc), "corrupt": None}
-    return {"outcomes": [o.to_json() for o in outcomes], "stuck": intake.stuck}
+        return ChildResult.failed(exc, shown(exc))
+    return ChildResult(tuple(outcomes), dict(intake.stuck))
 
 
 def read_stuck(line: bytes) -> dict[str, str]:
@@ -100,10 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = take(Layout(args.root), out, read_stuck(go))
     except (ServiceError, OSError) as exc:  # the config or trust store could not be read
-        result = {"error": shown(exc), "corrupt": None}
-    out.write(json.dumps(result).encode() + b"\n")
+        result = ChildResult.failed(exc, shown(exc))
+    out.write(json.dumps(result.to_json()).encode() + b"\n")
     out.flush()
-    return 0 if "outcomes" in result else 1
+    return 0 if result.error is None else 1
 
 
 if __name__ == "__main__":
