@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from service import faults
+from service.boot.persist import Durable, Persist
 from service.boot.plan import Choice, choose, order
 from service.config import Config
 from service.errors import BootError, LoadError, ModuleRejected
@@ -29,12 +30,8 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.generations import Store
-from service.store.publish import mirror_status, publish_live
 from service.store.records import ModuleLoad
-from service.store.recover import load_or_rebuild
 from service.store.state import BundleState, State
-from service.store.statefile import locked, save
-from service.store.statusfile import write_status
 from stager.errors import ManifestError
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name
@@ -61,14 +58,18 @@ class Boot:
         trust: TrustStore | Callable[[], TrustStore],
         kernel: Kernel,
         sysfs_view: Sysfs | None = None,
+        *,
+        persist: Persist | None = None,
+        firmware: FirmwareView | None = None,
     ) -> None:
         self.layout, self.config, self.trust, self.kernel = layout, config, trust, kernel
+        self.persist = persist or Durable(layout, config)
         self._saved = False
         self.store = Store(self.layout.store)
         self.sysfs = sysfs_view or Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
         self._manifests: dict[str, Manifest] = {}
-        self.firmware = FirmwareView(
+        self.firmware = firmware or FirmwareView(
             self.layout.run / "firmware",
             self.sysfs,
             allow_foreign=self.config.allow_foreign_firmware_path,
@@ -102,8 +103,8 @@ class Boot:
 
     def run(self) -> State:
         """Bring up every bundle; return the final state."""
-        with locked(self.layout.var):
-            state = load_or_rebuild(self.layout.state, self.store)
+        with self.persist.locked():
+            state = self.persist.load(self.store)
             # the boot id is saved with the first transition (one write fewer on the boot
             # path), or alone below when no bundle has anything to do
             state = state.booted(self.layout.boot_id.read_text().strip())
@@ -116,17 +117,17 @@ class Boot:
             for choice in order(choices, after):
                 state = self._bring_up(state, choice)
             if not self._saved:
-                save(self.layout.state, state, step="boot_id")
+                self.persist.save(state, "boot_id")
             if not self.firmware.has_links():
                 self.firmware.point(False)  # never leave a stale firmware path behind
-            mirror_status(self.layout, self.config)
+            self.persist.mirror()
             return state
 
     def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:
         state = state.with_bundle(name, bundle)
-        save(self.layout.state, state, step=bundle.phase.value)
+        self.persist.save(state, bundle.phase.value)
         self._saved = True
-        write_status(self.layout, name, bundle, **status)
+        self.persist.status(name, bundle, **status)
         return state
 
     def _bring_up(self, state: State, choice: Choice) -> State:
@@ -155,7 +156,7 @@ class Boot:
         bound.info("generation.active", generation=gid, modules=len(loads))
         state = self._save(state, name, state.bundle(name).went_live(gid, loads), generation=gid)
         try:
-            publish_live(self.layout, self.config, name, gid)
+            self.persist.live(name, gid)
         except OSError as exc:  # the modules are live; a digest file must not fail the boot
             bound.error("digest.unwritable", error=str(exc))
         return state

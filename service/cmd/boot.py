@@ -3,7 +3,8 @@
 Under ``--root`` other than ``/`` (a sandbox) the kernel is a
 :class:`~service.kernel.recording.RecordingKernel`: the loader runs in full on the
 files under the root, and the ``finit_module`` calls it would have made are printed
-instead of made. ``--dry-run`` prints the plan and changes nothing at all.
+instead of made. ``--dry-run`` runs the same boot with every effect recorded and prints
+it: nothing changes.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ if TYPE_CHECKING:
 
 
 def dry_run(layout: Layout, out: TextIO) -> int:
-    """Print what the next boot would load; exit 1 if a bundle would fail to start."""
-    from service.boot.dryrun import plan_boot, render
+    """Print what the next boot would do; exit 1 if a bundle would end failed."""
+    from service.boot.dryrun import dry_run as run_dry
+    from service.boot.dryrun import render
+    from service.cmd.host import identify
 
     host = Host(layout)
-    plans = plan_boot(layout, host.config, host.trust)
-    render(plans, layout, out)
-    bad = [p for p in plans if p.problem or any(m.verdict != "ok" for m in p.modules)]
-    return 1 if bad else 0
+    done = run_dry(layout, host.config, lambda: host.trust, identify)
+    render(done, layout, out)
+    return 1 if done.failed else 0
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

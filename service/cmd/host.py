@@ -33,13 +33,13 @@ def kernel_for(layout: Layout) -> Kernel:
     if layout.sandboxed():
         from service.kernel.recording import RecordingKernel
 
-        return RecordingKernel(layout.sys, identify=_identify)
+        return RecordingKernel(layout.sys, identify=identify)
     from service.kernel.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)
 
 
-def _identify(read_at: Callable[[int, int], bytes], size: int) -> ModInfo:
+def identify(read_at: Callable[[int, int], bytes], size: int) -> ModInfo:
     """``ModInfo.from_elf``, imported when the sandbox's kernel records its first load."""
     from service.verify.modinfo import ModInfo
 

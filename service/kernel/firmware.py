@@ -86,5 +86,46 @@ class FirmwareView:
                 f"firmware_class.path is already set to {current!r} by someone else; "
                 "set allow_foreign_firmware_path = true to let modstage replace it"
             )
-        self.view.mkdir(parents=True, exist_ok=True)
+        self._make_view()
         self.sysfs.write(PATH_PARAM, mine)
+
+    def _make_view(self) -> None:
+        self.view.mkdir(parents=True, exist_ok=True)
+
+
+class RecordingFirmwareView(FirmwareView):
+    """The view as it is, its changes recorded in ``events`` instead of made (a dry run)."""
+
+    def __init__(
+        self, view: Path, sysfs: Sysfs, events: list[tuple[str, ...]], *, allow_foreign: bool
+    ) -> None:
+        super().__init__(view, sysfs, allow_foreign=allow_foreign)
+        self.events = events
+        self.linked: dict[Path, int] = {}  # generation -> files it would have linked
+
+    def link(self, generation: Path) -> int:
+        """Record the files :meth:`FirmwareView.link` would link; return how many."""
+        source = generation / "firmware"
+        files = sorted(p for p in source.rglob("*") if p.is_file() or p.is_symlink())
+        for target in files:
+            link = self.view / target.relative_to(source)
+            if link.is_symlink() and not Path(os.readlink(link)).is_relative_to(generation):
+                raise BootError(
+                    f"firmware {link.relative_to(self.view)} is already provided by "
+                    f"{Path(os.readlink(link)).parent}; two bundles ship the same file"
+                )
+            self.events.append(("link", str(target.relative_to(generation))))
+        self.linked[generation] = len(files)
+        return len(files)
+
+    def unlink(self, generation: Path) -> None:
+        """Record that the view's links into ``generation`` would be removed."""
+        self.linked.pop(generation, None)
+        self.events.append(("unlink", str(generation)))
+
+    def has_links(self) -> bool:
+        """Whether the view would link any firmware (recorded links, or the view's own)."""
+        return any(self.linked.values()) or super().has_links()
+
+    def _make_view(self) -> None:
+        pass  # recorded with the parameter's write

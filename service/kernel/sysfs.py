@@ -33,3 +33,30 @@ class Sysfs:
         with open(self.root / attribute, "w") as f:  # one write(2), as sysfs wants
             f.write(value)
         return True
+
+
+class RecordingSysfs(Sysfs):
+    """The tree at ``root`` read as it is; writes recorded in ``events`` instead of made.
+
+    Later reads see the recorded values, so a caller's decisions run as they would
+    after real writes (``modstage boot --dry-run``).
+    """
+
+    def __init__(self, root: Path, events: list[tuple[str, ...]]) -> None:
+        super().__init__(root)
+        self.events = events
+        self.written: dict[str, str] = {}
+
+    def read(self, attribute: str) -> str:
+        """The recorded value, else the tree's."""
+        if attribute in self.written:
+            return self.written[attribute]
+        return super().read(attribute)
+
+    def write(self, attribute: str, value: str) -> bool:
+        """Record ``value`` if it differs from what is there; return whether it would write."""
+        if self.read(attribute) == value:
+            return False
+        self.written[attribute] = value
+        self.events.append(("write", attribute, value))
+        return True

@@ -124,20 +124,59 @@ def _intake(host: Layout) -> None:
     assert load(host.state).bundle("nvidia").phase is Phase.PENDING
 
 
-def test_boot_dry_run_prints_the_plan_and_changes_nothing(host: Layout, drop: Path) -> None:
-    """Order, parameters, firmware, memory policy and verdicts are printed; no file changes."""
+def test_boot_dry_run_prints_the_boot_and_changes_nothing(host: Layout, drop: Path) -> None:
+    """The dry run is the boot with every effect recorded: the memory policy and the
+    firmware path it would write, the firmware it would link, each finit_module in order
+    with its parameters, the phases the bundle would pass; no file under the root changes."""
     _intake(host)
     before = snapshot(host.root)
     out = io.StringIO()
     assert main(["boot", "--root", str(host.root), "--dry-run"], out) == 0
-    text = out.getvalue()
+    lines = out.getvalue().splitlines()
     assert snapshot(host.root) == before
-    assert "1. nvidia: pending generation" in text and "(580.1)" in text
-    assert "auto_online_blocks = online_movable" in text
-    assert f"firmware: 1 files; module/firmware_class/parameters/path = {host.run}/firmware" in text
-    assert "firmware/modstage/test.bin" in text
-    exporter = text.index("1) finit_module modules/ms_exporter.ko: ok")
-    assert exporter < text.index("2) finit_module modules/ms_params.ko count=7 label=hi: ok")
+    assert lines[1].startswith("nvidia: would be loading (generation ") and "attempt 1" in lines[1]
+    steps = [line.split(") ", 1)[1] for line in lines if line.startswith("   ")]
+    assert steps == [
+        "write devices/system/memory/auto_online_blocks = online_movable",
+        "write devices/system/memory/memory1/state = online_movable",
+        "link firmware firmware/modstage/test.bin",
+        f"write module/firmware_class/parameters/path = {host.run}/firmware",
+        "finit_module modules/ms_exporter.ko",
+        "finit_module modules/ms_params.ko count=7 label=hi",
+    ]
+    assert lines[-2].startswith("nvidia: would be active (generation ")
+    assert lines[-1].startswith("=> nvidia: active (active ")
+
+
+def test_boot_dry_run_skips_what_is_loaded_and_names_another_version(
+    host: Layout, drop: Path
+) -> None:
+    """The dry run makes the boot's own decisions: a module already loaded with the same
+    srcversion is not loaded again, and another version already loaded fails the bundle
+    (exit 1), as the boot would."""
+    _intake(host)
+    from service.verify.trust import TrustStore
+    from service.verify.verdict import verify_path
+
+    store = next(host.store.iterdir())
+    module = store / "modules/ms_params.ko"
+    src = verify_path(
+        module, trust=TrustStore.from_directory(host.trusted), kernel=host.kernel_release()
+    ).srcversion
+    assert src
+    live = host.sys / "module/ms_params"
+    live.mkdir(parents=True)
+    (live / "srcversion").write_text(f"{src}\n")
+    (live / "initstate").write_text("live\n")
+    out = io.StringIO()
+    assert main(["boot", "--root", str(host.root), "--dry-run"], out) == 0
+    finits = [line for line in out.getvalue().splitlines() if "finit_module" in line]
+    assert [f.split()[2] for f in finits] == ["modules/ms_exporter.ko"], finits
+    (live / "srcversion").write_text("0123456789ABCDEF\n")
+    out = io.StringIO()
+    assert main(["boot", "--root", str(host.root), "--dry-run"], out) == 1
+    text = out.getvalue()
+    assert "nvidia: would be failed (ms_params: another version is already loaded" in text
 
 
 def test_boot_under_a_sandbox_root_records_the_loads(host: Layout, drop: Path) -> None:
@@ -203,5 +242,5 @@ kill -TERM $A $B; wait $A $B
     assert json.loads((a / "run/modstage/reboot-commands").read_text()) == ["systemctl", "reboot"]
     assert (b / "run/modstage/reboot-required").read_text().startswith("modstage: ")
     assert "required-rc=0" in done.stdout, done.stdout
-    assert "2) finit_module modules/ms_params.ko count=7 label=hi: ok" in done.stdout
+    assert ") finit_module modules/ms_params.ko count=7 label=hi\n" in done.stdout
     assert f"sandbox {a}: not called: finit_module" in done.stdout
