@@ -159,14 +159,18 @@ class NoRebooter:
         """Nothing to withdraw."""
 
 
+def sentinel_path(config: RebootConfig, layout: Layout) -> Path:
+    """kured's sentinel file: the config's ``sentinel`` under the root, else the layout's."""
+    return layout.host(config.sentinel) if config.sentinel else layout.reboot_sentinel
+
+
 def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
     """The backend the config names; under a sandbox root its commands are only recorded."""
     runner: Runner = run_command
     if layout.sandboxed():
         runner = SandboxRunner(layout.run / "reboot-commands")
     if config.backend == "kured":
-        sentinel = layout.host(config.sentinel) if config.sentinel else layout.reboot_sentinel
-        return KuredSentinel(sentinel)
+        return KuredSentinel(sentinel_path(config, layout))
     if config.backend == "systemd":
         return CommandRebooter(["systemctl", "reboot"], name="systemd", runner=runner)
     if config.backend == "kexec":

@@ -10,7 +10,6 @@ the generation failed with the kernel's words and bring up the last known good.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import time
 from collections.abc import Callable
@@ -114,7 +113,10 @@ class Boot:
                 for n, b in state.bundles.items()
             ]
             after = {c.bundle: self._after(c.generation) for c in choices if c.generation}
-            for choice in order(choices, after):
+            ordered, cycle = order(choices, after)
+            if cycle:
+                log.error("bundles.after_cycle", bundles=list(cycle))
+            for choice in ordered:
                 state = self._bring_up(state, choice)
             if not self._saved:
                 self.persist.save(state, "boot_id")
@@ -288,21 +290,15 @@ class Boot:
 
 def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None]:
     """(stored file's sha256, decompressed image) of a compressed module; (None, None) if plain."""
-    from service.verify.decompress import compression, decompress
+    from service.verify.decompress import Hashed, compression, decompress_file
 
     kind = compression(f.read(6))
     f.seek(0)
     if kind is None:
         return None, None
-    whole = hashlib.sha256()
-
-    def read(n: int) -> bytes:
-        data = f.read(n)
-        whole.update(data)
-        return data
-
+    stored = Hashed()
     try:
-        image = decompress(read, kind)
+        image = decompress_file(f, kind, hashed=stored)
     except ModuleRejected as exc:
         raise BootError(f"{display}: {exc.reason}") from exc
-    return whole.hexdigest(), image
+    return stored.sha256.hexdigest(), image

@@ -43,11 +43,13 @@ def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Ch
     return Choice(name, pending.id, fallback=active, pending=True)
 
 
-def order(choices: list[Choice], after: dict[str, tuple[str, ...]]) -> list[Choice]:
-    """Choices sorted so that every bundle follows those it names in ``after``.
+def order(
+    choices: list[Choice], after: dict[str, tuple[str, ...]]
+) -> tuple[list[Choice], tuple[str, ...]]:
+    """Choices sorted so that every bundle follows those it names in ``after``, and the
+    bundles caught in a cycle (they come last, in name order; the loader logs them).
 
-    Names of bundles not present are ignored; bundles caught in a cycle keep
-    name order at the end (the loader reports the cycle).
+    Names of bundles not present are ignored.
     """
     by_name = {c.bundle: c for c in sorted(choices, key=lambda c: c.bundle)}
     done: list[Choice] = []
@@ -61,4 +63,5 @@ def order(choices: list[Choice], after: dict[str, tuple[str, ...]]) -> list[Choi
                 done.append(choice)
                 placed.add(name)
                 progress = True
-    return done + [c for n, c in by_name.items() if n not in placed]
+    cycle = tuple(n for n in by_name if n not in placed)
+    return done + [by_name[n] for n in cycle], cycle

@@ -108,36 +108,3 @@ class DropWatcher:
         """Stop watching and join the observer thread."""
         self.observer.stop()
         self.observer.join(timeout=5)
-
-
-class MemoryWatcher:
-    """A pyudev monitor on the ``memory`` subsystem's kernel uevents.
-
-    Kernel uevents even when udevd runs: a udev-source event arrives only after udevd
-    has run its rules for the block, which only delays onlining (memory blocks have no
-    device node for udev to make). ``online`` events are the daemon's own writes (or
-    someone else's): nothing to do, so they do not wake the loop.
-    """
-
-    def __init__(self, run_udev: Path, events: Queue) -> None:
-        import pyudev
-
-        context = pyudev.Context()
-        self.source = "kernel"
-        monitor = pyudev.Monitor.from_netlink(context, source=self.source)
-        monitor.filter_by("memory")
-
-        def on_device(device: Any) -> None:
-            if device.action in ("add", "offline"):
-                events.put(Event(Kind.MEMORY, f"{device.action} {device.sys_name}"))
-
-        self.observer: Any = pyudev.MonitorObserver(monitor, callback=on_device, daemon=True)
-
-    def start(self) -> None:
-        """Start the monitor thread (before anyone enumerates blocks)."""
-        self.observer.start()
-
-    def stop(self) -> None:
-        """Stop the monitor thread."""
-        self.observer.send_stop()
-        self.observer.join(timeout=5)

@@ -25,7 +25,6 @@ from service.errors import LoadError
 from service.kernel.sysfs import Sysfs
 
 _SYSCALLS = {"x86_64": (313, 176), "aarch64": (273, 106)}  # finit_module, delete_module
-MODULE_INIT_COMPRESSED_FILE = 4
 
 # What finit_module's errnos mean for a module (kernel/module/main.c, signing.c).
 MEANINGS = {
@@ -54,7 +53,7 @@ def describe(code: int) -> str:
 class Kernel(Protocol):
     """What the loader needs from the kernel."""
 
-    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+    def load(self, fd: int, params: str) -> None:
         """finit_module the open module file; raise :class:`LoadError` with the errno."""
 
     def load_image(self, image: bytes, name: str, params: str) -> None:
@@ -79,10 +78,9 @@ class LinuxKernel:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._finit, self._delete = _SYSCALLS[os.uname().machine]
 
-    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+    def load(self, fd: int, params: str) -> None:
         """finit_module(fd, params, flags)."""
-        flags = MODULE_INIT_COMPRESSED_FILE if compressed else 0
-        if self._libc.syscall(self._finit, fd, params.encode(), flags) != 0:
+        if self._libc.syscall(self._finit, fd, params.encode(), 0) != 0:
             code = ctypes.get_errno()
             raise LoadError(code, describe(code))
 

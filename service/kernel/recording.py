@@ -61,7 +61,7 @@ class RecordingKernel:
             self._live = live_modules(Sysfs(self.sys))
         return self._live
 
-    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+    def load(self, fd: int, params: str) -> None:
         """Record the module file (by this process's own descriptor) and its parameters."""
         path = os.readlink(own_fd(fd))  # names the store file the loader opened
         self.calls.append(("finit_module", path, params))

@@ -23,6 +23,7 @@ from service.errors import ConfigError, StateError
 from service.kernel.memory import walk
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
+from service.reboot import sentinel_path
 from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
 from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
@@ -214,8 +215,8 @@ def _reboot(
     now: float,
 ) -> RebootReport:
     sentinel = layout.reboot_sentinel
-    if config is not None and config.reboot.sentinel is not None:
-        sentinel = layout.root / str(config.reboot.sentinel).lstrip("/")
+    if config is not None:
+        sentinel = sentinel_path(config.reboot, layout)
     waiting = state.awaiting_reboot(kernel or "")
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None

@@ -1,15 +1,14 @@
 """Prometheus metrics as a node-exporter textfile, rewritten on every change.
 
 :func:`families` turns the ``status`` report into metric families (plain
-values, no I/O); :func:`render` formats them with prometheus-client when it is
-installed and with a small built-in writer of the same text format otherwise;
+values, no I/O); :func:`render` writes them in the text exposition format;
 :func:`write_metrics` does both and persists the file with the one crash-safe
 write, so node-exporter never reads half a file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,8 +112,13 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render_plain(fams: Iterable[Family]) -> bytes:
-    """The text exposition format, written without prometheus-client."""
+def render(fams: Iterable[Family]) -> bytes:
+    """The text exposition format (``# HELP``, ``# TYPE``, one sample a line).
+
+    Written here, not with prometheus-client: importing it costs a node's metrics writer
+    ~20 ms and the daemon several MiB; the tests parse the output with prometheus-client's
+    own parser and compare it with its renderer.
+    """
     out: list[str] = []
     for f in fams:
         out += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} gauge"]
@@ -126,34 +130,9 @@ def render_plain(fams: Iterable[Family]) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def render(fams: list[Family]) -> bytes:
-    """The text exposition format, via prometheus-client if it is installed."""
-    try:
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import GaugeMetricFamily
-        from prometheus_client.registry import Collector
-    except ImportError:
-        return render_plain(fams)
-
-    class _Families(Collector):
-        def collect(self) -> Iterator[GaugeMetricFamily]:
-            for f in fams:
-                names = sorted({k for labels, _ in f.samples for k in labels})
-                g = GaugeMetricFamily(f.name, f.help, labels=names)
-                for labels, value in f.samples:
-                    g.add_metric([labels.get(k, "") for k in names], value)
-                yield g
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families())
-    return generate_latest(registry)
-
-
 def write_metrics(
     layout: Layout, path: Path, *, verification: Mapping[str, float] | None = None
 ) -> None:
     """Write the textfile for the host under ``layout`` to ``path`` (e.g. ``modstage.prom``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # The built-in writer (checked against prometheus-client in the tests): importing
-    # prometheus-client costs the boot path ~20 ms and the daemon several MiB.
-    write_atomic(path, render_plain(families(collect(layout), verification)))
+    write_atomic(path, render(families(collect(layout), verification)))

@@ -14,27 +14,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from service.verify.verdict import Verdict
-
-
-def _norm(name: str) -> str:
-    return name.replace("-", "_")
+from stager.paths import normalize_module_name
 
 
 def order_problems(verdicts: Sequence[Verdict]) -> list[str]:
     """Reasons why loading ``verdicts``' modules in this order must fail; empty if none."""
     problems = []
-    position = {_norm(v.name): i for i, v in reversed(list(enumerate(verdicts))) if v.name}
+    position = {
+        normalize_module_name(v.name): i for i, v in reversed(list(enumerate(verdicts))) if v.name
+    }
     seen: dict[str, str] = {}
     for i, v in enumerate(verdicts):
         if not v.name:
             continue
-        name = _norm(v.name)
+        name = normalize_module_name(v.name)
         if name in seen:
             problems.append(
                 f"{v.file}: EEXIST: module {name} is also {seen[name]}, earlier in the bundle"
             )
         seen.setdefault(name, v.file)
-        for dep in map(_norm, v.depends):
+        for dep in map(normalize_module_name, v.depends):
             if position.get(dep, -1) > i:
                 later = verdicts[position[dep]].file
                 problems.append(

@@ -11,8 +11,10 @@ refused.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable
+from typing import BinaryIO
 
 from service.errors import ModuleRejected
 
@@ -121,3 +123,31 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: boo
             policy=True,
         )
     return bytes(out)
+
+
+class Hashed:
+    """The stored (compressed) file's sha256, filled as :func:`decompress_file` reads it."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+
+
+def decompress_file(
+    f: BinaryIO, kind: str, cap: int = MAX_DECOMPRESSED, hashed: Hashed | None = None
+) -> bytes:
+    """The module image of the compressed file open in ``f`` (read from its start); every
+    byte of the file, the stream and what follows it, goes through ``hashed``, even when
+    decompression is refused, so the stored file's digest is known either way."""
+    seen = hashed or Hashed()
+
+    def read(n: int) -> bytes:
+        data = f.read(n)
+        seen.sha256.update(data)
+        return data
+
+    f.seek(0)
+    try:
+        return decompress(read, kind, cap)
+    finally:
+        while read(CHUNK):
+            pass

@@ -18,6 +18,7 @@ from service.verify.linking import Failure, Linkage, Rules, last, resolve
 from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
 from service.verify.symtab import Export
 from service.verify.target import Target
+from stager.paths import normalize_module_name
 
 
 def load_rules(info: ModInfo, target: Target) -> Linkage | None:
@@ -113,7 +114,7 @@ def _struct_module(info: ModInfo, target: Target) -> None:
 
 
 def _builtin(info: ModInfo, target: Target) -> None:
-    name = (info.module_name or "").replace("-", "_")
+    name = normalize_module_name(info.module_name or "")
     if name in target.builtin_sysfs:
         raise ModuleRejected(
             "EINVAL",

@@ -38,6 +38,7 @@ from service.errors import ModuleRejected
 from service.layout import Layout
 from service.verify.exports import KernelExports, Sources
 from service.verify.symtab import Export
+from stager.paths import normalize_module_name
 
 _ASSUMED = MappingProxyType(
     {"CONFIG_CRYPTO_SHA256": "y", "CONFIG_CRYPTO_SHA512": "y", "CONFIG_STRICT_MODULE_RWX": "y"}
@@ -327,7 +328,7 @@ def _builtin(path: Path) -> frozenset[str]:
     except OSError:
         return frozenset()
     names = (line.rstrip("/").rsplit("/", 1)[-1] for line in lines)  # kernel/x/y.ko -> y.ko
-    return frozenset(n.split(".ko")[0].replace("-", "_") for n in names)
+    return frozenset(normalize_module_name(n.split(".ko")[0]) for n in names)
 
 
 def _builtin_sysfs(path: Path) -> frozenset[str]:
@@ -340,5 +341,5 @@ def _builtin_sysfs(path: Path) -> frozenset[str]:
     for entry in data.split(b"\0"):
         name, dot, rest = entry.partition(b".")
         if dot and rest.startswith((b"parm=", b"parmtype=", b"version=")):
-            names.add(name.decode("utf-8", "replace").replace("-", "_"))
+            names.add(normalize_module_name(name.decode("utf-8", "replace")))
     return frozenset(names)

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, TypeVar, cast
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected, Refusal
-from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, compression, decompress
+from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, Hashed, compression, decompress_file
 from service.verify.linking import Linkage
 from service.verify.loadrules import finish, load_rules
 from service.verify.modinfo import ModInfo
@@ -196,19 +196,11 @@ def _check(
     if kind is None:
         return _check_elf(f, size, facts, trust, target, whole)
     facts.fields["compression"] = kind
-
-    def read(n: int) -> bytes:
-        data = f.read(n)
-        whole.update(data)
-        return data
-
-    f.seek(0)
+    stored = Hashed()
     try:
-        elf = decompress(read, kind, cap)
+        elf = decompress_file(f, kind, cap, stored)
     finally:
-        while read(CHUNK):
-            pass
-        facts.fields["sha256"] = whole.hexdigest()
+        facts.fields["sha256"] = stored.sha256.hexdigest()
     facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
     return _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
 

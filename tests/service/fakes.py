@@ -94,7 +94,7 @@ class FakeKernel:
         for name in self.live:
             self._show(name)
 
-    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
+    def load(self, fd: int, params: str) -> None:
         """finit_module: the module is read from ``fd`` and named by its ELF."""
         size = os.fstat(fd).st_size
         info = module_identity(lambda at, n: os.pread(fd, n, at), size, f"fd {fd}")

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from service.layout import Layout
 from service.store.phase import Phase
@@ -117,6 +118,22 @@ def test_bundles_load_after_the_bundles_they_name(
     fake = FakeKernel()
     _boot(host, fake).run()
     assert [c[1] for c in fake.calls] == ["ms_exporter", "ms_consumer"]
+
+
+def test_bundles_after_each_other_load_in_name_order_and_the_cycle_is_logged(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Two bundles each loading after the other: both still load (in name order), and the
+    boot logs the cycle naming both, as ``plan.order`` promises."""
+    _pending(host, kernel, [(signed["ms_params"], "")], bundle="b-one", after=("a-two",))
+    _pending(host, kernel, [(signed["ms_firmware"], "")], bundle="a-two", after=("b-one",))
+    fake = FakeKernel()
+    with capture_logs() as logs:
+        _boot(host, fake).run()
+    assert [c[1] for c in fake.calls] == ["ms_firmware", "ms_params"]
+    cycles = [e for e in logs if e["event"] == "bundles.after_cycle"]
+    assert cycles == [{"event": "bundles.after_cycle", "bundles": ["a-two", "b-one"],
+                       "log_level": "error"}]  # fmt: skip
 
 
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.layout import Layout
 from service.status.collect import collect
-from service.status.metrics import families, render, render_plain, write_metrics
+from service.status.metrics import Family, families, render, write_metrics
 from service.store.phase import Phase
 from service.store.records import ModuleLoad
 from service.store.state import BundleState, Generation, State
@@ -78,16 +79,38 @@ def test_textfile_holds_phase_reboot_loads_failures_attempts_and_memory(tmp_path
     assert not list(path.parent.glob(".*.tmp")), "the crash-safe write leaves no temporaries"
 
 
-def test_builtin_writer_matches_prometheus_client(tmp_path: Path) -> None:
-    """Without prometheus-client the built-in writer yields the same samples."""
+def _reference(fams: list[Family]) -> bytes:
+    """The same families rendered by prometheus-client (the reference writer)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+
+    class Families(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            for f in fams:
+                names = sorted({k for labels, _ in f.samples for k in labels})
+                g = GaugeMetricFamily(f.name, f.help, labels=names)
+                for labels, value in f.samples:
+                    g.add_metric([labels.get(k, "") for k in names], value)
+                yield g
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
+    return generate_latest(registry)
+
+
+def test_the_writer_matches_prometheus_client(tmp_path: Path) -> None:
+    """modstage's writer yields the samples prometheus-client's renderer yields, both read
+    back with prometheus-client's parser."""
     fams = families(collect(fallback_host(tmp_path)), {"nvidia": 0.25})
-    assert samples(render_plain(fams)) == samples(render(fams))
+    assert len(samples(render(fams))) > 5
+    assert samples(render(fams)) == samples(_reference(fams))
 
 
 def test_label_values_are_escaped(tmp_path: Path) -> None:
     """Quotes, backslashes and newlines in a label survive the round trip."""
     fams = families(collect(Layout(tmp_path)), {'we"ird\\na\nme': 1.0})
-    got = samples(render_plain(fams))
+    got = samples(render(fams))
     assert got[("modstage_verification_seconds", (("bundle", 'we"ird\\na\nme'),))] == 1.0
 
 
