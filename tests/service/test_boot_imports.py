@@ -53,8 +53,6 @@ NEVER = {
     "platform": "the machine's ELF type comes from os.uname()",
     "_cffi_backend": "via cryptography",
     "_openssl": "via cryptography",
-    "argparse": "the boot unit's command line is read by service.cli.boot_line",
-    "gettext": "via argparse",
     "subprocess": "modprobe only, when a module needs an in-tree module",
     "secrets": "temporary names come from os.urandom",
     "zoneinfo": "the [reboot] window's time zone: boot neither reads nor judges that table",

@@ -6,7 +6,6 @@ import argparse
 
 import pytest
 
-from service.cli import boot_line
 from service.parser import COMMANDS, build_parser
 
 
@@ -54,41 +53,3 @@ def test_every_command_has_a_builder() -> None:
 def test_one_command_parser_gives_the_same_namespace(argv: list[str]) -> None:
     """Parsing a command line with its command's parser alone gives the whole parser's result."""
     assert build_parser(argv[0]).parse_args(argv) == build_parser().parse_args(argv)
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["boot"],
-        ["boot", "--dry-run"],
-        ["boot", "--root", "/r"],
-        ["boot", "--root=/r", "--dry-run"],
-        ["boot", "--dry-run", "--root", "/a b"],
-        ["boot", "--root="],
-    ],
-)
-def test_boot_line_reads_as_the_parser_does(argv: list[str]) -> None:
-    """The boot unit's command line, read without argparse, gives the parser's namespace."""
-    fast = boot_line(argv)
-    assert fast is not None
-    assert vars(fast) == vars(build_parser().parse_args(argv))
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [],
-        ["status"],
-        ["boot", "-h"],
-        ["boot", "--help"],
-        ["boot", "--dry"],  # argparse's abbreviation
-        ["boot", "--root"],
-        ["boot", "--root", "--dry-run"],
-        ["boot", "--root", "/a", "--root", "/b"],
-        ["boot", "--dry-run", "--dry-run"],
-        ["boot", "extra"],
-    ],
-)
-def test_boot_line_leaves_every_other_form_to_the_parser(argv: list[str]) -> None:
-    """Help, abbreviations, repeats, missing values and strays go to argparse (and its errors)."""
-    assert boot_line(argv) is None
