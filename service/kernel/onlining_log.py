@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from service.kernel.memory import Onlined
 from service.logs import get_logger
 
+
 def log_onlining(done: Iterable[Onlined]) -> None:
     """Log each step of an onlining pass: ``memory.onlined``, or ``memory.online_failed``
     for a block the kernel refused (the step carries its ``error``).
