@@ -25,6 +25,7 @@ import hashlib
 import marshal
 import os
 import threading
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,7 +34,8 @@ from service.errors import ModuleRejected, TargetFileError
 from service.verify.symtab import Export
 from stager.paths import module_name
 
-CACHE_FORMAT = b"modstage-exports 1\n"
+CACHE_FORMAT = b"modstage-exports 2\n"
+BUCKETS = 256
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 _NO_CRC = 1 << 32
 
@@ -181,18 +183,23 @@ def build(sources: Sources) -> Table:
     return Table(symbols, tuple(read), complete, tuple(problems), disagree)
 
 
+def _bucket(name: str) -> int:
+    """Which of the cache's :data:`BUCKETS` holds ``name`` (the same in every process)."""
+    return zlib.crc32(name.encode()) % BUCKETS
+
+
 def _pack(table: Table, key: tuple[object, ...]) -> bytes:
     spaces: dict[str, int] = {"": 0}
     owners: dict[str, int] = {}
-    packed = {}
+    buckets: list[dict[str, int]] = [{} for _ in range(BUCKETS)]
     for name, e in table.symbols.items():
         space = spaces.setdefault(e.namespace, len(spaces))
         owner = owners.setdefault(e.owner, len(owners))
         crc = _NO_CRC if e.crc is None else e.crc
-        packed[name] = crc | e.gpl << 33 | space << 34 | owner << 50
+        buckets[_bucket(name)][name] = crc | e.gpl << 33 | space << 34 | owner << 50
     fields: Any = (
-        key, packed, list(spaces), list(owners), list(table.sources), table.complete,
-        list(table.problems), table.disagree,
+        key, [marshal.dumps(b) for b in buckets], list(spaces), list(owners),
+        list(table.sources), table.complete, list(table.problems), table.disagree,
     )  # fmt: skip
     body = marshal.dumps(fields)  # the key holds only str, int, tuples and None
     return CACHE_FORMAT + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
@@ -205,23 +212,31 @@ def _unpack(data: bytes, key: tuple[object, ...]) -> Table:
     digest, _, body = data[len(CACHE_FORMAT) :].partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (damaged or truncated)")
-    stored, packed, spaces, owners, read, complete, problems, disagree = marshal.loads(body)
+    stored, buckets, spaces, owners, read, complete, problems, disagree = marshal.loads(body)
     if tuple(stored) != key:
         raise ValueError("built from other files")
-
-    symbols = Packed(packed, spaces, owners)
+    if len(buckets) != BUCKETS:
+        raise ValueError(f"{len(buckets)} buckets, not {BUCKETS}")
+    symbols = Packed(buckets, spaces, owners)
     return Table(symbols, tuple(read), complete, tuple(problems), dict(disagree))
 
 
 class Packed(Mapping[str, Export]):
-    """A cached table's symbols, each unpacked when first looked up (a lookup for a
-    bundle's few hundred imports costs far less than building 25,000 records)."""
+    """A cached table's symbols, in :data:`BUCKETS` buckets each read when a name in it is
+    first looked up: a small bundle's imports touch a few buckets, not 25,000 records."""
 
-    def __init__(self, packed: dict[str, int], spaces: list[str], owners: list[str]) -> None:
-        self.packed, self.spaces, self.owners = packed, spaces, owners
+    def __init__(self, buckets: list[bytes], spaces: list[str], owners: list[str]) -> None:
+        self.buckets, self.spaces, self.owners = buckets, spaces, owners
+        self._read: dict[int, dict[str, int]] = {}
+
+    def _packed(self, name: str) -> dict[str, int]:
+        at = _bucket(name)
+        if at not in self._read:
+            self._read[at] = marshal.loads(self.buckets[at])
+        return self._read[at]
 
     def __getitem__(self, name: str) -> Export:
-        value = self.packed[name]
+        value = self._packed(name)[name]
         crc = value & (_NO_CRC | (_NO_CRC - 1))
         return Export(
             None if crc == _NO_CRC else crc,
@@ -231,13 +246,16 @@ class Packed(Mapping[str, Export]):
         )
 
     def __contains__(self, name: object) -> bool:
-        return name in self.packed
+        return isinstance(name, str) and name in self._packed(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.packed)
+        for at in range(BUCKETS):
+            if at not in self._read:
+                self._read[at] = marshal.loads(self.buckets[at])
+            yield from self._read[at]
 
     def __len__(self) -> int:
-        return len(self.packed)
+        return sum(1 for _ in self)
 
 
 def load(sources: Sources) -> tuple[Table, str | None]:

@@ -78,7 +78,7 @@ def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> Re
                     "EINVAL", f"no __versions to check {imp.name} and no MODULE_FORCE_LOAD"
                 )
         else:
-            crc = dict(info.versions).get(imp.name)
+            crc = info.crc_of.get(imp.name)
             if crc is None:
                 return Refusal("EINVAL", f"no symbol version for {imp.name} (not in __versions)")
             if crc != export.crc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -153,10 +154,18 @@ class ModInfo:
     this_module_size: int | None = None  # .gnu.linkonce.this_module: sizeof(struct module)
     symbols: Symbols | None = None  # imports and exports, when asked for (not at boot)
 
-    @property
-    def import_ns(self) -> tuple[str, ...]:
+    @cached_property
+    def import_ns(self) -> frozenset[str]:
         """The namespaces ``MODULE_IMPORT_NS`` lists (``import_ns=`` in ``.modinfo``)."""
-        return tuple(v for k, v in self.fields if k == "import_ns")
+        return frozenset(v for k, v in self.fields if k == "import_ns")
+
+    @cached_property
+    def crc_of(self) -> dict[str, int]:
+        """``__versions`` by symbol (the first entry of a name, as the kernel's walk finds)."""
+        out: dict[str, int] = {}
+        for name, crc in self.versions:
+            out.setdefault(name, crc)
+        return out
 
     @classmethod
     def from_bytes(cls, data: bytes, machine: int | None = None) -> ModInfo:
