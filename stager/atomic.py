@@ -5,6 +5,11 @@ Every file modstage persists whole (manifests, state, status, metrics) goes thro
 whatever moment the writer is killed at. Copied module and firmware files are
 fsynced by their copier and published by renaming their directory, once
 :func:`fsync_dir` made its entries durable.
+
+``MODSTAGE_FAULT_SKIP_FSYNC=1`` is a test-only switch: the test sets it, the product never
+does. Read once, when this module is imported, it makes :func:`write_atomic` and
+:func:`fsync_dir` skip their fsyncs (the write and the rename still happen), so the power-cut
+test (tests/vm/test_power_cut.py) can show that it catches a durable write that is not.
 """
 
 from __future__ import annotations
@@ -13,9 +18,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+SKIP_FSYNC_ENV = "MODSTAGE_FAULT_SKIP_FSYNC"
+_SKIP_FSYNC = os.environ.get(SKIP_FSYNC_ENV) == "1"
+
 
 def fsync_dir(path: Path) -> None:
     """Make the directory entries of ``path`` durable."""
+    if _SKIP_FSYNC:
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -41,7 +51,8 @@ def write_atomic(
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if not _SKIP_FSYNC:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if before_replace is not None:

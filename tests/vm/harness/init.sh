@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # PID 1 of the test VM, in two stages. Stage 1 (on the initramfs) mounts the host's root
-# read-only over virtio-9p with a tmpfs overlay on top, the state share at /var/lib/modstage,
+# read-only over virtio-9p with a tmpfs overlay on top, the state share at /var/lib/modstage
+# (or, given modstage.statedisk=DEV, that ext4 disk there and the share at /mnt/modstage-share),
 # and binds the initramfs itself at /run/modstage-vm. It then chroots PID 1 into the overlay
 # and re-executes this script from there as stage 2. PID 1 must own the new root because the
 # kernel resolves firmware (and usermode helpers) against PID 1's root; it must still execute
@@ -24,6 +25,7 @@ if [ "$1" = stage2 ]; then
     fi
     $B sync
     $B umount /var/lib/modstage 2>/dev/null
+    $B umount /mnt/modstage-share 2>/dev/null
     [ "$rc" = 100 ] && $B reboot -f
     [ "$rc" = 0 ] || echo "modstage-vm: agent exited with status $rc"
     $B poweroff -f
@@ -69,7 +71,25 @@ mount -t tmpfs -o mode=0755 tmpfs /newroot/run
 # /tmp stays the overlay (host /tmp below, tmpfs above): a checkout under /tmp must be visible
 mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm
 mkdir -p /newroot/var/lib/modstage
-mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
+disk=$(arg statedisk)
+if [ -n "$disk" ]; then
+    # The state on a virtio disk (harness/disk.py), the share beside it. modprobe runs in the
+    # new root, where the host's module tree is; ext4 asks for crc32c through the crypto API,
+    # whose request_module would run the initramfs's busybox modprobe: load it first.
+    chroot /newroot modprobe -a virtio_blk crc32c_generic ext4 || fail "cannot load ext4"
+    tries=0
+    until [ -b "$disk" ]; do
+        tries=$((tries + 1))
+        [ "$tries" -gt 100 ] && fail "no state disk $disk"
+        usleep 100000
+    done
+    mount -t ext4 -o "$(arg statemount)" "$disk" /newroot/var/lib/modstage \
+        || fail "cannot mount the state disk $disk"
+    mkdir -p /newroot/mnt/modstage-share
+    mount -t 9p -o "$NINEP,cache=none" state /newroot/mnt/modstage-share || fail "no state share"
+else
+    mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
+fi
 grep -q debugfs /proc/filesystems && mount -t debugfs debugfs /newroot/sys/kernel/debug
 
 mkdir -p /newroot/run/modstage-vm

@@ -14,17 +14,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .disk import STATE_DISK_MOUNT, cache_mode
 from .errors import VmSetupError
 
 REPO = Path(__file__).resolve().parents[3]
 AGENT = Path(__file__).with_name("agent.py")
 GUEST_STATE_DIR = "/var/lib/modstage"
+GUEST_SHARE_DIR = "/mnt/modstage-share"  # where the state share goes when a disk holds the state
 BASE_KERNEL_ARGS = ("console=ttyS0", "panic=-1", "quiet")
 
 
 @dataclass(frozen=True)
 class Machine:
-    """Everything that decides how one boot is started (the same for every reboot of a Vm)."""
+    """Everything that decides how one boot is started (the same for every reboot of a Vm).
+
+    With `state_disk` (an ext4 image, see disk.py) the guest mounts that disk at
+    GUEST_STATE_DIR and the state share at GUEST_SHARE_DIR instead.
+    """
 
     vmlinux: Path
     initramfs: Path
@@ -34,6 +40,7 @@ class Machine:
     cpus: int = 2
     accel: str = "tcg"
     shell: bool = False
+    state_disk: Path | None = None
 
     def cmdline(self) -> str:
         """The kernel command line: console, panic policy, the agent's location, then extras."""
@@ -43,7 +50,10 @@ class Machine:
             f"modstage.agent={AGENT}",
             f"modstage.repo={REPO}",
         )
-        return " ".join((*BASE_KERNEL_ARGS, *agent, *mode, *self.kernel_args))
+        disk: tuple[str, ...] = ()
+        if self.state_disk is not None:
+            disk = ("modstage.statedisk=/dev/vda", f"modstage.statemount={STATE_DISK_MOUNT}")
+        return " ".join((*BASE_KERNEL_ARGS, *agent, *mode, *disk, *self.kernel_args))
 
     def argv(self, sockets: Path) -> list[str]:
         """The qemu command; the agent and QMP sockets are created under `sockets`."""
@@ -53,6 +63,10 @@ class Machine:
             accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
         nine_p = "security_model=none,multidevs=remap"
         serial = "mon:stdio" if self.shell else "stdio"
+        disk: list[str] = []
+        if self.state_disk is not None:
+            mode = cache_mode(self.state_disk)
+            disk = ["-drive", f"file={self.state_disk},if=virtio,format=raw,cache={mode}"]
         return [
             qemu_binary(),
             *accel,
@@ -66,6 +80,7 @@ class Machine:
             *("-chardev", f"socket,id=agent,path={sockets / 'agent.sock'},server=on,wait=off"),
             *("-device", "virtserialport,chardev=agent,name=modstage.agent"),
             *("-qmp", f"unix:{sockets / 'qmp.sock'},server=on,wait=off"),
+            *disk,
         ]
 
 

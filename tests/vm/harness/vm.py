@@ -28,7 +28,7 @@ from .accel import choose_accel
 from .channel import Agent, Closed, Expired, JsonLines, Qmp
 from .errors import CommandTimeout, GuestError, VmBootError, VmError, VmExited, VmTimeout
 from .kernel import Kernel
-from .qemu import GUEST_STATE_DIR, Machine, parse_size
+from .qemu import GUEST_SHARE_DIR, GUEST_STATE_DIR, Machine, parse_size
 from .timing import record_boot
 
 BOOT_TIMEOUT = float(os.environ.get("MODSTAGE_VM_BOOT_TIMEOUT", "180"))
@@ -56,6 +56,9 @@ class Vm:
     `state_dir` (host) is mounted read-write at /var/lib/modstage in every boot of this Vm.
     `memory` is qemu's -m value (slots and maxmem allow hot-plug); `accel` is "tcg" or "kvm"
     (default: `MODSTAGE_VM_ACCEL`, see accel.py); `boot_timeout` bounds each boot.
+    With `state_disk` (an ext4 image from `disk.make_ext4_image`) /var/lib/modstage is that
+    disk instead, so that `kill()` is a power cut for it, and `state_dir` is mounted at
+    GUEST_SHARE_DIR (`share_dir`) for handing files in.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Vm:
         kernel: Kernel | None = None,
         accel: str | None = None,
         boot_timeout: float = BOOT_TIMEOUT,
+        state_disk: Path | None = None,
     ) -> None:
         kernel = kernel or Kernel.find()
         self.name = name
@@ -82,6 +86,7 @@ class Vm:
             memory=memory,
             cpus=cpus,
             accel=accel or choose_accel(),
+            state_disk=None if state_disk is None else Path(state_disk).resolve(),
         )
         self.boot_timeout = boot_timeout
         self.boots = 0
@@ -266,10 +271,15 @@ class Vm:
 
     # files and devices ------------------------------------------------------------------------
 
+    @property
+    def share_dir(self) -> str:
+        """Where the guest sees `state_dir`: /var/lib/modstage, or elsewhere with a state disk."""
+        return GUEST_STATE_DIR if self.machine.state_disk is None else GUEST_SHARE_DIR
+
     def guest_path(self, host_path: Path) -> str:
         """Where a host path under the state directory appears in the guest."""
         relative = Path(host_path).resolve().relative_to(self.state_dir)
-        return GUEST_STATE_DIR if relative == Path() else f"{GUEST_STATE_DIR}/{relative}"
+        return self.share_dir if relative == Path() else f"{self.share_dir}/{relative}"
 
     def put(self, source: Path, relative: str) -> str:
         """Copy a host file onto the state share at `relative`; returns its guest path."""
