@@ -82,14 +82,16 @@ class Boot:
     @cached_property
     def full_target(self) -> Target:
         """The running kernel's facts, its exports included (read on first use: the
-        cache intake built, else the kernel's files).
+        cache intake built if it is current, else ``Module.symvers`` alone; never the
+        kernel's files, which take seconds).
 
         Intake judged the same kernel's facts already, so boot does not refuse what
         intake accepted for unknown CRCs (``strict_crcs=False``).
         """
         from service.verify.target import Target
 
-        return replace(Target.from_layout(self.layout, self.release), strict_crcs=False)
+        target = Target.from_layout(self.layout, self.release)
+        return replace(target, exports=target.exports.cached_only(), strict_crcs=False)
 
     @cached_property
     def target(self) -> Target:

@@ -13,7 +13,7 @@ comparing CRCs it carries in those binaries, so the same binaries are the facts:
 
 :class:`KernelExports` is the mapping a :class:`~service.verify.target.Target` holds; it
 reads nothing until a symbol is looked up. The parsed table is cached in
-``<var>/cache/exports-<release>`` keyed by the identity (device, inode, size, mtime) of the
+``<var>/cache/exports-<release>`` keyed by the paths, sizes and modification times of the
 image, ``modules.dep`` (depmod rewrites it whenever the in-tree modules change) and
 ``Module.symvers``; a cache that is damaged, truncated or keyed to other files is rebuilt.
 ``modstage boot`` never builds it (see :meth:`KernelExports.probe_only`).
@@ -58,7 +58,9 @@ class Sources(NamedTuple):
         return self.modules / "modules.dep"
 
     def key(self) -> tuple[object, ...]:
-        """The identity of every file the table is read from (None: absent)."""
+        """The paths and the size and modification time of every file the table is read
+        from (None: absent). Not the device and inode: the same files seen through another
+        mount (a container's, a test VM's 9p root) keep the same cache."""
         out: list[object] = [str(self.image), str(self.modules)]
         for path in (self.image, self.depmod, self.symvers):
             try:
@@ -66,7 +68,7 @@ class Sources(NamedTuple):
             except OSError:
                 out.append(None)
             else:
-                out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+                out.append((st.st_size, st.st_mtime_ns))
         return tuple(out)
 
 
@@ -136,8 +138,9 @@ def _in_tree(modules: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def build(sources: Sources) -> Table:
-    """Read the table from the kernel's files, cross-checked with ``Module.symvers``."""
+def build(sources: Sources, *, kernel_files: bool = True) -> Table:
+    """Read the table from the kernel's files, cross-checked with ``Module.symvers``
+    (``kernel_files=False``: from ``Module.symvers`` alone, the quick way)."""
     from service.verify.kimage import read_image_exports
 
     symbols: dict[str, Export] = {}
@@ -145,11 +148,13 @@ def build(sources: Sources) -> Table:
     problems: list[str] = []
     complete = False
     try:
+        if not kernel_files:
+            raise TargetFileError(sources.image, "not read (a quick lookup)")
         symbols.update(read_image_exports(sources.image))
         read.append(str(sources.image))
         complete = True
     except TargetFileError as exc:
-        if os.path.lexists(sources.image):
+        if os.path.lexists(sources.image) and kernel_files:
             problems.append(str(exc))
     if complete:
         count = 0
@@ -258,8 +263,12 @@ class Packed(Mapping[str, Export]):
         return sum(1 for _ in self)
 
 
-def load(sources: Sources) -> tuple[Table, str | None]:
-    """The table, from the cache when it is current; (table, what went wrong with the cache)."""
+def load(sources: Sources, *, quick: bool = False) -> tuple[Table, str | None]:
+    """The table, from the cache when it is current; (table, what went wrong with the cache).
+
+    ``quick``: when the cache is not current, read ``Module.symvers`` alone (or nothing)
+    and write no cache: what a boot explaining a refused load may spend.
+    """
     from stager.atomic import write_atomic
 
     key = sources.key()
@@ -271,6 +280,8 @@ def load(sources: Sources) -> tuple[Table, str | None]:
             pass
         except (OSError, ValueError, EOFError, TypeError) as exc:
             why = f"cache {sources.cache} unusable ({exc}); rebuilt"
+    if quick:
+        return build(sources, kernel_files=False), why
     table = build(sources)
     if sources.cache is not None and sources.cache.parent.parent.is_dir():
         try:
@@ -288,8 +299,10 @@ class KernelExports(Mapping[str, Export]):
     known without reading anything else: what boot judges with.
     """
 
-    def __init__(self, sources: Sources | None, probe: Mapping[str, Export]) -> None:
-        self.sources, self.probe = sources, dict(probe)
+    def __init__(
+        self, sources: Sources | None, probe: Mapping[str, Export], *, quick: bool = False
+    ) -> None:
+        self.sources, self.probe, self.quick = sources, dict(probe), quick
         self._table: Table | None = None
         self._lock = threading.Lock()  # verification threads share one target
         self.cache_note: str | None = None
@@ -300,6 +313,11 @@ class KernelExports(Mapping[str, Export]):
         exports = cls(None, {})
         exports._table = Table(symbols, (source,), True, (), {})
         return exports
+
+    def cached_only(self) -> KernelExports:
+        """The same target reading the cache if it is current, else ``Module.symvers`` alone:
+        never the kernel's files (seconds, minutes under emulation), never writing."""
+        return KernelExports(self.sources, self.probe, quick=True)
 
     def probe_only(self) -> KernelExports:
         """The same target knowing only the probed CRCs (nothing more is ever read)."""
@@ -316,7 +334,7 @@ class KernelExports(Mapping[str, Export]):
     def _read(self) -> Table:
         if self.sources is None:
             return Table(self.probe, (), False, (), {})
-        table, self.cache_note = load(self.sources)
+        table, self.cache_note = load(self.sources, quick=self.quick)
         if not table.complete:
             table = table._replace(symbols={**self.probe, **table.symbols})
         return table

@@ -196,3 +196,19 @@ def _image_of(elf: bytes) -> bytes:
     struct.pack_into("<H", head, 0x206, 0x20F)
     struct.pack_into("<II", head, 0x248, 0, len(payload))
     return bytes(head) + payload
+
+
+def test_a_quick_lookup_reads_the_cache_or_module_symvers_never_the_kernel(
+    kernel: str, tmp_path: Path
+) -> None:
+    """What boot uses to explain a refused load: the cache when it is current; else
+    Module.symvers alone (the image is not read, no cache written); else nothing."""
+    sources = _sources(tmp_path, kernel, symvers=True)
+    quick = KernelExports(sources, {}).cached_only()
+    assert quick.table.sources == (str(sources.symvers),) and quick.complete
+    assert sources.cache is not None and not sources.cache.exists()
+    sources.symvers.unlink()
+    assert not KernelExports(sources, {}).cached_only().complete
+    full, _ = load(sources)
+    cached = KernelExports(sources, {}).cached_only().table
+    assert cached.sources == full.sources and cached.complete

@@ -87,6 +87,10 @@ if [ -n "$disk" ]; then
         || fail "cannot mount the state disk $disk"
     mkdir -p /newroot/mnt/modstage-share
     mount -t 9p -o "$NINEP,cache=none" state /newroot/mnt/modstage-share || fail "no state share"
+    # the exports cache the harness seeded on the share (harness/exports_cache.py)
+    if [ -d /newroot/mnt/modstage-share/cache ] && [ ! -e /newroot/var/lib/modstage/cache ]; then
+        cp -a /newroot/mnt/modstage-share/cache /newroot/var/lib/modstage/cache
+    fi
 else
     mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
 fi

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from . import initramfs, process
+from . import exports_cache, initramfs, process
 from .accel import choose_accel
 from .channel import Agent, Closed, Expired, JsonLines, Qmp
 from .errors import CommandTimeout, GuestError, VmBootError, VmError, VmExited, VmTimeout
@@ -78,6 +78,7 @@ class Vm:
         self.name = name
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        exports_cache.seed(self.state_dir, kernel.release)
         self.machine = Machine(
             vmlinux=kernel.vmlinux(),
             initramfs=initramfs.build(kernel),
