@@ -387,7 +387,8 @@ def _other_kernel(ctx: Ctx) -> list[str | re.Pattern[str]]:
     ctx.rewrite(data)
     return [
         f"{ctx.d}/{M}: ENOEXEC (policy): vermagic is for kernel {ctx.kernel}, not 6.12.0-1-amd64 "
-        "(with modversions the kernel would compare symbol CRCs, which modstage cannot)"
+        "(with modversions the kernel compares symbol CRCs instead, and the target's "
+        "exports could not be read to do the same)"
     ]
 
 
