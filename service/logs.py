@@ -156,5 +156,7 @@ def configure(
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=True,
+        # not cached: a module-level logger then follows a later configure() (a test's
+        # capture_logs, the daemon's) instead of keeping the first; a few µs per event
+        cache_logger_on_first_use=False,
     )

@@ -74,3 +74,118 @@ def manifests(draw: st.DrawFn) -> Manifest:
         after=tuple(after),
         memory=draw(st.none() | st.sampled_from(list(MemoryPolicy))),
     )
+
+
+# TOML shapes for the parsers of what others wrote (manifest, config) ----------------
+
+_keys = st.sampled_from(
+    [
+        "schema",
+        "bundle",
+        "version",
+        "kernel",
+        "after",
+        "module",
+        "firmware",
+        "memory",
+        "file",
+        "sha256",
+        "params",
+        "auto_online_blocks",
+        "max_boot_attempts",
+        "retain",
+        "allowed_bundles",
+        "allowed_memory_policies",
+        "forbidden_params",
+        "allow_foreign_firmware_path",
+        "hotplug_policy",
+        "limits",
+        "reboot",
+        "max_file_bytes",
+        "max_total_bytes",
+        "max_files",
+        "backend",
+        "command",
+        "sentinel",
+        "days",
+        "start",
+        "end",
+        "timezone",
+        "min_delay",
+        "min_interval",
+        "x",
+    ]
+) | st.text(max_size=8)
+_scalars = (
+    st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.booleans()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.sampled_from(
+        ["1", "test", "modules/a.ko", "online", "command", "UTC", "22:00", "mon", "firmware/x"]
+    )
+)
+#: Any TOML value: scalars, arrays and tables, nested.
+toml_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=5),
+    max_leaves=15,
+)
+#: Any TOML table, keys mostly the schemas' own.
+toml_tables = st.dictionaries(_keys, toml_values, max_size=8)
+
+
+_OPTIONAL_CHANGES = ["none", "none", "none", "omit-optional", "omit-optional"]
+_BREAKING_CHANGES = ["drop-key", "unknown-key", "retype", "arbitrary"]
+
+
+def manifest_table(m: Manifest) -> dict[str, object]:
+    """``m`` as a manifest.toml table, written out here (not by ``Manifest.to_dict``, the
+    code under test) with every key present."""
+    table: dict[str, object] = {
+        "schema": 1,
+        "bundle": m.bundle,
+        "version": m.version,
+        "kernel": m.kernel,
+        "after": list(m.after),
+        "module": [{"file": e.file, "sha256": e.sha256, "params": e.params} for e in m.modules],
+    }
+    if m.firmware:
+        table["firmware"] = [{"file": e.file, "sha256": e.sha256} for e in m.firmware]
+    if m.memory is not None:
+        table["memory"] = {"auto_online_blocks": m.memory.value}
+    return table
+
+
+@st.composite
+def manifest_tables(draw: st.DrawFn) -> tuple[Manifest | None, dict[str, object]]:
+    """TOML tables for a manifest, most of them valid: ``(the manifest it must parse to,
+    or None, the table)``.
+
+    A valid manifest's table (:func:`manifest_table`, keys in any order) as it is or with
+    its optional keys left out (empty ``after``, empty ``params``: valid, not canonical),
+    five times in nine; otherwise with one change that usually breaks it (None): a key
+    dropped, an unknown key added, a value replaced by any TOML value, or an arbitrary
+    table.
+    """
+    manifest = draw(manifests())
+    full = manifest_table(manifest)
+    table = {k: full[k] for k in draw(st.permutations(sorted(full)))}
+    change = draw(st.sampled_from(_OPTIONAL_CHANGES + _BREAKING_CHANGES))
+    if change == "omit-optional":
+        if table["after"] == []:
+            del table["after"]
+        for entry in table["module"]:  # type: ignore[attr-defined]
+            if entry["params"] == "":
+                del entry["params"]
+    elif change == "drop-key":
+        del table[draw(st.sampled_from(sorted(table)))]
+    elif change == "unknown-key":
+        table[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in table))] = draw(
+            toml_values
+        )
+    elif change == "retype":
+        table[draw(st.sampled_from(sorted(table)))] = draw(toml_values)
+    elif change == "arbitrary":
+        table = draw(toml_tables)
+    return (manifest if change in _OPTIONAL_CHANGES else None), table

@@ -273,7 +273,9 @@ def copy_tree(
                 src.append(os.open(entry, DIR_FLAGS, dir_fd=src[-1]))
                 dst.append(os.open(entry, DIR_FLAGS, dir_fd=dst[-1]))
                 pending.append(_names(src[-1], max_entries))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                # a file of several links may be another's (a hard link to a file outside
+                # the drop): never opened, as intake refuses it
                 total += _copy_file(src[-1], dst[-1], entry, max_bytes - total)
     except OSError:
         return None
@@ -289,6 +291,8 @@ def _copy_file(src_dir: int, dst_dir: int, name: str, budget: int) -> int:
     def regular(st: os.stat_result) -> None:
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_nlink != 1:  # checked on the O_PATH descriptor, before any read
+            raise OSError(errno.EMLINK, f"has {st.st_nlink} hard links")
 
     fd = open_beneath(src_dir, name, regular)
     try:

@@ -25,18 +25,29 @@ import tomli_w
 
 from stager.paths import MANIFEST_NAME, drop_name
 from tests.hardening.conftest import chain
+from tests.hardening.watch import AccessWatch
 
 M = "modules/ms_exporter.ko"
 
 
 @dataclass
 class World:
-    """What a generator may use: where to drop, a template to copy, what lies outside."""
+    """What a generator may use: where to drop, a template to copy, what lies outside.
+
+    ``nodes`` watches every FIFO, device node and socket a generator plants; each is
+    added before the node is renamed into ``incoming/``, so no open of it goes unseen.
+    """
 
     incoming: Path
     template: Path  # a good drop (not in incoming) of bundle "tmpl"
     outside: Path  # canaries outside the host root
     races: list[threading.Thread]
+    nodes: AccessWatch | None = None
+
+    def planted(self, node: Path) -> None:
+        """A node was made (not yet visible to the daemon): watch it for opens."""
+        if self.nodes is not None:
+            self.nodes.add(node)
 
 
 Gen = Callable[[random.Random, World], str]
@@ -97,18 +108,21 @@ def many_entries(rng: random.Random, w: World) -> str:
 
 
 def drop_not_a_directory(rng: random.Random, w: World) -> str:
-    path = w.incoming / _name(rng)
+    path = w.incoming / f".tmp-{rng.getrandbits(64):016x}"
     kind = rng.choice(["file", "fifo", "symlink-out", "symlink-dangling", "socket"])
     if kind == "file":
         path.write_bytes(b"schema = 1\n")
     elif kind == "fifo":
         os.mkfifo(path)
+        w.planted(path)
     elif kind == "symlink-out":
         path.symlink_to(w.outside)
     elif kind == "symlink-dangling":
         path.symlink_to(w.outside / "nothing")
     else:
         os.mknod(path, 0o600 | stat.S_IFSOCK)
+        w.planted(path)
+    os.rename(path, w.incoming / _name(rng))
     return f"drop-{kind}"
 
 
@@ -244,6 +258,7 @@ def odd_objects(rng: random.Random, w: World) -> str:
     kind = rng.choice(["fifo", "symlink-canary", "hardlink-canary", "dir", "socket", "dev-null"])
     if kind == "fifo":
         os.mkfifo(target)
+        w.planted(target)
     elif kind == "symlink-canary":
         target.symlink_to(w.outside / "canary")
     elif kind == "hardlink-canary":
@@ -255,12 +270,17 @@ def odd_objects(rng: random.Random, w: World) -> str:
         target.mkdir()
     elif kind == "socket":
         os.mknod(target, 0o600 | stat.S_IFSOCK)
+        w.planted(target)
     else:
         os.mknod(target, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    manifest = None if target.name == MANIFEST_NAME else (w.template / MANIFEST_NAME).read_bytes()
+        w.planted(target)
+    # a version of its own (a generation already staged is not read again) and a drop
+    # named for its manifest's bundle: intake gets as far as opening the object
+    data = {**_manifest(w), "version": f"obj.{rng.getrandbits(32):08x}"}
+    manifest = None if target.name == MANIFEST_NAME else tomli_w.dumps(data).encode()
     if manifest is None and not os.path.lexists(target):
         manifest = b""
-    _finish(w, tmp, manifest, _name(rng))
+    _finish(w, tmp, manifest, _name(rng, "tmpl"))
     return f"object-{kind}"
 
 

@@ -74,6 +74,18 @@ def _trace(tmp_path: Path, run: object) -> list[str]:
     return list(dict.fromkeys(trace.read_text().split()))
 
 
+def _last_point(trace: Path) -> str | None:
+    """The last fault point a run reached (from its ``MODSTAGE_FAULT_TRACE`` file)."""
+    points = trace.read_text().split() if trace.exists() else []
+    return points[-1] if points else None
+
+
+def _assert_killed_at(done: subprocess.CompletedProcess[str], trace: Path, point: str) -> None:
+    """The run died of SIGKILL, and at ``point`` (``name[:n]``): the last point it reached."""
+    assert done.returncode == -9, (point, done.returncode, done.stderr)
+    assert _last_point(trace) == point.partition(":")[0], trace.read_text()
+
+
 @pytest.fixture
 def staged(host: Layout, kernel: str, signed: dict[str, Path]) -> dict[str, str]:
     """Bundle ``other`` taken in earlier; a drop of bundle ``test`` waiting in incoming/."""
@@ -91,10 +103,12 @@ def test_intake_passes_every_point_in_order(
 
 
 @pytest.mark.parametrize("point", faults.INTAKE_POINTS)
-def test_intake_killed_at_each_point(host: Layout, staged: dict[str, str], point: str) -> None:
+def test_intake_killed_at_each_point(
+    host: Layout, staged: dict[str, str], point: str, tmp_path: Path
+) -> None:
     """Killed at ``point``: sound on disk; the next intake completes with the drop pending."""
-    killed = intake(host, fault=point)
-    assert killed.returncode == -9, killed.stderr
+    trace = tmp_path / "trace"
+    _assert_killed_at(intake(host, fault=point, trace=trace), trace, point)
     _assert_sound(host, staged)
     again = intake(host)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -105,11 +119,16 @@ def test_intake_killed_at_each_point(host: Layout, staged: dict[str, str], point
     assert [p.name for p in host.store.iterdir() if p.name.startswith(".tmp-")] == []
 
 
-def test_intake_killed_at_every_point_in_turn(host: Layout, staged: dict[str, str]) -> None:
-    """One host killed at each point in turn (each run resumes the last), then a clean run."""
+def test_intake_killed_at_every_point_in_turn(
+    host: Layout, staged: dict[str, str], tmp_path: Path
+) -> None:
+    """One host killed at each point in turn (each run resumes the last), then a clean run.
+
+    Every run is killed, and at its point: each resumed run still passes every later
+    point (none is skipped because an earlier kill left work half done)."""
     for point in faults.INTAKE_POINTS:
-        killed = intake(host, fault=point)
-        assert killed.returncode in (-9, 0), (point, killed.stderr)
+        trace = tmp_path / f"trace-{point}"
+        _assert_killed_at(intake(host, fault=point, trace=trace), trace, point)
         _assert_sound(host, staged)
     assert intake(host).returncode == 0
     assert load(host.state).bundle("test").pending == staged["test"]
@@ -131,19 +150,28 @@ def test_rejection_passes_its_points(
     assert seen == ["intake.verifying", "store.copied", "intake.rejected", "quarantine.moved"]
 
 
+REJECTED_AGAIN = {"intake.rejected": 1, "quarantine.moved": 0}  # the next run's exit code
+
+
 @pytest.mark.parametrize("point", faults.REJECT_POINTS)
 def test_rejection_killed(
-    host: Layout, staged: dict[str, str], kernel: str, modules: dict[str, Path], point: str
+    host: Layout,
+    staged: dict[str, str],
+    kernel: str,
+    modules: dict[str, Path],
+    point: str,
+    tmp_path: Path,
 ) -> None:
     """Killed while rejecting a bad drop: state untouched, nothing published; next run finishes."""
     _spoil(host, kernel, modules)
     before = host.state.read_bytes()
     store = sorted(host.store.iterdir())
-    killed = intake(host, fault=point)
-    assert killed.returncode == -9, killed.stderr
+    trace = tmp_path / "trace"
+    _assert_killed_at(intake(host, fault=point, trace=trace), trace, point)
     assert host.state.read_bytes() == before and sorted(host.store.iterdir()) == store
     again = intake(host)
-    assert again.returncode in (0, 1), again.stderr  # 1: rejected again; 0: manifest was gone
+    # killed before the drop moved: it is rejected again (1); after: nothing is left (0)
+    assert again.returncode == REJECTED_AGAIN[point], again.stdout + again.stderr
     assert host.state.read_bytes() == before and sorted(host.store.iterdir()) == store
     assert complete_drops(host) == []
 
@@ -164,19 +192,21 @@ def test_boot_passes_every_point_in_order(
 
 
 def test_boot_records_its_boot_id_with_the_first_attempt(
-    host: Layout, pending: dict[str, str]
+    host: Layout, pending: dict[str, str], tmp_path: Path
 ) -> None:
     """The boot id is in the state saved with the first attempt (no save of its own)."""
-    killed = boot(host, fault="state.loading.saved")
-    assert killed.returncode == -9, killed.stderr
+    trace = tmp_path / "trace"
+    point = "state.loading.saved"
+    _assert_killed_at(boot(host, fault=point, trace=trace), trace, point)
     assert load(host.state).boot_id == host.boot_id.read_text().strip()
 
 
 def test_idle_boot_saves_its_boot_id_alone(host: Layout, tmp_path: Path) -> None:
     """A boot with no bundle saves the boot id by itself, at the idle boot points; killed at
     either, the state still parses and the next boot records the id."""
-    killed = boot(host, fault=faults.IDLE_BOOT_POINTS[0])
-    assert killed.returncode == -9, killed.stderr
+    killed = tmp_path / "killed"
+    point = faults.IDLE_BOOT_POINTS[0]
+    _assert_killed_at(boot(host, fault=point, trace=killed), killed, point)
     assert _trace(tmp_path, lambda t: boot(host, trace=t)) == list(faults.IDLE_BOOT_POINTS)
     assert load(host.state).boot_id == host.boot_id.read_text().strip()
 
@@ -191,10 +221,12 @@ def test_idle_boot_saves_its_boot_id_alone(host: Layout, tmp_path: Path) -> None
         "state.active.saved:2",
     ],
 )
-def test_boot_killed_at_each_point(host: Layout, pending: dict[str, str], point: str) -> None:
+def test_boot_killed_at_each_point(
+    host: Layout, pending: dict[str, str], point: str, tmp_path: Path
+) -> None:
     """Killed at ``point`` (a power cut mid-boot): sound; the next boot makes both active."""
-    killed = boot(host, fault=point)
-    assert killed.returncode == -9, killed.stderr
+    trace = tmp_path / "trace"
+    _assert_killed_at(boot(host, fault=point, trace=trace), trace, point)
     _assert_sound(host, pending)
     again = boot(host)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -230,11 +262,11 @@ def test_failing_boot_passes_the_failure_points(
 
 @pytest.mark.parametrize("point", faults.BOOT_FAIL_POINTS)
 def test_failing_boot_killed_at_each_point(
-    host: Layout, failing: dict[str, str], point: str
+    host: Layout, failing: dict[str, str], point: str, tmp_path: Path
 ) -> None:
     """Killed while recording a failure: the last good generation is kept and reloaded next boot."""
-    killed = boot(host, "ms_enodev", fault=point)
-    assert killed.returncode == -9, killed.stderr
+    trace = tmp_path / "trace"
+    _assert_killed_at(boot(host, "ms_enodev", fault=point, trace=trace), trace, point)
     good = {k: v for k, v in failing.items() if k != "bad"}
     _assert_sound(host, good)
     again = boot(host, "ms_enodev")

@@ -3,10 +3,14 @@
 Each round plants ``MODSTAGE_FUZZ_PER_ROUND`` hostile drops (tests/hardening/fuzz_drops.py)
 and stages one good drop of another bundle, then checks: the daemon is alive and has fed
 its watchdog (``NOTIFY_SOCKET`` is a socket of this test), the good drop became pending
-within 2 s, nothing outside the drop and the root was opened or changed (inotify on the
-canaries, the default paths of a real host absent), and status, metrics and log stay
-bounded. ``MODSTAGE_FUZZ_CASES`` (default 1000) and ``MODSTAGE_FUZZ_SEED`` choose the run;
-see docs/reliability.md for the long run.
+within 2 s (or, on a host that is itself slower at that moment, within three times the
+slower of the two quiet rounds around it), nothing outside the drop was opened (inotify on
+the canaries and on every FIFO, device node and socket planted), nothing was written
+outside the places the daemon may write (every other path of the test's tree, the host
+root and the canaries included, keeps its inode, mode, size and mtime; the default paths
+of a real host stay absent), and status, metrics and log stay bounded.
+``MODSTAGE_FUZZ_CASES`` (default 1000) and ``MODSTAGE_FUZZ_SEED`` choose the run; see
+docs/reliability.md for the long run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import os
 import random
 import signal
 import socket
+import stat
+import statistics
 import subprocess
 import sys
 import threading
@@ -34,17 +40,19 @@ from service.config import Limits
 from service.layout import Layout
 from service.store import quarantine
 from service.store.dropfs import remove_tree
+from service.store.intake import MAX_STATUS_FILES
 from stager.drop import ModuleSpec, stage
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from tests.hardening.fuzz_drops import GENERATORS, World
-from tests.hardening.invariants import published_problems
+from tests.hardening.invariants import published_problems, state_of
 from tests.hardening.watch import AccessWatch
 
 CASES = int(os.environ.get("MODSTAGE_FUZZ_CASES", "1000"))
 SEED = int(os.environ.get("MODSTAGE_FUZZ_SEED", "17"))
 PER_ROUND = int(os.environ.get("MODSTAGE_FUZZ_PER_ROUND", "6"))
 GOOD_WITHIN = 2.0
+MEDIAN_SLACK = 0.5  # s an attack may add to the median good drop (measured: -0.4 to -0.3)
 QUIET_EVERY = 5  # every 5th round stages the good drop alone
 WATCHDOG_USEC = 10_000_000  # systemd's unit says 30 s; a loaded CI machine needs slack
 MAX_STATUS_BYTES = 64 << 10
@@ -182,6 +190,63 @@ def _digest_tree(path: Path) -> str:
     return h.hexdigest()
 
 
+Snapshot = dict[str, tuple[object, ...]]
+
+
+def _untouched(top: Path, writable: list[Path], canaries: list[Path]) -> Snapshot:
+    """Every path below ``top`` but the ``writable`` subtrees, with what a write changes.
+
+    Files: inode, mode, size, mtime; symlinks: inode and target; directories: inode and
+    mode (an entry added or removed shows as a path that appears or goes). The canary
+    tree is watched for opens, so it is not listed: its known ``canaries`` are only
+    ``lstat``-ed, directories with their mtime (which an entry added or removed changes).
+    """
+    skip = {str(p) for p in writable} | {str(canaries[0])}
+    parents = {str(a) for p in writable for a in p.parents}  # made on the way to a place
+    seen: Snapshot = {}
+    for path in map(str, canaries):
+        st = os.lstat(path)
+        seen[path] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns)
+    for dirpath, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skip]
+        for name in [*dirs, *files]:
+            path = os.path.join(dirpath, name)
+            if path in skip or path in parents:
+                continue
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                seen[path] = (st.st_ino, st.st_mode)
+            elif stat.S_ISLNK(st.st_mode):
+                seen[path] = (st.st_ino, os.readlink(path))
+            else:
+                seen[path] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns)
+    return seen
+
+
+def _changed(before: Snapshot, after: Snapshot) -> list[str]:
+    """Paths added, removed or changed between two snapshots."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+def _writable(host: Layout, tmp_path: Path, log: Path) -> list[Path]:
+    """Where ``serve`` may write: its own directory, the metrics and run directories, and
+    the test's log and notify socket. Everything else of ``tmp_path`` must stay as it was."""
+    return [
+        host.var,
+        host.root / "var/lib/prometheus",
+        host.run,
+        log,
+        tmp_path / "notify.sock",
+    ]
+
+
+def _bracketing_quiet(quiet: dict[int, float], rnd: int) -> float:
+    """The slower of the quiet rounds just before and just after attacked round ``rnd``."""
+    before = max(r for r in quiet if r < rnd)
+    after = min(r for r in quiet if r > rnd)
+    return max(quiet[before], quiet[after])
+
+
 def _tail(log: Path) -> str:
     lines = log.read_bytes().splitlines()[-12:]
     return "\n".join(line[:300].decode(errors="replace") for line in lines)
@@ -229,8 +294,12 @@ def _bounded(host: Layout, log: Path, cases: int) -> list[str]:
         for f in host.status.iterdir():
             if f.stat().st_size > MAX_STATUS_BYTES:
                 problems.append(f"{f.name} is {f.stat().st_size} bytes")
-        if len(os.listdir(host.status)) > 70:
-            problems.append(f"{len(os.listdir(host.status))} status files")
+        # a bundle taken in has its status file, however many there are; rejections
+        # leave at most MAX_STATUS_FILES for names state.json does not know
+        known = set(state_of(host).bundles)
+        unknown = [n for n in os.listdir(host.status) if n.removesuffix(".json") not in known]
+        if len(unknown) > MAX_STATUS_FILES:
+            problems.append(f"{len(unknown)} status files of names state.json does not know")
     if host.metrics.exists() and host.metrics.stat().st_size > 1 << 20:
         problems.append(f"metrics is {host.metrics.stat().st_size} bytes")
     size = log.stat().st_size
@@ -256,24 +325,27 @@ def test_hostile_drops_against_running_daemon(
     signed: dict[str, Path],
     served: tuple[subprocess.Popen[bytes], Notifications, Path],
 ) -> None:
-    """Thousands of hostile drops: the daemon lives, feeds its watchdog, takes good drops fast."""
+    """Thousands of hostile drops: the daemon lives, feeds its watchdog, takes good drops fast,
+    opens no planted node nor canary, and writes nowhere but its own places."""
     proc, notes, log = served
     before_root = {p: p.exists() for p in ROOT_PATHS}
     outside = _outside(tmp_path)
     outside_digest = _digest_tree(outside)
-    watch = AccessWatch([outside, outside / "canary", outside / "sub", outside / "sub/secret"])
+    canaries = [outside, outside / "canary", outside / "sub", outside / "sub/secret"]
+    watch = AccessWatch(canaries)
+    nodes = AccessWatch([])
     rng = random.Random(SEED)
-    world = World(host.incoming, _template(tmp_path, kernel, signed), outside, [])
-    latencies: list[float] = []
-    quiet_latencies: list[float] = []
+    world = World(host.incoming, _template(tmp_path, kernel, signed), outside, [], nodes)
+    writable = _writable(host, tmp_path, log)
+    untouched = _untouched(tmp_path, writable, canaries)
+    latencies: dict[int, float] = {}
+    quiet_latencies: dict[int, float] = {}
     kinds: dict[str, int] = {}
     slow: list[tuple[float, list[str]]] = []
     cases = 0
     left_alone: set[str] = set()
     try:
         for rnd in itertools.count():
-            if cases >= CASES and quiet_latencies:
-                break
             planted: list[str] = []
             quiet = rnd % QUIET_EVERY == 0  # no attack: what a good drop takes on this host now
             for _ in range(0 if quiet else PER_ROUND):
@@ -297,9 +369,9 @@ def test_hostile_drops_against_running_daemon(
                 assert proc.poll() is None, f"daemon died in round {rnd}: {log.read_text()[-3000:]}"
                 assert time.monotonic() - started < 30, f"round {rnd}: good drop never pending"
                 time.sleep(0.005)
-            (quiet_latencies if quiet else latencies).append(time.monotonic() - started)
-            if not quiet and latencies[-1] > GOOD_WITHIN / 2:
-                slow.append((round(latencies[-1], 3), planted))
+            (quiet_latencies if quiet else latencies)[rnd] = time.monotonic() - started
+            if not quiet and latencies[rnd] > GOOD_WITHIN / 2:
+                slow.append((round(latencies[rnd], 3), planted))
             for thread in world.races:
                 thread.join(timeout=5)
             world.races.clear()
@@ -316,8 +388,16 @@ def test_hostile_drops_against_running_daemon(
                 f"{datetime.fromtimestamp(notes.gap_at('WATCHDOG=1'), UTC).isoformat()}"
             )
             assert watch.events() == [], f"round {rnd}: opened outside the drop"
+            opened = nodes.events()
+            assert opened == [], (
+                f"round {rnd}: a planted FIFO, device or socket was opened: {opened}"
+            )
             assert {p: p.exists() for p in ROOT_PATHS} == before_root, "wrote outside the root"
+            changed = _changed(untouched, _untouched(tmp_path, writable, canaries))
+            assert changed == [], f"round {rnd}: wrote outside its own places: {changed[:20]}"
             assert _bounded(host, log, cases) == [], f"round {rnd}"
+            if quiet and cases >= CASES:  # every attacked round has a quiet round on each side
+                break
     except BaseException:
         if proc.poll() is None:  # where was it? faulthandler writes every thread's stack
             proc.send_signal(signal.SIGABRT)
@@ -325,30 +405,41 @@ def test_hostile_drops_against_running_daemon(
         raise
     finally:
         watch.close()
+        nodes.close()
         for thread in world.races:
             thread.join(timeout=5)
     assert _digest_tree(outside) == outside_digest
     assert published_problems(host) == []
-    worst = max(latencies)
     # 2 s on an idle host; on a loaded one (CI shares its cores) a good drop alone is
-    # slower too: the bound grows with the slowest quiet round measured meanwhile
-    bound = max(GOOD_WITHIN, 3 * max(quiet_latencies))
+    # slower too: each attacked round is held to the quiet rounds on either side of it,
+    # so one slow moment of the host widens the bound for its neighbours only
+    over = {
+        rnd: (round(took, 3), round(bound, 3))
+        for rnd, took in latencies.items()
+        if took >= (bound := max(GOOD_WITHIN, 3 * _bracketing_quiet(quiet_latencies, rnd)))
+    }
+    median = statistics.median(latencies.values())
+    quiet_median = statistics.median(quiet_latencies.values())
     summary = {
         "cases": cases,
         "rounds": len(latencies),
         "seed": SEED,
-        "worst_good_latency_s": round(worst, 3),
-        "median_good_latency_s": round(sorted(latencies)[len(latencies) // 2], 3),
-        "worst_quiet_latency_s": round(max(quiet_latencies), 3),
-        "bound_s": round(bound, 3),
+        "worst_good_latency_s": round(max(latencies.values()), 3),
+        "median_good_latency_s": round(median, 3),
+        "worst_quiet_latency_s": round(max(quiet_latencies.values()), 3),
+        "median_quiet_latency_s": round(quiet_median, 3),
         "kinds": dict(sorted(kinds.items())),
         "slow_rounds": slow,
+        "over_bound": over,
     }
     print("fuzz:", json.dumps(summary))
     summary["widest_watchdog_gap_s"] = round(notes.widest_gap("WATCHDOG=1"), 3)
     summary["widest_gap_from"] = datetime.fromtimestamp(notes.gap_at("WATCHDOG=1"), UTC).isoformat()
     print("fuzz:", json.dumps(summary))
-    assert worst < bound, summary
+    assert over == {}, summary
+    # and typically an attack costs a good drop little: a stall per hostile drop, which
+    # each round's bound absorbs on a slow host, still shows in the median
+    assert median < quiet_median + MEDIAN_SLACK, summary
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     with contextlib.suppress(FileNotFoundError):

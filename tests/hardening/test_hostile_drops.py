@@ -3,8 +3,10 @@
 For each case: the drop is rejected with exactly the expected reason, the intake
 finishes (a planted FIFO or device cannot block it), no file outside the drop is
 opened or read (inotify ``IN_OPEN | IN_ACCESS`` on a canary directory and on
-``/etc/shadow``), and another bundle's state, status and store stay byte-for-byte
-as they were.
+``/etc/shadow``), no FIFO, device node or socket planted in the drop is opened
+(the same watch on each planted node: only ``O_PATH``, which reports nothing, may
+reach it), and another bundle's state, status and store stay byte-for-byte as
+they were.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from service.store.statefile import load, save
 from stager.manifest import MemoryPolicy
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
-from tests.hardening.watch import AccessWatch
+from tests.hardening.watch import AccessWatch, special_files
 from tests.kmod import SigningKey, sign
 
 M = "modules/ms_exporter.ko"
@@ -642,6 +644,11 @@ def _watch(outside: Path) -> AccessWatch:
     return AccessWatch([*paths, SHADOW])
 
 
+def _watch_nodes(incoming: Path) -> AccessWatch:
+    """Watch every FIFO, device node and socket planted in the incoming directory."""
+    return AccessWatch(special_files(incoming))
+
+
 def _snapshot(layout: Layout) -> tuple[bytes, bytes, list[str]]:
     return (
         layout.state.read_bytes(),
@@ -684,13 +691,16 @@ def test_hostile_drop_is_rejected_with_its_reason(ctx: Ctx, case: Case) -> None:
     """Rejected with exactly the expected reason; nothing outside read; nothing else changed."""
     expected = case.plant(ctx)
     before = _snapshot(ctx.layout)
-    watch = _watch(ctx.outside)
+    watch, nodes = _watch(ctx.outside), _watch_nodes(ctx.layout.incoming)
     try:
         outcomes = _run_intake(ctx.layout, case.config)
-        seen = watch.events()
+        seen, opened = watch.events(), nodes.events()
     finally:
         watch.close()
+        nodes.close()
     [outcome] = outcomes
+    if any(kind in case.id for kind in ("fifo", "socket", "chardev", "blockdev")):
+        assert nodes.paths, "the case planted a node and the node is watched"
     assert not outcome.accepted and not outcome.deferred
     assert len(outcome.reasons) == len(expected), outcome.reasons
     for got, want in zip(outcome.reasons, expected, strict=True):
@@ -699,6 +709,7 @@ def test_hostile_drop_is_rejected_with_its_reason(ctx: Ctx, case: Case) -> None:
         else:
             assert got == want
     assert seen == [], f"opened or read outside the drop: {seen}"
+    assert opened == [], f"a planted FIFO, device node or socket was opened: {opened}"
     assert _snapshot(ctx.layout) == before
     assert not os.path.lexists(ctx.drop), "a rejected drop is removed from incoming/"
     assert (ctx.layout.quarantine / f"{ctx.drop.name}.json").is_file(), "and quarantined"
@@ -739,12 +750,19 @@ def test_entries_that_are_not_drops_are_left_alone(ctx: Ctx, name: bytes) -> Non
 
 
 def test_fifo_named_like_a_drop_is_left_alone(ctx: Ctx) -> None:
-    """A FIFO (or file) in incoming/ with a drop's name is no drop: the intake returns at once."""
+    """A FIFO (or file) in incoming/ with a drop's name is no drop: the intake returns at once,
+    never having opened the FIFO."""
     fifo = ctx.layout.incoming / "test.00000000000000000001.ab"
     os.mkfifo(fifo)
     (ctx.layout.incoming / "test.00000000000000000002.ab").write_text("x")
     shutil.rmtree(ctx.drop)
-    assert _run_intake(ctx.layout, Config(), timeout=10) == []
+    nodes = _watch_nodes(ctx.layout.incoming)
+    try:
+        assert _run_intake(ctx.layout, Config(), timeout=10) == []
+        opened = nodes.events()
+    finally:
+        nodes.close()
+    assert list(nodes.paths.values()) == [fifo] and opened == []
 
 
 def test_unlisted_hostile_files_are_never_opened(ctx: Ctx) -> None:
@@ -767,14 +785,18 @@ def test_unlisted_hostile_files_are_never_opened(ctx: Ctx) -> None:
         deep = deep / "d"
     deep.mkdir(parents=True)
     (deep / "leaf").symlink_to(ctx.outside)
-    watch = _watch(ctx.outside)
+    os.mkfifo(deep / "fifo")
+    watch, nodes = _watch(ctx.outside), _watch_nodes(ctx.layout.incoming)
+    assert len(nodes.paths) == 4  # the FIFOs, the device node, the socket
     try:
         [outcome] = _run_intake(ctx.layout, Config())
-        seen = watch.events()
+        seen, opened = watch.events(), nodes.events()
     finally:
         watch.close()
+        nodes.close()
     assert outcome.accepted, outcome.reasons
     assert seen == []
+    assert opened == [], f"a planted FIFO, device node or socket was opened: {opened}"
     assert not os.path.lexists(ctx.drop)
     assert (ctx.outside / "secret.txt").stat().st_nlink == 1
     assert (ctx.outside / "canary.ko").is_file() and SHADOW.is_file()
@@ -793,6 +815,26 @@ def test_canary_watch_sees_a_read(ctx: Ctx) -> None:
     assert (str(ctx.outside / "canary.ko"), "access") in seen
 
 
+def test_node_watch_sees_an_open_of_a_fifo_and_a_device(ctx: Ctx) -> None:
+    """The node watch is not blind: a non-blocking open of a planted FIFO or device node
+    (what ``O_RDONLY | O_NONBLOCK`` instead of ``O_PATH`` would do) is reported, while an
+    ``O_PATH`` open, the product's way to look before opening, is not."""
+    os.mkfifo(ctx.drop / "fifo")
+    os.mknod(ctx.drop / "zero", stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    nodes = _watch_nodes(ctx.layout.incoming)
+    try:
+        for name in ("fifo", "zero"):
+            os.close(os.open(ctx.drop / name, os.O_PATH | os.O_NOFOLLOW))
+        quiet = nodes.events()
+        for name in ("fifo", "zero"):
+            os.close(os.open(ctx.drop / name, os.O_RDONLY | os.O_NONBLOCK))
+        seen = nodes.events()
+    finally:
+        nodes.close()
+    assert quiet == []
+    assert sorted(seen) == [(f"{ctx.d}/fifo", "open"), (f"{ctx.d}/zero", "open")], seen
+
+
 def test_canary_watch_sees_an_open_through_a_hard_link(ctx: Ctx) -> None:
     """Opening the canary's inode through a hard link inside the drop is reported too."""
     os.link(ctx.outside / "secret.txt", ctx.drop / "hard")
@@ -808,7 +850,8 @@ def test_canary_watch_sees_an_open_through_a_hard_link(ctx: Ctx) -> None:
 
 
 def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
-    """The daemon's loop takes FIFO drops (a FIFO module, a FIFO manifest) without blocking.
+    """The daemon's loop takes FIFO drops (a FIFO module, a FIFO manifest) without blocking
+    and without opening either FIFO (inotify on both).
 
     A good drop staged afterwards is still taken in, and the loop stops when asked.
     """
@@ -826,6 +869,8 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
         MANIFEST_NAME,
     )
     os.mkfifo(second / MANIFEST_NAME)
+    nodes = _watch_nodes(ctx.layout.incoming)
+    assert len(nodes.paths) == 2
     daemon = Daemon(ctx.layout, Config(), make_intake(ctx.layout), NoRebooter(), debounce=0.05)
     watcher = DropWatcher(ctx.layout.incoming, daemon.events)
     watcher.start()
@@ -845,8 +890,11 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
         while load(ctx.layout.state).bundle("test").phase is not Phase.PENDING:
             assert time.monotonic() < deadline and thread.is_alive(), "loop unresponsive"
             time.sleep(0.02)
+        opened = nodes.events()
     finally:
         daemon.events.put(Event(Kind.STOP))
         thread.join(10)
         watcher.stop()
+        nodes.close()
     assert not thread.is_alive()
+    assert opened == [], f"a planted FIFO was opened: {opened}"

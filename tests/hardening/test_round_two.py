@@ -41,6 +41,7 @@ from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME
 from tests.hardening.conftest import chain, make_intake, stage_drop
+from tests.hardening.watch import AccessWatch
 from tests.kmod import SigningKey
 from tests.service.fakes import make_host
 
@@ -412,7 +413,9 @@ def test_state_json_directory_does_not_stop_serve(host: Layout) -> None:
 def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
     """Found 12: 300 junk directories spent the 256 watches; a real drop waited 300 s.
 
-    Past the cap the daemon rescans every ``poll_unwatched`` seconds instead.
+    Past the cap the daemon counts the unwatched drops and polls (here: the count and the
+    interval; that the loop really polls, and only then, is shown on the fake clock by
+    tests/service/test_daemon.py::test_a_drop_beyond_the_watch_cap_is_taken_in_by_polling).
     """
     for i in range(300):
         (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
@@ -523,15 +526,21 @@ def test_a_drop_on_another_file_system_is_copied_into_the_quarantine(
     incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
 ) -> None:
     """A rejected drop that cannot be renamed into the quarantine (EXDEV) is copied there:
-    its regular files with their bytes, never a FIFO or what a symlink points at; the
-    original is removed from the incoming directory."""
+    its regular files with their bytes, never a FIFO (not even opened: inotify on it) or
+    what a symlink points at; the original is removed from the incoming directory."""
     host = incoming_on_tmpfs
     drop = _good(host, kernel, signed, bundle="cross")
     junk = os.urandom(4096)
     (drop / "modules" / f"{M}.ko").write_bytes(junk)
     os.mkfifo(drop / "modules" / "fifo")
     (drop / "modules" / "link").symlink_to("/etc/passwd")
-    make_intake(host, Config()).run()
+    nodes = AccessWatch([drop / "modules" / "fifo"])
+    try:
+        make_intake(host, Config()).run()
+        opened = nodes.events()
+    finally:
+        nodes.close()
+    assert opened == [], f"the FIFO was opened: {opened}"
     [record] = quarantine.records(host)
     assert record.kept and record.bundle == "cross" and record.left is None
     kept = host.quarantine / record.drop
@@ -539,6 +548,30 @@ def test_a_drop_on_another_file_system_is_copied_into_the_quarantine(
     assert not os.path.lexists(kept / "modules" / "fifo")
     assert not os.path.lexists(kept / "modules" / "link")
     assert not drop.exists()
+
+
+def test_a_cross_file_system_copy_reads_nothing_through_a_hard_link(
+    incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """A rejected drop on another file system holding a hard link to a file beside it on
+    that file system (not in the drop) is copied into the quarantine without that file
+    being opened or read, as intake refuses such a file ("has 2 hard links")."""
+    host = incoming_on_tmpfs
+    beside = host.incoming / "driver-state"  # not a drop: the host's, on the same tmpfs
+    beside.write_bytes(b"not the container's")
+    drop = _good(host, kernel, signed, bundle="cross")
+    (drop / "modules" / f"{M}.ko").write_bytes(b"junk")
+    os.link(beside, drop / "modules" / "extra")
+    watch = AccessWatch([beside])
+    try:
+        make_intake(host, Config()).run()
+        seen = watch.events()
+    finally:
+        watch.close()
+    [record] = quarantine.records(host)
+    assert record.kept and not drop.exists()
+    assert seen == [], f"opened outside the drop: {seen}"
+    assert not os.path.lexists(host.quarantine / record.drop / "modules" / "extra")
 
 
 def test_a_cross_file_system_copy_over_the_bound_keeps_only_the_record(

@@ -438,3 +438,64 @@ def test_the_heartbeat_shows_the_decision_as_status_reads_it(host: Layout) -> No
         shown.append(_decided(host))
         clock.advance(30)
     assert shown == ["waiting 12 s after the last drop", "requested", "error"]
+
+
+def test_a_drop_beyond_the_watch_cap_is_taken_in_by_polling(
+    host: Layout, module: Path, kernel: str, tmp_path: Path
+) -> None:
+    """Junk directories spend the drop watches; a drop beyond the cap whose manifest then
+    arrives raises no event, yet is pending within a poll interval (1 s) of fake time,
+    not at the periodic rescan 300 s later: while any drop directory is unwatched, the
+    loop rescans every ``poll_unwatched`` seconds, and only then."""
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    # the observer thread is not started: no inotify event can reach the loop, as none
+    # comes for a directory past the cap; only the loop's own deadlines make it scan
+    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    junk = DropWatcher.MAX_DROP_WATCHES + 4
+    for i in range(junk):
+        (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    staged = stage(
+        tmp_path / "elsewhere",
+        bundle="test",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(module)],
+    )
+    drop = host.incoming / staged.name  # "test.*" sorts after every "junk.*": not watched
+    shutil.copytree(staged, drop, ignore=shutil.ignore_patterns("manifest.toml"))
+
+    watched_then: list[tuple[bool, int, int]] = []
+
+    def manifest_arrives() -> None:
+        assert daemon.watcher is not None
+        watched_then.append(
+            (drop.name in daemon.watcher.drops, len(daemon.watcher.drops), daemon.unwatched)
+        )
+        (drop / ".manifest.tmp").write_bytes((staged / "manifest.toml").read_bytes())
+        (drop / ".manifest.tmp").rename(drop / "manifest.toml")
+
+    arrives = clock.mono + 10.5  # between two polls, long after the scan at start
+    clock.at(arrives, manifest_arrives)
+    clock.run_for(arrives - clock.mono + daemon.poll_unwatched + 0.25)
+    daemon.loop()
+    cap = DropWatcher.MAX_DROP_WATCHES
+    assert watched_then == [(False, cap, junk + 1 - cap)]  # the drop was past the cap
+    assert load(host.state).bundle("test").phase is Phase.PENDING, "the drop was never polled"
+    assert not drop.exists()
+    assert _scans(daemon) >= 11  # at start, then about once a second of fake time
+
+
+def test_no_polling_while_every_drop_is_watched(host: Layout) -> None:
+    """Under the watch cap the loop does not poll: over ten minutes of fake time it scans
+    at start and at the 300 s rescans only, however many drop directories wait."""
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    for i in range(DropWatcher.MAX_DROP_WATCHES):
+        (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
+    clock.run_for(600)
+    daemon.loop()
+    assert daemon.unwatched == 0 and len(daemon.watcher.drops) == DropWatcher.MAX_DROP_WATCHES
+    assert _scans(daemon) == 2  # at start and at 300 s; the one at 600 s is the stop

@@ -1,8 +1,8 @@
 """``--root`` other than ``/`` is a sandbox: files only under the root, no module loaded, no reboot.
 
 The last test runs the real commands (``serve``, ``status``, ``boot --dry-run``, ``boot``)
-in a private mount namespace whose host directories are write-catching overlays, and
-proves that nothing outside the root was written.
+in a private mount namespace whose host directories, ``/sys`` and ``/tmp`` included, are
+write-catching overlays, and proves that nothing outside the roots was written.
 """
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,7 +32,7 @@ from service.store.phase import Phase
 from service.store.statefile import load, read
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.mountns import Overlay, run
+from tests.mountns import SETUP_FAILED, Overlay, run
 from tests.service.fakes import make_host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,14 +205,47 @@ backend = "{backend}"
 min_delay = 0
 """
 
-WATCHED = ["/etc", "/var", "/run", "/usr", "/opt", "/boot", "/root", "/home", "/srv"]
+WATCHED = ["/etc", "/var", "/run", "/usr", "/opt", "/boot", "/root", "/home", "/srv", "/sys"]
+
+
+@dataclass(frozen=True)
+class KeepOverlay(Overlay):
+    """An overlay over ``target`` (``/tmp``) that catches every write except below ``keep``
+    (the test's own directory, holding the roots), which stays the real directory: it is
+    bind-mounted to ``hold`` (outside ``target``) before the overlay is mounted, and back
+    over itself after. ``upper`` must lie outside ``target`` too (overlayfs refuses an
+    upper layer inside its lower one)."""
+
+    keep: Path = Path()
+    hold: Path = Path()
+
+    def mount(self) -> str:
+        """Hold ``keep``, mount the overlay, put ``keep`` back (exit 97 if any step fails)."""
+        self.hold.mkdir(parents=True, exist_ok=True)
+        failed = f" || exit {SETUP_FAILED}"
+        return "\n".join(
+            [
+                f"mount --bind {shlex.quote(str(self.keep))} {shlex.quote(str(self.hold))}{failed}",
+                super().mount(),
+                f"mount --bind {shlex.quote(str(self.hold))} {shlex.quote(str(self.keep))}{failed}",
+            ]
+        )
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A directory on /dev/shm (outside /tmp and every watched directory), removed after."""
+    path = Path(tempfile.mkdtemp(prefix="modstage-sandbox-", dir="/dev/shm"))
+    yield path
+    shutil.rmtree(path)
 
 
 def test_nothing_outside_the_root_changes(
-    host: Layout, drop: Path, tmp_path: Path, kernel: str, rsa_key: SigningKey
+    host: Layout, drop: Path, tmp_path: Path, kernel: str, rsa_key: SigningKey, shm: Path
 ) -> None:
     """serve (systemd and kured backends), status, boot --dry-run and boot, run for real in a
-    mount namespace whose host directories catch writes: every write lands under the roots."""
+    mount namespace whose host directories, ``/sys`` and ``/tmp`` catch writes: every write
+    lands under the roots (the test's own directory in ``/tmp`` gets only the two logs)."""
     host.etc.mkdir(parents=True, exist_ok=True)
     host.config.write_text(CONFIG.format(backend="systemd", sentinel=""))
     kured = make_host(tmp_path / "kured", kernel, rsa_key.cert_pem)
@@ -231,14 +268,19 @@ kill -TERM $A $B; wait $A $B
 {cli} boot --root {a} --dry-run
 {cli} boot --root {a}
 """
-    overlays = [Overlay(d, upper=tmp_path / "caught" / d.strip("/")) for d in WATCHED]
+    tmp = KeepOverlay("/tmp", upper=shm / "tmp", keep=tmp_path, hold=shm / "hold")
+    overlays = [tmp] + [Overlay(d, upper=tmp_path / "caught" / d.strip("/")) for d in WATCHED]
+    roots = {"root", "kured", "caught"}  # the two roots and the overlays' upper layers
+    own = {n: snapshot(tmp_path / n) for n in os.listdir(tmp_path) if n not in roots}
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("NOTIFY_SOCKET", None)
     done = run(["sh", "-c", script], overlays, env=env, timeout=240)
     logs = (tmp_path / "serve-a.log").read_text() + (tmp_path / "serve-b.log").read_text()
     assert done.returncode == 0, done.stdout + done.stderr + logs
-    caught = {d: o.written() for d, o in zip(WATCHED, overlays, strict=True)}
-    assert caught == {d: [] for d in WATCHED}
+    caught = {d: o.written() for d, o in zip(["/tmp", *WATCHED], overlays, strict=True)}
+    assert caught == {d: [] for d in ["/tmp", *WATCHED]}
+    assert set(os.listdir(tmp_path)) - roots == {*own, "serve-a.log", "serve-b.log"}
+    assert {n: snapshot(tmp_path / n) for n in own} == own
     assert json.loads((a / "run/modstage/reboot-commands").read_text()) == ["systemctl", "reboot"]
     assert (b / "run/modstage/reboot-required").read_text().startswith("modstage: ")
     assert "required-rc=0" in done.stdout, done.stdout

@@ -25,16 +25,26 @@ def load(vm: Vm, module: Path, params: str = "") -> int:
     return int(vm.eval(f"finit_module({path!r}, {params!r})"))
 
 
+def unload_if_live(vm: Vm, name: str) -> None:
+    """Unload ``name`` if an earlier test on the shared node left it loaded."""
+    if vm.eval(f"os.path.isdir('/sys/module/{name}')"):
+        assert int(vm.eval(f"delete_module({name!r})")) == 0
+
+
 def test_signed_module_loads_with_parameters(vm: Vm, signed_modules: dict[str, Path]) -> None:
     """finit_module of a test-key-signed module succeeds and its parameters show in sysfs.
 
     The key is not in the kernel's keyring, so the load taints the kernel as unsigned (E) and
-    out-of-tree (O) instead of failing.
+    out-of-tree (O) instead of failing. Checked on the module itself
+    (``/sys/module/ms_params/taint``, the flags this load set), not only on the kernel's
+    sticky ``tainted``, which an earlier load on the shared node may have set already.
     """
+    unload_if_live(vm, "ms_params")
     assert load(vm, signed_modules["ms_params"], 'count=7 label="hello world"') == 0
     parameters = "/sys/module/ms_params/parameters"
     assert vm.read(f"{parameters}/count") == "7"
     assert vm.read(f"{parameters}/label") == "hello world"
+    assert vm.read("/sys/module/ms_params/taint") == "OE"  # in taint_flags order: O, then E
     tainted = int(vm.read("/proc/sys/kernel/tainted"))
     assert tainted & TAINT_UNSIGNED_MODULE
     assert tainted & TAINT_OOT_MODULE
@@ -65,3 +75,19 @@ def test_dependent_module_needs_its_dependency_first(
     assert load(vm, signed_modules["ms_consumer"]) == 0
     assert vm.eval("os.listdir('/sys/module/ms_exporter/holders')") == ["ms_consumer"]
     assert int(vm.eval("delete_module('ms_exporter')")) == errno.EWOULDBLOCK
+
+
+def test_a_clean_module_shows_no_taint_of_its_own_on_a_tainted_node(
+    vm: Vm, signed_modules: dict[str, Path]
+) -> None:
+    """Control for the per-module check: on the shared node, whose kernel-wide ``tainted``
+    has E and O (a test module is live), Debian's own signed in-tree ``crc8`` shows no
+    flags in ``/sys/module/crc8/taint``: the check tells one load from another."""
+    if not vm.eval("os.path.isdir('/sys/module/ms_params')"):
+        assert load(vm, signed_modules["ms_params"]) == 0
+    tainted = int(vm.read("/proc/sys/kernel/tainted"))
+    assert tainted & TAINT_UNSIGNED_MODULE and tainted & TAINT_OOT_MODULE
+    crc8 = "f'/lib/modules/{os.uname().release}/kernel/lib/crc8.ko'"
+    if not vm.eval("os.path.isdir('/sys/module/crc8')"):
+        assert int(vm.eval(f"finit_module({crc8})")) == 0
+    assert vm.read("/sys/module/crc8/taint") == ""
