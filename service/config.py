@@ -47,31 +47,43 @@ wrong types are errors naming the key, reported together.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import time
 from pathlib import Path
 from typing import Any
 
+from service.backends import BACKENDS
 from service.errors import ConfigError
 from service.window import DAYS, Guard, Window
 from stager.manifest import MemoryPolicy
+from stager.record import RecordError, load, spec
 
-BACKENDS = ("kured", "systemd", "kexec", "command", "none")
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
+
+
+def _at_least_one(value: int) -> str | None:
+    return None if value >= 1 else "must be a positive integer"
+
+
+_POSITIVE = spec(check=_at_least_one)
 
 
 @dataclass(frozen=True)
 class Limits:
     """Bounds on what one drop may make the host copy."""
 
-    max_file_bytes: int = 2 << 30
-    max_total_bytes: int = 8 << 30
-    max_files: int = 10_000
-    max_manifest_bytes: int = 1 << 20  # never more than the schema's 1 MiB
-    max_tree_entries: int = 100_000  # entries of a drop's tree removed or measured
-    max_seconds: int = 600  # wall time one drop may take to be taken in
-    quarantine_drops: int = 16  # rejected drops kept for an admin
-    quarantine_bytes: int = 256 << 20  # and the bytes they may hold together
+    max_file_bytes: int = field(default=2 << 30, metadata=_POSITIVE)
+    max_total_bytes: int = field(default=8 << 30, metadata=_POSITIVE)
+    max_files: int = field(default=10_000, metadata=_POSITIVE)
+    # never more than the schema's 1 MiB
+    max_manifest_bytes: int = field(default=1 << 20, metadata=_POSITIVE)
+    # entries of a drop's tree removed or measured
+    max_tree_entries: int = field(default=100_000, metadata=_POSITIVE)
+    # wall time one drop may take to be taken in
+    max_seconds: int = field(default=600, metadata=_POSITIVE)
+    # rejected drops kept for an admin, and the bytes they may hold together
+    quarantine_drops: int = field(default=16, metadata=_POSITIVE)
+    quarantine_bytes: int = field(default=256 << 20, metadata=_POSITIVE)
 
 
 @dataclass(frozen=True)
@@ -83,104 +95,6 @@ class RebootConfig:
     sentinel: Path | None = None
     window: Window = field(default_factory=Window)
     guard: Guard = field(default_factory=Guard)
-
-
-@dataclass(frozen=True)
-class Config:
-    """Host policy; defaults apply to every key the file leaves out."""
-
-    max_boot_attempts: int = 3
-    retain: int = 3
-    allowed_bundles: tuple[str, ...] = ()
-    allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
-    forbidden_params: tuple[str, ...] = ()
-    allow_foreign_firmware_path: bool = False
-    # Imports are judged against the kernel's own CRCs (vmlinuz and in-tree modules, and
-    # Module.symvers where installed). When none can be read, refuse (policy) a module
-    # importing a symbol not otherwise known (true), or take it and say so (false).
-    require_symbol_crcs: bool = True
-    hotplug_policy: str = "kernel"
-    limits: Limits = field(default_factory=Limits)
-    reboot: RebootConfig = field(default_factory=RebootConfig)
-    incoming_dirs: tuple[str, ...] = ("/var/lib/modstage/incoming",)
-    publish: Publish = field(default_factory=lambda: Publish())
-
-    @classmethod
-    def load(cls, path: Path) -> Config:
-        """Read ``path`` (defaults if it does not exist); raises :class:`ConfigError`."""
-        data = _read(path)
-        return cls() if data is None else cls.from_dict(data, path)
-
-    @classmethod
-    def salvage(cls, path: Path) -> tuple[Config, tuple[str, ...]]:
-        """For the boot path: the config and no problems, or on problems the keys that
-        are valid with defaults for the rest, and the problems (the caller logs them).
-
-        Only ``boot`` uses this: it must never load less because of a typo, while
-        ``serve`` and ``intake`` refuse an invalid config (:meth:`load`). The
-        ``[reboot]`` table is the daemon's: boot neither reads nor judges it (its
-        ``reboot`` is the default), so it never loads the time zone database either.
-        """
-        try:
-            data = _read(path)
-        except ConfigError as exc:
-            return cls(), exc.problems
-        if data is None:
-            return cls(), ()
-        data.pop("reboot", None)
-        try:
-            return cls.from_dict(data, path), ()
-        except ConfigError as exc:
-            problems = exc.problems
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            try:
-                values[key] = getattr(cls.from_dict({key: value}, path), key)
-            except (ConfigError, AttributeError):
-                continue  # unknown or invalid: the default applies
-        return cls(**values), problems
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], path: object = "config.toml") -> Config:
-        """Validate a parsed table; raises :class:`ConfigError` listing every problem."""
-        problems: list[str] = []
-        values: dict[str, Any] = {}
-        known = {f.name for f in fields(cls)}
-        problems += [f"{k}: unknown key" for k in sorted(set(data) - known)]
-        for key in ("max_boot_attempts", "retain"):
-            if key in data:
-                values[key] = _positive(data[key], key, problems)
-        for key in ("allowed_bundles", "forbidden_params"):
-            if key in data:
-                values[key] = _strings(data[key], key, problems)
-        if "allowed_memory_policies" in data:
-            names = _strings(data["allowed_memory_policies"], "allowed_memory_policies", problems)
-            try:
-                values["allowed_memory_policies"] = tuple(MemoryPolicy(n) for n in names)
-            except ValueError as exc:
-                problems.append(f"allowed_memory_policies: {exc}")
-        for key in ("allow_foreign_firmware_path", "require_symbol_crcs"):
-            if key in data:
-                if not isinstance(data[key], bool):
-                    problems.append(f"{key}: must be a boolean")
-                values[key] = data[key]
-        if "hotplug_policy" in data:
-            if data["hotplug_policy"] not in HOTPLUG:
-                problems.append(f"hotplug_policy: must be one of {'|'.join(HOTPLUG)}")
-            values["hotplug_policy"] = data["hotplug_policy"]
-        if "limits" in data:
-            values["limits"] = _limits(data["limits"], problems)
-        if "reboot" in data:
-            values["reboot"] = _reboot(data["reboot"], problems)
-        if "incoming_dirs" in data:
-            values["incoming_dirs"] = _host_paths(data["incoming_dirs"], "incoming_dirs", problems)
-            if not values["incoming_dirs"]:
-                problems.append("incoming_dirs: must name at least one directory")
-        if "publish" in data:
-            values["publish"] = _publish(data["publish"], problems)
-        if problems:
-            raise ConfigError(path, problems)
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -209,7 +123,7 @@ def _host_paths(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
-def _publish(value: Any, problems: list[str]) -> Publish:
+def _publish(value: Any, _: str, problems: list[str]) -> Publish:
     if not isinstance(value, dict):
         problems.append("publish: must be a table")
         return Publish()
@@ -228,29 +142,11 @@ def _publish(value: Any, problems: list[str]) -> Publish:
     return Publish(status_dirs=status, digest_files=tuple(digests))
 
 
-def _positive(value: Any, key: str, problems: list[str]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        problems.append(f"{key}: must be a positive integer")
-        return 1
-    return value
-
-
 def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         problems.append(f"{key}: must be an array of strings")
         return ()
     return tuple(value)
-
-
-def _limits(value: Any, problems: list[str]) -> Limits:
-    if not isinstance(value, dict):
-        problems.append("limits: must be a table")
-        return Limits()
-    known = {f.name for f in fields(Limits)}
-    problems += [f"limits.{k}: unknown key" for k in sorted(set(value) - known)]
-    return Limits(
-        **{k: _positive(v, f"limits.{k}", problems) for k, v in value.items() if k in known}
-    )
 
 
 _REBOOT_KEYS = {
@@ -266,17 +162,18 @@ _REBOOT_KEYS = {
 }
 
 
-def _reboot(value: Any, problems: list[str]) -> RebootConfig:
+def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
     if not isinstance(value, dict):
         problems.append("reboot: must be a table")
         return RebootConfig()
     problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - _REBOOT_KEYS)]
     backend = value.get("backend", "none")
-    if backend not in BACKENDS:
+    chosen = BACKENDS.get(backend) if isinstance(backend, str) else None
+    if chosen is None:
         problems.append(f"reboot.backend: must be one of {'|'.join(BACKENDS)}")
     command = _strings(value.get("command", []), "reboot.command", problems)
-    if backend == "command" and not command:
-        problems.append('reboot.command: required (non-empty argv) for backend = "command"')
+    if chosen is not None and chosen.needs_command and not command:
+        problems.append(f'reboot.command: required (non-empty argv) for backend = "{backend}"')
     days = tuple(d.lower()[:3] for d in _strings(value.get("days", []), "reboot.days", problems))
     problems += [f"reboot.days: {d!r} is not a day" for d in days if d not in DAYS]
     window = Window(
@@ -339,3 +236,78 @@ def _seconds(value: Any, key: str, problems: list[str]) -> float:
         problems.append(f"{key}: must be a non-negative number of seconds")
         return 0.0
     return float(value)
+
+
+def _hotplug(value: str) -> str | None:
+    return None if value in HOTPLUG else f"must be one of {'|'.join(HOTPLUG)}"
+
+
+def _some_directory(dirs: tuple[str, ...]) -> str | None:
+    return None if dirs else "must name at least one directory"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Host policy; defaults apply to every key the file leaves out."""
+
+    max_boot_attempts: int = field(default=3, metadata=_POSITIVE)
+    retain: int = field(default=3, metadata=_POSITIVE)
+    allowed_bundles: tuple[str, ...] = ()
+    allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
+    forbidden_params: tuple[str, ...] = ()
+    allow_foreign_firmware_path: bool = False
+    # Imports are judged against the kernel's own CRCs (vmlinuz and in-tree modules, and
+    # Module.symvers where installed). When none can be read, refuse (policy) a module
+    # importing a symbol not otherwise known (true), or take it and say so (false).
+    require_symbol_crcs: bool = True
+    hotplug_policy: str = field(default="kernel", metadata=spec(check=_hotplug))
+    limits: Limits = field(default_factory=Limits)
+    reboot: RebootConfig = field(default_factory=RebootConfig, metadata=spec(load=_reboot))
+    incoming_dirs: tuple[str, ...] = field(
+        default=("/var/lib/modstage/incoming",),
+        metadata=spec(load=_host_paths, check=_some_directory),
+    )
+    publish: Publish = field(default_factory=lambda: Publish(), metadata=spec(load=_publish))
+
+    @classmethod
+    def load(cls, path: Path) -> Config:
+        """Read ``path`` (defaults if it does not exist); raises :class:`ConfigError`."""
+        data = _read(path)
+        return cls() if data is None else cls.from_dict(data, path)
+
+    @classmethod
+    def salvage(cls, path: Path) -> tuple[Config, tuple[str, ...]]:
+        """For the boot path: the config and no problems, or on problems the keys that
+        are valid with defaults for the rest, and the problems (the caller logs them).
+
+        Only ``boot`` uses this: it must never load less because of a typo, while
+        ``serve`` and ``intake`` refuse an invalid config (:meth:`load`). The
+        ``[reboot]`` table is the daemon's: boot neither reads nor judges it (its
+        ``reboot`` is the default), so it never loads the time zone database either.
+        """
+        try:
+            data = _read(path)
+        except ConfigError as exc:
+            return cls(), exc.problems
+        if data is None:
+            return cls(), ()
+        data.pop("reboot", None)
+        try:
+            return cls.from_dict(data, path), ()
+        except ConfigError as exc:
+            problems = exc.problems
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            try:
+                values[key] = getattr(cls.from_dict({key: value}, path), key)
+            except (ConfigError, AttributeError):
+                continue  # unknown or invalid: the default applies
+        return cls(**values), problems
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: object = "config.toml") -> Config:
+        """Validate a parsed table; raises :class:`ConfigError` listing every problem."""
+        try:
+            return load(cls, data)
+        except RecordError as exc:
+            raise ConfigError(path, list(exc.problems)) from None

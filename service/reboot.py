@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from service.backends import BACKENDS
 from service.config import RebootConfig
 from service.errors import RebootError
 from service.layout import Layout
@@ -103,42 +104,19 @@ class KuredSentinel:
 
 @dataclass
 class CommandRebooter:
-    """Reboot by running a command (``systemctl reboot`` for the systemd backend)."""
+    """Reboot by running commands in order (``systemctl reboot``; kexec's load, then kexec).
 
-    argv: list[str]
+    ``plan`` gives the commands when the reboot is asked (kexec names the running kernel).
+    """
+
+    plan: Callable[[], list[list[str]]]
     name: str = "command"
     runner: Runner = run_command
 
     def request(self, reason: str) -> None:
-        """Run the command."""
-        self.runner(self.argv)
-
-    def clear(self) -> None:
-        """Nothing to withdraw."""
-
-
-@dataclass
-class KexecRebooter:
-    """Load the running kernel, its initrd and command line, then ``systemctl kexec``."""
-
-    layout: Layout
-    name: str = "kexec"
-    runner: Runner = run_command
-
-    def request(self, reason: str) -> None:
-        """kexec -l, then systemctl kexec."""
-        release = self.layout.kernel_release()
-        boot = self.layout.root / "boot"
-        self.runner(
-            [
-                "kexec",
-                "-l",
-                str(boot / f"vmlinuz-{release}"),
-                f"--initrd={boot / f'initrd.img-{release}'}",
-                "--reuse-cmdline",
-            ]
-        )
-        self.runner(["systemctl", "kexec"])
+        """Run the commands; the first that fails raises :class:`RebootError`."""
+        for argv in self.plan():
+            self.runner(argv)
 
     def clear(self) -> None:
         """Nothing to withdraw."""
@@ -165,16 +143,17 @@ def sentinel_path(config: RebootConfig, layout: Layout) -> Path:
 
 
 def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
-    """The backend the config names; under a sandbox root its commands are only recorded."""
-    runner: Runner = run_command
-    if layout.sandboxed():
-        runner = SandboxRunner(layout.run / "reboot-commands")
-    if config.backend == "kured":
-        return KuredSentinel(sentinel_path(config, layout))
-    if config.backend == "systemd":
-        return CommandRebooter(["systemctl", "reboot"], name="systemd", runner=runner)
-    if config.backend == "kexec":
-        return KexecRebooter(layout, runner=runner)
-    if config.backend == "command":
-        return CommandRebooter(list(config.command), runner=runner)
-    return NoRebooter()
+    """The backend the config names (:data:`service.backends.BACKENDS`); under a sandbox
+    root its commands are only recorded."""
+    chosen = BACKENDS[config.backend]
+    if chosen.sentinel:
+        return KuredSentinel(sentinel_path(config, layout), name=chosen.name)
+    if chosen.commands is not None:
+        runner: Runner = run_command
+        if layout.sandboxed():
+            runner = SandboxRunner(layout.run / "reboot-commands")
+        commands = chosen.commands
+        return CommandRebooter(
+            lambda: commands(config.command, layout), name=chosen.name, runner=runner
+        )
+    return NoRebooter(name=chosen.name)

@@ -10,8 +10,9 @@ See docs/manifest.md for the format.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,13 @@ from typing import Any
 import tomli_w
 
 from stager.errors import ManifestError
-from stager.paths import MANIFEST_NAME, module_name
+from stager.params import ParamsError, parse_params
+from stager.paths import MANIFEST_NAME, MODULE_SUFFIXES, module_name, relpath_problem
+from stager.record import dump, spec
 
 SCHEMA = 1
 MAX_MANIFEST_BYTES = 1 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 class MemoryPolicy(StrEnum):
@@ -34,13 +38,39 @@ class MemoryPolicy(StrEnum):
     ONLINE_MOVABLE = "online_movable"
 
 
+def _sha256_problem(digest: str) -> str | None:
+    return None if _SHA256.match(digest) else "must be 64 lowercase hexadecimal digits"
+
+
+def _module_file_problem(file: str) -> str | None:
+    if why := relpath_problem(file):
+        return why
+    if not file.endswith(MODULE_SUFFIXES):
+        return f"{file!r} does not end in {', '.join(MODULE_SUFFIXES)}"
+    return None
+
+
+def _firmware_file_problem(file: str) -> str | None:
+    if why := relpath_problem(file):
+        return why
+    return None if file.startswith("firmware/") else f"{file!r} is not under 'firmware/'"
+
+
+def _params_problem(params: str) -> str | None:
+    try:
+        parse_params(params)
+    except ParamsError as exc:
+        return f"not a kernel parameter string: {exc}"
+    return None
+
+
 @dataclass(frozen=True)
 class ModuleEntry:
     """One module, loaded in array order with ``params``."""
 
-    file: str
-    sha256: str
-    params: str = ""
+    file: str = field(metadata=spec(check=_module_file_problem))
+    sha256: str = field(metadata=spec(check=_sha256_problem))
+    params: str = field(default="", metadata=spec(check=_params_problem))
 
     @property
     def name(self) -> str:
@@ -52,8 +82,8 @@ class ModuleEntry:
 class FirmwareEntry:
     """One firmware file; its path below ``firmware/`` is what the module requests."""
 
-    file: str
-    sha256: str
+    file: str = field(metadata=spec(check=_firmware_file_problem))
+    sha256: str = field(metadata=spec(check=_sha256_problem))
 
 
 @dataclass(frozen=True)
@@ -119,11 +149,9 @@ class Manifest:
         }
         if self.memory is not None:
             out["memory"] = {"auto_online_blocks": self.memory.value}
-        out["module"] = [
-            {"file": m.file, "sha256": m.sha256, "params": m.params} for m in self.modules
-        ]
+        out["module"] = [dump(m) for m in self.modules]
         if self.firmware:
-            out["firmware"] = [{"file": f.file, "sha256": f.sha256} for f in self.firmware]
+            out["firmware"] = [dump(f) for f in self.firmware]
         return out
 
     def to_toml(self) -> bytes:

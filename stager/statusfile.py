@@ -8,7 +8,8 @@ host's (standard library only).
 The host and the container may run different modstage versions, so the reader is
 lenient about what it does not know and strict about what it does: unknown keys are
 ignored, a missing key takes its default (``bundle`` and ``phase`` excepted), and a
-known key of the wrong type is a :class:`StatusFileError` naming the file and the key.
+known key of the wrong type is a :class:`StatusFileError` naming the file and the key
+(:func:`stager.record.load`).
 :meth:`StatusFile.to_json` gives back exactly the JSON the host always wrote: the
 optional keys appear only when set.
 """
@@ -16,12 +17,13 @@ optional keys appear only when set.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stager.errors import StagerError
+from stager.record import RecordError, dump, is_none, load, spec
 
 REJECTED = "rejected"  # the phases ``wait`` acts on (the host's ``Phase`` values)
 FAILED = "failed"
@@ -45,6 +47,9 @@ class GenerationInfo:
     failed: str | None = None
 
 
+_ABSENT_IF_NONE = spec(omit=is_none)
+
+
 @dataclass(frozen=True)
 class StatusFile:
     """One bundle's status: its phase, generations, and what the host's last step found.
@@ -64,11 +69,11 @@ class StatusFile:
     updated: float = 0.0
     pending_kernel: str | None = None
     running_kernel: str | None = None
-    drop: str | None = None
-    version: str | None = None
-    kernel: str | None = None
-    reboot: Mapping[str, Any] | None = None
-    generations: Mapping[str, GenerationInfo] | None = None
+    drop: str | None = field(default=None, metadata=_ABSENT_IF_NONE)
+    version: str | None = field(default=None, metadata=_ABSENT_IF_NONE)
+    kernel: str | None = field(default=None, metadata=_ABSENT_IF_NONE)
+    reboot: Mapping[str, Any] | None = field(default=None, metadata=_ABSENT_IF_NONE)
+    generations: Mapping[str, GenerationInfo] | None = field(default=None, metadata=_ABSENT_IF_NONE)
 
     def known(self) -> set[str]:
         """Every generation id this status names."""
@@ -77,29 +82,7 @@ class StatusFile:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object, keys as the host writes them (optional ones only when set)."""
-        doc: dict[str, Any] = {
-            "bundle": self.bundle,
-            "phase": self.phase,
-            "generation": self.generation,
-            "active": self.active,
-            "pending": self.pending,
-            "failed": dict(self.failed),
-            "errors": list(self.errors),
-            "updated": self.updated,
-            "pending_kernel": self.pending_kernel,
-            "running_kernel": self.running_kernel,
-        }
-        for key in ("drop", "version", "kernel"):
-            if getattr(self, key) is not None:
-                doc[key] = getattr(self, key)
-        if self.reboot is not None:
-            doc["reboot"] = dict(self.reboot)
-        if self.generations is not None:
-            doc["generations"] = {
-                g: {"version": i.version, "kernel": i.kernel, "failed": i.failed}
-                for g, i in self.generations.items()
-            }
-        return doc
+        return dump(self)
 
     def to_json(self) -> bytes:
         """The file's bytes (sorted keys, one-space indent, a final newline)."""
@@ -110,24 +93,10 @@ class StatusFile:
         """Validate a parsed JSON object; raises :class:`StatusFileError` naming ``source``."""
         if not isinstance(doc, dict):
             raise StatusFileError(source, "status file is not a JSON object")
-        get = _Getter(doc, str(source))
-        return cls(
-            bundle=get("bundle", _str, required=True),
-            phase=get("phase", _str, required=True),
-            generation=get("generation", _opt_str),
-            active=get("active", _opt_str),
-            pending=get("pending", _opt_str),
-            failed=get("failed", _str_map, default={}),
-            errors=tuple(get("errors", _str_list, default=[])),
-            updated=get("updated", _number, default=0.0),
-            pending_kernel=get("pending_kernel", _opt_str),
-            running_kernel=get("running_kernel", _opt_str),
-            drop=get("drop", _opt_str),
-            version=get("version", _opt_str),
-            kernel=get("kernel", _opt_str),
-            reboot=get("reboot", _opt_object),
-            generations=get("generations", _generations),
-        )
+        try:
+            return load(cls, doc, unknown="ignore")
+        except RecordError as exc:
+            raise StatusFileError(source, f"status file breaks its schema: {exc}") from None
 
     @classmethod
     def from_json(cls, raw: bytes, source: object = "status file") -> StatusFile:
@@ -148,74 +117,3 @@ class StatusFile:
         except OSError as exc:
             raise StatusFileError(path, f"unreadable status file: {exc}") from exc
         return cls.from_json(raw, path)
-
-
-class _Getter:
-    """Reads one key of a status document, checked by a converter that raises TypeError."""
-
-    def __init__(self, doc: Mapping[str, Any], source: str) -> None:
-        self.doc, self.source = doc, source
-
-    def __call__(
-        self,
-        key: str,
-        convert: Callable[[Any], Any],
-        *,
-        required: bool = False,
-        default: Any = None,
-    ) -> Any:
-        if key not in self.doc:
-            if required:
-                raise StatusFileError(self.source, f"status file has no {key!r}")
-            return default
-        try:
-            return convert(self.doc[key])
-        except TypeError as exc:
-            raise StatusFileError(self.source, f"status file's {key!r} {exc}") from None
-
-
-def _is(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise TypeError(f"is {type(value).__name__}, not {what}")
-    return value
-
-
-def _str(value: Any) -> str:
-    return str(_is(value, str, "a string"))
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(_is(value, str, "a string or null"))
-
-
-def _number(value: Any) -> float:
-    return float(_is(value, (int, float), "a number"))
-
-
-def _str_list(value: Any) -> list[str]:
-    items = _is(value, list, "a list of strings")
-    return [_is(v, str, "a list of strings") for v in items]
-
-
-def _str_map(value: Any) -> dict[str, str]:
-    items = _is(value, dict, "an object of strings")
-    return {k: _is(v, str, "an object of strings") for k, v in items.items()}
-
-
-def _opt_object(value: Any) -> dict[str, Any] | None:
-    return None if value is None else dict(_is(value, dict, "an object or null"))
-
-
-def _generations(value: Any) -> dict[str, GenerationInfo] | None:
-    if value is None:
-        return None
-    what = "an object of {version, kernel, failed}"
-    out = {}
-    for gen, info in _is(value, dict, what).items():
-        info = _is(info, dict, what)
-        out[gen] = GenerationInfo(
-            version=_is(info.get("version"), str, what),
-            kernel=_is(info.get("kernel"), str, what),
-            failed=_opt_str(info.get("failed")),
-        )
-    return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from stager.errors import ManifestError
 from stager.manifest import (
@@ -14,16 +14,15 @@ from stager.manifest import (
     MemoryPolicy,
     ModuleEntry,
 )
-from stager.params import ParamsError, parse_params
-from stager.paths import MODULE_SUFFIXES, bundle_problem, relpath_problem
+from stager.paths import bundle_problem
+from stager.record import RecordError, describe, load
+from stager.record import kind as kind_of
 from stager.shown import shown
 
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~:-]{0,127}\Z")
 _TOP = {"schema", "bundle", "version", "kernel", "after", "module", "firmware", "memory"}
-_MODULE = {"file", "sha256", "params"}
-_FIRMWARE = {"file", "sha256"}
 _MEMORY = {"auto_online_blocks"}
+E = TypeVar("E", ModuleEntry, FirmwareEntry)
 MAX_MODULES = 256
 MAX_FIRMWARE = 4096
 MAX_AFTER = 256
@@ -43,10 +42,13 @@ class _Problems:
         self.dropped = 0
 
     def add(self, key: str, message: str) -> None:
+        self.add_problem(f"{key}: {message}")
+
+    def add_problem(self, problem: str) -> None:
         if len(self.items) >= MAX_PROBLEMS:
             self.dropped += 1
             return
-        self.items.append(shown(f"{key}: {message}", MAX_PROBLEM_CHARS))
+        self.items.append(shown(problem, MAX_PROBLEM_CHARS))
 
     def all(self) -> list[str]:
         more = [f"... and {self.dropped} more problems"] if self.dropped else []
@@ -62,19 +64,9 @@ class _Problems:
             return None
         value = table[key]
         if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
-            self.add(prefix + key, f"must be {_kind(kind)}, not {_kind(type(value))}")
+            self.add(prefix + key, f"must be {describe(kind)}, not {kind_of(value)}")
             return None
         return value
-
-
-def _kind(kind: type) -> str:
-    return {
-        str: "a string",
-        int: "an integer",
-        list: "an array",
-        dict: "a table",
-        bool: "a boolean",
-    }.get(kind, kind.__name__)
 
 
 def validate(data: dict[str, Any], source: str) -> Manifest:
@@ -98,7 +90,7 @@ def validate(data: dict[str, Any], source: str) -> Manifest:
             )
     after = _after(p, data.get("after", []), bundle)
     modules = _modules(p, data)
-    firmware = _firmware(p, data.get("firmware", []))
+    firmware = _entries(p, data.get("firmware", []), "firmware", MAX_FIRMWARE, FirmwareEntry)
     memory = _memory(p, data.get("memory"))
     _duplicates(p, modules, firmware)
     if p.items:
@@ -140,7 +132,7 @@ def _duplicates(p: _Problems, modules: list[ModuleEntry], firmware: list[Firmwar
 
 def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
     if not isinstance(value, list):
-        p.add("after", f"must be an array, not {_kind(type(value))}")
+        p.add("after", f"must be an array, not {kind_of(value)}")
         return ()
     if len(value) > MAX_AFTER:
         p.add("after", f"{len(value)} entries, more than {MAX_AFTER}")
@@ -150,7 +142,7 @@ def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
     for i, name in enumerate(value):
         key = f"after[{i}]"
         if not isinstance(name, str):
-            p.add(key, f"must be a string, not {_kind(type(name))}")
+            p.add(key, f"must be a string, not {kind_of(name)}")
         elif why := bundle_problem(name):
             p.add(key, why)
         elif name == bundle:
@@ -165,7 +157,7 @@ def _after(p: _Problems, value: Any, bundle: str | None) -> tuple[str, ...]:
 
 def _tables(p: _Problems, value: Any, key: str, limit: int) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        p.add(key, f"must be an array of tables, not {_kind(type(value))}")
+        p.add(key, f"must be an array of tables, not {kind_of(value)}")
         return []
     if len(value) > limit:
         p.add(key, f"more than {limit} entries")
@@ -175,61 +167,28 @@ def _tables(p: _Problems, value: Any, key: str, limit: int) -> list[dict[str, An
         if isinstance(item, dict):
             tables.append(item)
         else:
-            p.add(f"{key}[{i}]", f"must be a table, not {_kind(type(item))}")
+            p.add(f"{key}[{i}]", f"must be a table, not {kind_of(item)}")
     return tables if len(tables) == len(value) else []
-
-
-def _file_and_digest(p: _Problems, table: dict[str, Any], prefix: str) -> tuple[str, str] | None:
-    file = p.typed(table, "file", str, prefix)
-    if file is not None and (why := relpath_problem(file)):
-        p.add(f"{prefix}file", why)
-        file = None
-    digest = p.typed(table, "sha256", str, prefix)
-    if digest is not None and not _SHA256.match(digest):
-        p.add(f"{prefix}sha256", "must be 64 lowercase hexadecimal digits")
-        digest = None
-    return (file, digest) if file is not None and digest is not None else None
 
 
 def _modules(p: _Problems, data: dict[str, Any]) -> list[ModuleEntry]:
     if "module" not in data:
         p.add("module", "missing (a bundle loads at least one module)")
         return []
-    tables = _tables(p, data["module"], "module", MAX_MODULES)
-    if not tables and isinstance(data["module"], list) and not data["module"]:
+    if isinstance(data["module"], list) and not data["module"]:
         p.add("module", "empty (a bundle loads at least one module)")
+    return _entries(p, data["module"], "module", MAX_MODULES, ModuleEntry)
+
+
+def _entries(p: _Problems, value: Any, key: str, limit: int, entry: type[E]) -> list[E]:
+    """Each table of the array ``key`` as an ``entry`` record, its fields' checks applied."""
     out = []
-    for i, table in enumerate(tables):
-        prefix = f"module[{i}]."
-        p.unknown(table, _MODULE, prefix)
-        fd = _file_and_digest(p, table, prefix)
-        if fd and not fd[0].endswith(MODULE_SUFFIXES):
-            p.add(f"{prefix}file", f"{fd[0]!r} does not end in {', '.join(MODULE_SUFFIXES)}")
-            fd = None
-        params = table.get("params", "")
-        if not isinstance(params, str):
-            p.add(f"{prefix}params", f"must be a string, not {_kind(type(params))}")
-            continue
+    for i, table in enumerate(_tables(p, value, key, limit)):
         try:
-            parse_params(params)
-        except ParamsError as exc:
-            p.add(f"{prefix}params", f"not a kernel parameter string: {exc}")
-            continue
-        if fd:
-            out.append(ModuleEntry(file=fd[0], sha256=fd[1], params=params))
-    return out
-
-
-def _firmware(p: _Problems, value: Any) -> list[FirmwareEntry]:
-    out = []
-    for i, table in enumerate(_tables(p, value, "firmware", MAX_FIRMWARE)):
-        prefix = f"firmware[{i}]."
-        p.unknown(table, _FIRMWARE, prefix)
-        fd = _file_and_digest(p, table, prefix)
-        if fd and not fd[0].startswith("firmware/"):
-            p.add(f"{prefix}file", f"{fd[0]!r} is not under 'firmware/'")
-        elif fd:
-            out.append(FirmwareEntry(file=fd[0], sha256=fd[1]))
+            out.append(load(entry, table, f"{key}[{i}]"))
+        except RecordError as exc:
+            for problem in exc.problems:
+                p.add_problem(problem)
     return out
 
 
@@ -237,7 +196,7 @@ def _memory(p: _Problems, value: Any) -> MemoryPolicy | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        p.add("memory", f"must be a table, not {_kind(type(value))}")
+        p.add("memory", f"must be a table, not {kind_of(value)}")
         return None
     p.unknown(value, _MEMORY, "memory.")
     policy = p.typed(value, "auto_online_blocks", str, "memory.")

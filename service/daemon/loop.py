@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from service.backends import admin_reboots
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
@@ -39,6 +40,7 @@ from service.store.statusfile import write_status
 from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy
 from stager.paths import parse_drop_name
+from stager.record import dump
 from stager.shown import MAX_REASON, shown
 
 if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify stack
@@ -100,7 +102,7 @@ class Daemon:
                 self.rebooter.clear()
                 log.info("reboot.happened", asked_at=state.reboot.at)  # once it is saved
             elif state.reboot:
-                log.info("daemon.restarted", reboot_intent=state.reboot.to_json())
+                log.info("daemon.restarted", reboot_intent=dump(state.reboot))
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
@@ -158,14 +160,14 @@ class Daemon:
 
     def _asked_note(self) -> str:
         """The history note of a scheduled reboot: how it will come."""
-        if self.rebooter.name == "none":
-            return "waiting for an admin reboot (backend none)"
+        if admin_reboots(self.rebooter.name):
+            return f"waiting for an admin reboot (backend {self.rebooter.name})"
         return f"reboot asked via {self.rebooter.name}"
 
     def _publish(self, state: State, intent: RebootIntent) -> None:
         """Show the scheduled reboot in each bundle's status file and its mirrors."""
         for name in intent.bundles:
-            write_status(self.layout, name, state.bundle(name), reboot=intent.to_json())
+            write_status(self.layout, name, state.bundle(name), reboot=dump(intent))
         mirror_status(self.layout, self.config)
 
     def _guarded(self, step: Callable[[], T]) -> T | None:

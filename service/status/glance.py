@@ -9,8 +9,8 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from service.backends import admin_reboots
 from service.store.records import RebootIntent
 from service.window import Window
 from stager.atomic import write_atomic
@@ -48,16 +48,6 @@ class Heartbeat:
     age_seconds: float | None = None
     decision: str | None = ""
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``daemon`` object."""
-        return {
-            "path": self.path,
-            "alive": self.alive,
-            "at": self.at,
-            "age_seconds": self.age_seconds,
-            "decision": self.decision,
-        }
-
 
 def read_heartbeat(path: Path, now: float) -> Heartbeat:
     """The heartbeat as ``status`` shows it: alive, age, the daemon's last reboot decision."""
@@ -91,13 +81,14 @@ def why_no_reboot(
     if not required:
         return "; ".join(waits) or "no generation waits for a reboot"
     if asked is not None:
-        if asked.backend == "none":
-            return f"waiting for an admin reboot (backend none; due since {iso(asked.at)})"
+        if admin_reboots(asked.backend):
+            why = f"backend {asked.backend}; due since {iso(asked.at)}"
+            return f"waiting for an admin reboot ({why})"
         return f"asked via {asked.backend} at {iso(asked.at)}"
     if backend is None:
         return "the config is invalid: the daemon cannot run, nobody asks for the reboot"
-    if backend == "none":
-        return "waiting for an admin reboot (backend none; or kured's sentinel command)"
+    if admin_reboots(backend):
+        return f"waiting for an admin reboot (backend {backend}; or kured's sentinel command)"
     if not daemon.alive:
         return "the daemon is not running (no recent heartbeat): nobody asks for the reboot"
     if opens is None:

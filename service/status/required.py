@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from service.backends import admin_reboots
 from service.config import Config
 from service.errors import ServiceError
 from service.layout import Layout
@@ -56,7 +57,7 @@ def decide(
     waiting = state.awaiting_reboot(kernel)
     asked = state.intent_in(boot_id) is not None
     reasons: list[str] = []
-    if waiting and (backend == "none" or asked):
+    if waiting and (admin_reboots(backend) or asked):
         reasons.append(" ".join(waiting))
     if host_file is not None:
         reasons.append(f"{host_file} exists")

@@ -28,8 +28,10 @@ from typing import Any
 from service.errors import IllegalTransition, StateError
 from service.store.phase import Phase, next_phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
+from stager.record import spec
 
 FORMAT = 1
+_REQUIRED = spec(required=True)
 HISTORY_LIMIT = 64
 
 
@@ -49,12 +51,13 @@ class Generation:
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    phase: Phase = Phase.NONE
-    active: str | None = None
-    pending: str | None = None
-    generations: dict[str, Generation] = field(default_factory=dict)
-    loaded: tuple[ModuleLoad, ...] = ()
-    history: tuple[HistoryEntry, ...] = ()
+    # every key but ``held`` (added later) is required in state.json
+    phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
+    active: str | None = field(default=None, metadata=_REQUIRED)
+    pending: str | None = field(default=None, metadata=_REQUIRED)
+    generations: dict[str, Generation] = field(default_factory=dict, metadata=_REQUIRED)
+    loaded: tuple[ModuleLoad, ...] = field(default=(), metadata=_REQUIRED)
+    history: tuple[HistoryEntry, ...] = field(default=(), metadata=_REQUIRED)
     held: bool = False  # an admin's hold: no new generation, no reboot asked
 
     @property
@@ -278,8 +281,8 @@ def _added(gen: Generation) -> float:
 class State:
     """Everything in ``state.json``."""
 
-    bundles: dict[str, BundleState] = field(default_factory=dict)
-    boot_id: str | None = None
+    bundles: dict[str, BundleState] = field(default_factory=dict, metadata=_REQUIRED)
+    boot_id: str | None = field(default=None, metadata=_REQUIRED)
     reboot: RebootIntent | None = None  # the recorded intent: asked at, in which boot, how
 
     def bundle(self, name: str) -> BundleState:

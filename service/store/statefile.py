@@ -14,15 +14,13 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from service import faults
 from service.errors import StateCorrupt, StateError
-from service.store.phase import Phase
-from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, want
-from service.store.state import FORMAT, BundleState, Generation, State
+from service.store.state import FORMAT, State
+from stager import record
 from stager.atomic import fsync_dir, write_atomic
 
 LAST_GOOD = "last-good.json"  # beside state.json: each bundle's last known good generation
@@ -30,91 +28,37 @@ LAST_GOOD = "last-good.json"  # beside state.json: each bundle's last known good
 
 def encode(state: State) -> bytes:
     """The persisted form of ``state``."""
-    bundles = {name: _bundle_json(b) for name, b in sorted(state.bundles.items())}
-    reboot = state.reboot.to_json() if state.reboot is not None else None
-    doc = {"format": FORMAT, "boot_id": state.boot_id, "reboot": reboot, "bundles": bundles}
+    doc = {"format": FORMAT, **record.dump(state)}
     return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
 
 def decode(raw: bytes) -> State:
     """Parse the persisted form; raises :class:`StateError` on anything unexpected.
 
-    Every field is type-checked here, so that a hand-edited or damaged file is
-    refused on read rather than failing later, half-way through a boot.
+    Every field is type-checked here (:func:`stager.record.load`), so that a hand-edited
+    or damaged file is refused on read rather than failing later, half-way through a boot.
     """
     try:
         doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise StateError("state is not a JSON object")
-        if doc.get("format") != FORMAT:
-            raise StateError(f"unknown state format {doc.get('format')!r}")
-        bundles = {
-            want(name, str, "bundle name"): _bundle(name, b)
-            for name, b in want(doc["bundles"], dict, "bundles").items()
-        }
-        raw_intent = doc.get("reboot")
-        reboot = None if raw_intent is None else RebootIntent.from_json(raw_intent)
-        boot_id = want(doc["boot_id"], str | None, "boot_id")
-        return State(bundles=bundles, boot_id=boot_id, reboot=reboot)
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        if isinstance(exc, StateError):
-            raise
+    except (ValueError, RecursionError) as exc:
         raise StateError(f"state file is corrupt: {exc!r}") from exc
-
-
-def _bundle_json(b: BundleState) -> dict[str, Any]:
-    """One bundle's persisted form (the records at their JSON edge)."""
-    return {
-        "phase": b.phase.value,
-        "active": b.active,
-        "pending": b.pending,
-        "generations": {k: asdict(v) for k, v in sorted(b.generations.items())},
-        "loaded": [m.to_json() for m in b.loaded],
-        "history": [h.to_json() for h in b.history],
-        "held": b.held,
-    }
-
-
-def _generation(key: str, v: Any, where: str) -> Generation:
-    v = want(v, dict, where)
-    if set(v) - {"id", "version", "kernel", "added", "attempts", "failed"}:
-        raise StateError(f"state file is corrupt: {where} has unknown keys")
-    gen = Generation(
-        id=want(v["id"], str, f"{where}.id"),
-        version=want(v["version"], str, f"{where}.version"),
-        kernel=want(v["kernel"], str, f"{where}.kernel"),
-        added=float(want(v.get("added", 0.0), int | float, f"{where}.added")),
-        attempts=want(v.get("attempts", 0), int, f"{where}.attempts"),
-        failed=want(v.get("failed"), str | None, f"{where}.failed"),
-    )
-    if gen.id != key or gen.attempts < 0:
-        raise StateError(f"state file is corrupt: {where} is inconsistent")
-    return gen
-
-
-def _bundle(name: str, b: Any) -> BundleState:
-    where = f"bundles.{name}"
-    b = want(b, dict, where)
-    gens = {
-        k: _generation(k, v, f"{where}.generations.{k}")
-        for k, v in want(b["generations"], dict, f"{where}.generations").items()
-    }
-    loaded = want(b["loaded"], list, f"{where}.loaded")
-    history = want(b["history"], list, f"{where}.history")
-    bundle = BundleState(
-        phase=Phase(b["phase"]),
-        active=want(b["active"], str | None, f"{where}.active"),
-        pending=want(b["pending"], str | None, f"{where}.pending"),
-        generations=gens,
-        loaded=tuple(ModuleLoad.from_json(x, f"{where}.loaded[{i}]") for i, x in enumerate(loaded)),
-        history=tuple(
-            HistoryEntry.from_json(x, f"{where}.history[{i}]") for i, x in enumerate(history)
-        ),
-        held=want(b.get("held", False), bool, f"{where}.held"),
-    )
-    if any(g not in gens for g in bundle.keep()):
-        raise StateError(f"state file is corrupt: {where} names an unknown generation")
-    return bundle
+    if not isinstance(doc, dict):
+        raise StateError("state is not a JSON object")
+    if (form := doc.pop("format", None)) != FORMAT:
+        raise StateError(f"unknown state format {form!r}")
+    try:
+        state = record.load(State, doc)
+    except record.RecordError as exc:
+        raise StateError(f"state file is corrupt: {exc}") from exc
+    for name, bundle in state.bundles.items():
+        where = f"bundles.{name}"
+        for key, gen in bundle.generations.items():
+            if gen.id != key or gen.attempts < 0:
+                why = f"{where}.generations.{key} is inconsistent"
+                raise StateError(f"state file is corrupt: {why}")
+        if any(g not in bundle.generations for g in bundle.keep()):
+            raise StateError(f"state file is corrupt: {where} names an unknown generation")
+    return state
 
 
 def read(path: Path) -> State:

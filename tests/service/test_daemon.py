@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
+from service.backends import BACKENDS
 from service.config import Config, RebootConfig
 from service.daemon.clock import SystemClock
 from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.reboot import CommandRebooter, KexecRebooter, KuredSentinel, NoRebooter
+from service.reboot import CommandRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.records import RebootIntent
@@ -110,7 +111,7 @@ def test_drop_is_noticed_taken_in_and_reboot_asked(
 ) -> None:
     """A drop written while the daemon runs becomes pending and one reboot is asked for."""
     asked: list[list[str]] = []
-    rebooter = CommandRebooter(["reboot-now"], runner=asked.append)
+    rebooter = CommandRebooter(lambda: [["reboot-now"]], runner=asked.append)
     daemon = _daemon(
         host, rebooter, reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 3600))
     )
@@ -141,7 +142,7 @@ def test_the_guard_allows_one_request_per_min_interval(
     has passed on the clock; then the re-check asks at once (the loop was running)."""
     asked: list[float] = []
     clock = FakeClock()
-    rebooter = CommandRebooter(["reboot-now"], runner=lambda _: asked.append(clock.wall))
+    rebooter = CommandRebooter(lambda: [["reboot-now"]], runner=lambda _: asked.append(clock.wall))
     guard = Guard(min_delay=0, min_interval=3610)  # not a multiple of the 30 s heartbeat
     daemon = _daemon(host, rebooter, clock, reboot=RebootConfig(backend="command", guard=guard))
     stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
@@ -173,7 +174,7 @@ def test_a_held_reboot_is_asked_for_when_the_window_opens(
     reboot = RebootConfig(backend="command", guard=Guard(0, 3600), window=window)
     daemon = _daemon(
         host,
-        CommandRebooter(["r"], runner=lambda _: asked.append(clock.wall)),
+        CommandRebooter(lambda: [["r"]], runner=lambda _: asked.append(clock.wall)),
         clock,
         reboot=reboot,
     )
@@ -197,7 +198,7 @@ def test_a_reboot_waits_min_delay_after_the_last_drop(
     reboot = RebootConfig(backend="command", guard=Guard(min_delay=45, min_interval=3600))
     daemon = _daemon(
         host,
-        CommandRebooter(["r"], runner=lambda _: asked.append(clock.wall)),
+        CommandRebooter(lambda: [["r"]], runner=lambda _: asked.append(clock.wall)),
         clock,
         reboot=reboot,
     )
@@ -302,7 +303,9 @@ def test_backends(host: Layout, tmp_path: Path) -> None:
     KuredSentinel(sentinel).request("new generation pending for nvidia")
     assert sentinel.read_text() == "modstage: new generation pending for nvidia\n"
     calls: list[list[str]] = []
-    KexecRebooter(host, runner=calls.append).request("x")
+    kexec = BACKENDS["kexec"].commands
+    assert kexec is not None
+    CommandRebooter(lambda: kexec((), host), name="kexec", runner=calls.append).request("x")
     release = host.kernel_release()
     assert calls == [
         [
@@ -371,7 +374,7 @@ def test_failing_backend_does_not_stop_the_daemon(
 
     daemon = _daemon(
         host,
-        CommandRebooter(["reboot-now"], runner=broken),
+        CommandRebooter(lambda: [["reboot-now"]], runner=broken),
         reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 0)),
     )
     running(daemon)  # type: ignore[operator]

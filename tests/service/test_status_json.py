@@ -20,6 +20,7 @@ from service.store.records import RebootIntent
 from service.store.state import State
 from service.store.statefile import read, save
 from service.store.statusfile import write_status
+from stager.record import dump
 from tests.service.test_metrics import fallback_host
 
 DOC = Path(__file__).resolve().parents[2] / "docs/status.md"
@@ -65,7 +66,7 @@ def full_host(tmp_path: Path) -> Layout:
     layout.config.write_text('[reboot]\nbackend = "kured"\ndays = ["mon"]\nstart = "02:00"\n')
     write_heartbeat(layout.heartbeat, decision="outside the reboot window", at=1.0)
     write_status(
-        layout, "nvidia", state.bundle("nvidia"), reboot=ASKED.to_json(), version="3", kernel="k"
+        layout, "nvidia", state.bundle("nvidia"), reboot=dump(ASKED), version="3", kernel="k"
     )
     write_status(layout, "amd", State().bundle("amd"), phase=Phase.REJECTED, drop="amd.1.x")
     block = layout.sys / "devices/system/memory/memory8"
@@ -89,4 +90,4 @@ def test_json_keys_are_the_documented_keys(tmp_path: Path) -> None:
     assert keys(doc) == schema
     files = [doc["bundles"][b]["status_file"] for b in ("nvidia", "amd")]
     assert {k for f in files for k in f} == status_file
-    assert files[0]["reboot"] == ASKED.to_json()
+    assert files[0]["reboot"] == dump(ASKED)

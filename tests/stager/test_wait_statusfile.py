@@ -113,13 +113,28 @@ def test_wait_and_the_writer_share_the_type(tmp_path: Path) -> None:
     ("doc", "words"),
     [
         ([], "is not a JSON object"),
-        ({"bundle": "nvidia"}, "has no 'phase'"),
-        ({"bundle": "nvidia", "phase": 3}, "'phase' is int, not a string"),
-        ({"bundle": "nvidia", "phase": "active", "updated": True}, "'updated' is bool"),
-        ({"bundle": "nvidia", "phase": "active", "errors": "x"}, "'errors' is str, not a list"),
-        ({"bundle": "nvidia", "phase": "active", "failed": {GEN: 1}}, "'failed' is int"),
-        ({"bundle": "nvidia", "phase": "active", "reboot": []}, "'reboot' is list"),
-        ({"bundle": "nvidia", "phase": "active", "generations": {GEN: {}}}, "'generations'"),
+        ({"bundle": "nvidia"}, "phase: missing"),
+        ({"bundle": "nvidia", "phase": 3}, "phase: must be a string, not an integer"),
+        (
+            {"bundle": "nvidia", "phase": "active", "updated": True},
+            "updated: must be a number, not a boolean",
+        ),
+        (
+            {"bundle": "nvidia", "phase": "active", "errors": "x"},
+            "errors: must be an array of strings, not a string",
+        ),
+        (
+            {"bundle": "nvidia", "phase": "active", "failed": {GEN: 1}},
+            f"failed.{GEN}: must be a string, not an integer",
+        ),
+        (
+            {"bundle": "nvidia", "phase": "active", "reboot": []},
+            "reboot: must be a table or null, not an array",
+        ),
+        (
+            {"bundle": "nvidia", "phase": "active", "generations": {GEN: {}}},
+            f"generations.{GEN}.version: missing",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_naming_the_file_and_the_key(
