@@ -20,7 +20,7 @@ import errno
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from service.logs import get_logger
 from service.store.dropfs import RemoveError, Tick, copy_tree, remove_tree, tree_size
 from stager.atomic import write_atomic
 from stager.paths import parse_drop_name
+from stager.record import RecordError, dump, load
 from stager.shown import bounded, shown
 
 log = get_logger("modstage.quarantine")
@@ -51,22 +52,14 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``status --json`` and the record file show it."""
-        return asdict(self) | {"reasons": list(self.reasons)}
+        return dump(self)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> Record:
+    def from_dict(cls, doc: Any) -> Record:
         """Read a record file's table (written by :func:`put`); raises ValueError."""
         try:
-            return cls(
-                drop=str(doc["drop"]),
-                bundle=None if doc.get("bundle") is None else str(doc["bundle"]),
-                reasons=tuple(str(r) for r in doc.get("reasons", ())),
-                at=float(doc["at"]),
-                kept=bool(doc.get("kept")),
-                left=None if doc.get("left") is None else str(doc["left"]),
-                size=int(doc.get("size") or 0),
-            )
-        except (KeyError, TypeError) as exc:
+            return load(cls, doc, unknown="ignore")
+        except RecordError as exc:
             raise ValueError(f"not a quarantine record: {exc}") from exc
 
 
