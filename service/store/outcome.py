@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stager.record import dump, load
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -27,32 +29,10 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the drop as a string path)."""
-        return {
-            "drop": str(self.drop),
-            "bundle": self.bundle,
-            "generation": self.generation,
-            "accepted": self.accepted,
-            "reasons": list(self.reasons),
-            "deferred": self.deferred,
-            "seconds": self.seconds,
-            "gone": self.gone,
-        }
+        return dump(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Outcome:
-        """The outcome :meth:`to_json` wrote (a ``KeyError`` or ``TypeError`` if it is not one)."""
-        seconds = doc["seconds"]
-        return cls(
-            drop=Path(doc["drop"]),
-            bundle=_optional_str(doc["bundle"]),
-            generation=_optional_str(doc["generation"]),
-            accepted=bool(doc["accepted"]),
-            reasons=tuple(str(r) for r in doc["reasons"]),
-            deferred=bool(doc["deferred"]),
-            seconds=None if seconds is None else float(seconds),
-            gone=bool(doc["gone"]),
-        )
-
-
-def _optional_str(value: object) -> str | None:
-    return None if value is None else str(value)
+    def from_json(cls, doc: Any) -> Outcome:
+        """The outcome :meth:`to_json` wrote; a :class:`~stager.record.RecordError`
+        (a ValueError) naming each wrong or missing key if it is not one."""
+        return load(cls, doc, "outcome")
