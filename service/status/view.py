@@ -116,7 +116,7 @@ def lines(doc: Report) -> list[str]:
     out += _quarantine_lines(doc)
     for m in doc.memory:
         node = "-" if m.node is None else m.node
-        out.append(f"memory node {node} zone {m.zone or '-'} {m.state}: {m.blocks} blocks")
+        out.append(f"memory node {node} zone {zone_words(m.zone)} {m.state}: {m.blocks} blocks")
     return out
 
 
@@ -171,8 +171,17 @@ def render_rich(doc: Report, out: TextIO) -> None:
         mem = Table("node", "zone", "state", "blocks", title="memory", title_justify="left")
         for m in doc.memory:
             node = "-" if m.node is None else str(m.node)
-            mem.add_row(node, m.zone or "-", m.state, str(m.blocks))
+            mem.add_row(node, zone_words(m.zone), m.state, str(m.blocks))
         console.print(mem)
+
+
+def zone_words(zone: str | None) -> str:
+    """A block's zone as an admin reads it. The kernel's ``valid_zones`` says ``none`` for
+    an online block that spans zones (boot memory, which can be neither moved nor
+    offlined); ``-``: the block is offline or its zone is unknown."""
+    if zone == "none":
+        return "several (boot memory, cannot be moved)"
+    return zone or "-"
 
 
 def render(doc: Report, out: TextIO) -> None:

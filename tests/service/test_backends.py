@@ -47,7 +47,7 @@ def test_a_name_outside_the_registry_is_refused_listing_the_registry() -> None:
 @pytest.mark.parametrize("name", [n for n, b in sorted(BACKENDS.items()) if b.needs_command])
 def test_a_backend_that_runs_the_configured_command_needs_one(name: str) -> None:
     """A backend registered with ``needs_command`` refuses an empty ``[reboot] command``."""
-    with pytest.raises(ConfigError, match="reboot.command: required"):
+    with pytest.raises(ConfigError, match=r"reboot\.command: required"):
         Config.from_dict({"reboot": {"backend": name}})
 
 

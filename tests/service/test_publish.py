@@ -249,7 +249,9 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 3600)),
     )
     intake = Intake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
-    daemon = Daemon(host, cfg, intake, CommandRebooter(lambda: [["reboot-now"]], runner=asked.append))
+    daemon = Daemon(
+        host, cfg, intake, CommandRebooter(lambda: [["reboot-now"]], runner=asked.append)
+    )
     host.incoming.mkdir(parents=True, exist_ok=True)
     watchers = [DropWatcher(d, daemon.events) for d in incoming_dirs(host, cfg)]
     for w in watchers:

@@ -206,6 +206,22 @@ def test_memory_blocks_are_counted_by_node_zone_and_state(tmp_path: Path) -> Non
     ]
 
 
+def test_a_block_spanning_zones_is_shown_in_words_an_admin_knows(tmp_path: Path) -> None:
+    """The kernel's ``valid_zones`` of ``none`` (an online block spanning zones, boot memory)
+    stays ``none`` in JSON but the text view says what it means, never "zone none"."""
+    layout = host(tmp_path, State({"nvidia": active_bundle()}))
+    block = layout.sys / "devices/system/memory/memory0"
+    block.mkdir(parents=True)
+    (block / "state").write_text("online\n")
+    (block / "valid_zones").write_text("none\n")
+    (block / "node0").symlink_to(tmp_path)
+    report = collect(layout)
+    assert [m.zone for m in report.memory] == ["none"]
+    text = "\n".join(lines(report))
+    assert "memory node 0 zone several (boot memory, cannot be moved) online: 1 blocks" in text
+    assert "zone none" not in text
+
+
 def test_plain_text_names_generations_modules_and_problems(tmp_path: Path) -> None:
     """Off a terminal the view is plain text showing the failure, the module and its load time."""
     layout = host(tmp_path, State({"nvidia": failed_new(fallback=True)}))
