@@ -32,6 +32,9 @@ wrong types are errors naming the key, reported together.
     max_seconds = 600              # wall time to take one drop in
     quarantine_drops = 16          # rejected drops kept in quarantine/ for an admin
     quarantine_bytes = 268435456
+    [node_labels]                  # each bundle's phase and versions as node labels, through
+    enabled = true                 # node-feature-discovery's features.d (where it exists)
+    prefix = "modstage.io"         # label prefix: never kubernetes.io, k8s.io or nvidia.com
     [reboot]
     backend = "none"               # kured | systemd | kexec | command | none
     command = []                   # argv for backend = "command"
@@ -46,6 +49,7 @@ wrong types are errors naming the key, reported together.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from datetime import time
@@ -84,6 +88,30 @@ class Limits:
     # rejected drops kept for an admin, and the bytes they may hold together
     quarantine_drops: int = field(default=16, metadata=_POSITIVE)
     quarantine_bytes: int = field(default=256 << 20, metadata=_POSITIVE)
+
+
+_SUBDOMAIN = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*\Z"
+)
+# label namespaces Kubernetes denies, or the GPU operator or node-feature-discovery own
+_OWNED_LABELS = ("kubernetes.io", "k8s.io", "nvidia.com")
+
+
+def _prefix_problem(prefix: str) -> str | None:
+    if len(prefix) > 253 or not _SUBDOMAIN.match(prefix):
+        return f"{prefix!r} is not a DNS subdomain (lowercase, digits, '-', '.')"
+    owned = [o for o in _OWNED_LABELS if prefix == o or prefix.endswith(f".{o}")]
+    if owned:
+        return f"{prefix!r} is under {owned[0]}, which Kubernetes, the GPU operator or NFD own"
+    return None
+
+
+@dataclass(frozen=True)
+class NodeLabels:
+    """``[node_labels]``: each bundle's state as node labels (:mod:`service.store.labels`)."""
+
+    enabled: bool = True  # written only where NFD's features.d directory exists
+    prefix: str = field(default="modstage.io", metadata=spec(check=_prefix_problem))
 
 
 @dataclass(frozen=True)
@@ -268,6 +296,7 @@ class Config:
         metadata=spec(load=_host_paths, check=_some_directory),
     )
     publish: Publish = field(default_factory=lambda: Publish(), metadata=spec(load=_publish))
+    node_labels: NodeLabels = field(default_factory=NodeLabels)
 
     @classmethod
     def load(cls, path: Path) -> Config:

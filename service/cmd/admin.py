@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from service.cmd.host import Host
-from service.errors import StateError, UsageError
+from service.errors import ServiceError, StateError, UsageError
 from service.layout import Layout
 from service.status.collect import read_state
 from service.status.glance import iso
 from service.store.generations import Store
+from service.store.publish import mirror_status
 from service.store.state import BundleState, State
 from service.store.statefile import locked, save
 from service.store.statusfile import write_status
@@ -107,7 +108,17 @@ def change(layout: Layout, name: str, how: Change) -> BundleState:
             raise StateError(f"{name}: {exc}") from exc
         save(layout.state, state.with_bundle(name, bundle), step="admin")
         write_status(layout, name, bundle)
+        _publish(layout)
     return bundle
+
+
+def _publish(layout: Layout) -> None:
+    """Show an admin's change where the cluster reads it (status copies, node labels)."""
+    try:
+        config = Host(layout).config
+    except ServiceError:
+        return  # an invalid config: the daemon refuses to run, status says why
+    mirror_status(layout, config)
 
 
 def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, out: TextIO) -> None:
@@ -180,6 +191,7 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
             Store(layout.store).collect(g for gone in removed.values() for g in gone)
             for name in removed:
                 write_status(layout, name, state.bundles[name])
+            _publish(layout)
     if args.json:
         print(json.dumps({"removed": removed, "keep": keep}, indent=2, sort_keys=True), file=out)
     else:

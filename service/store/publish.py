@@ -21,12 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from service.config import Config
-from service.errors import DropError
+from service.errors import DropError, StateError
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.dropfs import read_small
+from service.store.labels import write_labels
 from service.store.state import State
-from service.store.statefile import load
+from service.store.statefile import read
 from stager.atomic import write_atomic
 from stager.paths import DIGEST_NAME
 from stager.statusfile import GenerationInfo, StatusFile
@@ -110,16 +111,28 @@ def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -
 
 
 def mirror_status(layout: Layout, config: Config) -> None:
-    """Copy every ``status/<bundle>.json`` into each ``status_dirs``, with what a pod needs.
+    """Publish the state for the cluster: node labels, and a copy of every
+    ``status/<bundle>.json`` in each ``status_dirs``, with what a pod needs.
 
-    Each copy adds ``generations`` (id -> version, kernel, failed) and ``running_kernel``,
-    so a driver container can tell its own version's failure and a drop for another kernel.
-    A failure is logged, never raised: publishing must not stop intake or boot.
+    The labels go to node-feature-discovery's feature file (:mod:`service.store.labels`).
+    Each status copy adds ``generations`` (id -> version, kernel, failed) and
+    ``running_kernel``, so a driver container can tell its own version's failure and a
+    drop for another kernel. A failure is logged, never raised: publishing must not stop
+    intake or boot.
     """
+    try:
+        state = read(layout.state)
+    except (OSError, ValueError, StateError) as exc:
+        log.error("status.mirror_failed", error=str(exc))
+        return
+    try:
+        if written := write_labels(layout, config.node_labels, state):
+            log.info("labels.written", path=str(written))
+    except OSError as exc:
+        log.error("labels.write_failed", error=str(exc))
     if not config.publish.status_dirs:
         return
     try:
-        state = load(layout.state)
         docs = {p.stem: _enriched(p, state, layout) for p in layout.status.glob("*.json")}
     except (OSError, ValueError) as exc:
         log.error("status.mirror_failed", error=str(exc))

@@ -1,0 +1,102 @@
+"""Each bundle's state as node labels, through node-feature-discovery's local feature file.
+
+nfd-worker reads every regular file in ``/etc/kubernetes/node-feature-discovery/features.d``
+(dot-files ignored, files over 64 KiB skipped) and turns each ``key=value`` line into a
+node label, so a fleet's rollout shows in ``kubectl get nodes -L ...`` with no credential
+on the host. Per bundle, under a prefix of modstage's own (``[node_labels] prefix``, never
+one the GPU operator or NFD owns): ``<bundle>.phase``, ``<bundle>.active`` and
+``<bundle>.pending`` (versions), when the newest generation failed ``<bundle>.failed``
+(a short reason), and while an admin holds it ``<bundle>.held``. Keys and values keep to
+the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
+(a dot-file, then a rename), so a removed bundle's labels go with the next write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from service.config import NodeLabels
+from service.layout import Layout
+from service.store.state import BundleState, State
+from stager.atomic import write_atomic
+
+FILE_NAME = "modstage"
+MAX_FILE_BYTES = 65_536  # nfd-worker skips larger files
+MAX_NAME = 63  # a label key's name part, and a label value
+_NOT_VALUE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: runs of other characters become ``-``, at most
+    63 characters, alphanumeric at both ends (possibly empty)."""
+    value = _NOT_VALUE.sub("-", text)[:MAX_NAME]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def _name(bundle: str, what: str) -> str:
+    """``<bundle>.<what>``, the bundle shortened with a digest when the whole is too long."""
+    name = f"{bundle}.{what}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(bundle.encode()).hexdigest()[:8]
+    keep = MAX_NAME - len(what) - len(digest) - 2
+    return f"{bundle[:keep].rstrip('-_')}-{digest}.{what}"
+
+
+def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
+    """The labels of one bundle (names without the prefix); versions and reasons as values."""
+
+    def version(gen: str | None) -> str:
+        known = bundle.generations.get(gen) if gen else None
+        return label_value(known.version) if known else ""
+
+    out = {
+        _name(name, "phase"): label_value(bundle.phase.value),
+        _name(name, "active"): version(bundle.active),
+        _name(name, "pending"): version(bundle.pending),
+    }
+    newest = max(bundle.generations.values(), key=lambda g: g.added, default=None)
+    if newest is not None and newest.failed:
+        out[_name(name, "failed")] = label_value(newest.failed) or "failed"
+    if bundle.held:
+        out[_name(name, "held")] = "true"
+    return out
+
+
+def render(state: State, prefix: str) -> bytes:
+    """The feature file: one ``prefix/name=value`` a line, bundles by name, at most
+    :data:`MAX_FILE_BYTES` (bundles that do not fit are left out and said to be)."""
+    head = b"# written by modstage: each bundle's phase and versions (do not edit)\n"
+    lines = [head]
+    size = len(head)
+    for name, bundle in sorted(state.bundles.items()):
+        chunk = "".join(f"{prefix}/{k}={v}\n" for k, v in bundle_labels(name, bundle).items())
+        if size + len(chunk) + 64 > MAX_FILE_BYTES:
+            lines.append(f"{prefix}/labels.truncated=true\n".encode())
+            break
+        lines.append(chunk.encode())
+        size += len(chunk)
+    return b"".join(lines)
+
+
+def features_file(layout: Layout) -> Path:
+    """modstage's file in node-feature-discovery's ``features.d`` (under ``--root``)."""
+    return layout.host("/etc/kubernetes/node-feature-discovery/features.d") / FILE_NAME
+
+
+def write_labels(layout: Layout, labels: NodeLabels, state: State) -> Path | None:
+    """Rewrite the feature file from ``state`` when enabled and ``features.d`` exists;
+    unchanged contents are not written again. Returns the file written, else None."""
+    path = features_file(layout)
+    if not labels.enabled or not path.parent.is_dir():
+        return None
+    data = render(state, labels.prefix)
+    try:
+        if path.read_bytes() == data:
+            return None
+    except OSError:
+        pass
+    write_atomic(path, data, mode=0o644)
+    return path
