@@ -13,7 +13,7 @@ import pytest
 SYSTEMD = Path(__file__).resolve().parents[1] / "deploy/systemd"
 DAEMON = SYSTEMD / "modstage.service"
 BOOT = SYSTEMD / "modstage-boot.service"
-# issue 13: at most 4.0 for the daemon, 6.0 for the boot oneshot (0 safe ... 10 unsafe).
+# at most 4.0 for the daemon, 6.0 for the boot oneshot (0 safe ... 10 unsafe).
 TARGETS = {DAEMON: 4.0, BOOT: 6.0}
 
 
@@ -111,7 +111,7 @@ def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
 
     With only ``state.json`` as its condition, a boot that set a corrupt state aside and
     crashed before rebuilding would skip the unit on every later boot and leave the node
-    without its last good modules (issue 14). Each path is the one ``Layout`` and
+    without its last good modules. Each path is the one ``Layout`` and
     ``service.store.state`` use on a host.
     """
     from service.layout import Layout

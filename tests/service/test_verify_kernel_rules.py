@@ -1,4 +1,4 @@
-"""Divergences from Linux 6.1 found by reading its source (issue 11), each as the kernel decides.
+"""Divergences from Linux 6.1 found by reading its source, each as the kernel decides.
 
 Signatures here are built with ``tests.kmod.pkcs7`` over a real test module: several
 signers, embedded certificates and CRLs, BER encodings, key sizes and algorithms the
