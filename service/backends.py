@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from service.layout import Layout
 
 Commands = Callable[[tuple[str, ...], Layout], list[list[str]]]  # ([reboot] command, layout)
+Check = Callable[[Layout], str | None]  # why the backend cannot reboot this host, or None
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class Backend:
     sentinel: bool = False
     commands: Commands | None = None
     needs_command: bool = False  # [reboot] command must be a non-empty argv
+    check: Check | None = None  # asked by ``config check`` and before each request
 
     @property
     def admin_reboots(self) -> bool:
@@ -38,11 +41,53 @@ class Backend:
 
 
 def _kexec(_: tuple[str, ...], layout: Layout) -> list[list[str]]:
+    """``kexec -s``: kexec_file_load, the one lockdown permits (it checks the image's
+    signature), then systemd's kexec."""
     release = layout.kernel_release()
     boot = layout.root / "boot"
     initrd = f"--initrd={boot / f'initrd.img-{release}'}"
-    load = ["kexec", "-l", str(boot / f"vmlinuz-{release}"), initrd, "--reuse-cmdline"]
+    load = ["kexec", "-s", "-l", str(boot / f"vmlinuz-{release}"), initrd, "--reuse-cmdline"]
     return [load, ["systemctl", "kexec"]]
+
+
+def _kexec_problem(layout: Layout) -> str | None:
+    """Under lockdown the kernel loads only a signed image for kexec: say so before trying."""
+    try:
+        mode = layout.lockdown.read_text()
+    except OSError:
+        return None  # no lockdown LSM: kexec_file_load checks nothing more
+    if "[none]" in mode or "[" not in mode:
+        return None
+    image = layout.kernel_image(layout.kernel_release())
+    signed = authenticode_signed(image)
+    if signed:
+        return None
+    what = "cannot be read" if signed is None else "carries no Authenticode signature"
+    return (
+        f"kexec under lockdown ({mode.strip()}): the kernel loads only a signed image, "
+        f"and {image} {what}; use backend systemd or kured"
+    )
+
+
+def authenticode_signed(image: Path) -> bool | None:
+    """Whether the PE image (an EFI-stub bzImage) has a certificate table (None: unreadable
+    or not PE); what shim and kexec_file_load verify lives there."""
+    try:
+        with open(image, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if len(head) < 64 or head[:2] != b"MZ":
+        return None
+    pe = int.from_bytes(head[0x3C:0x40], "little")
+    optional = pe + 24
+    if head[pe : pe + 4] != b"PE\0\0" or len(head) < optional + 112 + 5 * 8:
+        return None
+    magic = int.from_bytes(head[optional : optional + 2], "little")
+    directories = optional + (112 if magic == 0x20B else 96)
+    count = int.from_bytes(head[directories - 4 : directories], "little")
+    size = int.from_bytes(head[directories + 4 * 8 + 4 : directories + 5 * 8], "little")
+    return count > 4 and size > 0
 
 
 BACKENDS = {
@@ -50,7 +95,12 @@ BACKENDS = {
     for b in (
         Backend("kured", "write kured's sentinel: kured drains and reboots in its window", True),
         Backend("systemd", "systemctl reboot", commands=lambda _, __: [["systemctl", "reboot"]]),
-        Backend("kexec", "kexec -l the running kernel, then systemctl kexec", commands=_kexec),
+        Backend(
+            "kexec",
+            "kexec -s -l the running kernel, then systemctl kexec",
+            commands=_kexec,
+            check=_kexec_problem,
+        ),
         Backend(
             "command",
             "run [reboot] command",

@@ -112,9 +112,13 @@ class CommandRebooter:
     plan: Callable[[], list[list[str]]]
     name: str = "command"
     runner: Runner = run_command
+    problem: Callable[[], str | None] = lambda: None  # why this host cannot, asked first
 
     def request(self, reason: str) -> None:
-        """Run the commands; the first that fails raises :class:`RebootError`."""
+        """Run the commands; the backend's problem on this host, or the first command
+        that fails, raises :class:`RebootError`."""
+        if (why := self.problem()) is not None:
+            raise RebootError(why)
         for argv in self.plan():
             self.runner(argv)
 
@@ -152,8 +156,11 @@ def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
         runner: Runner = run_command
         if layout.sandboxed():
             runner = SandboxRunner(layout.run / "reboot-commands")
-        commands = chosen.commands
+        commands, check = chosen.commands, chosen.check
         return CommandRebooter(
-            lambda: commands(config.command, layout), name=chosen.name, runner=runner
+            lambda: commands(config.command, layout),
+            name=chosen.name,
+            runner=runner,
+            problem=lambda: None if check is None else check(layout),
         )
     return NoRebooter(name=chosen.name)

@@ -1,4 +1,5 @@
-"""``modstage config check``: validate ``config.toml`` and the trusted certificates.
+"""``modstage config check``: validate ``config.toml``, the trusted certificates, and
+whether the reboot backend can reboot this host (kexec under lockdown needs a signed image).
 
 Exit 0 when both are usable, 1 when either has a problem (each one named).
 """
@@ -9,6 +10,7 @@ import argparse
 import json
 from typing import Any, TextIO
 
+from service.backends import BACKENDS
 from service.cmd.host import Host
 from service.config import Config
 from service.errors import ConfigError, TrustError
@@ -24,6 +26,10 @@ def check(layout: Layout) -> dict[str, Any]:
         config = host.config
     except ConfigError as exc:
         problems += [f"{exc.path}: {p}" for p in exc.problems]
+    if config is not None:
+        check = BACKENDS[config.reboot.backend].check
+        if check is not None and (why := check(layout)):
+            problems.append(f"reboot.backend = {config.reboot.backend!r}: {why}")
     certificates: list[dict[str, str]] = []
     try:
         trust = host.trust

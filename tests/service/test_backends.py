@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from service.backends import BACKENDS, admin_reboots
+from service.backends import BACKENDS, admin_reboots, authenticode_signed
+from service.cmd.configcheck import check
 from service.config import Config
-from service.errors import ConfigError
+from service.errors import ConfigError, RebootError
 from service.layout import Layout
 from service.reboot import CommandRebooter, KuredSentinel, NoRebooter, rebooter
 
@@ -56,3 +58,63 @@ def test_only_a_backend_that_asks_nothing_leaves_the_reboot_to_an_admin() -> Non
     nor run a command, and for no unknown name (an intent from another version)."""
     assert [n for n in BACKENDS if admin_reboots(n)] == ["none"]
     assert not admin_reboots("gone") and not admin_reboots(None)
+
+
+def _locked_down_host(host: Layout, image: bytes, mode: str) -> None:
+    host.lockdown.parent.mkdir(parents=True, exist_ok=True)
+    host.lockdown.write_text(mode + "\n")
+    path = host.kernel_image(host.kernel_release())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(image)
+
+
+def _without_signature(image: bytes) -> bytes:
+    """The image with its PE certificate-table entry emptied, as ``sbattach --remove`` does."""
+    pe = int.from_bytes(image[0x3C:0x40], "little")
+    optional = pe + 24
+    magic = int.from_bytes(image[optional : optional + 2], "little")
+    entry = optional + (112 if magic == 0x20B else 96) + 4 * 8
+    return image[:entry] + bytes(8) + image[entry + 8 :]
+
+
+@pytest.fixture(scope="module")
+def debian_image() -> bytes:
+    """Debian's signed kernel image from this machine's /boot (an EFI-stub PE)."""
+    [image] = sorted(Path("/boot").glob("vmlinuz-*"))[-1:]
+    return image.read_bytes()
+
+
+def test_kexec_under_lockdown_is_refused_before_the_reboot_for_an_unsigned_image(
+    host: Layout, debian_image: bytes
+) -> None:
+    """Lockdown makes the kernel refuse an unsigned kexec image: ``config check`` names the
+    problem, and asking refuses with it instead of running kexec; Debian's signed image,
+    or no lockdown, passes."""
+    _locked_down_host(host, _without_signature(debian_image), "none [integrity] confidentiality")
+    kexec = rebooter(Config.from_dict({"reboot": {"backend": "kexec"}}).reboot, host)
+    with pytest.raises(RebootError, match=r"kexec under lockdown .*carries no Authenticode"):
+        kexec.request("x")
+    assert not (host.run / "reboot-commands").exists()
+    (host.config.parent).mkdir(parents=True, exist_ok=True)
+    host.config.write_text('[reboot]\nbackend = "kexec"\n')
+    assert any("kexec under lockdown" in p for p in check(host)["problems"])
+    _locked_down_host(host, debian_image, "none [integrity] confidentiality")
+    assert not any("kexec" in p for p in check(host)["problems"])
+    kexec.request("x")
+    _locked_down_host(host, _without_signature(debian_image), "[none] integrity confidentiality")
+    kexec.request("x")
+    assert len((host.run / "reboot-commands").read_text().splitlines()) == 4
+
+
+def test_the_signature_reader_knows_debians_image_and_refuses_what_is_not_pe(
+    tmp_path: Path, debian_image: bytes
+) -> None:
+    """Debian's image is signed, the same with its certificate table emptied is not, and a
+    file that is not a PE image (or is missing) is unknown, never "signed"."""
+    signed, bare, junk = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    signed.write_bytes(debian_image)
+    bare.write_bytes(_without_signature(debian_image))
+    junk.write_bytes(b"\x7fELF" + bytes(4096))
+    assert authenticode_signed(signed) is True
+    assert authenticode_signed(bare) is False
+    assert authenticode_signed(junk) is None and authenticode_signed(tmp_path / "d") is None

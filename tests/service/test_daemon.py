@@ -298,7 +298,8 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
 
 
 def test_backends(host: Layout, tmp_path: Path) -> None:
-    """kured writes its sentinel; kexec loads the running kernel then asks systemd to kexec."""
+    """kured writes its sentinel; kexec loads the running kernel with kexec_file_load (``-s``,
+    the call lockdown permits) then asks systemd to kexec."""
     sentinel = tmp_path / "run/reboot-required"
     KuredSentinel(sentinel).request("new generation pending for nvidia")
     assert sentinel.read_text() == "modstage: new generation pending for nvidia\n"
@@ -310,6 +311,7 @@ def test_backends(host: Layout, tmp_path: Path) -> None:
     assert calls == [
         [
             "kexec",
+            "-s",
             "-l",
             f"{host.root}/boot/vmlinuz-{release}",
             f"--initrd={host.root}/boot/initrd.img-{release}",
