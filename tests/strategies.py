@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from hypothesis import strategies as st
 
+from service.config import Config, Limits
 from stager.manifest import FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
 
 _LOWER = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -92,18 +95,9 @@ _keys = st.sampled_from(
         "sha256",
         "params",
         "auto_online_blocks",
-        "max_boot_attempts",
-        "retain",
-        "allowed_bundles",
-        "allowed_memory_policies",
-        "forbidden_params",
-        "allow_foreign_firmware_path",
-        "hotplug_policy",
-        "limits",
-        "reboot",
-        "max_file_bytes",
-        "max_total_bytes",
-        "max_files",
+        # config.toml's top level and its [limits] table, as the config's dataclasses name them
+        *(f.name for f in fields(Config)),
+        *(f.name for f in fields(Limits)),
         "backend",
         "command",
         "sentinel",

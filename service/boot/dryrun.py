@@ -6,8 +6,10 @@ calls (:class:`~service.kernel.recording.RecordingKernel`, reading the live modu
 :class:`~service.boot.persist.Recorded` persistence that writes nothing and takes no lock.
 Every decision is the boot's own (which generation, the ``after`` order, modules already
 loaded, another version already loaded, ``depends=`` loaded with modprobe, verification,
-fallback to the last known good), so the plan printed is the one the boot follows; only
-what the kernel itself would refuse at load is not known before it is asked.
+fallback to the last known good), so the plan printed is the one the boot follows. The
+recording kernel answers as the kernel would where the files tell (a live name, a missing
+dependency, a ``modprobe`` name the module tree lacks); what the kernel itself would refuse
+at load (a signature it does not trust, an init that fails) is not known before it is asked.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def dry_run(
     firmware = RecordingFirmwareView(
         layout.run / "firmware", sysfs, events, allow_foreign=config.allow_foreign_firmware_path
     )
-    kernel = RecordingKernel(layout.sys, calls=events, identify=identify)
+    modules = layout.modules_dir(layout.kernel_release())  # what modprobe would find
+    kernel = RecordingKernel(layout.sys, calls=events, identify=identify, modules=modules)
     boot = Boot(
         layout, config, trust, kernel, sysfs, persist=Recorded(layout, events), firmware=firmware
     )

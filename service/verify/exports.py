@@ -15,29 +15,25 @@ comparing CRCs it carries in those binaries, so the same binaries are the facts:
 reads nothing until a symbol is looked up. The parsed table is cached in
 ``<var>/cache/exports-<release>`` keyed by the paths, sizes and modification times of the
 image, ``modules.dep`` (depmod rewrites it whenever the in-tree modules change) and
-``Module.symvers``; a cache that is damaged, truncated or keyed to other files is rebuilt.
-``modstage boot`` never builds it (see :meth:`KernelExports.probe_only`).
+``Module.symvers`` (:mod:`service.verify.exports_cache`); a cache that is damaged,
+truncated or keyed to other files is rebuilt. ``modstage boot`` never builds it (see
+:meth:`KernelExports.probe_only`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import marshal
 import os
 import threading
-import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from service.errors import ModuleRejected, TargetFileError
+from service.verify.exports_cache import Table, read_cache, write_cache
 from service.verify.symtab import Export
 from stager.paths import module_name
 
-CACHE_FORMAT = b"modstage-exports 2\n"
-BUCKETS = 256
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
-_NO_CRC = 1 << 32
 
 
 class Sources(NamedTuple):
@@ -72,20 +68,10 @@ class Sources(NamedTuple):
         return tuple(out)
 
 
-class Table(NamedTuple):
-    """A target's exports and how they were found."""
-
-    symbols: Mapping[str, Export]
-    sources: tuple[str, ...]  # the files the table was read from, first source first
-    complete: bool  # every export is known: the image (or Module.symvers) was read
-    problems: tuple[str, ...]  # files that could not be used, each with why
-    disagree: dict[str, str]  # symbol -> the two files and the CRCs they give
-
-
 def read_module_exports(path: Path) -> dict[str, Export]:
     """The exports of one installed module file (compressed or not), owned by its name."""
     from service.verify.decompress import compression, decompress
-    from service.verify.modinfo import parse_elf
+    from service.verify.elf import parse_elf
     from service.verify.symtab import read_symbols
 
     owner = module_name(path.name)
@@ -188,108 +174,20 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
     return Table(symbols, tuple(read), complete, tuple(problems), disagree)
 
 
-def _bucket(name: str) -> int:
-    """Which of the cache's :data:`BUCKETS` holds ``name`` (the same in every process)."""
-    return zlib.crc32(name.encode()) % BUCKETS
-
-
-def _pack(table: Table, key: tuple[object, ...]) -> bytes:
-    spaces: dict[str, int] = {"": 0}
-    owners: dict[str, int] = {}
-    buckets: list[dict[str, int]] = [{} for _ in range(BUCKETS)]
-    for name, e in table.symbols.items():
-        space = spaces.setdefault(e.namespace, len(spaces))
-        owner = owners.setdefault(e.owner, len(owners))
-        crc = _NO_CRC if e.crc is None else e.crc
-        buckets[_bucket(name)][name] = crc | e.gpl << 33 | space << 34 | owner << 50
-    fields: Any = (
-        key, [marshal.dumps(b) for b in buckets], list(spaces), list(owners),
-        list(table.sources), table.complete, list(table.problems), table.disagree,
-    )  # fmt: skip
-    body = marshal.dumps(fields)  # the key holds only str, int, tuples and None
-    return CACHE_FORMAT + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
-
-
-def _unpack(data: bytes, key: tuple[object, ...]) -> Table:
-    """The table a cache file holds, if it is whole and keyed to ``key``; else ValueError."""
-    if not data.startswith(CACHE_FORMAT):
-        raise ValueError("not a modstage exports cache of this format")
-    digest, _, body = data[len(CACHE_FORMAT) :].partition(b"\n")
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        raise ValueError("checksum mismatch (damaged or truncated)")
-    stored, buckets, spaces, owners, read, complete, problems, disagree = marshal.loads(body)
-    if tuple(stored) != key:
-        raise ValueError("built from other files")
-    if len(buckets) != BUCKETS:
-        raise ValueError(f"{len(buckets)} buckets, not {BUCKETS}")
-    symbols = Packed(buckets, spaces, owners)
-    return Table(symbols, tuple(read), complete, tuple(problems), dict(disagree))
-
-
-class Packed(Mapping[str, Export]):
-    """A cached table's symbols, in :data:`BUCKETS` buckets each read when a name in it is
-    first looked up: a small bundle's imports touch a few buckets, not 25,000 records."""
-
-    def __init__(self, buckets: list[bytes], spaces: list[str], owners: list[str]) -> None:
-        self.buckets, self.spaces, self.owners = buckets, spaces, owners
-        self._read: dict[int, dict[str, int]] = {}
-
-    def _packed(self, name: str) -> dict[str, int]:
-        at = _bucket(name)
-        if at not in self._read:
-            self._read[at] = marshal.loads(self.buckets[at])
-        return self._read[at]
-
-    def __getitem__(self, name: str) -> Export:
-        value = self._packed(name)[name]
-        crc = value & (_NO_CRC | (_NO_CRC - 1))
-        return Export(
-            None if crc == _NO_CRC else crc,
-            bool(value >> 33 & 1),
-            self.spaces[value >> 34 & 0xFFFF],
-            self.owners[value >> 50],
-        )
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._packed(name)
-
-    def __iter__(self) -> Iterator[str]:
-        for at in range(BUCKETS):
-            if at not in self._read:
-                self._read[at] = marshal.loads(self.buckets[at])
-            yield from self._read[at]
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
 def load(sources: Sources, *, quick: bool = False) -> tuple[Table, str | None]:
     """The table, from the cache when it is current; (table, what went wrong with the cache).
 
     ``quick``: when the cache is not current, read ``Module.symvers`` alone (or nothing)
     and write no cache: what a boot explaining a refused load may spend.
     """
-    from stager.atomic import write_atomic
-
     key = sources.key()
-    why = None
-    if sources.cache is not None:
-        try:
-            return _unpack(sources.cache.read_bytes(), key), None
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, EOFError, TypeError) as exc:
-            why = f"cache {sources.cache} unusable ({exc}); rebuilt"
+    table, why = read_cache(sources.cache, key)
+    if table is not None:
+        return table, None
     if quick:
         return build(sources, kernel_files=False), why
     table = build(sources)
-    if sources.cache is not None and sources.cache.parent.parent.is_dir():
-        try:
-            sources.cache.parent.mkdir(mode=0o700, exist_ok=True)
-            write_atomic(sources.cache, _pack(table, key), 0o600)
-        except OSError as exc:
-            why = f"cache {sources.cache} not written ({exc.strerror or exc})"
-    return table, why
+    return table, write_cache(sources.cache, table, key) or why
 
 
 class KernelExports(Mapping[str, Export]):

@@ -1,137 +1,39 @@
 """A module's identity from its ELF, checked as Linux 6.1's loader checks it, and ``same_magic``.
 
-The reader is hand-written (pyelftools is ~18x slower and unnecessary) and follows
-kernel/module/main.c in order: ``elf_validity_check`` (header, section table, section
-name table, section 0, every section's extent, SHT_SYMTAB links, names of SHF_ALLOC
-sections), ``setup_load_info`` (``find_sec`` takes SHF_ALLOC sections only, so a
-non-allocated ``.modinfo`` or ``.gnu.linkonce.this_module`` is invisible to it; a
-symbol table is required) and ``module_enforce_rwx_sections`` (no W+X section with
-``STRICT_MODULE_RWX``). Like the kernel it reads the headers in the host's byte order
-and does not look at ``EI_CLASS``/``EI_DATA`` or the name table's type. Anything it
-refuses raises :class:`~service.errors.ModuleRejected` with ``ENOEXEC``.
+The ELF itself is checked by :mod:`service.verify.elf` (``elf_validity_check``); this
+module reads what ``setup_load_info`` then requires (an allocated ``.modinfo``, read as
+``key=value`` strings, a symbol table, an allocated ``.gnu.linkonce.this_module`` whose
+``struct module`` names the module) and ``__versions``, and applies the loader's version
+checks (``check_version``, ``check_modinfo``'s vermagic rule). Anything it refuses raises
+:class:`~service.errors.ModuleRejected`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from service.errors import ModuleRejected
+from service.verify.elf import (
+    MAX_TABLE,
+    SHT_NOBITS,
+    SHT_SYMTAB,
+    ReadAt,
+    Section,
+    bounded,
+    parse_elf,
+    rejected,
+)
 
 if TYPE_CHECKING:
     from service.verify.symtab import Export, Symbols
     from service.verify.target import Target
 
-ReadAt = Callable[[int, int], bytes]  # (offset, length) -> exactly length bytes
-
-ET_REL = 1
-SHT_NULL, SHT_SYMTAB, SHT_NOBITS = 0, 2, 8
-SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
-SHDR_SIZE = 64
-MAX_TABLE = 16 << 20  # modstage policy: bound the strings and .modinfo read into memory
 MODULE_NAME_AT, MODULE_NAME_LEN = 24, 56  # struct module: state, list, name[56] (64-bit)
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_EHDR = struct.Struct("<HHIQQQIHHHHHH")
-
-
-def _fail(why: str) -> ModuleRejected:
-    return ModuleRejected("ENOEXEC", f"{why}")
-
-
-@dataclass(frozen=True)
-class Section:
-    """One section header, and its name when the name table holds it."""
-
-    index: int
-    name: bytes | None
-    type: int
-    flags: int
-    addr: int
-    offset: int
-    size: int
-    link: int
-
-
-class Elf(NamedTuple):
-    """What ``elf_validity_check`` and ``setup_load_info`` establish about a module."""
-
-    machine: int
-    sections: tuple[Section, ...]
-
-    def find_sec(self, name: bytes) -> Section | None:
-        """The kernel's ``find_sec``: the first SHF_ALLOC section of that name."""
-        for sec in self.sections[1:]:
-            if sec.flags & SHF_ALLOC and sec.name == name:
-                return sec
-        return None
-
-    def write_exec(self) -> Section | None:
-        """The first section both writable and executable (``module_enforce_rwx_sections``)."""
-        wx = SHF_WRITE | SHF_EXECINSTR
-        return next((s for s in self.sections if s.flags & wx == wx), None)
-
-
-def _reader(read_at: ReadAt, size: int) -> ReadAt:
-    def read(at: int, n: int) -> bytes:
-        if at < 0 or n < 0 or at + n > size:
-            raise _fail(f"ELF reference [{at}, +{n}) outside the {size}-byte module")
-        data = read_at(at, n)
-        if len(data) != n:
-            raise _fail("module shorter than its size (changed while read?)")
-        return data
-
-    return read
-
-
-def parse_elf(read_at: ReadAt, size: int, machine: int | None = None) -> Elf:
-    """``elf_validity_check`` and the section lookups of ``setup_load_info``."""
-    read = _reader(read_at, size)
-    if size < 64:
-        raise _fail("too short for an ELF header")
-    header = read(0, 64)
-    if header[:4] != b"\x7fELF":
-        raise _fail("not an ELF file")
-    e_type, e_machine, *_, shoff, _fl, _eh, _pe, _pn, shentsize, shnum, shstrndx = (
-        _EHDR.unpack_from(header, 16)
-    )
-    if e_type != ET_REL:
-        raise _fail(f"ELF type {e_type} is not a relocatable object")
-    if machine is not None and e_machine != machine:
-        raise _fail(f"ELF machine {e_machine} is not the target's ({machine})")
-    if shentsize != SHDR_SIZE:
-        raise _fail(f"section header size {shentsize} is not {SHDR_SIZE}")
-    if shoff >= size or shnum * SHDR_SIZE > size - shoff:
-        raise _fail("section header table outside the module")
-    if shstrndx == 0 or shstrndx >= shnum:
-        raise _fail("bad section name table index")
-    table = read(shoff, shnum * SHDR_SIZE)
-    raw = [_SHDR.unpack_from(table, i * SHDR_SIZE) for i in range(shnum)]
-    _n, _t, _f, _a, str_off, str_len, *_ = raw[shstrndx]
-    if str_off + str_len > size:
-        raise _fail("section name table outside the module")
-    if str_len == 0 or str_len > MAX_TABLE:
-        raise _fail(f"section name table of {str_len} bytes")
-    strtab = read(str_off, str_len)
-    if strtab[-1] != 0:
-        raise _fail("section name table is not NUL-terminated")
-    if raw[0][1] != SHT_NULL or raw[0][5] != 0 or raw[0][3] != 0:
-        raise _fail("section 0 is not an empty SHT_NULL section")
-    sections = []
-    for i, (sh_name, sh_type, flags, addr, offset, length, link, *_) in enumerate(raw):
-        if i and sh_type not in (SHT_NULL, SHT_NOBITS):
-            if sh_type == SHT_SYMTAB and (link == 0 or link >= shnum):
-                raise _fail(f"symbol table {i} links to section {link}")
-            if offset + length > size:
-                raise _fail(f"section {i} lies outside the module")
-            if flags & SHF_ALLOC and sh_name >= str_len:
-                raise _fail(f"allocated section {i} has its name outside the name table")
-        name = strtab[sh_name : strtab.index(b"\0", sh_name)] if sh_name < str_len else None
-        sections.append(Section(i, name, sh_type, flags, addr, offset, length, link))
-    return Elf(e_machine, tuple(sections))
 
 
 @dataclass(frozen=True)
@@ -182,18 +84,18 @@ class ModInfo:
         :mod:`service.verify.symtab`).
         """
         elf = parse_elf(read_at, size, machine)
-        read = _reader(read_at, size)
+        read = bounded(read_at, size)
         info = elf.find_sec(b".modinfo")
         fields: list[tuple[str, str]] = []
         if info is not None and info.type != SHT_NOBITS:
             if info.size > MAX_TABLE:
-                raise _fail(f".modinfo of {info.size} bytes")
+                raise rejected(f".modinfo of {info.size} bytes")
             fields = _fields(read(info.offset, info.size))
         if not any(s.type == SHT_SYMTAB for s in elf.sections[1:]):
-            raise _fail("module has no symbols (no SHT_SYMTAB section)")
+            raise rejected("module has no symbols (no SHT_SYMTAB section)")
         this = elf.find_sec(b".gnu.linkonce.this_module")
         if this is None:
-            raise _fail("no module found in object (no allocated .gnu.linkonce.this_module)")
+            raise rejected("no module found in object (no allocated .gnu.linkonce.this_module)")
         raw_name = read_at(this.offset + MODULE_NAME_AT, MODULE_NAME_LEN)
         struct_name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace") or None
         wx = elf.write_exec()

@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 from service.errors import TrustError
 from service.logs import get_logger
 from service.verify.asn1 import Asn1Error
-from service.verify.certinfo import NotPlain, plain_fields
 from service.verify.signers import KernelKey, Keyring
 from service.verify.x509 import parse_certificate
 
@@ -51,22 +50,10 @@ class TrustedKey(NamedTuple):
 
     @classmethod
     def from_der(cls, der: bytes, source: str) -> TrustedKey:
-        """Parse one DER certificate; raises :class:`TrustError`.
+        """Parse one DER certificate with asn1crypto; raises :class:`TrustError`.
 
-        A plain certificate (:mod:`service.verify.certinfo`) is read without libraries;
-        any other goes through asn1crypto and cryptography, with the same result.
+        cryptography loads the key only to refuse one no verifier could use.
         """
-        try:
-            plain = plain_fields(der)
-        except NotPlain:
-            return cls._from_der_by_libraries(der, source)
-        key_ids = [plain.serial + plain.issuer]
-        if plain.skid is not None:
-            key_ids.append(plain.skid)
-        return cls(source, plain.common_name, tuple(key_ids), der)
-
-    @classmethod
-    def _from_der_by_libraries(cls, der: bytes, source: str) -> TrustedKey:
         from asn1crypto import x509 as asn1_x509
         from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives.serialization import load_der_public_key

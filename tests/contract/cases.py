@@ -3,7 +3,9 @@
 Each case takes a :class:`~tests.contract.subject.Subject` and the :class:`Bench` (the test
 modules as the subject sees them) and leaves the kernel as it found it, so the VM runs
 every case in one boot. ``tests/contract/test_fakes.py`` runs them against
-``tests.service.fakes``; ``tests/vm/test_contract.py`` against Debian's 6.1 in the guest.
+``tests.service.fakes``; ``tests/vm/test_contract.py`` against Debian's 6.1 in the guest;
+``tests/contract/test_recording.py`` runs the module cases against the dry run's and the
+sandbox's :class:`~service.kernel.recording.RecordingKernel`, each exclusion named.
 """
 
 from __future__ import annotations
@@ -91,6 +93,15 @@ def loaded_shows_srcversion_only_where_modinfo_has_one(k: Subject, bench: Bench)
     assert k.load(m["ms_exporter"].path) == 0
     live = k.loaded()
     assert (live["ms_params"], live["ms_exporter"]) == (expected, None)
+    assert k.unload("ms_params") == 0 and k.unload("ms_exporter") == 0
+
+
+def sysfs_shows_a_live_module_and_its_srcversion(k: Subject, bench: Bench) -> None:
+    """``/sys/module/X`` says ``initstate`` live, and ``srcversion`` only where .modinfo has one."""
+    m = bench.modules
+    expected = m["ms_params"].srcversion()
+    assert k.load(m["ms_params"].path) == 0
+    assert k.load(m["ms_exporter"].path) == 0
     assert k.read("module/ms_params/srcversion") == expected
     assert "srcversion" not in k.entries("module/ms_exporter")
     assert k.read("module/ms_params/initstate") == "live"
@@ -98,26 +109,35 @@ def loaded_shows_srcversion_only_where_modinfo_has_one(k: Subject, bench: Bench)
 
 
 def a_module_in_use_cannot_be_unloaded(k: Subject, bench: Bench) -> None:
-    """Without its dependency a module is ENOENT; a used module is EWOULDBLOCK until freed.
-
-    sysfs shows the use: the user under ``holders/`` and one reference in ``refcnt``.
-    """
+    """Without its dependency a module is ENOENT; a used module is EWOULDBLOCK until freed."""
     m = bench.modules
     assert k.load(m["ms_consumer"].path) == errno.ENOENT
-    assert "ms_consumer" not in k.loaded() and k.entries("module/ms_consumer") == []
+    assert "ms_consumer" not in k.loaded()
+    assert k.load(m["ms_exporter"].path) == 0
+    assert k.load(m["ms_consumer"].path) == 0
+    assert k.unload("ms_exporter") == errno.EWOULDBLOCK
+    assert "ms_exporter" in k.loaded()
+    assert k.unload("ms_consumer") == 0
+    assert k.unload("ms_exporter") == 0
+    assert k.unload("ms_exporter") == errno.ENOENT
+
+
+def sysfs_shows_who_uses_a_module(k: Subject, bench: Bench) -> None:
+    """The user of a module is under its ``holders/`` and holds one reference in ``refcnt``;
+    a module that never loaded has no ``/sys/module`` directory."""
+    m = bench.modules
+    assert k.load(m["ms_consumer"].path) == errno.ENOENT
+    assert k.entries("module/ms_consumer") == []
     assert k.load(m["ms_exporter"].path) == 0
     assert k.load(m["ms_consumer"].path) == 0
     assert k.entries("module/ms_exporter/holders") == ["ms_consumer"]
     assert k.read("module/ms_exporter/refcnt") == "1"
     assert k.read("module/ms_consumer/refcnt") == "0"
-    assert k.unload("ms_exporter") == errno.EWOULDBLOCK
-    assert "ms_exporter" in k.loaded()
     assert k.unload("ms_consumer") == 0
     assert k.entries("module/ms_consumer") == []
     assert k.entries("module/ms_exporter/holders") == []
     assert k.read("module/ms_exporter/refcnt") == "0"
     assert k.unload("ms_exporter") == 0
-    assert k.unload("ms_exporter") == errno.ENOENT
 
 
 def a_failing_init_leaves_nothing_live(k: Subject, bench: Bench) -> None:
@@ -188,14 +208,21 @@ def firmware_path_reads_back_and_clears(k: Subject, bench: Bench) -> None:
 
 
 Case = Callable[[Subject, Bench], None]
-CASES: tuple[Case, ...] = (
+#: What the module calls answer (finit_module, delete_module, modprobe): the kernel's own.
+MODULE_CASES: tuple[Case, ...] = (
     module_is_named_by_its_elf_not_its_file,
     second_load_of_a_live_module_is_eexist,
     loaded_shows_srcversion_only_where_modinfo_has_one,
     a_module_in_use_cannot_be_unloaded,
     a_failing_init_leaves_nothing_live,
     modprobe_loads_in_tree_modules_and_fails_on_unknown_names,
+)
+#: What sysfs shows of the modules and answers to modstage's writes.
+SYSFS_CASES: tuple[Case, ...] = (
+    sysfs_shows_a_live_module_and_its_srcversion,
+    sysfs_shows_who_uses_a_module,
     an_onlined_block_reads_back_online,
     auto_online_blocks_reads_back_what_was_written,
     firmware_path_reads_back_and_clears,
 )
+CASES: tuple[Case, ...] = MODULE_CASES + SYSFS_CASES

@@ -12,32 +12,19 @@ import pytest
 
 from service.kernel.modules import live_modules
 from service.verify.modinfo import ModInfo
-from tests.contract.cases import CASES, INTREE, Bench, Case, ModuleFile, contract_files
+from tests.contract.cases import CASES, INTREE, Bench, Case, ModuleFile
+from tests.contract.conftest import contract_sys
 from tests.contract.subject import KernelSubject
-from tests.kmod import build_modules, kernel_release
+from tests.kmod import kernel_release
 from tests.service.fakes import FakeKernel, FakeSysfs
 
 INTREE_FILE = Path("/lib/modules") / kernel_release() / "kernel/lib" / f"{INTREE}.ko"
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The test modules and a renamed copy, built once."""
-    return contract_files(build_modules(), tmp_path_factory.mktemp("contract"))
-
-
 def fake_subject(sys: Path) -> KernelSubject:
     """A fresh fake kernel, as the VM's: ms_enodev's init fails, ts_kmp is in-tree."""
-    memory = sys / "devices/system/memory"
-    for n, state in {0: "online", 1: "online", 2: "offline", 3: "offline"}.items():
-        (memory / f"memory{n}").mkdir(parents=True)
-        (memory / f"memory{n}/state").write_text(state + "\n")
-    (memory / "auto_online_blocks").write_text("offline\n")
-    firmware = sys / "module/firmware_class/parameters"
-    firmware.mkdir(parents=True)
-    (firmware / "path").write_text("\n")
     intree = {INTREE: ModInfo.from_bytes(INTREE_FILE.read_bytes()).srcversion}
-    kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree, sys=sys)
+    kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree, sys=contract_sys(sys))
     return KernelSubject(kernel, FakeSysfs(sys))
 
 

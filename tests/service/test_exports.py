@@ -12,7 +12,8 @@ import pytest
 
 from service.errors import TargetFileError
 from service.layout import Layout
-from service.verify.exports import CACHE_FORMAT, KernelExports, Sources, build, load, read_symvers
+from service.verify.exports import KernelExports, Sources, build, load, read_symvers
+from service.verify.exports_cache import CACHE_FORMAT
 from service.verify.kimage import read_image_exports, vmlinux
 from service.verify.target import Target
 from tests.kmod.build import HEADERS

@@ -45,3 +45,50 @@ def test_an_unreadable_elf_is_enoexec(tmp_path: Path) -> None:
         kernel.load_image(b"\x7fELF" + b"\0" * 60, "junk.ko", "")
     assert refused.value.errno == errno.ENOEXEC
     assert kernel.loaded() == {}
+
+
+def test_modprobe_loads_what_the_module_tree_lists_with_its_dependencies(tmp_path: Path) -> None:
+    """A name in ``modules.dep`` is live afterwards with every module it needs; a built-in
+    name succeeds and loads nothing; an unknown name is ENOENT after the rest are loaded."""
+    tree = tmp_path / "lib/modules/r"
+    tree.mkdir(parents=True)
+    (tree / "modules.dep").write_text(
+        "kernel/lib/crc8.ko:\n"
+        "kernel/drivers/net/qed.ko.xz: kernel/lib/crc8.ko kernel/lib/lib-x.ko\n"
+        "kernel/lib/lib-x.ko:\n"
+    )
+    (tree / "modules.builtin").write_text("kernel/drivers/ext4.ko\n")
+    kernel = RecordingKernel(tmp_path / "sys", identify=ModInfo.from_elf, modules=tree)
+    kernel.modprobe(["qed", "ext4"])
+    assert kernel.loaded() == {"qed": None, "crc8": None, "lib_x": None}
+    with pytest.raises(LoadError) as refused:
+        kernel.modprobe(["nosuch", "crc8"])
+    assert refused.value.errno == errno.ENOENT and "nosuch" in str(refused.value)
+    assert kernel.calls == [("modprobe", "qed", "ext4"), ("modprobe", "nosuch", "crc8")]
+
+
+def test_a_module_tree_without_modules_dep_finds_nothing(tmp_path: Path) -> None:
+    """Without depmod's list modprobe finds no module, so neither does the recording kernel."""
+    kernel = RecordingKernel(tmp_path / "sys", modules=tmp_path / "lib/modules/r")
+    with pytest.raises(LoadError) as refused:
+        kernel.modprobe(["crc8"])
+    assert refused.value.errno == errno.ENOENT and kernel.loaded() == {}
+
+
+def test_a_module_the_sandbox_shows_in_use_cannot_be_unloaded(tmp_path: Path) -> None:
+    """Modules live before the recording kernel keep their users: one with a holder or a
+    reference in ``refcnt`` is EWOULDBLOCK; once its holder is unloaded, it unloads."""
+    sys = tmp_path / "sys"
+    for name, refcnt in {"used": 1, "user": 0, "pinned": 1}.items():
+        (sys / f"module/{name}/holders").mkdir(parents=True)
+        (sys / f"module/{name}/initstate").write_text("live\n")
+        (sys / f"module/{name}/refcnt").write_text(f"{refcnt}\n")
+    (sys / "module/used/holders/user").symlink_to(sys / "module/user")
+    kernel = RecordingKernel(sys)
+    for name in ("used", "pinned"):
+        with pytest.raises(LoadError) as refused:
+            kernel.unload(name)
+        assert refused.value.errno == errno.EWOULDBLOCK
+    kernel.unload("user")
+    kernel.unload("used")
+    assert kernel.loaded() == {"pinned": None}

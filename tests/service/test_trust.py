@@ -94,6 +94,16 @@ def test_unusable_files_are_trust_errors(
     assert exc.value.path.endswith(name)
 
 
+def test_a_certificate_with_an_unknown_key_type_is_a_trust_error(rsa_key: SigningKey) -> None:
+    """An unknown key algorithm is an unusable certificate, not a crash of the service."""
+    der = rsa_key.cert_der.read_bytes()
+    rsa_oid = bytes.fromhex("2a864886f70d010101")
+    assert rsa_oid in der
+    odd = der.replace(rsa_oid, bytes.fromhex("2a864886f70d0101ff"), 1)
+    with pytest.raises(TrustError, match=r"not a usable X\.509 certificate"):
+        TrustStore.from_der(odd)
+
+
 def test_missing_directory_is_a_trust_error(tmp_path: Path) -> None:
     """A trust directory that does not exist is reported, not treated as empty."""
     with pytest.raises(TrustError, match="cannot list"):
