@@ -232,7 +232,18 @@ def describe(hint: Any) -> str:
         words = [describe(a) for a in args if a is not type(None)]
         return " or ".join(words + (["null"] if type(None) in args else []))
     if origin in (tuple, list):
-        return f"an array of {describe(args[0]).split(' ', 1)[1]}s"
+        return f"an array of {_plural(args[0])}"
     if origin in (dict, Mapping) or dataclasses.is_dataclass(hint):
         return "a table"
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"one of {'|'.join(str(m.value) for m in hint)}"
     return _KINDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _plural(hint: Any) -> str:
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"values among {'|'.join(str(m.value) for m in hint)}"
+    if typing.get_origin(hint) in (dict, Mapping) or dataclasses.is_dataclass(hint):
+        return "tables"
+    word = describe(hint)
+    return f"{word.split(' ', 1)[1]}s" if word.startswith(("a ", "an ")) else "values"

@@ -121,3 +121,26 @@ def test_a_document_that_is_not_a_table_is_one_problem() -> None:
     """A list where a record belongs is refused, not indexed."""
     with pytest.raises(RecordError, match="document: must be a table, not an array"):
         load(Inner, [])
+
+
+@given(
+    st.one_of(
+        st.integers(), st.text(), st.lists(st.integers()), st.dictionaries(st.text(), st.none())
+    )
+)
+def test_any_wrong_value_is_a_problem_never_a_crash(value: object) -> None:
+    """Whatever a document holds where a record expects a field, the converter names a
+    problem (or accepts it), and never fails itself."""
+
+    @dataclass(frozen=True)
+    class Every:
+        modes: tuple[Mode, ...] = ()
+        table: Mapping[str, Inner] = field(default_factory=dict)
+        inner: Inner | None = None
+        maybe: int | float | None = None
+
+    for key in ("modes", "table", "inner", "maybe"):
+        try:
+            load(Every, {key: value})
+        except RecordError as exc:
+            assert all(p.startswith(f"{key}") for p in exc.problems), exc.problems
