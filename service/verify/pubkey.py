@@ -48,7 +48,7 @@ class PublicKey(NamedTuple):
 
     def rsa_bits(self) -> int | None:
         """The modulus size the kernel checks (its byte length times 8), for RSA keys."""
-        n = _rsa_numbers(self.key)
+        n = rsa_numbers(self.key)
         return None if isinstance(n, int) else _byte_len(n[0]) * 8
 
 
@@ -66,7 +66,7 @@ def _byte_len(n: int) -> int:
     return (n.bit_length() + 7) // 8
 
 
-def _rsa_numbers(key: bytes) -> tuple[int, int] | int:
+def rsa_numbers(key: bytes) -> tuple[int, int] | int:
     """(n, e) as ``rsa_set_pub_key`` reads them, or the errno it returns.
 
     crypto/rsapubkey.asn1 run by the kernel's BER decoder (a malformed key is its errno,
@@ -98,7 +98,7 @@ def _rsa_numbers(key: bytes) -> tuple[int, int] | int:
 
 
 def _rsa(pub: PublicKey, sig: SigParams) -> int:
-    numbers = _rsa_numbers(pub.key)
+    numbers = rsa_numbers(pub.key)
     if isinstance(numbers, int):
         return numbers
     n, e = numbers

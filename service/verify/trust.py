@@ -13,14 +13,16 @@ to the kernel's; the kernel's keyrings, not a clock, decide what is trusted.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from service.errors import TrustError
 from service.logs import get_logger
 from service.verify.asn1 import Asn1Error
+from service.verify.pubkey import rsa_numbers
 from service.verify.signers import KernelKey, Keyring
 from service.verify.x509 import parse_certificate
 
@@ -39,47 +41,29 @@ class TrustedKey(NamedTuple):
     key_ids: tuple[bytes, ...]
     der: bytes = b""
 
-    @property
-    def public_key(self) -> Any:
-        """The certificate's public key as a cryptography object (imported on first use)."""
-        from asn1crypto import x509 as asn1_x509
-        from cryptography.hazmat.primitives.serialization import load_der_public_key
-
-        spki = asn1_x509.Certificate.load(self.der)["tbs_certificate"]["subject_public_key_info"]
-        return load_der_public_key(spki.dump())
-
     @classmethod
     def from_der(cls, der: bytes, source: str) -> TrustedKey:
-        """Parse one DER certificate with asn1crypto; raises :class:`TrustError`.
+        """Parse one DER certificate as the kernel does (:func:`service.verify.x509.
+        parse_certificate`, the project's one certificate parser); raises :class:`TrustError`.
 
-        cryptography loads the key only to refuse one no verifier could use.
+        The key ids are the kernel's own (``serial || issuer``, the subjectKeyIdentifier);
+        a certificate the kernel could not load with every feature enabled (an unknown
+        key algorithm or curve, a malformed RSA key) is not usable. Which target can load
+        it is decided per target by :meth:`TrustStore.kernel_keys`.
         """
-        from asn1crypto import x509 as asn1_x509
-        from cryptography.exceptions import UnsupportedAlgorithm
-        from cryptography.hazmat.primitives.serialization import load_der_public_key
-
-        try:
-            raw = asn1_x509.Certificate.load(der, strict=True)
-            tbs = raw["tbs_certificate"]
-            key_ids = [bytes(tbs["serial_number"].contents) + bytes(tbs["issuer"].chosen.contents)]
-            if raw.key_identifier is not None:
-                key_ids.append(bytes(raw.key_identifier))
-            # asn1crypto for the fields, cryptography only for the key: its x509 layer costs
-            # seconds of import time on a slow boot path and adds nothing here
-            load_der_public_key(tbs["subject_public_key_info"].dump())
-            subject_name = tbs["subject"]
-            names = [
-                a["value"].native
-                for rdn in subject_name.chosen
-                for a in rdn
-                if a["type"].native == "common_name"
-            ]
-            subject = str(names[0]) if names else subject_name.human_friendly
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+        try:  # no digest: whether its self-signature verifies is a target's question
+            cert = parse_certificate(der, hashes=frozenset(), have_ecdsa=True)
+        except Asn1Error as exc:
             raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
-        except UnsupportedAlgorithm as exc:  # an unknown key type must not stop the service
-            raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
-        return cls(source, subject, tuple(key_ids), der)
+        pub = cert.pub
+        if pub is None:
+            raise TrustError(source, "not a usable X.509 certificate: no public key")
+        if pub.algo == "rsa" and isinstance(why := rsa_numbers(pub.key), int):
+            raise TrustError(
+                source, f"not a usable X.509 certificate: RSA key ({os.strerror(why)})"
+            )
+        key_ids = [cert.id] + ([cert.skid] if cert.skid is not None else [])
+        return cls(source, cert.subject, tuple(key_ids), der)
 
 
 def _der_sequence(data: bytes, at: int, source: str) -> int:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.verify.pubkey import PublicKey, SigParams, _rsa_numbers, verify_signature
+from service.verify.pubkey import PublicKey, SigParams, rsa_numbers, verify_signature
 
 SIZES = (1024, 1536, 2048, 3072)
 EXPONENTS = (3, 17, 65537, 2**31 - 1)
@@ -121,7 +121,7 @@ def test_public_key_numbers_are_cryptographys(bits: int, exponent: int) -> None:
     """The kernel grammar reads the same modulus and exponent as cryptography."""
     key = private(bits, exponent)
     numbers = key.public_key().public_numbers()
-    assert _rsa_numbers(public_der(key)) == (numbers.n, numbers.e)
+    assert rsa_numbers(public_der(key)) == (numbers.n, numbers.e)
     assert PublicKey("rsa", public_der(key)).rsa_bits() == bits
 
 
@@ -134,7 +134,7 @@ def test_damaged_public_keys_are_an_errno_never_an_exception(
     der = bytearray(public_der(private(1024, 65537)))
     der[where % len(der)] = byte
     for key in (noise, bytes(der), bytes(der[: where % len(der)])):
-        got = _rsa_numbers(key)
+        got = rsa_numbers(key)
         assert isinstance(got, tuple) or got in (errno.EBADMSG, errno.EINVAL, errno.ENOMEM)
 
 
@@ -145,8 +145,8 @@ def test_rsa_public_key_errnos_are_rsa_helpers() -> None:
         body = b"".join(b"\x02" + bytes([len(i)]) + i for i in ints)
         return b"\x30" + bytes([len(body)]) + body
 
-    assert _rsa_numbers(seq(b"", b"\x03")) == errno.EINVAL
-    assert _rsa_numbers(seq(b"\x0b", b"")) == errno.EINVAL
-    assert _rsa_numbers(seq(b"\x0b", b"\x01\x00")) == errno.EINVAL
-    assert _rsa_numbers(seq(b"\xf1", b"\x03")) == (0xF1, 3)  # unsigned, as mpi_read_raw_data
-    assert _rsa_numbers(b"\x31\x00") == errno.EBADMSG
+    assert rsa_numbers(seq(b"", b"\x03")) == errno.EINVAL
+    assert rsa_numbers(seq(b"\x0b", b"")) == errno.EINVAL
+    assert rsa_numbers(seq(b"\x0b", b"\x01\x00")) == errno.EINVAL
+    assert rsa_numbers(seq(b"\xf1", b"\x03")) == (0xF1, 3)  # unsigned, as mpi_read_raw_data
+    assert rsa_numbers(b"\x31\x00") == errno.EBADMSG
