@@ -33,7 +33,11 @@ def kernel_for(layout: Layout) -> Kernel:
     if layout.sandboxed():
         from service.kernel.recording import RecordingKernel
 
-        return RecordingKernel(layout.sys, identify=identify)
+        try:  # modprobe resolves through the target's module tree, as on a real node
+            modules: Path | None = layout.modules_dir(layout.kernel_release())
+        except OSError:
+            modules = None
+        return RecordingKernel(layout.sys, identify=identify, modules=modules)
     from service.kernel.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)
