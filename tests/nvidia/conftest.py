@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from tests.kmod import SigningKey, kernel_release, make_key
+from tests.kmod import SigningKey, make_key
 from tests.nvidia import Driver, build_driver, install_real_target, sign_driver
 
 
@@ -26,10 +26,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.nvidia)
 
 
-@pytest.fixture(scope="session")
-def driver() -> Driver:
-    """nvidia-kernel-source 535.261.03-1 built against the test kernel (cached on disk)."""
-    return build_driver()
+# The Debian versions of nvidia-kernel-source that build against Debian 12's 6.1:
+# bookworm's 535 and trixie's 550 (trixie's nvidia-open-kernel-source 550 does not:
+# Debian's 6.1 stable updates gave pci_resize_resource() a fourth argument).
+VERSIONS = ("535.261.03-1", "550.163.01-2")
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: v.split(".", 1)[0])
+def driver(request: pytest.FixtureRequest) -> Driver:
+    """nvidia-kernel-source of each version built against the test kernel (cached on disk)."""
+    return build_driver(request.param)
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +59,13 @@ def firmware(driver: Driver) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real_host(nvidia_key: SigningKey, tmp_path_factory: pytest.TempPathFactory) -> Layout:
+def real_host(
+    driver: Driver, nvidia_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> Layout:
     """A host root whose target is this machine's Debian kernel, whole (vmlinuz, in-tree
-    modules), with the session's key trusted. One per session: the exports table modstage
+    modules), with the session's key trusted. One per driver: the exports table modstage
     builds from those files costs tens of seconds and is cached under the root's paths."""
-    release = kernel_release()
+    release = driver.kernel
     layout = Layout(tmp_path_factory.mktemp("nvidia-host"))
     layout.trusted.mkdir(parents=True)
     shutil.copy(nvidia_key.cert_pem, layout.trusted / "nvidia.pem")
