@@ -27,8 +27,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The Debian versions of nvidia-kernel-source that build against Debian 12's 6.1:
-# bookworm's 535 and trixie's 550 (trixie's nvidia-open-kernel-source 550 does not:
-# Debian's 6.1 stable updates gave pci_resize_resource() a fourth argument).
+# bookworm's 535 and trixie's 550. nvidia-open-kernel-source (535 and 550) does not:
+# Debian's 6.1 stable updates gave pci_resize_resource() a fourth argument, which the open
+# modules' nv-pci.c (nv_resize_pcie_bars) does not pass.
 VERSIONS = ("535.261.03-1", "550.163.01-2")
 
 
