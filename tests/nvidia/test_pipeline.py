@@ -187,3 +187,24 @@ def test_each_module_alone_is_judged_by_where_its_dependencies_live(
             assert owned[symbol] in needs & bundle
         else:
             assert verdict["ok"], verdict["reason"]
+
+
+def test_every_crc_the_modules_carry_is_the_one_their_export_has(
+    taken_in: TakenIn, signed: dict[str, Path], driver: Driver
+) -> None:
+    """What the accepted verdicts rest on, read with kmod and the build's files alone: each
+    ``__versions`` entry (``modprobe --dump-modversions``) names a symbol the kernel's
+    headers (``Module.symvers``) or the driver's own build export, with that same CRC."""
+    exported: dict[str, int] = {}
+    symvers = taken_in.host.root / f"lib/modules/{driver.kernel}/build/Module.symvers"
+    for table in (symvers, driver.symvers):
+        for line in table.read_text().splitlines():
+            crc, symbol, *_ = line.split("\t")
+            exported[symbol] = int(crc, 16)
+    for ko in signed.values():
+        dump = subprocess.run(
+            ["modprobe", "--dump-modversions", str(ko)], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        assert dump, ko
+        carried = {name: int(crc, 16) for crc, name in (line.split("\t") for line in dump)}
+        assert {n: exported.get(n) for n in carried} == carried, ko.name
