@@ -1,0 +1,161 @@
+"""NVIDIA's kernel modules built from Debian's source packages, as DKMS builds them.
+
+``nvidia-kernel-source`` (the proprietary driver: an open interface layer linked with
+NVIDIA's binary object) or ``nvidia-open-kernel-source`` (the open GPU kernel modules) is
+fetched (:mod:`tests.nvidia.archive`), its source tarball unpacked, and kbuild run through
+NVIDIA's Makefile with ``SYSSRC=`` the ``-common`` headers and ``SYSOUT=`` the ``-amd64``
+ones, which is how DKMS builds them on a Debian host. The unsigned modules, the build's
+``Module.symvers`` and ``build.json`` (how long it took, on how many CPUs, at what load)
+are kept in ``<cache>/nvidia-<flavor>-<version>-<release>``; the GSP firmware of the same
+version from ``firmware-nvidia-gsp`` in ``<cache>/nvidia-gsp-<version>``. A second run
+costs a directory lookup. Processes building at once serialise on a lock of their own (the
+small test modules' lock is not held through a two-minute build).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.kmod.build import HEADERS, cache_root, kernel_release
+from tests.nvidia.archive import deb, extract
+
+# Load order: nvidia first; modeset, uvm and peermem import from it; drm from modeset.
+MODULE_NAMES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
+PACKAGES = {"proprietary": "nvidia-kernel-source", "open": "nvidia-open-kernel-source"}
+FIRMWARE_PACKAGE = "firmware-nvidia-gsp"
+DEFAULT_VERSION = "535.261.03-1"  # Debian 12's (bookworm) driver
+RECIPE = 1  # bump when the build below changes: the cache key includes it
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One built, unsigned NVIDIA driver and how long its build took."""
+
+    flavor: str  # proprietary | open
+    version: str  # the driver's version, e.g. 535.261.03
+    kernel: str  # the release it was built against
+    modules: dict[str, Path]  # name -> unsigned .ko, in load order
+    symvers: Path  # the build's Module.symvers (the driver's own exports)
+    build: dict[str, object]  # build.json: seconds, cpus, load averages, commands
+
+    @property
+    def firmware(self) -> Path:
+        """The GSP firmware directory of the same version (``nvidia/<version>/gsp_*.bin``
+        below it), fetched on first use."""
+        return gsp_firmware(self.package_version)
+
+    @property
+    def package_version(self) -> str:
+        """The Debian package version the driver was built from (``535.261.03-1``)."""
+        return str(self.build["package_version"])
+
+
+def _headers(release: str) -> tuple[Path, Path]:
+    """``(SYSSRC, SYSOUT)``: the ``-common`` source headers and the ``-amd64`` build ones."""
+    sysout = HEADERS / f"linux-headers-{release}"
+    sysrc = HEADERS / f"linux-headers-{release.rsplit('-', 1)[0]}-common"
+    for path in (sysout, sysrc):
+        if not (path / "Makefile").is_file():
+            raise RuntimeError(
+                f"no kernel headers at {path}: install linux-headers-{release} (see .ci/install)"
+            )
+    return sysrc, sysout
+
+
+def _run_make(source: Path, release: str, log: Path) -> list[str]:
+    sysrc, sysout = _headers(release)
+    argv = ["make", f"-j{os.cpu_count() or 1}", f"SYSSRC={sysrc}", f"SYSOUT={sysout}", "modules"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    with log.open("w") as out:
+        proc = subprocess.run(
+            argv, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+        )
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-4000:]
+        raise RuntimeError(f"NVIDIA build against {release} failed ({proc.returncode}):\n{tail}")
+    return argv
+
+
+def _build(final: Path, package: Path, release: str, package_version: str) -> None:
+    work = Path(tempfile.mkdtemp(prefix="nvidia-build-", dir=cache_root()))
+    try:
+        unpacked = extract(package, work / "deb")
+        [tarball] = (unpacked / "usr/src").glob("nvidia*.tar.xz")
+        (work / "src").mkdir()
+        subprocess.run(["tar", "-xJf", str(tarball), "-C", str(work / "src")], check=True)
+        source = min(
+            (p.parent for p in (work / "src").rglob("Kbuild") if (p.parent / "Makefile").is_file()),
+            key=lambda p: len(p.parts),
+        )
+        load_before = os.getloadavg()
+        started = time.monotonic()
+        argv = _run_make(source, release, work / "make.log")
+        seconds = time.monotonic() - started
+        out = work / "out"
+        out.mkdir()
+        for name in MODULE_NAMES:
+            shutil.copyfile(source / f"{name}.ko", out / f"{name}.ko")
+        shutil.copyfile(source / "Module.symvers", out / "Module.symvers")
+        record = {
+            "package": package.name,
+            "package_version": package_version,
+            "kernel": release,
+            "seconds": round(seconds, 1),
+            "cpus": os.cpu_count(),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "command": " ".join(argv),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (out / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+        out.rename(final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build_driver(
+    package_version: str = DEFAULT_VERSION, flavor: str = "proprietary", release: str | None = None
+) -> Driver:
+    """The NVIDIA modules of ``flavor`` at Debian version ``package_version`` built against
+    ``release`` (default :func:`tests.kmod.kernel_release`), unsigned, built once per machine."""
+    release = release or kernel_release()
+    version = package_version.rsplit("-", 1)[0]
+    final = cache_root() / f"nvidia-{flavor}-{package_version}-{release}-r{RECIPE}"
+    if not final.is_dir():
+        package = deb(PACKAGES[flavor], package_version)
+        with open(cache_root() / "nvidia-build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not final.is_dir():
+                _build(final, package, release, package_version)
+    build = json.loads((final / "build.json").read_text())
+    modules = {name: final / f"{name}.ko" for name in MODULE_NAMES}
+    return Driver(flavor, version, release, modules, final / "Module.symvers", build)
+
+
+def gsp_firmware(package_version: str = DEFAULT_VERSION) -> Path:
+    """A directory holding ``nvidia/<version>/gsp_*.bin`` from ``firmware-nvidia-gsp``."""
+    final = cache_root() / f"nvidia-gsp-{package_version}"
+    if final.is_dir():
+        return final
+    package = deb(FIRMWARE_PACKAGE, package_version)
+    with open(cache_root() / "nvidia-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_dir():
+            return final
+        work = Path(tempfile.mkdtemp(prefix="nvidia-gsp-", dir=cache_root()))
+        try:
+            unpacked = extract(package, work / "deb")
+            [firmware] = [d for d in ("lib", "usr/lib") if (unpacked / d / "firmware").is_dir()]
+            (unpacked / firmware / "firmware").rename(work / "firmware")
+            (work / "firmware").rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
