@@ -22,7 +22,7 @@ from service.errors import ModuleRejected
 ReadAt = Callable[[int, int], bytes]  # (offset, length) -> exactly length bytes
 
 ET_REL = 1
-SHT_NULL, SHT_SYMTAB, SHT_NOBITS = 0, 2, 8
+SHT_NULL, SHT_SYMTAB, SHT_STRTAB, SHT_NOBITS = 0, 2, 3, 8
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHDR_SIZE = 64
 MAX_TABLE = 16 << 20  # modstage policy: bound the strings and .modinfo read into memory
@@ -54,6 +54,8 @@ class Elf(NamedTuple):
 
     machine: int
     sections: tuple[Section, ...]
+    # what 6.12's ELF validation (``elf_validity_cache_copy``) refuses and 6.1's lets by
+    strict_problem: str | None = None
 
     def find_sec(self, name: bytes) -> Section | None:
         """The kernel's ``find_sec``: the first SHF_ALLOC section of that name."""
@@ -126,4 +128,30 @@ def parse_elf(read_at: ReadAt, size: int, machine: int | None = None) -> Elf:
                 raise rejected(f"allocated section {i} has its name outside the name table")
         name = strtab[sh_name : strtab.index(b"\0", sh_name)] if sh_name < str_len else None
         sections.append(Section(i, name, sh_type, flags, addr, offset, length, link))
-    return Elf(e_machine, tuple(sections))
+    return Elf(e_machine, tuple(sections), _strict_problem(tuple(sections), raw[shstrndx][1]))
+
+
+def _strict_problem(sections: tuple[Section, ...], strtab_type: int) -> str | None:
+    """The first thing Linux 6.12's ``elf_validity_cache_copy`` refuses (ENOEXEC) that
+    6.1's ``elf_validity_check`` does not: the name table's type, every name (not only
+    allocated sections'), one ``.modinfo``, exactly one allocated, sized
+    ``.gnu.linkonce.this_module``, exactly one symbol table linked to a string table."""
+    if strtab_type != SHT_STRTAB:
+        return f"section name table of type {strtab_type}, not SHT_STRTAB"
+    unnamed = next((s for s in sections[1:] if s.type != SHT_NULL and s.name is None), None)
+    if unnamed is not None:
+        return f"section {unnamed.index} has its name outside the name table"
+    if sum(s.name == b".modinfo" for s in sections[1:]) > 1:
+        return "more than one .modinfo section"
+    mods = [s for s in sections[1:] if s.name == b".gnu.linkonce.this_module"]
+    if len(mods) != 1:
+        return f"{len(mods)} .gnu.linkonce.this_module sections, not exactly one"
+    if mods[0].type == SHT_NOBITS or not mods[0].flags & SHF_ALLOC:
+        return ".gnu.linkonce.this_module is not allocated with a size"
+    symtabs = [s for s in sections[1:] if s.type == SHT_SYMTAB]
+    if len(symtabs) != 1:
+        return f"{len(symtabs)} symbol tables, not exactly one"
+    link = symtabs[0].link
+    if link >= len(sections) or sections[link].type != SHT_STRTAB:
+        return f"the symbol table links to section {link}, not a string table"
+    return None

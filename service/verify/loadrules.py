@@ -1,7 +1,9 @@
 """The kernel's load-time rules after ``.modinfo`` is read, and modstage's policies on them.
 
-In ``load_module``'s order: the size of ``.gnu.linkonce.this_module`` (``elf_validity_check``
-on 6.12; 6.1 does not check it and crashes on a short one), the ``module_layout`` CRC
+In ``load_module``'s order: on 6.12 the rest of ``elf_validity_cache_copy`` (what its ELF
+validation adds to 6.1's, :attr:`~service.verify.elf.Elf.strict_problem`) and the size of
+``.gnu.linkonce.this_module`` (6.1 does not check it and crashes on a short one), the
+``module_layout`` CRC
 (``check_modstruct_version``), vermagic (``check_modinfo``), ``STRICT_MODULE_RWX``
 (``module_enforce_rwx_sections``), symbol resolution (``simplify_symbols``, see
 :mod:`service.verify.linking`), then a module that is built into the target
@@ -28,6 +30,8 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     of symbol resolution and the rules after it, which :func:`finish` judges with the
     exports of the bundle's modules loaded before it. Else (boot) returns None.
     """
+    if info.elf_strict is not None and target.version >= (6, 12):
+        raise ModuleRejected("ENOEXEC", f"{info.elf_strict} (6.12's ELF validation)")
     _struct_module(info, target)
     check_crcs(info, target.exports, layout=True)
     check_vermagic(info, target)

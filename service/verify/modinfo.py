@@ -55,6 +55,7 @@ class ModInfo:
     versions: tuple[tuple[str, int], ...] = ()  # __versions: (symbol, crc) as the kernel reads
     this_module_size: int | None = None  # .gnu.linkonce.this_module: sizeof(struct module)
     symbols: Symbols | None = None  # imports and exports, when asked for (not at boot)
+    elf_strict: str | None = None  # what 6.12's ELF validation adds to 6.1's refuses here
 
     @cached_property
     def import_ns(self) -> frozenset[str]:
@@ -110,6 +111,7 @@ class ModInfo:
                 "write_exec": None if wx is None else (wx.name or b"?").decode("utf-8", "replace"),
                 "versions": () if vers is None else _versions(read, vers),
                 "this_module_size": this.size,
+                "elf_strict": elf.strict_problem,
                 "symbols": read_symbols(elf, read) if symbols else None,
             }
         )

@@ -59,7 +59,9 @@ def check_signers(
     """
     if msg.has_data:
         raise ModuleRejected("EBADMSG", "PKCS#7 signature with non-detached data")
-    keyring, dropped = trust.kernel_keys(hashes=target.hashes, ecdsa=target.ecdsa)
+    keyring, dropped = trust.kernel_keys(
+        hashes=target.hashes, ecdsa=target.ecdsa, version=target.version
+    )
     try:
         pkcs7_verify(msg, digests, target.ecdsa)
         trusted = validate_trust(msg, keyring, digests, target.ecdsa)
@@ -109,6 +111,7 @@ def read_signature(
             read_at(f, trailer.signed_len, trailer.sig_len),
             hashes=target.hashes,
             have_ecdsa=target.ecdsa,
+            version=target.version,
         )
     except Asn1Error as exc:
         what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""

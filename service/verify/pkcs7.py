@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from service.verify.asn1 import Asn1Error, ber_decode
 from service.verify.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
 from service.verify.oids import decode, look_up
-from service.verify.x509 import Cert, parse_certificate
+from service.verify.x509 import Cert, modern, parse_certificate
 
 _DIGESTS = {
     "md4": "md4",
@@ -40,6 +40,15 @@ _PKEYS = {
     "SM2_with_SM3": ("sm2", "raw"),
     "gost2012PKey256": ("ecrdsa", "raw"),
     "gost2012PKey512": ("ecrdsa", "raw"),
+}
+# Linux 6.12's pkcs7_parser.c: MD4, MD5 and SM2 gone, SHA-3 digests and ECDSA with them added
+_DIGESTS_6_12 = {
+    **{k: v for k, v in _DIGESTS.items() if k not in ("md4", "md5")},
+    **{h: h for h in ("sha3_256", "sha3_384", "sha3_512")},
+}
+_PKEYS_6_12 = {
+    **{k: v for k, v in _PKEYS.items() if k != "SM2_with_SM3"},
+    **{f"id_ecdsa_with_sha3_{n}": ("ecdsa", "x962") for n in (256, 384, 512)},
 }
 _AUTHENTICODE = ("msSpOpusInfo", "msStatementType")
 
@@ -76,8 +85,13 @@ class Message:
 class _Ctx:
     """``struct pkcs7_parse_context`` and the actions that fill it."""
 
-    def __init__(self, data: bytes, hashes: frozenset[str], have_ecdsa: bool) -> None:
+    def __init__(
+        self, data: bytes, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
+    ) -> None:
         self.data, self.hashes, self.have_ecdsa = data, hashes, have_ecdsa
+        self.version = version
+        self.digests = _DIGESTS_6_12 if modern(version) else _DIGESTS
+        self.pkeys = _PKEYS_6_12 if modern(version) else _PKEYS
         self.msg = Message()
         self.last_oid: str | None = None
         self.last_raw = b""
@@ -126,7 +140,9 @@ class _Ctx:
             length += 2
         der = self.data[start : start + length]
         try:
-            cert = parse_certificate(der, hashes=self.hashes, have_ecdsa=self.have_ecdsa)
+            cert = parse_certificate(
+                der, hashes=self.hashes, have_ecdsa=self.have_ecdsa, version=self.version
+            )
         except Asn1Error as exc:
             raise Asn1Error(exc.code, f"embedded certificate: {exc.why}") from exc
         self.cert_index += 1
@@ -185,13 +201,13 @@ class _Ctx:
         self.raw_skid = self.value(at, n)
 
     def pkcs7_sig_note_digest_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
-        name = _DIGESTS.get(self.last_oid or "")
+        name = self.digests.get(self.last_oid or "")
         if name is None:
             raise Asn1Error(errno.ENOPKG, f"digest algorithm {decode(self.last_raw)}")
         self.sinfo.hash_algo = name
 
     def pkcs7_sig_note_pkey_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
-        found = _PKEYS.get(self.last_oid or "")
+        found = self.pkeys.get(self.last_oid or "")
         if found is None:
             raise Asn1Error(errno.ENOPKG, f"signature algorithm {decode(self.last_raw)}")
         self.sinfo.pkey_algo, self.sinfo.encoding = found
@@ -211,9 +227,12 @@ class _Ctx:
         self._new_sinfo()
 
 
-def parse_message(blob: bytes, *, hashes: frozenset[str], have_ecdsa: bool) -> Message:
-    """Parse a module's PKCS#7 blob as 6.1 does; raises :class:`Asn1Error` with its errno."""
-    ctx = _Ctx(blob, hashes, have_ecdsa)
+def parse_message(
+    blob: bytes, *, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
+) -> Message:
+    """Parse a module's PKCS#7 blob as the target kernel does (6.1, or 6.12 from
+    ``version`` (6, 12) on); raises :class:`Asn1Error` with its errno."""
+    ctx = _Ctx(blob, hashes, have_ecdsa, version)
     actions = [getattr(ctx, name) for name in PKCS7_ACTIONS]
     ber_decode(PKCS7_MACHINE, actions, blob)
     msg = ctx.msg

@@ -54,6 +54,9 @@ _HASH_OPTIONS = {
     "sm3": "CONFIG_CRYPTO_SM3",
     "streebog256": "CONFIG_CRYPTO_STREEBOG",
     "streebog512": "CONFIG_CRYPTO_STREEBOG",
+    "sha3_256": "CONFIG_CRYPTO_SHA3",  # named only by 6.12's parsers (verify.x509.modern)
+    "sha3_384": "CONFIG_CRYPTO_SHA3",
+    "sha3_512": "CONFIG_CRYPTO_SHA3",
 }
 _ODD_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines breaks besides \n
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")

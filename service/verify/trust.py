@@ -24,7 +24,7 @@ from service.logs import get_logger
 from service.verify.asn1 import Asn1Error
 from service.verify.pubkey import rsa_numbers
 from service.verify.signers import KernelKey, Keyring
-from service.verify.x509 import parse_certificate
+from service.verify.x509 import Cert, parse_certificate
 
 log = get_logger("modstage.trust")
 
@@ -52,7 +52,7 @@ class TrustedKey(NamedTuple):
         it is decided per target by :meth:`TrustStore.kernel_keys`.
         """
         try:  # no digest: whether its self-signature verifies is a target's question
-            cert = parse_certificate(der, hashes=frozenset(), have_ecdsa=True)
+            cert = _parsed_by_some_kernel(der)
         except Asn1Error as exc:
             raise TrustError(source, f"not a usable X.509 certificate: {exc}") from exc
         pub = cert.pub
@@ -64,6 +64,18 @@ class TrustedKey(NamedTuple):
             )
         key_ids = [cert.id] + ([cert.skid] if cert.skid is not None else [])
         return cls(source, cert.subject, tuple(key_ids), der)
+
+
+def _parsed_by_some_kernel(der: bytes) -> Cert:
+    """The certificate as 6.12 parses it, else as 6.1 does (an SM2 key); the error of the
+    newer parser when neither can."""
+    try:
+        return parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=(6, 12))
+    except Asn1Error as newer:
+        try:
+            return parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=(6, 1))
+        except Asn1Error:
+            raise newer from None
 
 
 def _der_sequence(data: bytes, at: int, source: str) -> int:
@@ -108,7 +120,7 @@ class TrustStore:
     def __init__(self, keys: Iterable[TrustedKey] = ()) -> None:
         self.keys = tuple(keys)
         self._by_id: dict[bytes, TrustedKey] = {}
-        self._kernel: dict[tuple[frozenset[str], bool], tuple[Keyring, tuple[str, ...]]] = {}
+        self._kernel: dict[tuple[object, ...], tuple[Keyring, tuple[str, ...]]] = {}
         for key in self.keys:
             for key_id in key.key_ids:
                 other = self._by_id.setdefault(key_id, key)
@@ -169,7 +181,7 @@ class TrustStore:
         return self._by_id.get(key_id)
 
     def kernel_keys(
-        self, *, hashes: frozenset[str], ecdsa: bool
+        self, *, hashes: frozenset[str], ecdsa: bool, version: tuple[int, int]
     ) -> tuple[Keyring, tuple[str, ...]]:
         """The keyring a target kernel would build from these certificates, and what it drops.
 
@@ -178,13 +190,15 @@ class TrustStore:
         of a size the kernel's RSA refuses, a malformed extension) is left out, as the
         kernel leaves it out of its keyring, and named in the second element.
         """
-        cache_key = (hashes, ecdsa)
+        cache_key = (hashes, ecdsa, version)
         cached = self._kernel.get(cache_key)
         if cached is None:
             loaded, dropped = [], []
             for key in self.keys:
                 try:
-                    cert = parse_certificate(key.der, hashes=hashes, have_ecdsa=ecdsa)
+                    cert = parse_certificate(
+                        key.der, hashes=hashes, have_ecdsa=ecdsa, version=version
+                    )
                 except Asn1Error as exc:
                     dropped.append(f"{key.source} ({key.subject}): {exc}")
                     continue

@@ -44,6 +44,22 @@ _EC_CURVES = {
     "id_prime256v1": "ecdsa-nist-p256",
     "id_ansip384r1": "ecdsa-nist-p384",
 }
+# Linux 6.12's x509_cert_parser.c (read from Debian 13's linux-source-6.12): MD4 and SM2 gone,
+# SHA-3 signatures with RSA and ECDSA added. Kernels between 6.1 and 6.12 were not read:
+# they are judged as 6.1 is.
+DIALECT_6_12 = (6, 12)
+_SHA3 = ("sha3_256", "sha3_384", "sha3_512")
+_SIG_ALGOS_6_12 = {
+    **{k: v for k, v in _SIG_ALGOS.items() if k not in ("md4WithRSAEncryption", "SM2_with_SM3")},
+    **{f"id_rsassa_pkcs1_v1_5_with_{h}": (h, "rsa", "pkcs1") for h in _SHA3},
+    **{f"id_ecdsa_with_{h}": (h, "ecdsa", "x962") for h in _SHA3},
+}
+_EC_CURVES_6_12 = {k: v for k, v in _EC_CURVES.items() if k != "sm2"}
+
+
+def modern(version: tuple[int, int]) -> bool:
+    """Whether a kernel of ``version`` parses as 6.12 does (else as 6.1)."""
+    return version >= DIALECT_6_12
 
 
 @dataclass
@@ -70,8 +86,11 @@ class Cert:
 class _Ctx:
     """The parse context of one certificate (``struct x509_parse_context``)."""
 
-    def __init__(self, data: bytes, cert: Cert) -> None:
+    def __init__(self, data: bytes, cert: Cert, version: tuple[int, int]) -> None:
         self.data, self.cert = data, cert
+        self.modern = modern(version)
+        self.sig_algos = _SIG_ALGOS_6_12 if self.modern else _SIG_ALGOS
+        self.ec_curves = _EC_CURVES_6_12 if self.modern else _EC_CURVES
         self.last_oid: str | None = None
         self.sig_algo: str | None = None
         self.names: dict[str, bytes] = {}
@@ -97,7 +116,7 @@ class _Ctx:
         self.tbs = self.data[at - hdr : at + n]
 
     def x509_note_sig_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
-        found = _SIG_ALGOS.get(self.last_oid or "")
+        found = self.sig_algos.get(self.last_oid or "")
         if found is None:
             raise Asn1Error(errno.ENOPKG, f"certificate signature algorithm {self.last_oid}")
         self.hash, self.sig_algo = found, self.last_oid
@@ -152,13 +171,13 @@ class _Ctx:
             algo = "rsa"
         elif self.last_oid in ("gost2012PKey256", "gost2012PKey512"):
             algo = "ecrdsa"
-        elif self.last_oid == "sm2":
+        elif self.last_oid == "sm2" and not self.modern:
             algo = "sm2"
         elif self.last_oid == "id_ecPublicKey":
             params = self.params or b""
             if len(params) < 2 or params[0] != 0x06 or params[1] != len(params) - 2:
                 raise Asn1Error(errno.EBADMSG, "EC key parameters are not an OID")
-            curve = _EC_CURVES.get(look_up(params[2:]) or "")
+            curve = self.ec_curves.get(look_up(params[2:]) or "")
             if curve is None:
                 raise Asn1Error(errno.ENOPKG, "EC curve unknown to the kernel")
             algo = curve
@@ -233,17 +252,20 @@ def _actions(ctx: _Ctx, names: tuple[str, ...]) -> list[object]:
     return [getattr(ctx, name) for name in names]
 
 
-def parse_certificate(der: bytes, *, hashes: frozenset[str], have_ecdsa: bool) -> Cert:
+def parse_certificate(
+    der: bytes, *, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
+) -> Cert:
     """``x509_cert_parse`` of one embedded certificate; raises :class:`Asn1Error`.
 
     ``hashes`` are the digest names the target kernel can compute (a certificate signed
-    with another is kept, unverified, as the kernel keeps it).
+    with another is kept, unverified, as the kernel keeps it); ``version`` the target's
+    (major, minor), which picks the algorithms its parser knows (:func:`modern`).
     """
     cert = Cert(der)
-    ctx = _Ctx(der, cert)
+    ctx = _Ctx(der, cert, version)
     ber_decode(X509_MACHINE, _actions(ctx, X509_ACTIONS), der)  # type: ignore[arg-type]
     if ctx.raw_akid is not None:
-        akid = _Ctx(ctx.raw_akid, cert)
+        akid = _Ctx(ctx.raw_akid, cert, version)
         ber_decode(X509_AKID_MACHINE, _actions(akid, X509_AKID_ACTIONS), ctx.raw_akid)  # type: ignore[arg-type]
     cert.id = ctx.serial + cert.raw_issuer
     hash_algo, pkey_algo, encoding = ctx.hash or ("", "", "")

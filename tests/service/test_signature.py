@@ -116,7 +116,7 @@ DEBIAN_HASHES = frozenset({"md5", "sha1", "sha224", "sha256", "sha384", "sha512"
 
 
 def parse(data: bytes) -> Message:
-    return parse_message(data, hashes=DEBIAN_HASHES, have_ecdsa=False)
+    return parse_message(data, hashes=DEBIAN_HASHES, have_ecdsa=False, version=(6, 1))
 
 
 def refused(data: bytes) -> str:

@@ -50,7 +50,10 @@ def test_key_ids_match_what_sign_file_writes(signed_rsa: Path, rsa_key: SigningK
     """The id the store files a certificate under is the id in sign-file's SignerInfo."""
     trust = TrustStore.from_der(rsa_key.cert_der.read_bytes())
     message = parse_message(
-        split(signed_rsa.read_bytes()).blob, hashes=frozenset({"sha256"}), have_ecdsa=False
+        split(signed_rsa.read_bytes()).blob,
+        hashes=frozenset({"sha256"}),
+        have_ecdsa=False,
+        version=(6, 1),
     )
     found = trust.find(message.signers[0].auth_id)
     assert found is not None and found.subject == "modstage rsa"

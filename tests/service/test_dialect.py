@@ -1,0 +1,94 @@
+"""The signature parsers follow the target kernel's version: 6.12 knows SHA-3, 6.1 MD5."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from service.verify.asn1 import Asn1Error
+from service.verify.pkcs7 import parse_message
+from service.verify.x509 import modern, parse_certificate
+from tests.kmod import SigningKey, sign, split
+
+EVERY = frozenset({"md5", "sha256", "sha3_256", "sha3_384", "sha3_512"})
+
+
+def blob(module: Path, key: SigningKey, out: Path, hash: str) -> bytes:
+    """The PKCS#7 blob sign-file appends with digest ``hash``."""
+    return split(sign(module, key, out, hash=hash).read_bytes()).blob
+
+
+@pytest.mark.parametrize("hash", ["sha3-256", "sha3-384", "sha3-512"])
+def test_sha3_digests_parse_on_6_12_and_are_unknown_to_6_1(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path, hash: str
+) -> None:
+    """6.12's pkcs7_parser.c names the SHA-3 digests (since 6.7); 6.1's refuses the OID
+    with ENOPKG, so the same module is judged differently by the two kernels."""
+    data = blob(modules["ms_params"], rsa_key, tmp_path / "m.ko", hash)
+    msg = parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+    assert msg.signers[0].hash_algo == hash.replace("-", "_")
+    with pytest.raises(Asn1Error) as info:
+        parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 1))
+    assert info.value.code == errno.ENOPKG
+
+
+def test_md5_is_known_to_6_1_and_refused_by_6_12(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """6.1 parses an MD5 SignerInfo (and skips it when it cannot compute MD5); 6.12's parser
+    no longer knows MD5: ENOPKG for the whole message."""
+    data = blob(modules["ms_params"], rsa_key, tmp_path / "m.ko", "md5")
+    assert parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 1)).signers
+    with pytest.raises(Asn1Error) as info:
+        parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+    assert info.value.code == errno.ENOPKG
+
+
+def test_a_certificate_parses_the_same_under_both_and_only_6_12_is_modern(
+    rsa_key: SigningKey,
+) -> None:
+    """An RSA/SHA-256 certificate gets the same kernel key id under either parser; the
+    dialect switches at 6.12 (kernels in between were not read and count as 6.1)."""
+    der = rsa_key.cert_der.read_bytes()
+    old = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 1))
+    new = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+    assert (old.id, old.skid, old.subject) == (new.id, new.skid, new.subject)
+    assert [modern(v) for v in ((6, 1), (6, 11), (6, 12), (7, 0))] == [False, False, True, True]
+
+
+def _elf_cases(ko: bytes) -> dict[str, bytes]:
+    from tests.oracle import elf
+
+    modinfo_name = int(elf.sections(ko)[elf.index_of(ko, ".modinfo")]["name"])
+    return {
+        "a second, unallocated .modinfo": elf.set_section(ko, ".comment", name=modinfo_name),
+        "the name table as PROGBITS": elf.set_section(ko, ".shstrtab", type=1),
+    }
+
+
+def test_what_6_12s_elf_validation_adds_is_refused_only_on_6_12(modules: dict[str, Path]) -> None:
+    """Debian's 6.12 validates the ELF as 6.13 does (``elf_validity_cache_copy``): a second
+    ``.modinfo`` or a name table that is not SHT_STRTAB is ENOEXEC there, and nothing to
+    6.1; an unedited module has no such problem."""
+    from service.errors import ModuleRejected
+    from service.verify.loadrules import load_rules
+    from service.verify.modinfo import ModInfo
+    from service.verify.target import Target
+
+    ko = modules["ms_params"].read_bytes()
+    assert ModInfo.from_bytes(ko).elf_strict is None
+    for what, edited in _elf_cases(ko).items():
+        info = ModInfo.from_bytes(edited)
+        assert info.elf_strict is not None, what
+        new = Target.from_spec("6.12.117+deb13-amd64")
+        with pytest.raises(ModuleRejected) as refused:
+            load_rules(info, new)
+        assert refused.value.refusal.errno == "ENOEXEC", what
+        assert "6.12's ELF validation" in refused.value.reason
+        old = Target.from_spec("6.1.0-57-amd64")
+        try:
+            load_rules(info, old)
+        except ModuleRejected as exc:
+            assert "6.12's ELF validation" not in str(exc), what
