@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from service.errors import ModuleRejected
+from service.verify.stated import MAX_WINDOW
 
 MAX_DECOMPRESSED = 512 << 20
 CHUNK = 1 << 20
-ZSTD_FEED = 1 << 10  # zstd expands up to ~32000x per input byte: feed it in small steps
+ZSTD_FEED = 128  # zstd expands up to 32768x (an RLE block): 128 bytes make at most 4 MiB
+ZSTD_BURST = ZSTD_FEED << 15
+XZ_SLACK = 1 << 20  # liblzma's memory beyond the dictionary (its own state: ~30 KiB)
 
 MAGICS = (
     (b"\xfd7zXZ\x00", "xz"),
@@ -40,20 +43,24 @@ def compression(head: bytes) -> str | None:
 
 
 class _Stream:
-    """One decompressor behind a common face: feed input, take bounded output."""
+    """One decompressor behind a common face: feed input, take bounded output.
 
-    def __init__(self, kind: str) -> None:
+    ``window``: the most memory the decompressor may hold (xz's memory limit, zstd's
+    largest window); a stream that asks for more is refused as corrupt.
+    """
+
+    def __init__(self, kind: str, window: int) -> None:
         self.kind = kind
         if kind == "xz":
             import lzma  # only xz modules pay for it (not the boot path's plain .ko)
 
-            self._xz = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+            self._xz = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=window + XZ_SLACK)
         elif kind == "gz":
             self._gz = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         else:
             import zstandard  # only zstd modules pay for it (not the boot path's plain .ko)
 
-            self._zst = zstandard.ZstdDecompressor().decompressobj()
+            self._zst = zstandard.ZstdDecompressor(max_window_size=window).decompressobj()
 
     def feed(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
         """Decompress ``data``; returns (output of at most ``limit`` bytes, input left over)."""
@@ -83,15 +90,7 @@ class _Stream:
         return bool(self._zst.eof)
 
 
-def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: bool = True) -> bytes:
-    """All of the stream ``read`` yields, decompressed; refuses more than ``cap`` bytes.
-
-    ``exact``: bytes after the end of the stream are refused (a module); else ignored (a
-    kernel image's payload, which kbuild follows with padding and its size).
-    """
-    stream = _Stream(kind)
-    out = bytearray()
-    queued = b""
+def _errors(kind: str) -> tuple[type[BaseException], ...]:
     errors: tuple[type[BaseException], ...] = (zlib.error, EOFError)
     if kind == "xz":
         import lzma
@@ -101,6 +100,23 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: boo
         import zstandard
 
         errors += (zstandard.ZstdError,)
+    return errors
+
+
+def chunks(
+    read: Read,
+    kind: str,
+    cap: int = MAX_DECOMPRESSED,
+    *,
+    exact: bool = True,
+    window: int = MAX_WINDOW,
+) -> Iterator[bytes]:
+    """The stream ``read`` yields, decompressed, in pieces of at most :data:`CHUNK` bytes
+    (:data:`ZSTD_BURST` for zstd); refuses more than ``cap`` bytes, a window over
+    ``window`` bytes, and (``exact``) bytes after the end of the stream."""
+    stream = _Stream(kind, window)
+    done = 0
+    queued = b""
     try:
         while not stream.eof:
             if not queued and not stream.pending:
@@ -108,12 +124,14 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: boo
                 if not queued:
                     raise ModuleRejected("EINVAL", f"truncated {kind} stream")
             step = ZSTD_FEED if kind == "zst" else len(queued)
-            chunk, rest = stream.feed(queued[:step], cap + 1 - len(out))
-            out += chunk
+            chunk, rest = stream.feed(queued[:step], min(CHUNK, cap + 1 - done))
+            done += len(chunk)
             queued = rest + queued[step:]
-            if len(out) > cap:
+            if done > cap:
                 raise ModuleRejected("EFBIG", f"decompressed module exceeds {cap} bytes")
-    except errors as exc:
+            if chunk:
+                yield chunk
+    except _errors(kind) as exc:
         raise ModuleRejected("EINVAL", f"corrupt {kind} stream: {exc}") from exc
     if exact and (queued or read(CHUNK)):
         raise ModuleRejected(
@@ -122,7 +140,15 @@ def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: boo
             "(modstage decompresses in userspace and refuses it; the kernel never sees the stream)",
             policy=True,
         )
-    return bytes(out)
+
+
+def decompress(read: Read, kind: str, cap: int = MAX_DECOMPRESSED, *, exact: bool = True) -> bytes:
+    """All of the stream ``read`` yields, decompressed; refuses more than ``cap`` bytes.
+
+    ``exact``: bytes after the end of the stream are refused (a module); else ignored (a
+    kernel image's payload, which kbuild follows with padding and its size).
+    """
+    return b"".join(chunks(read, kind, cap, exact=exact))
 
 
 class Hashed:
@@ -151,3 +177,37 @@ def decompress_file(
     finally:
         while read(CHUNK):
             pass
+
+
+def decompress_into(
+    f: BinaryIO,
+    kind: str,
+    out: BinaryIO,
+    *,
+    cap: int = MAX_DECOMPRESSED,
+    hashed: Hashed | None = None,
+    window: int = MAX_WINDOW,
+    count: Callable[[int], None] = lambda n: None,
+) -> int:
+    """Decompress the file open in ``f`` into ``out`` as it streams (never all of it in
+    memory); the image's size. Every byte of ``f`` goes through ``hashed`` as in
+    :func:`decompress_file`; ``count`` is told each piece's size first (and may refuse)."""
+    seen = hashed or Hashed()
+
+    def read(n: int) -> bytes:
+        data = f.read(n)
+        seen.sha256.update(data)
+        return data
+
+    f.seek(0)
+    size = 0
+    try:
+        for chunk in chunks(read, kind, cap, window=window):
+            count(len(chunk))
+            out.write(chunk)
+            size += len(chunk)
+    finally:
+        while read(CHUNK):
+            pass
+    out.flush()
+    return size
