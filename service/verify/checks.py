@@ -157,8 +157,9 @@ def _decompress(
             stored.sha256.update(data)
         facts.fields["sha256"] = stored.sha256.hexdigest()
         raise
-    # held: the window, the compressed input read, the output on its way to the file
-    cost = head.window + CHUNK + (ZSTD_BURST if kind == "zst" else CHUNK)
+    # held: the window; the compressed input read (and zlib's copy of what it left); the
+    # output on its way to the file (zstd's: up to a burst past it)
+    cost = head.window + 3 * CHUNK + (ZSTD_BURST if kind == "zst" else 0)
     try:
         with GATE.admitted(cost):
             return decompress_into(

@@ -21,7 +21,7 @@ from service.verify.stated import MAX_WINDOW
 
 MAX_DECOMPRESSED = 512 << 20
 CHUNK = 1 << 20
-ZSTD_FEED = 128  # zstd expands up to 32768x (an RLE block): 128 bytes make at most 4 MiB
+ZSTD_FEED = 64  # zstd expands up to 32768x (an RLE block): 64 bytes make at most 2 MiB
 ZSTD_BURST = ZSTD_FEED << 15
 XZ_SLACK = 1 << 20  # liblzma's memory beyond the dictionary (its own state: ~30 KiB)
 
@@ -62,16 +62,23 @@ class _Stream:
 
             self._zst = zstandard.ZstdDecompressor(max_window_size=window).decompressobj()
 
-    def feed(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
-        """Decompress ``data``; returns (output of at most ``limit`` bytes, input left over)."""
+    def feed(self, data: memoryview, limit: int) -> tuple[list[bytes], bytes]:
+        """Decompress ``data``: (pieces of output, input left over). Output stops past
+        ``limit`` bytes (zstd's, at most :data:`ZSTD_BURST` bytes past it)."""
         if self.kind == "xz":
             out = self._xz.decompress(data, max_length=limit)
-            return out, b"" if not self._xz.eof else self._xz.unused_data
+            return [out], b"" if not self._xz.eof else self._xz.unused_data
         if self.kind == "gz":
             out = self._gz.decompress(data, limit)
-            return out, self._gz.unconsumed_tail if not self._gz.eof else self._gz.unused_data
-        out = self._zst.decompress(data)
-        return out, self._zst.unused_data if self._zst.eof else b""
+            return [out], self._gz.unconsumed_tail if not self._gz.eof else self._gz.unused_data
+        pieces, made, at = [], 0, 0
+        while at < len(data) and made < limit and not self._zst.eof:
+            piece = self._zst.decompress(data[at : at + ZSTD_FEED])
+            at += ZSTD_FEED
+            made += len(piece)
+            pieces.append(piece)
+        rest = self._zst.unused_data + bytes(data[at:]) if self._zst.eof else bytes(data[at:])
+        return pieces, rest
 
     @property
     def pending(self) -> bool:
@@ -112,28 +119,29 @@ def chunks(
     window: int = MAX_WINDOW,
 ) -> Iterator[bytes]:
     """The stream ``read`` yields, decompressed, in pieces of at most :data:`CHUNK` bytes
-    (:data:`ZSTD_BURST` for zstd); refuses more than ``cap`` bytes, a window over
+    (:data:`ZSTD_BURST` for zstd, a few at a time); refuses more than ``cap`` bytes, a window over
     ``window`` bytes, and (``exact``) bytes after the end of the stream."""
     stream = _Stream(kind, window)
     done = 0
-    queued = b""
+    buf, at = b"", 0  # the input read, and how much of it the decompressor took
     try:
         while not stream.eof:
-            if not queued and not stream.pending:
-                queued = read(CHUNK)
-                if not queued:
+            if at == len(buf) and not stream.pending:
+                buf, at = read(CHUNK), 0
+                if not buf:
                     raise ModuleRejected("EINVAL", f"truncated {kind} stream")
-            step = ZSTD_FEED if kind == "zst" else len(queued)
-            chunk, rest = stream.feed(queued[:step], min(CHUNK, cap + 1 - done))
-            done += len(chunk)
-            queued = rest + queued[step:]
-            if done > cap:
-                raise ModuleRejected("EFBIG", f"decompressed module exceeds {cap} bytes")
-            if chunk:
-                yield chunk
+            data = memoryview(buf)[at:]
+            pieces, rest = stream.feed(data, min(CHUNK, cap + 1 - done))
+            at += len(data) - len(rest)
+            for piece in pieces:
+                done += len(piece)
+                if done > cap:
+                    raise ModuleRejected("EFBIG", f"decompressed module exceeds {cap} bytes")
+                if piece:
+                    yield piece
     except _errors(kind) as exc:
         raise ModuleRejected("EINVAL", f"corrupt {kind} stream: {exc}") from exc
-    if exact and (queued or read(CHUNK)):
+    if exact and (at < len(buf) or read(CHUNK)):
         raise ModuleRejected(
             "EINVAL",
             f"data after the end of the {kind} stream "
