@@ -70,7 +70,7 @@ class Limits:
     max_manifest_bytes: int = 1 << 20  # never more than the schema's 1 MiB
     max_tree_entries: int = 100_000  # entries of a drop's tree removed or measured
     max_seconds: int = 600  # wall time one drop may take to be taken in
-    max_decompressed_bytes: int = 2 << 30  # what one drop's modules expand to, together
+    max_decompressed_bytes: int = 1 << 30  # what one drop's modules expand to, together
     quarantine_drops: int = 16  # rejected drops kept for an admin
     quarantine_bytes: int = 256 << 20  # and the bytes they may hold together
 
