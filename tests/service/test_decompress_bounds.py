@@ -215,7 +215,12 @@ def test_per_drop_sets_the_limit_and_spill_of_what_is_verified_within(tmp_path: 
 
 
 def test_workers_follow_the_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MODSTAGE_VERIFY_WORKERS sets the workers (never more than the jobs, at least one)."""
+    """Without the override, one worker per core but never more than MAX_WORKERS, whatever
+    the host's cores; MODSTAGE_VERIFY_WORKERS sets them (never more than the jobs, at
+    least one)."""
+    monkeypatch.delenv(budget.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(budget.os, "cpu_count", lambda: 256)
+    assert budget.workers(100) == budget.MAX_WORKERS
     monkeypatch.setenv(budget.WORKERS_ENV, "64")
     assert (budget.workers(100), budget.workers(3)) == (64, 3)
     monkeypatch.setenv(budget.WORKERS_ENV, "0")
