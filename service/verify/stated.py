@@ -25,6 +25,7 @@ GZIP_WINDOW = 32 << 10
 DEFLATE_RATIO = 1032
 XZ_HEADER = 12
 LZMA2 = 0x21
+MAX_XZ_STEPS = 4096  # streams and words of padding walked back over at most
 
 
 class Stated(NamedTuple):
@@ -105,7 +106,9 @@ def _xz_size(f: BinaryIO, size: int) -> int | None:
     end = size
     first: int | None = None
     try:
-        while end > 0:
+        for _ in range(MAX_XZ_STEPS):  # past it (a file of zeros): nothing stated
+            if end <= 0:
+                return first
             f.seek(end - 4)
             if f.read(4) == bytes(4):  # stream padding
                 end -= 4
@@ -113,7 +116,7 @@ def _xz_size(f: BinaryIO, size: int) -> int | None:
             first, end = _xz_stream(f, end)
     except (IndexError, ValueError, struct.error):
         return None
-    return first
+    return None
 
 
 def _xz_stream(f: BinaryIO, end: int) -> tuple[int, int]:

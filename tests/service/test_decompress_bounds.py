@@ -65,6 +65,17 @@ def test_xz_states_the_first_streams_size_and_its_dictionary() -> None:
     assert stated(io.BytesIO(blob), "xz") == (5000, 1 << 20)
 
 
+def test_a_file_of_padding_is_not_walked_to_its_start(tmp_path: Path) -> None:
+    """xz magic and then 256 MiB of zeros (sparse: nothing written): the walk back over
+    stream padding gives up after a bounded number of steps and states nothing."""
+    path = tmp_path / "padded.ko.xz"
+    with path.open("wb") as f:
+        f.write(b"\xfd7zXZ\x00")
+        f.truncate(256 * MiB)
+    with path.open("rb") as f:
+        assert stated(f, "xz").size is None
+
+
 def test_unknown_or_garbled_sizes_state_nothing() -> None:
     """A streamed zstd frame, a cut xz file, and a gzip trailer deflate cannot reach state
     no size (the stream's cap decides), and an unparsable header the largest window."""
