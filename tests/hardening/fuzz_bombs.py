@@ -26,11 +26,11 @@ import zstandard
 from tests.hardening.fuzz_drops import Gen, M, World, _copy_template, _finish, _manifest, _name
 
 MiB = 1 << 20
-# The fuzzer's daemon allows a drop 64 MiB of decompressed modules (its config): a bomb
+# The fuzzer's daemon allows a drop 16 MiB of decompressed modules (its config): a bomb
 # costs the good drop beside it no more than that; the 512 MiB cap of one module and the
 # default budget are the unit tests' (tests/service/test_decompress_bounds.py)
-BIG = 160 * MiB  # past the drop's budget
-SMALL = 24 * MiB  # under it: several pass it together
+BIG = 48 * MiB  # past the drop's budget
+SMALL = 6 * MiB  # under it: several pass it together
 KINDS = ("xz", "zst", "gz")
 
 

@@ -108,7 +108,7 @@ def served(
     """``modstage serve --root`` with a test notify socket and a log file; stopped after."""
     host.config.write_text(
         "[limits]\nmax_tree_entries = 20000\nmax_seconds = 20\n"
-        "max_decompressed_bytes = 67108864\n"  # what a bomb drop may cost (fuzz_bombs.py)
+        "max_decompressed_bytes = 16777216\n"  # what a bomb drop may cost (fuzz_bombs.py)
         "[reboot]\nmin_delay = 3600\n"
     )
     sock_path = tmp_path / "notify.sock"
