@@ -30,6 +30,7 @@ wrong types are errors naming the key, reported together.
     max_manifest_bytes = 1048576
     max_tree_entries = 100000      # entries of a drop's tree removed or measured
     max_seconds = 600              # wall time to take one drop in
+    max_decompressed_bytes = 1073741824   # what one drop's compressed modules expand to
     quarantine_drops = 16          # rejected drops kept in quarantine/ for an admin
     quarantine_bytes = 268435456
     [node_labels]                  # each bundle's phase and versions as node labels, through
@@ -85,6 +86,8 @@ class Limits:
     max_tree_entries: int = field(default=100_000, metadata=_POSITIVE)
     # wall time one drop may take to be taken in
     max_seconds: int = field(default=600, metadata=_POSITIVE)
+    # what one drop's modules expand to, together
+    max_decompressed_bytes: int = field(default=1 << 30, metadata=_POSITIVE)
     # rejected drops kept for an admin, and the bytes they may hold together
     quarantine_drops: int = field(default=16, metadata=_POSITIVE)
     quarantine_bytes: int = field(default=256 << 20, metadata=_POSITIVE)

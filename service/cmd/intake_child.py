@@ -10,7 +10,10 @@ JSON line, ``{"stuck": {drop: why}}`` (the drops that could not be removed, whic
 daemon remembers across scans as an in-process intake would); end of input instead
 means "not needed" (a child started early for a drop that went away), and it exits.
 Its standard output is the protocol, one line each: ``tick`` while it makes progress
-(the daemon feeds systemd's watchdog on it), then one JSON object, a
+(the daemon feeds systemd's watchdog on it), ``building "<drop>"`` and ``building null``
+around the copy and verification of each drop (if the child is killed in between, by
+the out-of-memory killer at the unit's ``MemoryMax=``, the daemon rejects that drop),
+then one JSON object, a
 :class:`~service.daemon.intake_protocol.ChildResult`. Logs go to standard
 error, which it shares with the daemon (journald).
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from service.cmd.host import Host
-from service.daemon.intake_protocol import TICK, ChildResult
+from service.daemon.intake_protocol import TICK, ChildResult, building
 from service.errors import ServiceError
 from service.layout import Layout
 from service.logs import configure
@@ -54,10 +57,20 @@ def ticker(out: BinaryIO, every: float = TICK_EVERY) -> Callable[[], None]:
     return tick
 
 
+def announcer(out: BinaryIO) -> Callable[[Path | None], None]:
+    """Intake's ``building`` hook: each drop it starts and stops building, told at once."""
+
+    def announce(drop: Path | None) -> None:
+        out.write(building(None if drop is None else str(drop)))
+        out.flush()
+
+    return announce
+
+
 def take(layout: Layout, out: BinaryIO, stuck: dict[str, str]) -> ChildResult:
     """Run intake over every complete drop, skipping the ``stuck`` ones the daemon
     remembers; the result (with the drops stuck now)."""
-    intake = replace(Host(layout).intake, tick=ticker(out), stuck=stuck)
+    intake = replace(Host(layout).intake, tick=ticker(out), stuck=stuck, building=announcer(out))
     try:
         outcomes = intake.run()
     except (ServiceError, OSError) as exc:

@@ -1,7 +1,9 @@
 """What the intake child tells the daemon: progress ticks, then one typed result line.
 
 The child (:mod:`service.cmd.intake_child`) writes :data:`TICK` lines while it makes
-progress and ends with one JSON object, :meth:`ChildResult.to_json`; the daemon
+progress, a :func:`building` line when it starts and ends copying and verifying a drop
+(the drop a child killed meanwhile is rejected for it), and ends with one JSON object,
+:meth:`ChildResult.to_json`; the daemon
 (:mod:`service.daemon.intake_runner`) reads it back with :meth:`ChildResult.from_json`,
 which refuses anything malformed. A failed run carries its error, and when the state file
 was corrupt, the fields :class:`~service.errors.StateCorrupt` is made of.
@@ -9,6 +11,7 @@ was corrupt, the fields :class:`~service.errors.StateCorrupt` is made of.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +19,22 @@ from service.errors import ServiceError, StateCorrupt
 from service.store.outcome import Outcome
 
 TICK = b"tick\n"
+BUILDING = b"building "
+
+
+def building(drop: str | None) -> bytes:
+    """The line saying the child copies and verifies ``drop`` now (None: no drop any more)."""
+    return BUILDING + json.dumps(drop).encode() + b"\n"
+
+
+def built(line: bytes) -> str | None:
+    """The drop a :func:`building` line names (None: none); ValueError if it is not one."""
+    if not line.startswith(BUILDING):
+        raise ValueError("not a building line")
+    drop = json.loads(line[len(BUILDING) :])
+    if drop is not None and not isinstance(drop, str):
+        raise ValueError("a building line names a drop or null")
+    return drop
 
 
 @dataclass(frozen=True)

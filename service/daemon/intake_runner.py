@@ -8,7 +8,11 @@ hundreds of MiB. :class:`ChildIntake` has the daemon-facing shape of
 
 The child takes the same state lock, so the semantics are those of ``modstage
 intake``: a child killed mid-way leaves what a killed intake leaves, and the next
-child (the next scan, or the next start) cleans up and takes the drop again. A scan
+child (the next scan, or the next start) cleans up and takes the drop again; except a
+child killed by ``SIGKILL`` while it copied and verified a drop (it says which, see
+:mod:`~service.daemon.intake_protocol`): that is the out-of-memory killer at the unit's
+``MemoryMax=``, and the drop is rejected (quarantined, with the reason) rather than
+taken again, which would kill the next child too. A scan
 that finds no complete drop, nothing in the trash and (the first after a start or a
 failed child) nothing left in the store to clean starts no child: it only refreshes
 the published status, under the lock, as an empty intake run would. The loop calls
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -29,17 +34,23 @@ from pathlib import Path
 
 import service
 from service.config import Config
-from service.daemon.intake_protocol import TICK, ChildResult
+from service.daemon.intake_protocol import BUILDING, TICK, ChildResult, built
 from service.layout import Layout
 from service.store.drops import Drops
 from service.store.generations import TMP_PREFIX
 from service.store.outcome import Outcome
 from service.store.publish import incoming_dirs, mirror_status
+from service.store.rejection import reject
 from service.store.statefile import locked
 from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import shown
 
 CHILD = "service.cmd.intake_child"
+KILLED = (
+    "ENOMEM: the intake was killed (SIGKILL) while copying and verifying this drop, most"
+    " likely by the out-of-memory killer at the daemon unit's MemoryMax= (see"
+    " deploy/README.md); the drop is rejected, not taken again"
+)
 #: What the child must not inherit: systemd would take its messages for the daemon's.
 NOT_INHERITED = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
@@ -135,9 +146,9 @@ class ChildIntake:
                 mirror_status(self.layout, self.config)
             return []
         self.started_once = False  # until a child succeeds: then the store is clean
-        result = self._child()
+        result, killed = self._child()
         result.raise_failure()
-        self.started_once = True
+        self.started_once = not killed  # a killed child left its copy in the store
         self.stuck = dict(result.stuck)
         return list(result.outcomes)
 
@@ -148,22 +159,42 @@ class ChildIntake:
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
         )
 
-    def _child(self) -> ChildResult:
-        """Give the (prepared or new) child its go, relay its ticks, return its result."""
+    def _child(self) -> tuple[ChildResult, bool]:
+        """Give the (prepared or new) child its go, relay its ticks; its result, and
+        whether it was killed building a drop (then that drop's rejection is the result)."""
         proc, self.warm = (self.warm or self._spawn()), None
         with proc:
             assert proc.stdin is not None and proc.stdout is not None
             with contextlib.suppress(BrokenPipeError):  # a child that died at once says why
                 proc.stdin.write(json.dumps({"stuck": self.stuck}).encode() + b"\n")
                 proc.stdin.close()
-            last = b""
+            last, drop = b"", None
             for line in proc.stdout:
                 if line == TICK:
                     self.tick()
+                elif line.startswith(BUILDING):
+                    with contextlib.suppress(ValueError):
+                        drop = built(line)
                 else:
                     last = line
             code = proc.wait()
+        if code == -signal.SIGKILL and drop is not None:
+            return ChildResult((self._killed_on(Path(drop)),), self.stuck), True
         try:
-            return ChildResult.from_json(json.loads(last))
+            return ChildResult.from_json(json.loads(last)), False
         except (ValueError, TypeError, KeyError):  # Outcome.from_json's refusals too
-            return ChildResult(error=f"exited with {code} and no result: {shown(last)}")
+            return ChildResult(error=f"exited with {code} and no result: {shown(last)}"), False
+
+    def _killed_on(self, drop: Path) -> Outcome:
+        """Reject the drop a child was killed building: the kernel's out-of-memory killer
+        picks the largest process in the unit once it passes ``MemoryMax=``, and that is
+        the child holding this drop. Taken again, it would kill the next child too."""
+        named = parse_drop_name(drop.name)
+        bundle = named[0] if named else None
+        with locked(self.layout.var):
+            if not os.path.lexists(drop):
+                return Outcome(drop, bundle, None, False, (KILLED,), gone=True)
+            drops = Drops(self.layout, self.config, stuck=self.stuck)
+            outcome = reject(self.layout, self.config, drops, drop, bundle, [KILLED])
+            mirror_status(self.layout, self.config)
+        return outcome

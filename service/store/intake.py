@@ -36,24 +36,21 @@ from service.store.publish import (
     read_digest,
     record_digest,
 )
+from service.store.rejection import may_keep_status, reject
 from service.store.state import Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
+from service.verify.budget import per_drop
 from service.verify.keyring import Keyring
 from service.verify.symtab import Export
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
-from stager.shown import MAX_REASON, bounded, shown
+from stager.shown import MAX_REASON, shown
 
 log = get_logger("modstage.intake")
 GONE = "gone: taken in or removed meanwhile"
-MAX_STATUS_FILES = 64  # status files a rejection may create for names state.json does not know
-
-
-class _NoStatus(Exception):
-    """This rejection leaves no status file (see :meth:`Intake._may_keep_status`)."""
 
 
 class Rejected(Exception):
@@ -73,6 +70,9 @@ class Intake:
     trust: TrustStore
     keyring: Keyring
     tick: Callable[[], None] = field(default=lambda: None)  # called during long steps
+    # told the drop whose files are being copied and verified, then None (the daemon
+    # rejects the drop its intake child was killed on: see service.daemon.intake_runner)
+    building: Callable[[Path | None], None] = field(default=lambda drop: None)
     stuck: dict[str, str] = field(default_factory=dict)  # drops that cannot be removed
 
     @property
@@ -156,7 +156,11 @@ class Intake:
             state = self._screen(manifest)
             faults.hit("intake.verifying")
             if not self.store.has(manifest.digest):
-                self._build(drop, manifest, started, self._exported_before(state, manifest))
+                self.building(drop)
+                try:
+                    self._build(drop, manifest, started, self._exported_before(state, manifest))
+                finally:
+                    self.building(None)
             self._record(state, manifest, digest)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
@@ -181,7 +185,7 @@ class Intake:
         problems = policy_problems(self.config, manifest, state.bundle(bundle))
         if problems:
             raise Rejected(problems)
-        if bundle in state.bundles or self._may_keep_status(bundle):
+        if bundle in state.bundles or may_keep_status(self.layout, self.config, bundle):
             write_status(
                 self.layout,
                 bundle,
@@ -215,46 +219,7 @@ class Intake:
 
     def _reject(self, drop: Path, bundle: str | None, reasons: list[str]) -> Outcome:
         """Record a rejection (status, log) and move the drop to the quarantine."""
-        shown_reasons = bounded(reasons)
-        log.warning("drop.rejected", drop=drop.name, bundle=bundle, reasons=shown_reasons)
-        if bundle is not None:
-            try:
-                state = load(self.layout.state)
-                if bundle not in state.bundles and not self._may_keep_status(bundle):
-                    raise _NoStatus
-                write_status(
-                    self.layout,
-                    bundle,
-                    state.bundle(bundle),
-                    phase=Phase.REJECTED,
-                    errors=shown_reasons,
-                    drop=drop.name,
-                )
-                faults.hit("intake.rejected")
-            except _NoStatus:
-                pass
-            except (OSError, ServiceError) as exc:  # a full disk, a corrupt state: logged
-                log.error("status.unwritable", bundle=bundle, error=shown(exc))
-        self.drops.quarantine(drop, bundle, shown_reasons)
-        return Outcome(drop, bundle, None, False, tuple(shown_reasons))
-
-    def _may_keep_status(self, bundle: str) -> bool:
-        """Whether a rejection of ``bundle`` may leave a status file.
-
-        Not for a bundle this host does not allow, nor for a new name once
-        :data:`MAX_STATUS_FILES` exist: rejected names must not grow files without bound.
-        """
-        allowed = self.config.allowed_bundles
-        if allowed and bundle not in allowed:
-            return False
-        if (self.layout.status / f"{bundle}.json").exists():
-            return True
-        try:
-            entries = self.layout.status.iterdir()
-            count = sum(1 for _, _n in zip(entries, range(MAX_STATUS_FILES), strict=False))
-        except OSError:
-            count = 0
-        return count < MAX_STATUS_FILES
+        return reject(self.layout, self.config, self.drops, drop, bundle, reasons)
 
     def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
         if bundle is None:
@@ -327,16 +292,18 @@ class Intake:
         faults.hit("store.copied")
         try:
             tick()
-            reasons = verify_copy(
-                tmp,
-                manifest,
-                layout=self.layout,
-                config=self.config,
-                trust=self.trust,
-                keyring=self.keyring,
-                shown=drop,
-                before=before,
-            )
+            # images of compressed modules are spilled beside the copies, never in memory
+            with per_drop(self.config.limits.max_decompressed_bytes, spill=tmp):
+                reasons = verify_copy(
+                    tmp,
+                    manifest,
+                    layout=self.layout,
+                    config=self.config,
+                    trust=self.trust,
+                    keyring=self.keyring,
+                    shown=drop,
+                    before=before,
+                )
             if reasons:
                 raise Rejected(reasons)
             tick()

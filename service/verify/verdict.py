@@ -1,49 +1,37 @@
 """Verify a module exactly as the kernel will load it: the capability intake and boot call.
 
-:func:`verify_module` reads an open file once, in 1 MiB chunks: the same pass feeds the
-signature digest (over the signed bytes) and the sha256 of the whole file (the
-manifest's digest); when the signature uses sha256 the two share one hasher. Checks are
-reported in the kernel's order (signature, ELF and ``.modinfo``, vermagic), each as a
-reason naming the rule and errno. Hostile content never raises: it becomes a
-:class:`Verdict` with ``ok=False``.
+:func:`verify_module` runs the kernel's checks (:mod:`service.verify.checks`) over an
+open file; they are reported in the kernel's order (signature, ELF and ``.modinfo``,
+vermagic), each as a reason naming the rule and errno. Hostile content never raises: it
+becomes a :class:`Verdict` with ``ok=False``. :func:`verify_files` verifies a drop's
+files in parallel, as far as :mod:`service.verify.budget` allows, and links its modules
+in load order.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar, cast
+from typing import Any, BinaryIO
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected, Refusal
-from service.verify.decompress import CHUNK, MAX_DECOMPRESSED, Hashed, compression, decompress_file
+from service.verify.budget import DropBudget, drop_budget, run_all
+from service.verify.checks import Facts, check, stream
+from service.verify.decompress import MAX_DECOMPRESSED
 from service.verify.linking import Linkage
-from service.verify.loadrules import finish, load_rules
-from service.verify.modinfo import ModInfo
-from service.verify.modsig import (
-    Signed,
-    check_signers,
-    digest_policy,
-    first_signer,
-    read_at,
-    read_signature,
-)
+from service.verify.loadrules import finish
 from service.verify.symtab import Export
 from service.verify.target import Target
 from service.verify.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import module_name
-
-T = TypeVar("T")
-
-_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 
 
 @dataclass(frozen=True)
@@ -96,113 +84,12 @@ class Verdict:
         return out
 
 
-class _Facts:
-    """What the checks learned so far; the first kernel problem becomes the refusal.
-
-    A policy problem is the refusal only when the kernel itself would accept the module.
-    """
-
-    def __init__(self, display: str) -> None:
-        self.display = display
-        self.problems: list[Refusal] = []
-        self.fields: dict[str, Any] = {}  # Verdict's fields, as they are learned
-
-    def signed(self, signed: Signed) -> None:
-        """Record who signed (as far as the check got)."""
-        self.fields.update(signer=signed.signer, hash=signed.hash, key_id=signed.key_id)
-
-    def verdict(self) -> Verdict:
-        kernel = [p for p in self.problems if not p.policy]
-        refusal = (kernel or self.problems)[0] if self.problems else None
-        return Verdict(self.display, refusal is None, refusal, **self.fields)
-
-
-def _stream(
-    f: BinaryIO, size: int, signed_len: int, names: set[str], whole: Any
-) -> dict[str, bytes]:
-    """Read ``f`` once; digests of ``[0, signed_len)`` by name, ``whole`` fed everything."""
-    shared = whole is not None and "sha256" in names
-    hashers = {n: hashlib.new(n) for n in names if not (shared and n == "sha256")}
-    digests: dict[str, bytes] = {}
-    buf = memoryview(bytearray(CHUNK))
-    f.seek(0)
-    pos = 0
-    if signed_len == 0:
-        digests = {name: h.digest() for name, h in hashers.items()}
-    while pos < size:
-        n = cast(io.RawIOBase, f).readinto(buf[: min(CHUNK, size - pos)])
-        if not n:
-            raise ModuleRejected("EIO", "file shrank while being read")
-        chunk = buf[:n]
-        cut = max(0, min(n, signed_len - pos))
-        if cut:
-            for h in hashers.values():
-                h.update(chunk[:cut])
-            if whole is not None:
-                whole.update(chunk[:cut])
-            if pos + cut == signed_len:
-                digests = {name: h.digest() for name, h in hashers.items()}
-                if shared:
-                    digests["sha256"] = whole.copy().digest()
-        if whole is not None and cut < n:
-            whole.update(chunk[cut:])
-        pos += n
-    return digests
-
-
-def _check_elf(
-    f: BinaryIO, size: int, facts: _Facts, trust: TrustStore, target: Target, whole: Any
-) -> Linkage | None:
-    """Signature, ELF, modinfo and vermagic of the (decompressed) module held in ``f``."""
-    signed_len, msg = read_signature(f, size, facts.problems, target)
-    names = {s.hash_algo or "" for s in msg.signers} if msg else set()
-    names &= target.hashes & hashlib.algorithms_available
-    digests = _stream(f, size, signed_len, names, whole)
-    if whole is not None:
-        facts.fields["sha256"] = whole.hexdigest()
-    if msg is not None:
-        facts.signed(first_signer(msg))
-        try:
-            signed = check_signers(msg, digests, trust, target)
-        except ModuleRejected as exc:
-            facts.problems.append(exc.refusal)
-        else:
-            facts.signed(signed)
-            weak = digest_policy(signed)
-            if weak is not None:
-                facts.problems.append(weak)
-    info = ModInfo.from_elf(
-        lambda at, n: read_at(f, at, n),
-        signed_len,
-        _MACHINES.get(os.uname().machine),
-        symbols=target.links,
-    )
-    facts.fields.update(
-        name=info.module_name or info.name,
-        vermagic=info.vermagic,
-        srcversion=info.srcversion,
-        depends=info.depends,
-        firmware=info.firmware,
-    )
-    return load_rules(info, target)
-
-
-def _check(
-    f: BinaryIO, facts: _Facts, trust: TrustStore, target: Target, cap: int
-) -> Linkage | None:
-    size = f.seek(0, os.SEEK_END)
-    whole = hashlib.sha256()
-    kind = compression(read_at(f, 0, 6))
-    if kind is None:
-        return _check_elf(f, size, facts, trust, target, whole)
-    facts.fields["compression"] = kind
-    stored = Hashed()
-    try:
-        elf = decompress_file(f, kind, cap, stored)
-    finally:
-        facts.fields["sha256"] = stored.sha256.hexdigest()
-    facts.fields["image_sha256"] = hashlib.sha256(elf).hexdigest()
-    return _check_elf(io.BytesIO(elf), len(elf), facts, trust, target, None)
+def _verdict(facts: Facts) -> Verdict:
+    """The first kernel problem is the refusal; a policy problem only when the kernel
+    itself would accept the module."""
+    kernel = [p for p in facts.problems if not p.policy]
+    refusal = (kernel or facts.problems)[0] if facts.problems else None
+    return Verdict(facts.display, refusal is None, refusal, **facts.fields)
 
 
 def as_target(kernel: str | Target) -> Target:
@@ -225,18 +112,18 @@ def verify_module(
     every problem is a ``Verdict(ok=False, reason=...)``.
     """
     target = as_target(kernel)
-    facts, linkage = _verify(f, display, trust, target, max_decompressed)
+    facts, linkage = _verify(f, display, trust, target, max_decompressed, drop_budget())
     return _finished(facts, linkage, target, {})
 
 
 def _verify(
-    f: BinaryIO, display: str, trust: TrustStore, target: Target, cap: int
-) -> tuple[_Facts, Linkage | None]:
+    f: BinaryIO, display: str, trust: TrustStore, target: Target, cap: int, drop: DropBudget
+) -> tuple[Facts, Linkage | None]:
     """Every check up to the imports the target does not export (see :func:`_finished`)."""
-    facts = _Facts(display)
+    facts = Facts(display)
     linkage = None
     try:
-        linkage = _check(f, facts, trust, target, cap)
+        linkage = check(f, facts, trust, target, cap, drop)
     except ModuleRejected as exc:
         facts.problems.append(exc.refusal)
     except OSError as exc:
@@ -245,7 +132,7 @@ def _verify(
 
 
 def _finished(
-    facts: _Facts,
+    facts: Facts,
     linkage: Linkage | None,
     target: Target,
     bundle: Mapping[str, Export],
@@ -260,7 +147,7 @@ def _finished(
         except ModuleRejected as exc:
             facts.problems.append(exc.refusal)
     facts.fields["notes"] = target.notes()
-    return facts.verdict()
+    return _verdict(facts)
 
 
 def _failed(display: str, exc: OSError) -> Verdict:
@@ -269,25 +156,31 @@ def _failed(display: str, exc: OSError) -> Verdict:
 
 
 def _module_at(
-    root: Path, relative: str, display: str, trust: TrustStore, target: Target, follow: bool
-) -> tuple[_Facts, Linkage | None] | Verdict:
+    root: Path,
+    relative: str,
+    display: str,
+    trust: TrustStore,
+    target: Target,
+    follow: bool,
+    drop: DropBudget,
+) -> tuple[Facts, Linkage | None] | Verdict:
     try:
         f = open_regular(root, relative, follow=follow)
     except OSError as exc:
         return _failed(display, exc)
     with f:
-        return _verify(f, display, trust, target, MAX_DECOMPRESSED)
+        return _verify(f, display, trust, target, MAX_DECOMPRESSED, drop)
 
 
 def verify_path(path: Path, *, trust: TrustStore, kernel: str | Target) -> Verdict:
     """Verify one module file (symlinks followed: the path comes from the admin)."""
     target = as_target(kernel)
-    done = _module_at(path.parent, path.name, str(path), trust, target, True)
+    done = _module_at(path.parent, path.name, str(path), trust, target, True, drop_budget())
     return done if isinstance(done, Verdict) else _finished(*done, target, {})
 
 
 def _linked(
-    done: list[tuple[_Facts, Linkage | None] | Verdict],
+    done: list[tuple[Facts, Linkage | None] | Verdict],
     names: list[str],
     target: Target,
     before: Mapping[str, Export] | None,
@@ -315,7 +208,7 @@ def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verd
     whole = hashlib.sha256()
     try:
         with f:
-            _stream(f, os.fstat(f.fileno()).st_size, 0, set(), whole)
+            stream(f, os.fstat(f.fileno()).st_size, 0, set(), whole)
     except (OSError, ModuleRejected) as exc:
         why = exc.reason if isinstance(exc, ModuleRejected) else exc.strerror or str(exc)
         return Verdict.refused(display, "EIO", f"cannot read: {why}")
@@ -327,16 +220,6 @@ def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verd
 
 def _mismatch(actual: str, expected: str) -> Refusal:
     return Refusal("EBADMSG", f"sha256 {actual} is not the manifest's {expected}")
-
-
-def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
-    """Run verification jobs on every core (hashlib releases the GIL), results in order."""
-    if len(jobs) < 2:
-        return [job() for job in jobs]
-    from concurrent.futures import ThreadPoolExecutor  # several files only, not at boot
-
-    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
-        return list(pool.map(lambda job: job(), jobs))
 
 
 def verify_drop(drop: Path, *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
@@ -380,15 +263,16 @@ def verify_files(
     """
     at = shown or root
     target = as_target(kernel)
-    jobs: list[Callable[[], tuple[_Facts, Linkage | None] | Verdict]] = [
-        partial(_module_at, root, m.file, str(at / m.file), trust, target, False)
+    drop = drop_budget()
+    jobs: list[Callable[[], tuple[Facts, Linkage | None] | Verdict]] = [
+        partial(_module_at, root, m.file, str(at / m.file), trust, target, False, drop)
         for m in manifest.modules
     ]
     jobs += [
         partial(_firmware_at, root, fw.file, str(at / fw.file), fw.sha256)
         for fw in manifest.firmware
     ]
-    done = _run_all(jobs)
+    done = run_all(jobs)
     count = len(manifest.modules)
     names = [module_name(m.file) for m in manifest.modules]
     verdicts = _linked(done[:count], names, target, before)
@@ -403,7 +287,7 @@ def verify_files(
 def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
     """Verdicts for module files and drop directories, in order; files verified in parallel."""
     files = [partial(verify_path, p, trust=trust, kernel=kernel) for p in paths if not p.is_dir()]
-    done = iter(_run_all(files))
+    done = iter(run_all(files))
     out: list[Verdict] = []
     for p in paths:
         out += verify_drop(p, trust=trust, kernel=kernel) if p.is_dir() else [next(done)]

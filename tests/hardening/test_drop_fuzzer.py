@@ -40,10 +40,11 @@ from service.config import Limits
 from service.layout import Layout
 from service.store import quarantine
 from service.store.dropfs import remove_tree
-from service.store.intake import MAX_STATUS_FILES
+from service.store.rejection import MAX_STATUS_FILES
 from stager.drop import ModuleSpec, stage
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
+from tests.hardening.fuzz_bombs import BOMBS
 from tests.hardening.fuzz_drops import GENERATORS, World
 from tests.hardening.invariants import published_problems, state_of
 from tests.hardening.watch import AccessWatch
@@ -106,7 +107,9 @@ def served(
 ) -> Iterator[tuple[subprocess.Popen[bytes], Notifications, Path]]:
     """``modstage serve --root`` with a test notify socket and a log file; stopped after."""
     host.config.write_text(
-        "[limits]\nmax_tree_entries = 20000\nmax_seconds = 20\n[reboot]\nmin_delay = 3600\n"
+        "[limits]\nmax_tree_entries = 20000\nmax_seconds = 20\n"
+        "max_decompressed_bytes = 16777216\n"  # what a bomb drop may cost (fuzz_bombs.py)
+        "[reboot]\nmin_delay = 3600\n"
     )
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -350,7 +353,7 @@ def test_hostile_drops_against_running_daemon(
             quiet = rnd % QUIET_EVERY == 0  # no attack: what a good drop takes on this host now
             for _ in range(0 if quiet else PER_ROUND):
                 try:
-                    kind = rng.choice(GENERATORS)(rng, world).split(":")[0]
+                    kind = rng.choice(GENERATORS + BOMBS)(rng, world).split(":")[0]
                 except OSError as exc:  # the fuzzer's own setup lost a race with the daemon
                     kind = f"setup-failed {exc.strerror}"
                 kinds[kind] = kinds.get(kind, 0) + 1
