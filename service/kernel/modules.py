@@ -24,6 +24,7 @@ from typing import Protocol
 from service.errors import LoadError
 from service.kernel.sysfs import Sysfs
 
+MODULE_INIT_COMPRESSED_FILE = 4  # include/uapi/linux/module.h (5.17 on)
 _SYSCALLS = {"x86_64": (313, 176), "aarch64": (273, 106)}  # finit_module, delete_module
 
 # What finit_module's errnos mean for a module (kernel/module/main.c, signing.c).
@@ -59,6 +60,10 @@ class Kernel(Protocol):
     def load_image(self, image: bytes, name: str, params: str) -> None:
         """finit_module an in-memory (already decompressed, verified) module image."""
 
+    def load_compressed(self, fd: int, image: bytes, params: str) -> None:
+        """finit_module the compressed file ``fd`` with ``MODULE_INIT_COMPRESSED_FILE``: the
+        kernel decompresses it (to ``image``, which modstage verified) and loads that."""
+
     def unload(self, name: str) -> None:
         """delete_module ``name`` (non-blocking)."""
 
@@ -78,11 +83,15 @@ class LinuxKernel:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._finit, self._delete = _SYSCALLS[os.uname().machine]
 
-    def load(self, fd: int, params: str) -> None:
+    def load(self, fd: int, params: str, flags: int = 0) -> None:
         """finit_module(fd, params, flags)."""
-        if self._libc.syscall(self._finit, fd, params.encode(), 0) != 0:
+        if self._libc.syscall(self._finit, fd, params.encode(), flags) != 0:
             code = ctypes.get_errno()
             raise LoadError(code, describe(code))
+
+    def load_compressed(self, fd: int, image: bytes, params: str) -> None:
+        """finit_module(fd, params, MODULE_INIT_COMPRESSED_FILE)."""
+        self.load(fd, params, MODULE_INIT_COMPRESSED_FILE)
 
     def load_image(self, image: bytes, name: str, params: str) -> None:
         """finit_module ``image`` from a sealed, read-only memfd named ``name``, flags 0."""

@@ -97,6 +97,13 @@ class RecordingKernel:
         self.calls.append(("finit_module", path, params))
         self._record(Path(path).name, lambda at, n: os.pread(fd, n, at), os.fstat(fd).st_size)
 
+    def load_compressed(self, fd: int, image: bytes, params: str) -> None:
+        """Record the compressed file handed to the kernel (it would decompress it to
+        ``image``)."""
+        path = os.readlink(own_fd(fd))
+        self.calls.append(("finit_module", path, params))
+        self._record(Path(path).name, lambda at, n: image[at : at + n], len(image))
+
     def load_image(self, image: bytes, name: str, params: str) -> None:
         """Record a decompressed image's load (from a memfd named ``name``, flags 0)."""
         self.calls.append(("finit_module", f"memfd:{name}", params))

@@ -90,6 +90,7 @@ class FakeKernel:
         self.refcnt = dict(refcnt or {})
         self.holders: dict[str, set[str]] = {}
         self.calls: list[tuple[str, ...]] = []
+        self.compressed_loads: list[int] = []  # sizes of compressed files handed over
         self.sys = sys
         for name in self.live:
             self._show(name)
@@ -98,6 +99,12 @@ class FakeKernel:
         """finit_module: the module is read from ``fd`` and named by its ELF."""
         size = os.fstat(fd).st_size
         info = module_identity(lambda at, n: os.pread(fd, n, at), size, f"fd {fd}")
+        self._insert(info, params)
+
+    def load_compressed(self, fd: int, image: bytes, params: str) -> None:
+        """finit_module of a compressed file the kernel decompresses to ``image``."""
+        self.compressed_loads.append(os.fstat(fd).st_size)
+        info = module_identity(lambda at, n: image[at : at + n], len(image), f"fd {fd}")
         self._insert(info, params)
 
     def load_image(self, image: bytes, name: str, params: str) -> None:

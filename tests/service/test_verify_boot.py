@@ -26,8 +26,7 @@ class ImageKernel(FakeKernel):
         self.images: list[tuple[str, bytes]] = []
         self.fds: list[int] = []
 
-    def load(self, fd: int, params: str, *, compressed: bool = False) -> None:
-        assert not compressed, "the kernel is never asked to decompress"
+    def load(self, fd: int, params: str) -> None:
         self.fds.append(fd)
         super().load(fd, params)
 
@@ -58,8 +57,9 @@ def test_compressed_module_is_loaded_decompressed_whatever_its_name(
     kernel: str,
     kind: str,
 ) -> None:
-    """A ``.ko`` holding compressed data (the suffix lies) is decompressed by content and the
-    kernel gets the signed ELF, never a compressed file or the COMPRESSED flag."""
+    """A ``.ko`` holding compressed data (the suffix lies) is decompressed by content and a
+    kernel that cannot decompress modules (Debian 12's 6.1) gets the signed ELF, never a
+    compressed file or the COMPRESSED flag."""
     signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
     lying = tmp_path / "drop" / "ms_params.ko"
     lying.parent.mkdir()
@@ -68,8 +68,42 @@ def test_compressed_module_is_loaded_decompressed_whatever_its_name(
     fake = ImageKernel()
     state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
     assert state.bundle("z").loaded[0].module == "ms_params"
-    assert fake.fds == []
+    assert fake.fds == [] and fake.compressed_loads == []
     assert fake.images == [("ms_params.ko", signed.read_bytes())]
+
+
+@pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
+def test_a_kernel_that_decompresses_the_format_gets_the_stored_file(
+    tmp_path: Path,
+    host: Layout,
+    modules: dict[str, Path],
+    rsa_key: SigningKey,
+    kernel: str,
+    kind: str,
+) -> None:
+    """A target built as Debian 13's 6.12 is (``MODULE_DECOMPRESS`` with the xz
+    decompressor) gets an xz module as it is stored, with ``MODULE_INIT_COMPRESSED_FILE``,
+    after modstage verified its decompressed image; a format that kernel cannot
+    decompress is decompressed by modstage as on 6.1."""
+    config = host.kernel_config(kernel)
+    config.write_text(
+        config.read_text() + "CONFIG_MODULE_DECOMPRESS=y\nCONFIG_MODULE_COMPRESS_XZ=y\n"
+    )
+    signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    stored = compress(signed.read_bytes(), kind)
+    module = tmp_path / "drop" / "ms_params.ko"
+    module.parent.mkdir()
+    module.write_bytes(stored)
+    pending(host, kernel, module)
+    fake = ImageKernel()
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
+    assert state.bundle("z").loaded[0].module == "ms_params"
+    if kind == "xz":
+        assert fake.compressed_loads == [len(stored)] and fake.images == []
+    else:
+        assert fake.compressed_loads == [] and fake.images == [
+            ("ms_params.ko", signed.read_bytes())
+        ]
 
 
 def test_plain_module_is_loaded_from_the_verified_descriptor(
