@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.modinfo import Elf, ModInfo, parse_elf
+from service.verify.elf import Elf, parse_elf
+from service.verify.modinfo import ModInfo
 from tests.kmod import build_modules
 from tests.nvidia import MODULE_NAMES, Driver
 
