@@ -258,7 +258,7 @@ class Boot:
             try:
                 if image is None:
                     self.kernel.load(f.fileno(), module.params)
-                elif kind is not None and self.target.decompresses(kind):
+                elif kind is not None and kind == self.target.decompress:
                     self.kernel.load_compressed(f.fileno(), image, module.params)
                 else:
                     self.kernel.load_image(image, Path(module.file).name, module.params)

@@ -125,18 +125,6 @@ class Target:
         where the exports can be read, or a strict target must refuse unknown imports."""
         return self.exports.sources is not None or self.strict_crcs
 
-    def decompresses(self, kind: str) -> bool:
-        """Whether the kernel decompresses a module of this format itself (``finit_module``
-        with ``MODULE_INIT_COMPRESSED_FILE``): built with ``MODULE_DECOMPRESS`` and that
-        format's decompressor (``kernel/module/decompress.c`` builds one)."""
-        option = {"xz": "MODULE_COMPRESS_XZ", "gz": "MODULE_COMPRESS_GZIP"}.get(kind)
-        option = option or ("MODULE_COMPRESS_ZSTD" if kind == "zst" else None)
-        return (
-            bool(option)
-            and self.config.enabled("MODULE_DECOMPRESS")
-            and self.config.enabled(str(option))
-        )
-
     @property
     def version(self) -> tuple[int, int]:
         """(major, minor) of the release; unknown shapes count as newest."""
@@ -150,7 +138,8 @@ class Target:
 
     @property
     def decompress(self) -> str | None:
-        """The one format 6.1's ``finit_module(COMPRESSED_FILE)`` takes, or None."""
+        """The one format ``finit_module(MODULE_INIT_COMPRESSED_FILE)`` takes (the kernel
+        builds one decompressor), or None: boot hands such a module over as it is stored."""
         if not self.config.enabled("MODULE_DECOMPRESS"):
             return None
         for kind, option in (("gz", "MODULE_COMPRESS_GZIP"), ("xz", "MODULE_COMPRESS_XZ")):
