@@ -402,20 +402,30 @@ def _modinfo(payload: bytes, old: bytes, new: bytes) -> bytes:
     return payload.replace(old, new + b"\0" * (len(old) - len(new)), 1)
 
 
+def _vermagic(module: bytes) -> bytes:
+    """The module's `vermagic=...` string (without its NUL): the release it was built for."""
+    match = re.search(rb"vermagic=[^\0]+", module)
+    assert match, "the base module has no vermagic"
+    return match[0]
+
+
 def modinfo(g: Generator) -> None:
     """vermagic and modversions: what `same_magic` and `check_version` decide."""
-    vm = b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
+    vm = _vermagic(g.base)  # b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
+    release = vm.split(b"=")[1].split()[0].removesuffix(b"-amd64")  # b"6.1.0-57"
+    other = release[:-1] + bytes([ord("0") + (release[-1] - ord("0") + 1) % 10])  # b"6.1.0-58"
+    short = b".".join(release.split(b".")[:2])  # b"6.1", b"6.12"
     unversioned = lambda e: elf.set_section(e, "__versions", flags=0)  # noqa: E731
     edits: dict[str, Callable[[bytes], bytes]] = {
         "flags-no-preempt": lambda e: _modinfo(e, vm, vm.replace(b"preempt ", b"")),
         "flags-no-modversions": lambda e: _modinfo(e, vm, vm.replace(b"modversions ", b"")),
         "flags-no-trailing-space": lambda e: _modinfo(e, vm, vm[:-1]),
         "flags-changed-letter": lambda e: _modinfo(e, vm, vm.replace(b"SMP", b"SMX")),
-        "release-other-with-crcs": lambda e: _modinfo(e, vm, vm.replace(b"6.1.0-57", b"6.1.0-58")),
+        "release-other-with-crcs": lambda e: _modinfo(e, vm, vm.replace(release, other)),
         "release-other-no-crcs": lambda e: unversioned(
-            _modinfo(e, vm, vm.replace(b"6.1.0-57", b"6.1.0-58"))
+            _modinfo(e, vm, vm.replace(release, other))
         ),
-        "release-short-with-crcs": lambda e: _modinfo(e, vm, vm.replace(b"6.1.0-57-amd64", b"6.1")),
+        "release-short-with-crcs": lambda e: _modinfo(e, vm, vm.replace(release + b"-amd64", short)),
         "vermagic-missing": lambda e: _modinfo(e, vm, b"vermagiX" + vm[8:]),
         "vermagic-empty": lambda e: _modinfo(e, vm, b"vermagic="),
         "no-crcs-same-vermagic": unversioned,
