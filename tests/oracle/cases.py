@@ -58,6 +58,9 @@ class Generator:
         self.base, self.symbols = base_module(), symbols_module()
         self.cases: list[Case] = []
         self.ids: set[str] = set()
+        # who signs when a case names no one: the CA where it is RSA (Debian 12's slot), else
+        # an RSA-2048 leaf the CA issued, in the secondary keyring (see pki.ca_kind)
+        self.default = "rsa2048" if pki.ca.is_ec else "ca"
 
     def payload(self) -> bytes:
         """The next case's unsigned module (fresh name)."""
@@ -80,23 +83,25 @@ class Generator:
         )
 
     def sign_file(
-        self, payload: bytes, cred: str = "ca", hash: str = "sha256", skid: bool = False
+        self, payload: bytes, cred: str = "", hash: str = "sha256", skid: bool = False
     ) -> bytes:
-        """`payload` signed by kbuild's sign-file."""
+        """`payload` signed by kbuild's sign-file (`cred` default: `self.default`)."""
+        cred = cred or self.default
         return sign_file(payload, self.pki[cred], self.workdir / "sign.ko", hash, skid)
 
     def cms(self, payload: bytes, cms: Cms) -> bytes:
         """`payload` with the PKCS#7 `cms` appended as a module signature."""
         return append_signature(payload, build(cms, payload))
 
-    def signer(self, cred: str = "ca", **kw: object) -> Signer:
-        """A Signer for the credential called `cred`."""
+    def signer(self, cred: str = "", **kw: object) -> Signer:
+        """A Signer for the credential called `cred` (default: `self.default`)."""
+        cred = cred or self.default
         if isinstance(kw.get("cert"), str):
             kw["cert"] = self.pki[str(kw["cert"])]
         return Signer(self.pki[cred], **kw)  # type: ignore[arg-type]
 
     def good(self) -> bytes:
-        """The next payload signed by the CA with sign-file (sha256)."""
+        """The next payload signed by `self.default` (the CA) with sign-file (sha256)."""
         return self.sign_file(self.payload())
 
 

@@ -11,6 +11,7 @@ the `vm` marker. A VM that cannot start fails the run loudly; only
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
-_vm_seconds: list[float] = []
+_vm_seconds: dict[str, float] = {}
+_SERIES_ID = re.compile(r"[\[-](6\.1|6\.12)[\]-]")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add up the wall time spent in VM tests (setup, which boots, call and teardown)."""
+    """Add up the wall time spent in VM tests (setup, which boots, call and teardown), per
+    kernel (a test without a kernel parameter counts as "other")."""
     if "vm" in report.keywords:
-        _vm_seconds.append(report.duration)
+        match = _SERIES_ID.search(report.nodeid)
+        series = match[1] if match else "other"
+        _vm_seconds[series] = _vm_seconds.get(series, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -54,7 +59,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("modstage VM")
     for line in lines:
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"VM suite time: {sum(_vm_seconds):.1f} s")
+    per_kernel = ", ".join(f"{k}: {v:.1f} s" for k, v in sorted(_vm_seconds.items()))
+    terminalreporter.write_line(f"VM suite time: {sum(_vm_seconds.values()):.1f} s ({per_kernel})")
 
 
 PROVEN_ON = ("6.1",)  # where a test without a `kernels` marker is known to hold

@@ -22,6 +22,9 @@ import pytest
 from tests.oracle import elf
 from tests.oracle.cases import SEED, Case, generate
 from tests.oracle.judge import (
+    M_ACCEPT_K_REFUSE,
+    UNNAMED,
+    Outcome,
     compare,
     errno_name,
     modstage_verdicts,
@@ -57,6 +60,42 @@ SYMBOLS_ERRNO = {
     "symbols/crc-weak-symbol": "EINVAL",  # a weak import that resolves is checked too
     "symbols/non-gpl-without-gpl-imports": "",
 }
+
+
+# Disagreements between the kernel and modstage that need a change in service/ (not the
+# tests'), per kernel: listed so that they show as an xfail, never hidden. Strict: one that no
+# longer occurs fails the test until it is removed from here.
+_SHA3 = (
+    "6.12 verifies SHA-3 digests (its PKCS#7 parser knows the sha3-256/384/512 OIDs since 6.7, "
+    "CONFIG_CRYPTO_SHA3=y); modstage's parser (service/verify/pkcs7.py _DIGESTS/_PKEYS, "
+    "service/verify/oids.py, service/verify/target.py _HASH_OPTIONS) does not know them"
+)
+_ELF = (
+    "Debian's 6.12.117 backports 6.13's ELF validation (elf_validity_cache_*): ENOEXEC, "
+    "which modstage's ELF walk (service/verify/modinfo.py) does not check for target >= 6.12"
+)
+_MD5 = (
+    "6.12's PKCS#7 parser refuses an MD5 SignerInfo (ENOPKG, EKEYREJECTED under enforcement) "
+    "even beside a good one; modstage (service/verify/pkcs7.py, signers.py) skips it as on 6.1"
+)
+KNOWN_DISAGREEMENTS: dict[str, dict[str, str]] = {
+    "6.1": {},
+    "6.12": {
+        **{f"baseline/ca-sha3-{n}-{s}": _SHA3 for n in (256, 384, 512) for s in ("issuer", "skid")},
+        **{f"ecdsa/p256-ecdsa-with-sha3-{n}": _SHA3 for n in (256, 384, 512)},
+        "signers/good+sha3-signer": _SHA3,
+        "signers/sha3-signer+good": _SHA3,
+        "random/15-rsa2048-sha3-256-issuer-2signers": _SHA3,
+        "random/10-rsa3072-sha3-256-skid-2signers": _SHA3 + " (kernel EBADMSG, modstage ENOPKG)",
+        "elf/decoy-modinfo": _ELF + ": a second, non-ALLOC section named .modinfo",
+        "elf/shstrtab-progbits": _ELF + ": .shstrtab of type PROGBITS, not STRTAB",
+        "signers/good+md5-signer": _MD5,
+    },
+}
+
+
+def _breaks_a_rule(outcome: Outcome) -> bool:
+    return outcome.verdict in (M_ACCEPT_K_REFUSE, UNNAMED) or outcome.errno_check is False
 
 
 @pytest.fixture(autouse=True)
@@ -123,12 +162,18 @@ def test_kernel_judges_test_signed_modules(oracle: OracleVm, pki: Pki, tmp_path:
 
 
 def test_differential_kernel_judges_modstage(
-    oracle: OracleVm, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    oracle: OracleVm,
+    pki: Pki,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    for_kernel: Kernel,
 ) -> None:
     """Over >= 300 seeded cases, judged by `modstage verify` and by finit_module under
     enforcement in one boot: nothing modstage accepts is refused by the kernel, every module
     modstage refuses but the kernel loads is refused as a named policy, and every errno
-    modstage claims is the kernel's. modstage judges twice: with the minimal target root
+    modstage claims is the kernel's, except the cases of KNOWN_DISAGREEMENTS (product changes
+    owed; the test then xfails listing them, and fails if one no longer occurs). modstage
+    judges twice: with the minimal target root
     (what a node without headers has: vmlinuz, config, the in-tree module tree and the
     module lists) and with the headers' Module.symvers too; with either, no module is
     refused as a policy on its symbols. The symbols cases get the errnos of SYMBOLS_ERRNO."""
@@ -153,10 +198,12 @@ def test_differential_kernel_judges_modstage(
         f"{judged - generated:.1f} s, kernel (finit_module in the guest) "
         f"{time.monotonic() - judged:.1f} s"
     )
-    sections, broken, rows = [timing], [], []
+    known = KNOWN_DISAGREEMENTS[for_kernel.series]
+    sections, broken, rows, seen = [timing], [], [], set()
     for label, modstage in verdicts.items():
         outcomes = compare(cases, paths, modstage, kernel)
-        found = [f"[{label}] {p}" for p in problems(outcomes)]
+        seen |= {o.case for o in outcomes if o.case in known and _breaks_a_rule(o)}
+        found = [f"[{label}] {p}" for p in problems([o for o in outcomes if o.case not in known])]
         sections += [f"== modstage with the {label}", table(outcomes), *found]
         broken += found
         rows += [f"{label}\t{o.case}\t{o.verdict}\t{o.kernel_text()}\t{o.reason}" for o in outcomes]
@@ -178,6 +225,11 @@ def test_differential_kernel_judges_modstage(
         ]
         assert not on_symbols, f"[{label}] policy refusals on symbols: {on_symbols}"
     assert not broken, report
+    stale = sorted(set(known) - seen)
+    assert not stale, f"known disagreements that no longer occur (remove them): {stale}"
+    if seen:
+        listing = "\n".join(f"  {case}: {known[case]}" for case in sorted(seen))
+        pytest.xfail(f"{len(seen)} known disagreements on {for_kernel.series}:\n{listing}")
 
 
 def kernel_verdicts(oracle: OracleVm, cases: list[Case], paths: dict[str, Path]) -> dict[str, Any]:

@@ -179,3 +179,14 @@ def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
     """Run `argv` inside the Debian 13 root (its own tools and glibc); stdout, or VmSetupError."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
     return _run(["chroot", str(root_dir), *argv], env=env, **kw)
+
+
+def main() -> int:
+    """`python -m tests.vm.harness.debian13`: fetch the packages and build the root now."""
+    version, release = kernel_version()
+    print(f"debian13: linux-image-amd64 {version} ({release}) in {root()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -78,8 +78,7 @@ class Vm:
         self.name = name
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if not kernel.own_root:  # Debian 13's node builds its own on its first intake
-            exports_cache.seed(self.state_dir, kernel.release)
+        exports_cache.seed(self.state_dir, kernel)
         self.machine = Machine(
             vmlinux=kernel.vmlinux(),
             initramfs=initramfs.build(kernel),
