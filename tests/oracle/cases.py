@@ -427,10 +427,10 @@ def modinfo(g: Generator) -> None:
         "flags-no-trailing-space": lambda e: _modinfo(e, vm, vm[:-1]),
         "flags-changed-letter": lambda e: _modinfo(e, vm, vm.replace(b"SMP", b"SMX")),
         "release-other-with-crcs": lambda e: _modinfo(e, vm, vm.replace(release, other)),
-        "release-other-no-crcs": lambda e: unversioned(
-            _modinfo(e, vm, vm.replace(release, other))
+        "release-other-no-crcs": lambda e: unversioned(_modinfo(e, vm, vm.replace(release, other))),
+        "release-short-with-crcs": lambda e: _modinfo(
+            e, vm, vm.replace(release + b"-amd64", short)
         ),
-        "release-short-with-crcs": lambda e: _modinfo(e, vm, vm.replace(release + b"-amd64", short)),
         "vermagic-missing": lambda e: _modinfo(e, vm, b"vermagiX" + vm[8:]),
         "vermagic-empty": lambda e: _modinfo(e, vm, b"vermagic="),
         "no-crcs-same-vermagic": unversioned,
