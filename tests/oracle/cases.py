@@ -58,6 +58,9 @@ class Generator:
         self.base, self.symbols = base_module(), symbols_module()
         self.cases: list[Case] = []
         self.ids: set[str] = set()
+        # who signs when a case names no one: the CA where it is RSA (Debian 12's slot), else
+        # an RSA-2048 leaf the CA issued, in the secondary keyring (see pki.ca_kind)
+        self.default = "rsa2048" if pki.ca.is_ec else "ca"
 
     def payload(self) -> bytes:
         """The next case's unsigned module (fresh name)."""
@@ -80,23 +83,25 @@ class Generator:
         )
 
     def sign_file(
-        self, payload: bytes, cred: str = "ca", hash: str = "sha256", skid: bool = False
+        self, payload: bytes, cred: str = "", hash: str = "sha256", skid: bool = False
     ) -> bytes:
-        """`payload` signed by kbuild's sign-file."""
+        """`payload` signed by kbuild's sign-file (`cred` default: `self.default`)."""
+        cred = cred or self.default
         return sign_file(payload, self.pki[cred], self.workdir / "sign.ko", hash, skid)
 
     def cms(self, payload: bytes, cms: Cms) -> bytes:
         """`payload` with the PKCS#7 `cms` appended as a module signature."""
         return append_signature(payload, build(cms, payload))
 
-    def signer(self, cred: str = "ca", **kw: object) -> Signer:
-        """A Signer for the credential called `cred`."""
+    def signer(self, cred: str = "", **kw: object) -> Signer:
+        """A Signer for the credential called `cred` (default: `self.default`)."""
+        cred = cred or self.default
         if isinstance(kw.get("cert"), str):
             kw["cert"] = self.pki[str(kw["cert"])]
         return Signer(self.pki[cred], **kw)  # type: ignore[arg-type]
 
     def good(self) -> bytes:
-        """The next payload signed by the CA with sign-file (sha256)."""
+        """The next payload signed by `self.default` (the CA) with sign-file (sha256)."""
         return self.sign_file(self.payload())
 
 
@@ -402,20 +407,30 @@ def _modinfo(payload: bytes, old: bytes, new: bytes) -> bytes:
     return payload.replace(old, new + b"\0" * (len(old) - len(new)), 1)
 
 
+def _vermagic(module: bytes) -> bytes:
+    """The module's `vermagic=...` string (without its NUL): the release it was built for."""
+    match = re.search(rb"vermagic=[^\0]+", module)
+    assert match, "the base module has no vermagic"
+    return match[0]
+
+
 def modinfo(g: Generator) -> None:
     """vermagic and modversions: what `same_magic` and `check_version` decide."""
-    vm = b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
+    vm = _vermagic(g.base)  # b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
+    release = vm.split(b"=")[1].split()[0].removesuffix(b"-amd64")  # b"6.1.0-57"
+    other = release[:-1] + bytes([ord("0") + (release[-1] - ord("0") + 1) % 10])  # b"6.1.0-58"
+    short = b".".join(release.split(b".")[:2])  # b"6.1", b"6.12"
     unversioned = lambda e: elf.set_section(e, "__versions", flags=0)  # noqa: E731
     edits: dict[str, Callable[[bytes], bytes]] = {
         "flags-no-preempt": lambda e: _modinfo(e, vm, vm.replace(b"preempt ", b"")),
         "flags-no-modversions": lambda e: _modinfo(e, vm, vm.replace(b"modversions ", b"")),
         "flags-no-trailing-space": lambda e: _modinfo(e, vm, vm[:-1]),
         "flags-changed-letter": lambda e: _modinfo(e, vm, vm.replace(b"SMP", b"SMX")),
-        "release-other-with-crcs": lambda e: _modinfo(e, vm, vm.replace(b"6.1.0-57", b"6.1.0-58")),
-        "release-other-no-crcs": lambda e: unversioned(
-            _modinfo(e, vm, vm.replace(b"6.1.0-57", b"6.1.0-58"))
+        "release-other-with-crcs": lambda e: _modinfo(e, vm, vm.replace(release, other)),
+        "release-other-no-crcs": lambda e: unversioned(_modinfo(e, vm, vm.replace(release, other))),
+        "release-short-with-crcs": lambda e: _modinfo(
+            e, vm, vm.replace(release + b"-amd64", short)
         ),
-        "release-short-with-crcs": lambda e: _modinfo(e, vm, vm.replace(b"6.1.0-57-amd64", b"6.1")),
         "vermagic-missing": lambda e: _modinfo(e, vm, b"vermagiX" + vm[8:]),
         "vermagic-empty": lambda e: _modinfo(e, vm, b"vermagic="),
         "no-crcs-same-vermagic": unversioned,

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.kmod.build import HEADERS
 from tests.oracle.cases import Case
 from tests.oracle.pki import Pki
+from tests.oracle.target_kernel import active, headers
 
-HOST_ROOT = Path("/")  # the installed Debian kernel is the target
 MODULE_LISTS = ("modules.builtin", "modules.builtin.modinfo", "modules.dep", "modules.order")
 ENFORCED = {"ENOKEY": "EKEYREJECTED", "ENOPKG": "EKEYREJECTED", "ENODATA": "EKEYREJECTED"}
 REPO = Path(__file__).resolve().parents[2]
@@ -46,25 +45,32 @@ COLUMNS = (AGREE_ACCEPT, AGREE_REFUSE, M_ACCEPT_K_REFUSE, POLICY, UNNAMED)
 
 
 def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path:
-    """A --root holding what a node without kernel headers has of `release`: the kernel
-    image (`boot/vmlinuz-*`, whose ELF payload holds vmlinux's exports) and config, the
-    in-tree module tree (`lib/modules/<release>/kernel`, a symlink to the host's: its
-    modules' exports, and their vermagic) and the module lists. With `symvers`, also
-    build/Module.symvers (every exported symbol's CRC, as on a node with the headers)."""
-    host, modules = HOST_ROOT / "lib/modules" / release, directory / "lib/modules" / release
+    """A --root holding what a node without kernel headers has of `release` (the active
+    kernel's: the host's for Debian 12, the Debian 13 root's for 6.12): the kernel image
+    (`boot/vmlinuz-*`, whose ELF payload holds vmlinux's exports) and config, the in-tree
+    module tree (`lib/modules/<release>/kernel`, a symlink to the kernel's: its modules'
+    exports, and their vermagic) and the module lists. Debian 13's layout is merged /usr: the
+    tree is under `usr/lib/modules` and `lib` is a link to `usr/lib`, as on the node. With
+    `symvers`, also build/Module.symvers (every exported symbol's CRC, as on a node with the
+    headers)."""
+    kernel = active()
+    source = kernel.root
+    host = source / "lib/modules" / release
+    if kernel.own_root:
+        (directory / "usr/lib").mkdir(parents=True, exist_ok=True)
+        (directory / "lib").symlink_to("usr/lib", target_is_directory=True)
+    modules = directory / "lib/modules" / release
     modules.mkdir(parents=True, exist_ok=True)
     (modules / "kernel").symlink_to(host / "kernel", target_is_directory=True)
     for listing in MODULE_LISTS:
         shutil.copyfile(host / listing, modules / listing)
     if symvers:
         (modules / "build").mkdir()
-        shutil.copyfile(
-            HEADERS / f"linux-headers-{release}/Module.symvers", modules / "build/Module.symvers"
-        )
+        shutil.copyfile(headers(kernel) / "Module.symvers", modules / "build/Module.symvers")
     boot = directory / "boot"
     boot.mkdir(exist_ok=True)
-    (boot / f"vmlinuz-{release}").symlink_to(HOST_ROOT / f"boot/vmlinuz-{release}")
-    shutil.copyfile(HOST_ROOT / f"boot/config-{release}", boot / f"config-{release}")
+    (boot / f"vmlinuz-{release}").symlink_to(source / f"boot/vmlinuz-{release}")
+    shutil.copyfile(source / f"boot/config-{release}", boot / f"config-{release}")
     return directory
 
 

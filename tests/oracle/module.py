@@ -15,7 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.kmod.build import build_once, cache_root, kernel_release
+from tests.kmod.build import cache_root
+from tests.oracle.target_kernel import active
+from tests.vm.harness.kmod import build_tree
 
 SRC = Path(__file__).with_name("kmod")
 BASE_NAME = b"msorc_00000"
@@ -52,10 +54,12 @@ def _strip(work: Path) -> None:
 
 
 def _built(name: bytes) -> bytes:
-    """The unsigned module `name` (debug info stripped), built and cached on first use."""
-    release = kernel_release()
-    final = cache_root() / f"oracle-module-{release}-{_digest(release)}"
-    return (build_once(final, _copy_sources, finish=_strip) / f"{name.decode()}.ko").read_bytes()
+    """The unsigned module `name` (debug info stripped) for the active kernel, built against
+    its headers and cached on first use."""
+    kernel = active()
+    final = cache_root() / f"oracle-module-{kernel.release}-{_digest(kernel.release)}"
+    tree = build_tree(kernel, final, _copy_sources, finish=_strip)
+    return (tree / f"{name.decode()}.ko").read_bytes()
 
 
 def base_module() -> bytes:

@@ -1,7 +1,7 @@
 """The oracle's keys and certificates, made once with `cryptography` and cached on disk.
 
-* `ca`: RSA-2048, self-signed, CA:TRUE; the guest kernel's only built-in trusted key and the
-  issuer of every leaf below.
+* `ca`: RSA-2048 (or, for Debian 13's 6.12, P-256: see `ca_kind`), self-signed, CA:TRUE; the
+  guest kernel's only built-in trusted key and the issuer of every leaf below.
 * `secondary` leaves (RSA of every size the kernel knows plus odd sizes, P-256, P-384): added
   to `.secondary_trusted_keys` in the guest at run time (the kernel refuses the ones it cannot
   use) and all put in modstage's trusted directory, as an admin would configure them.
@@ -172,9 +172,23 @@ def _plan() -> list[tuple[str, str, str | None, int, bool]]:
     return plan
 
 
-def load_pki() -> Pki:
-    """The oracle's credentials, created on first use under the test cache."""
-    directory = cache_root() / f"oracle-pki-{VERSION}"
+CA_KINDS = ("rsa2048", "p256")
+
+
+def ca_kind(builtin_slot: int) -> str:
+    """The CA's key for a kernel whose built-in certificate takes `builtin_slot` bytes: the CA
+    replaces that certificate in place. Debian 12's build key is RSA-4096 (1,324 bytes: an
+    RSA-2048 CA fits); Debian 13's is ECDSA P-384 (476 bytes: the smallest RSA CA with its
+    extensions is 534, a P-256 CA 399)."""
+    return "rsa2048" if builtin_slot >= 800 else "p256"
+
+
+def load_pki(ca: str = "rsa2048") -> Pki:
+    """The oracle's credentials with a CA of kind `ca` (CA_KINDS), created on first use under
+    the test cache."""
+    assert ca in CA_KINDS, ca
+    suffix = "" if ca == "rsa2048" else f"-ca-{ca}"
+    directory = cache_root() / f"oracle-pki-{VERSION}{suffix}"
     directory.mkdir(parents=True, exist_ok=True)
     creds: dict[str, Cred] = {}
     with open(directory / ".lock", "w") as lock:
@@ -182,7 +196,8 @@ def load_pki() -> Pki:
         for name, cn, issuer, serial, is_ca in _plan():
             cred = _load(directory, name)
             if cred is None:
-                kind = "rsa2048" if name in ("ca", "inter", "interleaf", "stranger") else name
+                kind = "rsa2048" if name in ("inter", "interleaf", "stranger") else name
+                kind = ca if name == "ca" else kind
                 key = _new_key("rsa2048" if name == "forged" else kind)
                 issuer_pair = (
                     None if issuer is None else (_cn(creds[issuer].cert), creds[issuer].key)

@@ -1,10 +1,12 @@
-"""The oracle's guest: Debian's kernel with the test CA built in, enforcement switched on late.
+"""The oracle's guest: Debian's kernel (the active one: 12's 6.1 or 13's 6.12) with the test CA
+built in, enforcement switched on late.
 
 `boot_oracle(state_dir)` boots it and prepares it in the order the kernel needs:
 
 1. boot without `module.sig_enforce` (Debian's own modules no longer have a trusted key, so
    the initramfs modules load only while enforcement is off, tainting the kernel `E`);
-2. load `sha512_generic` and `sha3_generic` (sha384/sha512/sha3 digests; Debian-signed);
+2. on 6.1, load `sha512_generic` and `sha3_generic` (sha384/sha512/sha3 digests;
+   Debian-signed); Debian 13's 6.12 has both built in;
 3. add the secondary leaves to `.secondary_trusted_keys` (the kernel checks each one was
    signed by a built-in key and refuses what it cannot parse);
 4. `echo 1 > /sys/module/module/parameters/sig_enforce` (one way: it cannot be unset).
@@ -19,8 +21,10 @@ from typing import Any
 
 from tests.kmod.keys import SIGN_FILE
 from tests.oracle.pki import Cred, Pki
+from tests.oracle.target_kernel import active
 from tests.vm.harness import Vm
 from tests.vm.harness.builtin_key import BuiltinKeyKernel
+from tests.vm.harness.kmod import sign_in_root
 
 GUEST = "__import__('tests.oracle.guest', fromlist=['guest'])"
 DIGEST_MODULES = ("sha512_generic", "sha3_generic")
@@ -39,10 +43,12 @@ class OracleVm:
 
 
 def boot_oracle(state_dir: Path, pki: Pki, **options: Any) -> OracleVm:
-    """Boot and prepare the oracle guest (see the module docstring)."""
-    vm = Vm.boot(state_dir, name="oracle", kernel=BuiltinKeyKernel.with_cert(pki.ca.der), **options)
+    """Boot and prepare the oracle guest of the active kernel (see the module docstring)."""
+    kernel = BuiltinKeyKernel.with_cert(pki.ca.der, active())
+    vm = Vm.boot(state_dir, name=f"oracle-{kernel.series}", kernel=kernel, **options)
     try:
-        vm.run(["modprobe", "-a", *DIGEST_MODULES]).check()
+        if kernel.series == "6.1":  # built in on 6.12 (CONFIG_CRYPTO_SHA512=y, SHA3=y)
+            vm.run(["modprobe", "-a", *DIGEST_MODULES]).check()
         oracle = OracleVm(vm, {})
         for cred in pki.secondary():
             path = vm.put(cred.pem_cert, f"keys/{cred.name}.pem")
@@ -59,8 +65,13 @@ def boot_oracle(state_dir: Path, pki: Pki, **options: Any) -> OracleVm:
 def sign_file(
     data: bytes, cred: Cred, out: Path, hash: str = "sha256", skid: bool = False
 ) -> bytes:
-    """`data` signed by kbuild's sign-file with `cred` (`skid`: sign-file -k)."""
+    """`data` signed by the active kernel's kbuild sign-file with `cred` (`skid`: -k)."""
     out.write_bytes(data)
+    kernel = active()
+    if kernel.own_root:
+        argv = [*(["-k"] if skid else []), hash, cred.pem_key.name, cred.pem_cert.name]
+        sign_in_root(kernel, argv, [cred.pem_key, cred.pem_cert], out)
+        return out.read_bytes()
     argv = [str(SIGN_FILE), *(["-k"] if skid else []), hash, str(cred.pem_key), str(cred.pem_cert)]
     proc = subprocess.run([*argv, str(out)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:

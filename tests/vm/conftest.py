@@ -1,19 +1,25 @@
 """Fixtures for the real-kernel tests: VMs, signed test modules, and the timing summary.
 
-Every test here carries the `vm` marker. A VM that cannot start fails the run loudly; only
+`kernel` is parametrised over `MODSTAGE_KERNELS` (default `6.1,6.12`: Debian 12's kernel on the
+host's root, Debian 13's in its own root), and the `boot_vm`, `vm`, `test_modules` and
+`signed_modules` fixtures follow it, so a test that uses any of them runs once per kernel
+(ids `[6.1]`, `[6.12]`) and every node of that run boots that kernel. Every test here carries
+the `vm` marker. A VM that cannot start fails the run loudly; only
 `MODSTAGE_VM_TESTS=skip` turns the VM tests into skips, and says so.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vm.harness import Vm, VmFactory
+from tests.vm.harness import Vm, VmFactory, kmod
+from tests.vm.harness.kernel import Kernel, kernel_series
 from tests.vm.harness.timing import summary
 
 SKIP_REASON = "VM tests skipped: MODSTAGE_VM_TESTS=skip"
@@ -28,13 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
-_vm_seconds: list[float] = []
+_vm_seconds: dict[str, float] = {}
+_SERIES_ID = re.compile(r"[\[-](6\.1|6\.12)[\]-]")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add up the wall time spent in VM tests (setup, which boots, call and teardown)."""
+    """Add up the wall time spent in VM tests (setup, which boots, call and teardown), per
+    kernel (a test without a kernel parameter counts as "other")."""
     if "vm" in report.keywords:
-        _vm_seconds.append(report.duration)
+        match = _SERIES_ID.search(report.nodeid)
+        series = match[1] if match else "other"
+        _vm_seconds[series] = _vm_seconds.get(series, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -49,17 +59,60 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("modstage VM")
     for line in lines:
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"VM suite time: {sum(_vm_seconds):.1f} s")
+    per_kernel = ", ".join(f"{k}: {v:.1f} s" for k, v in sorted(_vm_seconds.items()))
+    terminalreporter.write_line(f"VM suite time: {sum(_vm_seconds.values()):.1f} s ({per_kernel})")
+
+
+PROVEN_ON = ("6.1",)  # where a test without a `kernels` marker is known to hold
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `kernels` marker."""
+    config.addinivalue_line(
+        "markers",
+        "kernels(*series): the kernel series a VM test is written for (default: 6.1 only); "
+        "it runs on those of them that MODSTAGE_KERNELS picks",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that boots a node once per kernel of `MODSTAGE_KERNELS` that it is written
+    for; a picked kernel it is not written for shows as a skip that says so."""
+    if "kernel_series" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("kernels")
+    written_for = marker.args if marker else PROVEN_ON
+    params = [
+        pytest.param(
+            series,
+            id=series,
+            marks=()
+            if series in written_for
+            else pytest.mark.skip(
+                reason=f"not yet written for {series} (runs on {', '.join(written_for)})"
+            ),
+        )
+        for series in kernel_series()
+    ]
+    metafunc.parametrize("kernel_series", params, scope="session")
 
 
 @pytest.fixture(scope="session")
-def boot_vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmFactory]:
-    """`boot_vm(name, **options)` boots a Vm with a fresh state share; all closed at the end."""
+def kernel(kernel_series: str) -> Kernel:
+    """The guest kernel of this parametrisation: Debian 12's 6.1 or Debian 13's 6.12."""
+    return Kernel.named(kernel_series)
+
+
+@pytest.fixture(scope="session")
+def boot_vm(tmp_path_factory: pytest.TempPathFactory, kernel: Kernel) -> Iterator[VmFactory]:
+    """`boot_vm(name, **options)` boots a Vm of `kernel` with a fresh state share; all closed
+    when the kernel's tests are done."""
     started: list[Vm] = []
 
     def boot(name: str, **options: Any) -> Vm:
+        name = f"{name}-{kernel.series}"
         state = tmp_path_factory.mktemp(f"{name}-state")
-        vm = Vm(state, name=name, **options)
+        vm = Vm(state, name=name, **{"kernel": kernel, **options})
         started.append(vm)
         vm.start()
         return vm
@@ -79,20 +132,21 @@ def vm(boot_vm: VmFactory) -> Vm:
 
 
 @pytest.fixture(scope="session")
-def test_modules() -> dict[str, Path]:
-    """The unsigned test modules (tests/kmod), built once and cached on disk."""
-    from tests.kmod import build_modules
-
-    return build_modules()
+def test_modules(kernel: Kernel) -> dict[str, Path]:
+    """The unsigned test modules (tests/kmod) built against `kernel`'s headers, cached on disk."""
+    return kmod.build_modules(kernel)
 
 
 @pytest.fixture(scope="session")
 def signed_modules(
-    test_modules: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+    kernel: Kernel, test_modules: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
-    """Every test module signed with a key made for this run (unknown to the kernel)."""
-    from tests.kmod import make_key, sign
+    """Every test module signed by `kernel`'s own sign-file with a key made for this run
+    (unknown to the kernel)."""
+    from tests.kmod import make_key
 
-    directory = tmp_path_factory.mktemp("signed")
+    directory = tmp_path_factory.mktemp(f"signed-{kernel.series}")
     key = make_key(directory / "key")
-    return {name: sign(ko, key, directory / ko.name) for name, ko in test_modules.items()}
+    return {
+        name: kmod.sign(kernel, ko, key, directory / ko.name) for name, ko in test_modules.items()
+    }

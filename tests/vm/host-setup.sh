@@ -6,10 +6,13 @@
 # --no-install-recommends keeps qemu from pulling in ~200 desktop packages, and INITRD=No skips
 # rebuilding the host's own initramfs for the new kernel (most of the install time): the VM boots
 # the kernel with the harness's own initramfs, and /boot's kernel is never booted by this host.
+# Debian 13's 6.12 is not installed here: mmdebstrap and the archive keyring let the harness
+# fetch it with a private apt configuration and build its Debian 13 root in the cache
+# (`python3 -m tests.vm.harness.debian13` does it ahead of time; .ci/install runs it).
 # Idempotent: a host that has everything installs nothing.
 set -eu
 
-PACKAGES="qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-kbuild-6.1 busybox-static kmod libudev1"
+PACKAGES="qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-kbuild-6.1 busybox-static kmod libudev1 mmdebstrap debian-archive-keyring"
 
 missing=""
 for package in $PACKAGES; do

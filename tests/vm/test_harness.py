@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.vm.harness import CommandTimeout, GuestError, Vm, VmBootError, VmExited, VmFactory
+from tests.vm.harness.kernel import Kernel
 
-pytestmark = pytest.mark.vm
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 
 
 def test_run_returns_status_and_both_streams(vm: Vm) -> None:
@@ -46,14 +49,29 @@ def test_namespace_lives_for_the_boot(vm: Vm) -> None:
     assert "x" in vm.python("print(*remembered)")
 
 
+def test_the_guest_runs_its_kernels_userspace_and_this_checkout(vm: Vm, kernel: Kernel) -> None:
+    """The node boots the kernel of its parametrisation with that release's userspace (Debian
+    12's root and the host's Python for 6.1; Debian 13's root and its Python 3.13 for 6.12),
+    and the agent imports modstage from this checkout, not from another worktree."""
+    assert vm.run("uname -r").check().stdout.strip() == kernel.release
+    python = vm.eval("__import__('sys').version_info[:2]")
+    os_release = vm.run(". /etc/os-release; echo $VERSION_ID").check().stdout.strip()
+    if kernel.series == "6.12":
+        assert (python, os_release) == ([3, 13], "13")
+    else:
+        assert os_release == "12"
+    service_file = vm.python("import service; print(service.__file__)").strip()
+    assert service_file == str(REPO / "service/__init__.py")
+
+
 def test_qmp_talks_to_qemu(vm: Vm) -> None:
     """QMP commands reach this boot's qemu."""
     assert vm.qmp("query-status")["status"] == "running"
 
 
-def test_a_boot_past_its_deadline_fails_and_leaves_no_qemu(tmp_path: Path) -> None:
+def test_a_boot_past_its_deadline_fails_and_leaves_no_qemu(tmp_path: Path, kernel: Kernel) -> None:
     """A guest that does not answer within boot_timeout raises VmBootError; qemu is killed."""
-    vm = Vm(tmp_path / "state", name="too-slow", boot_timeout=1)
+    vm = Vm(tmp_path / "state", name="too-slow", boot_timeout=1, kernel=kernel)
     began = time.monotonic()
     with pytest.raises(VmBootError, match="did not boot"):
         vm.start()

@@ -2,7 +2,9 @@
 
 The guest boots Debian's kernel with the test CA in its built-in keyring (see
 tests/oracle/testbed.py and tests/vm/README.md), so test-signed modules load under
-enforcement and the kernel's own verdict (an errno) can be compared with modstage's.
+enforcement and the kernel's own verdict (an errno) can be compared with modstage's. Runs
+once per kernel (Debian 12's 6.1, Debian 13's 6.12): modules built against that kernel's
+headers, signed by its sign-file, judged by modstage against that kernel's own files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import pytest
 from tests.oracle import elf
 from tests.oracle.cases import SEED, Case, generate
 from tests.oracle.judge import (
+    M_ACCEPT_K_REFUSE,
+    UNNAMED,
+    Outcome,
     compare,
     errno_name,
     modstage_verdicts,
@@ -30,11 +35,14 @@ from tests.oracle.judge import (
     write_cases,
 )
 from tests.oracle.module import base_module, renamed
-from tests.oracle.pki import Pki, load_pki
+from tests.oracle.pki import Pki, ca_kind, load_pki
+from tests.oracle.target_kernel import use
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
+from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.errors import VmError
+from tests.vm.harness.kernel import Kernel
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 
 # What Debian's 6.1 does with each symbols case ("" = loads), as observed, with its log line:
 # resolve_symbol's errno, the last one simplify_symbols met; an unresolved weak import is
@@ -54,10 +62,54 @@ SYMBOLS_ERRNO = {
 }
 
 
+# Disagreements between the kernel and modstage that need a change in service/ (not the
+# tests'), per kernel: listed so that they show as an xfail, never hidden. Strict: one that no
+# longer occurs fails the test until it is removed from here.
+_SHA3 = (
+    "6.12 verifies SHA-3 digests (its PKCS#7 parser knows the sha3-256/384/512 OIDs since 6.7, "
+    "CONFIG_CRYPTO_SHA3=y); modstage's parser (service/verify/pkcs7.py _DIGESTS/_PKEYS, "
+    "service/verify/oids.py, service/verify/target.py _HASH_OPTIONS) does not know them"
+)
+_ELF = (
+    "Debian's 6.12.117 backports 6.13's ELF validation (elf_validity_cache_*): ENOEXEC, "
+    "which modstage's ELF walk (service/verify/modinfo.py) does not check for target >= 6.12"
+)
+_MD5 = (
+    "6.12's PKCS#7 parser refuses an MD5 SignerInfo (ENOPKG, EKEYREJECTED under enforcement) "
+    "even beside a good one; modstage (service/verify/pkcs7.py, signers.py) skips it as on 6.1"
+)
+KNOWN_DISAGREEMENTS: dict[str, dict[str, str]] = {
+    "6.1": {},
+    "6.12": {
+        **{f"baseline/ca-sha3-{n}-{s}": _SHA3 for n in (256, 384, 512) for s in ("issuer", "skid")},
+        **{f"ecdsa/p256-ecdsa-with-sha3-{n}": _SHA3 for n in (256, 384, 512)},
+        "signers/good+sha3-signer": _SHA3,
+        "signers/sha3-signer+good": _SHA3,
+        "random/15-rsa2048-sha3-256-issuer-2signers": _SHA3,
+        "random/10-rsa3072-sha3-256-skid-2signers": _SHA3 + " (kernel EBADMSG, modstage ENOPKG)",
+        "elf/decoy-modinfo": _ELF + ": a second, non-ALLOC section named .modinfo",
+        "elf/shstrtab-progbits": _ELF + ": .shstrtab of type PROGBITS, not STRTAB",
+        "signers/good+md5-signer": _MD5,
+    },
+}
+
+
+def _breaks_a_rule(outcome: Outcome) -> bool:
+    return outcome.verdict in (M_ACCEPT_K_REFUSE, UNNAMED) or outcome.errno_check is False
+
+
+@pytest.fixture(autouse=True)
+def for_kernel(kernel: Kernel) -> Kernel:
+    """Generate, sign and judge for this parametrisation's kernel."""
+    use(kernel)
+    return kernel
+
+
 @pytest.fixture(scope="module")
-def pki() -> Pki:
-    """The oracle's keys and certificates."""
-    return load_pki()
+def pki(kernel: Kernel) -> Pki:
+    """The oracle's keys and certificates, with a CA that fits the kernel's built-in slot."""
+    use(kernel)
+    return load_pki(ca_kind(find_builtin_cert(kernel.vmlinux().read_bytes())[1]))
 
 
 @pytest.fixture(scope="module")
@@ -110,12 +162,18 @@ def test_kernel_judges_test_signed_modules(oracle: OracleVm, pki: Pki, tmp_path:
 
 
 def test_differential_kernel_judges_modstage(
-    oracle: OracleVm, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    oracle: OracleVm,
+    pki: Pki,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    for_kernel: Kernel,
 ) -> None:
     """Over >= 300 seeded cases, judged by `modstage verify` and by finit_module under
     enforcement in one boot: nothing modstage accepts is refused by the kernel, every module
     modstage refuses but the kernel loads is refused as a named policy, and every errno
-    modstage claims is the kernel's. modstage judges twice: with the minimal target root
+    modstage claims is the kernel's, except the cases of KNOWN_DISAGREEMENTS (product changes
+    owed; the test then xfails listing them, and fails if one no longer occurs). modstage
+    judges twice: with the minimal target root
     (what a node without headers has: vmlinuz, config, the in-tree module tree and the
     module lists) and with the headers' Module.symvers too; with either, no module is
     refused as a policy on its symbols. The symbols cases get the errnos of SYMBOLS_ERRNO."""
@@ -140,10 +198,12 @@ def test_differential_kernel_judges_modstage(
         f"{judged - generated:.1f} s, kernel (finit_module in the guest) "
         f"{time.monotonic() - judged:.1f} s"
     )
-    sections, broken, rows = [timing], [], []
+    known = KNOWN_DISAGREEMENTS[for_kernel.series]
+    sections, broken, rows, seen = [timing], [], [], set()
     for label, modstage in verdicts.items():
         outcomes = compare(cases, paths, modstage, kernel)
-        found = [f"[{label}] {p}" for p in problems(outcomes)]
+        seen |= {o.case for o in outcomes if o.case in known and _breaks_a_rule(o)}
+        found = [f"[{label}] {p}" for p in problems([o for o in outcomes if o.case not in known])]
         sections += [f"== modstage with the {label}", table(outcomes), *found]
         broken += found
         rows += [f"{label}\t{o.case}\t{o.verdict}\t{o.kernel_text()}\t{o.reason}" for o in outcomes]
@@ -165,6 +225,11 @@ def test_differential_kernel_judges_modstage(
         ]
         assert not on_symbols, f"[{label}] policy refusals on symbols: {on_symbols}"
     assert not broken, report
+    stale = sorted(set(known) - seen)
+    assert not stale, f"known disagreements that no longer occur (remove them): {stale}"
+    if seen:
+        listing = "\n".join(f"  {case}: {known[case]}" for case in sorted(seen))
+        pytest.xfail(f"{len(seen)} known disagreements on {for_kernel.series}:\n{listing}")
 
 
 def kernel_verdicts(oracle: OracleVm, cases: list[Case], paths: dict[str, Path]) -> dict[str, Any]:
@@ -190,11 +255,17 @@ def short_this_module(pki: Pki, directory: Path) -> bytes:
     return sign_file(payload, pki.ca, directory / "short.ko")
 
 
-def test_short_this_module_oopses_the_kernel(oracle: OracleVm, pki: Pki, tmp_path: Path) -> None:
+def test_short_this_module_oopses_the_kernel(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, kernel: Kernel
+) -> None:
     """Kernel fact found by the oracle: 6.1 does not check the size of
     .gnu.linkonce.this_module, and a signed module with a short one oopses in add_kallsyms
-    (the loading process dies). Runs last: it takes the shared guest down."""
+    (the loading process dies). 6.12 checks it (size == sizeof(struct module)) and refuses
+    the module with ENOEXEC. Runs last: on 6.1 it takes the shared guest down."""
     data = short_this_module(pki, tmp_path)
+    if kernel.series == "6.12":
+        assert _load(oracle, data, "short") == errno.ENOEXEC
+        return
     with pytest.raises(VmError):
         _load(oracle, data, "short")
     assert "add_kallsyms" in oracle.vm.serial_log

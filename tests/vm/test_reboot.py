@@ -8,7 +8,7 @@ import pytest
 
 from tests.vm.harness import GUEST_STATE_DIR, Vm, VmFactory
 
-pytestmark = pytest.mark.vm
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 
 
 @pytest.fixture(scope="module")

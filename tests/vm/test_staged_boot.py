@@ -1,24 +1,46 @@
 """The staged-reboot cycle on a real kernel: stage -> intake -> reboot -> modstage boot.
 
 Each scenario runs on its own node; reboots are real guest reboots with the state share kept.
+On both kernels (Debian 12's 6.1, Debian 13's 6.12 in its Debian 13 root): the vendor's
+modules are built and signed for the kernel, and the Debian-signed module is the kernel's own
+crc8 (Debian 13 ships it as `crc8.ko.xz`, signed with its ECDSA P-384 build key: it is
+decompressed here, so the bundle is the same plain `.ko` on both).
 """
 
 from __future__ import annotations
 
-import shutil
+import lzma
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from service.store.phase import Phase
-from tests.kmod import SigningKey, debian_build_cert, kernel_release, make_key, sign
-from tests.vm.harness import Vm, VmExited, VmFactory
+from tests.kmod import SigningKey, make_key
+from tests.vm.harness import Vm, VmExited, VmFactory, kmod
+from tests.vm.harness.builtin_key import find_builtin_cert
+from tests.vm.harness.kernel import Kernel
 from tests.vm.node import drop, live_modules, modstage, prepare, state, status
 
-pytestmark = pytest.mark.vm
-KERNEL = kernel_release()
-CRC8 = Path(f"/lib/modules/{KERNEL}/kernel/lib/crc8.ko")  # Debian-signed, no dependencies
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+
+
+def crc8(kernel: Kernel) -> bytes:
+    """The kernel's Debian-signed crc8 module (no dependencies), decompressed if `.ko.xz`."""
+    tree = kernel.modules / "kernel/lib"
+    plain = tree / "crc8.ko"
+    return (
+        plain.read_bytes()
+        if plain.exists()
+        else lzma.decompress((tree / "crc8.ko.xz").read_bytes())
+    )
+
+
+def build_cert(kernel: Kernel) -> bytes:
+    """DER of the kernel's build-time module signing certificate (in its ELF image)."""
+    vmlinux = kernel.vmlinux().read_bytes()
+    start, length = find_builtin_cert(vmlinux)
+    return vmlinux[start : start + length]
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +51,30 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 @pytest.fixture(scope="module")
 def signed(
-    test_modules: dict[str, Path], key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+    kernel: Kernel,
+    test_modules: dict[str, Path],
+    key: SigningKey,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Path]:
-    """Every test module signed with the vendor key, plus the Debian-signed crc8."""
-    out = tmp_path_factory.mktemp("signed-boot")
-    mods = {n: sign(p, key, out / p.name) for n, p in test_modules.items()}
-    mods["crc8"] = Path(shutil.copy(CRC8, out / "crc8.ko"))
+    """Every test module signed with the vendor key by the kernel's own sign-file, plus the
+    Debian-signed crc8."""
+    out = tmp_path_factory.mktemp(f"signed-boot-{kernel.series}")
+    mods = {n: kmod.sign(kernel, p, key, out / p.name) for n, p in test_modules.items()}
+    mods["crc8"] = out / "crc8.ko"
+    mods["crc8"].write_bytes(crc8(kernel))
     return mods
 
 
 @pytest.fixture(scope="module")
-def certs(key: SigningKey) -> dict[str, bytes]:
+def certs(kernel: Kernel, key: SigningKey) -> dict[str, bytes]:
     """What the host trusts: the vendor certificate and Debian's build certificate."""
-    return {"vendor.pem": key.cert_pem.read_bytes(), "debian.der": debian_build_cert()}
+    return {"vendor.pem": key.cert_pem.read_bytes(), "debian.der": build_cert(kernel)}
+
+
+@pytest.fixture
+def release(kernel: Kernel) -> str:
+    """The node's kernel release (what the bundles are built for)."""
+    return kernel.release
 
 
 @pytest.fixture
@@ -58,7 +91,7 @@ def _boot(vm: Vm, certs: dict[str, bytes], config: str = "") -> tuple[int, str]:
 
 
 def test_staged_generation_loads_after_reboot(
-    node: Vm, signed: dict[str, Path], certs: dict[str, bytes], tmp_path: Path
+    node: Vm, release: str, signed: dict[str, Path], certs: dict[str, bytes], tmp_path: Path
 ) -> None:
     """Staged modules load at the next boot in the recorded order, with params and firmware."""
     fw = tmp_path / "fw" / "modstage"
@@ -68,7 +101,7 @@ def test_staged_generation_loads_after_reboot(
         node,
         "test",
         "1",
-        KERNEL,
+        release,
         [
             (signed["ms_exporter"], ""),
             (signed["ms_consumer"], ""),
@@ -110,19 +143,19 @@ def test_staged_generation_loads_after_reboot(
 
 
 def test_enforcing_kernel_refuses_and_last_good_returns(
-    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+    node: Vm, release: str, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
     """Under module.sig_enforce=1 a vendor-signed generation fails with the kernel's reason;
     nothing stays half-loaded and the Debian-signed last known good generation is loaded.
     Then intake's pre-flight asks the kernel's keyrings: the vendor key is refused up front,
     Debian's build key is found."""
-    drop(node, "test", "1", KERNEL, [(signed["crc8"], "")])
+    drop(node, "test", "1", release, [(signed["crc8"], "")])
     prepare(node, certs)
     assert modstage(node, "intake")[0] == 0
     node.reboot()
     assert _boot(node, certs)[0] == 0
     good = state(node).bundle("test").active
-    drop(node, "test", "2", KERNEL, [(signed["ms_exporter"], ""), (signed["ms_params"], "")])
+    drop(node, "test", "2", release, [(signed["ms_exporter"], ""), (signed["ms_params"], "")])
     assert modstage(node, "intake")[0] == 0  # not enforcing yet: no pre-flight refusal
     bad = state(node).bundle("test").pending
 
@@ -137,29 +170,29 @@ def test_enforcing_kernel_refuses_and_last_good_returns(
     live = live_modules(node)
     assert "crc8" in live and "ms_exporter" not in live and "ms_params" not in live
 
-    drop(node, "test", "3", KERNEL, [(signed["ms_params"], "")])
+    drop(node, "test", "3", release, [(signed["ms_params"], "")])
     rc, out = modstage(node, "intake")  # now the pre-flight asks the enforcing kernel
     assert (
         rc == 1 and "EKEYREJECTED: the running kernel (module.sig_enforce=1) does not trust" in out
     ), out
     assert state(node).bundle("test").pending is None
-    drop(node, "test", "4", KERNEL, [(signed["crc8"], "")], memory="offline")
+    drop(node, "test", "4", release, [(signed["crc8"], "")], memory="offline")
     rc, out = modstage(node, "intake")  # Debian's key is in the kernel's builtin keyring
     assert rc == 0, out
     assert state(node).bundle("test").pending is not None
 
 
 def test_failing_second_module_unloads_the_first(
-    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+    node: Vm, release: str, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
     """A generation whose second module fails init: the first is unloaded, the LKG is back."""
-    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")])
+    drop(node, "test", "1", release, [(signed["ms_exporter"], "")])
     prepare(node, certs)
     modstage(node, "intake")
     node.reboot()
     _boot(node, certs)
     good = state(node).bundle("test").active
-    drop(node, "test", "2", KERNEL, [(signed["ms_params"], ""), (signed["ms_enodev"], "")])
+    drop(node, "test", "2", release, [(signed["ms_params"], ""), (signed["ms_enodev"], "")])
     modstage(node, "intake")
     node.reboot()
     rc, out = _boot(node, certs)
@@ -174,17 +207,17 @@ def test_failing_second_module_unloads_the_first(
 
 
 def test_panicking_generation_falls_back_after_max_attempts(
-    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+    node: Vm, release: str, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
     """A module that panics the kernel: after max_boot_attempts boots the LKG is loaded."""
     config = "max_boot_attempts = 2\n"
-    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")])
+    drop(node, "test", "1", release, [(signed["ms_exporter"], "")])
     prepare(node, certs, config)
     modstage(node, "intake")
     node.reboot()
     _boot(node, certs, config)
     good = state(node).bundle("test").active
-    drop(node, "test", "2", KERNEL, [(signed["ms_panic"], "")])
+    drop(node, "test", "2", release, [(signed["ms_panic"], "")])
     modstage(node, "intake")
     node.reboot()
     for attempt in (1, 2):
@@ -204,11 +237,12 @@ def test_panicking_generation_falls_back_after_max_attempts(
     assert "ms_exporter" in live_modules(node) and "ms_panic" not in live_modules(node)
 
 
+@pytest.mark.kernels("6.1")  # 6.12 onlines hot-added memory itself (auto_online_blocks=online)
 def test_hot_added_memory_is_onlined_movable_at_boot(
-    node: Vm, signed: dict[str, Path], certs: dict[str, bytes]
+    node: Vm, release: str, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
     """Blocks present but offline when the bundle loads are onlined into ZONE_MOVABLE."""
-    drop(node, "test", "1", KERNEL, [(signed["ms_exporter"], "")], memory="online_movable")
+    drop(node, "test", "1", release, [(signed["ms_exporter"], "")], memory="online_movable")
     prepare(node, certs)
     modstage(node, "intake")
     node.reboot()
@@ -231,6 +265,8 @@ def test_hot_added_memory_is_onlined_movable_at_boot(
 
 def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     node: Vm,
+    release: str,
+    kernel: Kernel,
     test_modules: dict[str, Path],
     signed: dict[str, Path],
     key: SigningKey,
@@ -248,21 +284,22 @@ def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     from tests.oracle.elf import flip_version_crc
 
     config = "require_symbol_crcs = false\n"
-    drop(node, "test", "1", KERNEL, [(signed["crc8"], "")])
+    drop(node, "test", "1", release, [(signed["crc8"], "")])
     prepare(node, certs, config)
     assert modstage(node, "intake")[0] == 0
     node.reboot()
     assert _boot(node, certs, config)[0] == 0
     good = state(node).bundle("test").active
 
-    probed = Target.from_layout(Layout(Path("/")), KERNEL).probe_only().exports
+    probed = Target.from_layout(Layout(kernel.root), release).probe_only().exports
     symbol = next(n for n, _ in read_versions(test_modules["ms_params"]) if n not in probed)
     flipped = tmp_path / "unsigned" / "ms_params.ko"
     flipped.parent.mkdir()
     flipped.write_bytes(flip_version_crc(test_modules["ms_params"].read_bytes(), symbol.encode()))
-    drop(node, "test", "2", KERNEL, [(sign(flipped, key, tmp_path / "ms_params.ko"), "")])
-    symvers = f"/lib/modules/{KERNEL}/build/Module.symvers"
-    image = f"/boot/vmlinuz-{KERNEL}"
+    signed_flip = kmod.sign(kernel, flipped, key, tmp_path / "ms_params.ko")
+    drop(node, "test", "2", release, [(signed_flip, "")])
+    symvers = f"/lib/modules/{release}/build/Module.symvers"
+    image = f"/boot/vmlinuz-{release}"
     node.run(f"rm {symvers} {image}").check()  # on the guest's overlay: back after the reboot
     assert modstage(node, "intake")[0] == 0  # the CRC could not be checked: taken in
     bad = state(node).bundle("test").pending

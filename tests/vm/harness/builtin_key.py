@@ -66,10 +66,10 @@ class BuiltinKeyKernel(Kernel):
     cert_der: bytes = b""
 
     @classmethod
-    def with_cert(cls, cert_der: bytes, release: str | None = None) -> BuiltinKeyKernel:
-        """The host kernel for `release` (default as `Kernel.find`) trusting `cert_der`."""
-        base = Kernel.find(release)
-        return cls(base.release, base.image, base.modules, cert_der)
+    def with_cert(cls, cert_der: bytes, base: Kernel | None = None) -> BuiltinKeyKernel:
+        """`base` (default: the host's, `Kernel.find()`) trusting `cert_der`."""
+        base = base or Kernel.find()
+        return cls(base.release, base.image, base.modules, base.root, cert_der)
 
     def vmlinux(self) -> Path:
         """The patched ELF kernel, cached by the image's and the certificate's digests."""

@@ -5,36 +5,90 @@ its first run (service/verify/exports.py): about 2 s on real hardware, but one t
 minutes in a TCG guest reading 4,000 modules over 9p. The guest's root is the host's, so
 the cache the host builds from the same files is the one the guest would build (it is
 keyed by paths, sizes and modification times, which 9p passes through): each node's state
-starts with a copy, as a node that has taken a drop in before would have it.
+starts with a copy, as a node that has taken a drop in before would have it. A kernel with a
+root of its own (Debian 13's) has its cache built by a child process chrooted into that root,
+so that the paths in the key are the ones the guest sees.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from service.verify.exports import Sources, load
 
-from .kernel import cache_dir
+from .kernel import Kernel, cache_dir
 
 
-def built(release: str) -> Path:
-    """The host's cache file for ``release`` (built on first use, kept in the VM cache)."""
+def _build(release: str, cache: Path) -> bool:
+    modules = Path("/lib/modules") / release
+    table, _note = load(Sources(Path("/boot") / f"vmlinuz-{release}", modules, cache))
+    return table.complete and cache.is_file()
+
+
+def built(kernel: Kernel) -> Path:
+    """The cache file for ``kernel`` (built on first use, kept in the VM cache)."""
     root = cache_dir() / "exports"  # its cache/ must sit in an existing directory
     root.mkdir(exist_ok=True)
-    path = root / "cache" / f"exports-{release}"
-    modules = Path("/lib/modules") / release
-    table, _note = load(Sources(Path("/boot") / f"vmlinuz-{release}", modules, path))
-    if not table.complete or not path.is_file():
-        raise RuntimeError(f"cannot build the exports cache for {release} on the host")
+    path = root / "cache" / f"exports-{kernel.release}"
+    if not kernel.own_root:
+        ok = _build(kernel.release, path)
+    elif path.is_file() and path.stat().st_mtime > kernel.image.stat().st_mtime:
+        return path
+    else:
+        ok = _build_in_root(kernel, path)
+    if not ok:
+        raise RuntimeError(f"cannot build the exports cache for {kernel.release} on the host")
     return path
 
 
-def seed(state_dir: Path, release: str) -> None:
-    """Give ``state_dir`` (a node's /var/lib/modstage) the host's exports cache."""
-    target = state_dir / "cache" / f"exports-{release}"
+# what load() imports when it runs: imported before a chroot, where the host's files are gone
+PRELOAD = (
+    "lzma",
+    "zstandard",
+    "stager.atomic",
+    "service.verify.decompress",
+    "service.verify.modinfo",
+    "service.verify.symtab",
+    "service.verify.kimage",
+)
+
+
+def _build_in_root(kernel: Kernel, path: Path) -> bool:
+    for name in PRELOAD:
+        importlib.import_module(name)
+    scratch = Path(tempfile.mkdtemp(prefix="exports-", dir=kernel.root / "tmp"))
+    try:
+        inside = Path("/tmp") / scratch.name / "cache" / f"exports-{kernel.release}"
+        pid = os.fork()
+        if pid == 0:  # the child: chroot, build, exit without running the parent's cleanups
+            status = 1
+            try:
+                os.chroot(kernel.root)
+                os.chdir("/")
+                inside.parent.mkdir(parents=True)
+                status = 0 if _build(kernel.release, inside) else 1
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        made = scratch / "cache" / f"exports-{kernel.release}"
+        if status != 0 or not made.is_file():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made, path)
+        return True
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def seed(state_dir: Path, kernel: Kernel) -> None:
+    """Give ``state_dir`` (a node's /var/lib/modstage) the exports cache of ``kernel``."""
+    target = state_dir / "cache" / f"exports-{kernel.release}"
     if target.exists():
         return
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    shutil.copyfile(built(release), target)
+    shutil.copyfile(built(kernel), target)
     target.chmod(0o600)

@@ -94,6 +94,12 @@ if [ -n "$disk" ]; then
 else
     mount -t 9p -o "$NINEP,cache=none" state /newroot/var/lib/modstage || fail "no state share"
 fi
+if [ -n "$(arg reposhare)" ]; then
+    # a root of its own (Debian 13): the repository on its share, at the host's path
+    repo=$(arg repo)
+    mkdir -p "/newroot$repo"
+    mount -t 9p -o "$NINEP,ro,cache=loose" repo "/newroot$repo" || fail "no repository share"
+fi
 grep -q debugfs /proc/filesystems && mount -t debugfs debugfs /newroot/sys/kernel/debug
 
 mkdir -p /newroot/run/modstage-vm

@@ -2,13 +2,15 @@
 
 The modules are what it takes to mount the host's root over virtio-9p with an overlay on top,
 plus virtio_console for the agent's channel; `modprobe --show-depends` lists them in load
-order. The archive is written directly in the cpio "newc" format (no cpio tool needed) and cached
+order (in-tree modules are `.ko.xz` on Debian 13: they go in decompressed, for busybox's
+insmod). The archive is written directly in the cpio "newc" format (no cpio tool needed) and cached
 under a name derived from every input, so a changed init script or kernel rebuilds it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import lzma
 import shutil
 import stat
 import subprocess
@@ -65,7 +67,7 @@ def module_paths(kernel: Kernel, names: tuple[str, ...] = GUEST_MODULES) -> list
     """The .ko files `names` need, dependencies first, each once (builtins are skipped)."""
     modprobe = shutil.which("modprobe") or "/usr/sbin/modprobe"
     out = subprocess.run(
-        [modprobe, "-S", kernel.release, "-a", "--show-depends", *names],
+        [modprobe, "-d", str(kernel.root), "-S", kernel.release, "-a", "--show-depends", *names],
         capture_output=True,
         text=True,
         check=False,
@@ -78,6 +80,13 @@ def module_paths(kernel: Kernel, names: tuple[str, ...] = GUEST_MODULES) -> list
         if len(words) >= 2 and words[0] == "insmod" and Path(words[1]) not in paths:
             paths.append(Path(words[1]))
     return paths
+
+
+def _module_file(path: Path) -> tuple[str, bytes]:
+    """The name and ELF bytes of an in-tree module, decompressed if it is a `.ko.xz`."""
+    if path.suffix == ".xz":
+        return path.name.removesuffix(".xz"), lzma.decompress(path.read_bytes())
+    return path.name, path.read_bytes()
 
 
 def busybox() -> Path:
@@ -103,10 +112,12 @@ def build(kernel: Kernel) -> Path:
     archive.char_device("dev/console", 5, 1)
     archive.file("bin/busybox", busybox().read_bytes(), 0o755)
     archive.file("init", INIT_SCRIPT.read_bytes(), 0o755)
-    modules = inputs[2:]
-    for module in modules:
-        archive.file(f"modules/{module.name}", module.read_bytes())
-    archive.file("modules.order", "".join(f"{m.name}\n" for m in modules).encode())
+    names = []
+    for module in inputs[2:]:
+        name, data = _module_file(module)
+        archive.file(f"modules/{name}", data)
+        names.append(name)
+    archive.file("modules.order", "".join(f"{name}\n" for name in names).encode())
     write_atomically(target, archive.finish())
     for stale in cache_dir().glob(f"initramfs-{kernel.release}-*.cpio"):
         if stale != target and time.time() - stale.stat().st_mtime > STALE_AFTER:

@@ -1,8 +1,12 @@
-"""The guest kernel: Debian's signed kernel from the host's linux-image package, and the cache.
+"""The guest kernels: Debian 12's signed 6.1 from the host's linux-image package, Debian 13's
+signed 6.12 in its own root (debian13.py), and the cache.
 
 Booting the uncompressed ELF kernel instead of the bzImage saves about 5 s per boot under TCG,
-because the guest does not have to run the xz decompressor emulated. It is extracted once per
-kernel image (keyed by the image's digest) into the harness cache directory.
+because the guest does not have to run the xz (6.1) or zstd (6.12) decompressor emulated. It is
+extracted once per kernel image (keyed by the image's digest) into the harness cache directory.
+
+`MODSTAGE_KERNELS` (`6.1`, `6.12` or `6.1,6.12`, the default) names the kernels the VM tests
+run on; `Kernel.named(series)` gives each.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from pathlib import Path
 from .errors import VmSetupError
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SERIES = ("6.1", "6.12")
 ELF_MAGIC = b"\x7fELF"
 
 
@@ -50,27 +56,83 @@ def default_release() -> str:
     return releases[-1]
 
 
+def kernel_series() -> tuple[str, ...]:
+    """`MODSTAGE_KERNELS`: the kernel series the VM tests run on (default: all of SERIES)."""
+    value = os.environ.get("MODSTAGE_KERNELS", ",".join(SERIES))
+    chosen = tuple(word.strip() for word in value.split(",") if word.strip())
+    unknown = [word for word in chosen if word not in SERIES]
+    if unknown or not chosen:
+        raise VmSetupError(f"MODSTAGE_KERNELS={value!r}: pick from {', '.join(SERIES)}")
+    return chosen
+
+
+def _unxz(data: bytes) -> bytes:
+    return lzma.LZMADecompressor().decompress(data)
+
+
+def _unzstd(data: bytes) -> bytes:
+    import zstandard  # a host dependency of modstage (pyproject.toml)
+
+    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+
 def extract_vmlinux(bzimage: bytes) -> bytes:
-    """Return the ELF kernel inside an xz-compressed bzImage."""
-    start = bzimage.find(XZ_MAGIC)
-    while start != -1:
-        try:
-            elf = lzma.LZMADecompressor().decompress(bzimage[start:])
-        except lzma.LZMAError:
-            elf = b""
-        if elf.startswith(ELF_MAGIC):
-            return elf
-        start = bzimage.find(XZ_MAGIC, start + 1)
-    raise VmSetupError("no xz-compressed ELF kernel found inside the bzImage")
+    """Return the ELF kernel inside an xz- (Debian 12) or zstd-compressed (Debian 13) bzImage."""
+    for magic, decompress in ((XZ_MAGIC, _unxz), (ZSTD_MAGIC, _unzstd)):
+        start = bzimage.find(magic)
+        while start != -1:
+            try:
+                elf = decompress(bzimage[start:])
+            except Exception:  # lzma.LZMAError, zstandard.ZstdError: not this stream
+                elf = b""
+            if elf.startswith(ELF_MAGIC):
+                return elf
+            start = bzimage.find(magic, start + 1)
+    raise VmSetupError("no xz- or zstd-compressed ELF kernel found inside the bzImage")
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel release on the host: its bzImage and its module tree."""
+    """A kernel release: its bzImage and module tree, and the root the guest boots with it
+    (`/`, the host's own, for Debian 12's 6.1; the cached Debian 13 root for 6.12)."""
 
     release: str
     image: Path
     modules: Path
+    root: Path = Path("/")
+
+    @property
+    def series(self) -> str:
+        """ "6.1" or "6.12": the upstream series of the release."""
+        return ".".join(self.release.split(".")[:2]).split("-")[0]
+
+    @property
+    def own_root(self) -> bool:
+        """Whether the guest boots a root of its own rather than the host's."""
+        return self.root != Path("/")
+
+    @classmethod
+    def named(cls, series: str) -> Kernel:
+        """Debian 12's kernel for "6.1", Debian 13's (in its root) for "6.12"."""
+        if series == "6.1":
+            return cls.find()
+        if series == "6.12":
+            return cls.debian13()
+        raise VmSetupError(f"no kernel series {series!r}; known: {', '.join(SERIES)}")
+
+    @classmethod
+    def debian13(cls) -> Kernel:
+        """Debian 13's signed 6.12 in the cached Debian 13 root (built on first use)."""
+        from . import debian13
+
+        root = debian13.root()
+        _version, release = debian13.kernel_version()
+        kernel = cls(
+            release, root / f"boot/vmlinuz-{release}", root / f"usr/lib/modules/{release}", root
+        )
+        if not (kernel.modules / "modules.dep").exists():
+            raise VmSetupError(f"{kernel.modules}/modules.dep is missing; remove {root}")
+        return kernel
 
     @classmethod
     def find(cls, release: str | None = None) -> Kernel:

@@ -41,19 +41,29 @@ class Machine:
     accel: str = "tcg"
     shell: bool = False
     state_disk: Path | None = None
+    root: Path = Path("/")  # the guest's root file system: the host's, or a Debian 13 root
+
+    @property
+    def own_root(self) -> bool:
+        """Whether the guest's root is not the host's: the repository then comes on a share
+        of its own (at the same path), and the agent runs on the root's own Python."""
+        return self.root != Path("/")
 
     def cmdline(self) -> str:
         """The kernel command line: console, panic policy, the agent's location, then extras."""
         mode = ("modstage.mode=shell",) if self.shell else ()
+        python = "/usr/bin/python3" if self.own_root else guest_python()
+        repo = ("modstage.reposhare=1",) if self.own_root else ()
         agent = (
-            f"modstage.python={guest_python()}",
+            f"modstage.python={python}",
             f"modstage.agent={AGENT}",
             f"modstage.repo={REPO}",
         )
         disk: tuple[str, ...] = ()
         if self.state_disk is not None:
             disk = ("modstage.statedisk=/dev/vda", f"modstage.statemount={STATE_DISK_MOUNT}")
-        return " ".join((*BASE_KERNEL_ARGS, *agent, *mode, *disk, *self.kernel_args))
+        extra = (*agent, *repo, *mode, *disk, *self.kernel_args)
+        return " ".join((*BASE_KERNEL_ARGS, *extra))
 
     def argv(self, sockets: Path) -> list[str]:
         """The qemu command; the agent and QMP sockets are created under `sockets`."""
@@ -67,6 +77,8 @@ class Machine:
         if self.state_disk is not None:
             mode = cache_mode(self.state_disk)
             disk = ["-drive", f"file={self.state_disk},if=virtio,format=raw,cache={mode}"]
+        if self.own_root:
+            disk += ["-virtfs", f"local,path={REPO},mount_tag=repo,readonly=on,{nine_p}"]
         return [
             qemu_binary(),
             *accel,
@@ -74,7 +86,7 @@ class Machine:
             *("-nographic", "-nodefaults", "-no-reboot", "-nic", "none", "-serial", serial),
             *("-kernel", str(self.vmlinux), "-initrd", str(self.initramfs)),
             *("-append", self.cmdline()),
-            *("-virtfs", f"local,path=/,mount_tag=hostroot,readonly=on,{nine_p}"),
+            *("-virtfs", f"local,path={self.root},mount_tag=hostroot,readonly=on,{nine_p}"),
             *("-virtfs", f"local,path={self.state_dir},mount_tag=state,{nine_p}"),
             *("-device", "virtio-serial-pci"),
             *("-chardev", f"socket,id=agent,path={sockets / 'agent.sock'},server=on,wait=off"),

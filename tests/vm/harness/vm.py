@@ -78,7 +78,7 @@ class Vm:
         self.name = name
         self.state_dir = Path(state_dir).resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        exports_cache.seed(self.state_dir, kernel.release)
+        exports_cache.seed(self.state_dir, kernel)
         self.machine = Machine(
             vmlinux=kernel.vmlinux(),
             initramfs=initramfs.build(kernel),
@@ -88,7 +88,9 @@ class Vm:
             cpus=cpus,
             accel=accel or choose_accel(),
             state_disk=None if state_disk is None else Path(state_disk).resolve(),
+            root=kernel.root,
         )
+        self.kernel = kernel
         self.boot_timeout = boot_timeout
         self.boots = 0
         self.boot_seconds = 0.0
