@@ -65,33 +65,7 @@ SYMBOLS_ERRNO = {
 # Disagreements between the kernel and modstage that need a change in service/ (not the
 # tests'), per kernel: listed so that they show as an xfail, never hidden. Strict: one that no
 # longer occurs fails the test until it is removed from here.
-_SHA3 = (
-    "6.12 verifies SHA-3 digests (its PKCS#7 parser knows the sha3-256/384/512 OIDs since 6.7, "
-    "CONFIG_CRYPTO_SHA3=y); modstage's parser (service/verify/pkcs7.py _DIGESTS/_PKEYS, "
-    "service/verify/oids.py, service/verify/target.py _HASH_OPTIONS) does not know them"
-)
-_ELF = (
-    "Debian's 6.12.117 backports 6.13's ELF validation (elf_validity_cache_*): ENOEXEC, "
-    "which modstage's ELF walk (service/verify/modinfo.py) does not check for target >= 6.12"
-)
-_MD5 = (
-    "6.12's PKCS#7 parser refuses an MD5 SignerInfo (ENOPKG, EKEYREJECTED under enforcement) "
-    "even beside a good one; modstage (service/verify/pkcs7.py, signers.py) skips it as on 6.1"
-)
-KNOWN_DISAGREEMENTS: dict[str, dict[str, str]] = {
-    "6.1": {},
-    "6.12": {
-        **{f"baseline/ca-sha3-{n}-{s}": _SHA3 for n in (256, 384, 512) for s in ("issuer", "skid")},
-        **{f"ecdsa/p256-ecdsa-with-sha3-{n}": _SHA3 for n in (256, 384, 512)},
-        "signers/good+sha3-signer": _SHA3,
-        "signers/sha3-signer+good": _SHA3,
-        "random/15-rsa2048-sha3-256-issuer-2signers": _SHA3,
-        "random/10-rsa3072-sha3-256-skid-2signers": _SHA3 + " (kernel EBADMSG, modstage ENOPKG)",
-        "elf/decoy-modinfo": _ELF + ": a second, non-ALLOC section named .modinfo",
-        "elf/shstrtab-progbits": _ELF + ": .shstrtab of type PROGBITS, not STRTAB",
-        "signers/good+md5-signer": _MD5,
-    },
-}
+KNOWN_DISAGREEMENTS: dict[str, dict[str, str]] = {"6.1": {}, "6.12": {}}
 
 
 def _breaks_a_rule(outcome: Outcome) -> bool:

@@ -1,6 +1,6 @@
-"""Hostile drops, round two (issue 17): nothing a container writes may stop, stall or mislead.
+"""Hostile drops: nothing a container writes may stop, stall or mislead the host.
 
-Each test reproduces one "Found" item of the issue against the code that had it,
+Each test reproduces one finding of an attack with write access to ``incoming/`` alone,
 then checks the general defence: contained per-drop steps, iterative removal that
 follows nothing, bounded validation and output, admin commands within their contract.
 """
@@ -321,7 +321,7 @@ def test_quarantine_is_bounded_in_bytes(host: Layout, kernel: str, signed: dict[
     )
 
 
-def test_state_untouched_by_round_two(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+def test_state_untouched_by_the_stalling_drops(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
     """A rejected drop leaves state.json as it was (the quarantine is not state)."""
     _good(host, kernel, signed)
     make_intake(host).run()
@@ -432,7 +432,7 @@ def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
 def test_status_lists_the_quarantine_and_never_renders_drop_markup(
     host: Layout, kernel: str, signed: dict[str, Path]
 ) -> None:
-    """Found 8 and issue 14: a key "[/]" crashed the rich view (MarkupError); status lists
+    """Found 8: a key "[/]" crashed the rich view (MarkupError); status lists
     the quarantined drops with their reasons."""
     drop = _good(host, kernel, signed)
     data = (drop / MANIFEST_NAME).read_text()
