@@ -321,7 +321,9 @@ def test_quarantine_is_bounded_in_bytes(host: Layout, kernel: str, signed: dict[
     )
 
 
-def test_state_untouched_by_the_stalling_drops(host: Layout, kernel: str, signed: dict[str, Path]) -> None:
+def test_state_untouched_by_the_stalling_drops(
+    host: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
     """A rejected drop leaves state.json as it was (the quarantine is not state)."""
     _good(host, kernel, signed)
     make_intake(host).run()
