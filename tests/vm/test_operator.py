@@ -1,4 +1,4 @@
-"""The proof of issue 12: driver upgrades under the NVIDIA GPU operator's pod, unchanged.
+"""Driver upgrades under the NVIDIA GPU operator's pod, unchanged.
 
 The pod is simulated in the guest with the mounts of the operator's driver DaemonSet
 (tests/vm/operator/pod.sh), its init container by a stand-in applying k8s-driver-manager's
