@@ -165,6 +165,17 @@ class Hashed:
     def __init__(self) -> None:
         self.sha256 = hashlib.sha256()
 
+    def reader(self, f: BinaryIO) -> Read:
+        """``f.read`` from its start, every byte read going through the digest too."""
+
+        def read(n: int) -> bytes:
+            data = f.read(n)
+            self.sha256.update(data)
+            return data
+
+        f.seek(0)
+        return read
+
 
 def decompress_file(
     f: BinaryIO, kind: str, cap: int = MAX_DECOMPRESSED, hashed: Hashed | None = None
@@ -172,14 +183,7 @@ def decompress_file(
     """The module image of the compressed file open in ``f`` (read from its start); every
     byte of the file, the stream and what follows it, goes through ``hashed``, even when
     decompression is refused, so the stored file's digest is known either way."""
-    seen = hashed or Hashed()
-
-    def read(n: int) -> bytes:
-        data = f.read(n)
-        seen.sha256.update(data)
-        return data
-
-    f.seek(0)
+    read = (hashed or Hashed()).reader(f)
     try:
         return decompress(read, kind, cap)
     finally:
@@ -200,14 +204,7 @@ def decompress_into(
     """Decompress the file open in ``f`` into ``out`` as it streams (never all of it in
     memory); the image's size. Every byte of ``f`` goes through ``hashed`` as in
     :func:`decompress_file`; ``count`` is told each piece's size first (and may refuse)."""
-    seen = hashed or Hashed()
-
-    def read(n: int) -> bytes:
-        data = f.read(n)
-        seen.sha256.update(data)
-        return data
-
-    f.seek(0)
+    read = (hashed or Hashed()).reader(f)
     size = 0
     try:
         for chunk in chunks(read, kind, cap, window=window):
