@@ -22,20 +22,9 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
+from tests.service.test_intake_runner import host, module  # the same host and module
 
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree whose trusted key signed ``module``."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
-
-
-@pytest.fixture
-def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
-    """ms_params signed with the trusted key."""
-    return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+__all__ = ["host", "module"]  # fixtures, shared with the intake runner's tests
 
 
 def _quarantined(host: Layout) -> list[Path]:

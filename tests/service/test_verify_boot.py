@@ -48,6 +48,22 @@ def pending(host: Layout, kernel: str, module: Path) -> None:
     assert outcome.accepted, outcome.reasons
 
 
+def boot_compressed(
+    host: Layout, signed: Path, kernel: str, kind: str, drop: Path
+) -> tuple[ImageKernel, bytes]:
+    """Take in ``signed`` compressed as ``kind`` under a ``.ko`` name, boot it with an
+    :class:`ImageKernel`; the kernel and the stored (compressed) bytes."""
+    stored = compress(signed.read_bytes(), kind)
+    module = drop / "ms_params.ko"  # the suffix lies: the content is compressed
+    module.parent.mkdir()
+    module.write_bytes(stored)
+    pending(host, kernel, module)
+    fake = ImageKernel()
+    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
+    assert state.bundle("z").loaded[0].module == "ms_params"
+    return fake, stored
+
+
 @pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
 def test_compressed_module_is_loaded_decompressed_whatever_its_name(
     tmp_path: Path,
@@ -61,13 +77,7 @@ def test_compressed_module_is_loaded_decompressed_whatever_its_name(
     kernel that cannot decompress modules (Debian 12's 6.1) gets the signed ELF, never a
     compressed file or the COMPRESSED flag."""
     signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
-    lying = tmp_path / "drop" / "ms_params.ko"
-    lying.parent.mkdir()
-    lying.write_bytes(compress(signed.read_bytes(), kind))
-    pending(host, kernel, lying)
-    fake = ImageKernel()
-    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
-    assert state.bundle("z").loaded[0].module == "ms_params"
+    fake, _stored = boot_compressed(host, signed, kernel, kind, tmp_path / "drop")
     assert fake.fds == [] and fake.compressed_loads == []
     assert fake.images == [("ms_params.ko", signed.read_bytes())]
 
@@ -90,20 +100,12 @@ def test_a_kernel_that_decompresses_the_format_gets_the_stored_file(
         config.read_text() + "CONFIG_MODULE_DECOMPRESS=y\nCONFIG_MODULE_COMPRESS_XZ=y\n"
     )
     signed = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
-    stored = compress(signed.read_bytes(), kind)
-    module = tmp_path / "drop" / "ms_params.ko"
-    module.parent.mkdir()
-    module.write_bytes(stored)
-    pending(host, kernel, module)
-    fake = ImageKernel()
-    state = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run()
-    assert state.bundle("z").loaded[0].module == "ms_params"
+    fake, stored = boot_compressed(host, signed, kernel, kind, tmp_path / "drop")
     if kind == "xz":
         assert fake.compressed_loads == [len(stored)] and fake.images == []
     else:
-        assert fake.compressed_loads == [] and fake.images == [
-            ("ms_params.ko", signed.read_bytes())
-        ]
+        assert fake.compressed_loads == []
+        assert fake.images == [("ms_params.ko", signed.read_bytes())]
 
 
 def test_plain_module_is_loaded_from_the_verified_descriptor(
