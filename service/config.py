@@ -180,7 +180,7 @@ def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
-_REBOOT_KEYS = {
+REBOOT_KEYS = {
     "backend",
     "command",
     "sentinel",
@@ -197,7 +197,7 @@ def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
     if not isinstance(value, dict):
         problems.append("reboot: must be a table")
         return RebootConfig()
-    problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - _REBOOT_KEYS)]
+    problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - REBOOT_KEYS)]
     backend = value.get("backend", "none")
     chosen = BACKENDS.get(backend) if isinstance(backend, str) else None
     if chosen is None:

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 from hypothesis import strategies as st
 
-from service.config import Config, Limits
+from service.config import REBOOT_KEYS, Config, Limits
 from stager.manifest import FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
 
 _LOWER = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -95,18 +95,10 @@ _keys = st.sampled_from(
         "sha256",
         "params",
         "auto_online_blocks",
-        # config.toml's top level and its [limits] table, as the config's dataclasses name them
+        # config.toml's top level, its [limits] and [reboot] tables, as the config names them
         *(f.name for f in fields(Config)),
         *(f.name for f in fields(Limits)),
-        "backend",
-        "command",
-        "sentinel",
-        "days",
-        "start",
-        "end",
-        "timezone",
-        "min_delay",
-        "min_interval",
+        *sorted(REBOOT_KEYS),
         "x",
     ]
 ) | st.text(max_size=8)
