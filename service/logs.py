@@ -1,103 +1,149 @@
-"""structlog, imported lean and configured once at the entry point.
+"""modstage's log: one structured event per line, configured once at the entry point.
 
-JSON lines when the stream is not a terminal (systemd/journald, CI), readable
-console lines on a terminal. When the stream is the journal (``JOURNAL_STREAM``
-names its device and inode) every line starts with its syslog priority
-(``<3>`` error ... ``<7>`` debug) so journald files it at that level.
+An event is a name and keyword fields (``log.error("intake.rejected", drop=..., reason=...)``).
+It is written as one JSON line when the stream is not a terminal (systemd/journald, CI):
+the fields, then ``event``, ``level`` and an ISO-8601 UTC ``timestamp``. On a terminal it
+is one readable line. When the stream is the journal (``JOURNAL_STREAM`` names its device
+and inode) every line starts with its syslog priority (``<3>`` error ... ``<7>`` debug) so
+journald files it at that level.
 
-Library code asks this module for its logger (:func:`get_logger`), so structlog
-is always imported through :func:`_import_structlog`: ``modstage boot`` runs on
-every node's boot critical path, and a bare ``import structlog`` pulls in rich,
-pygments and attrs (pretty tracebacks for the console renderer) and asyncio (for
-its async log methods), about 100 ms of imports modstage never uses.
+That is all modstage asks of a logging library, so it is written here with the standard
+library alone: ``modstage boot`` runs on every node's boot critical path, where a logging
+package's imports cost more than the boot's own log lines. :func:`capture_logs` hands the
+events to a test as dictionaries instead (``event`` and ``log_level`` plus the fields).
 """
 
 from __future__ import annotations
 
-import importlib
+import contextlib
+import json
 import os
 import sys
-from collections.abc import Mapping
-from types import ModuleType
+import time
+import traceback
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
-#: Optional extras structlog uses when importable; modstage renders tracebacks plainly.
-OPTIONAL_EXTRAS = ("rich", "better_exceptions", "colorama")
-#: Imported by structlog at import time, used only inside functions modstage never calls
-#: (its async log methods; the deprecated thread-local context; its standard-library
-#: ``logging`` integration and the ``logging`` module, used by modstage's daemon only).
-LAZY = (
-    "asyncio",
-    "uuid",
-    "logging",
-    "structlog.stdlib",
-    "structlog.threadlocal",
-)
-#: ``logging.INFO``, without importing ``logging`` on the boot path.
-INFO = 20
-
-#: syslog priority per log method (sd-daemon(3) prefixes, journald's SyslogLevelPrefix).
-PRIORITY = {
-    "critical": 2,
-    "exception": 3,
-    "error": 3,
-    "err": 3,
-    "warning": 4,
-    "warn": 4,
-    "info": 6,
-    "msg": 6,
-    "debug": 7,
+#: Numeric levels, as the standard library's ``logging`` numbers them.
+DEBUG, INFO, WARNING, ERROR, CRITICAL = 10, 20, 30, 40, 50
+#: A log method's level and syslog priority (sd-daemon(3) prefixes).
+METHODS: dict[str, tuple[str, int, int]] = {
+    "debug": ("debug", DEBUG, 7),
+    "info": ("info", INFO, 6),
+    "warning": ("warning", WARNING, 4),
+    "error": ("error", ERROR, 3),
+    "exception": ("error", ERROR, 3),
+    "critical": ("critical", CRITICAL, 2),
 }
 
 
-class _Deferred(ModuleType):
-    """Stands in ``sys.modules`` for a module until an attribute of it is first used.
+class _Sink:
+    """Where events go: a stream, its rendering and the lowest level written."""
 
-    ``importlib.util.LazyLoader`` does not help here: on 3.11 the ``import``
-    statement itself reads the module's ``__spec__`` and so loads it at once.
+    def __init__(self, stream: TextIO | None, json: bool | None, journal: bool, level: int):
+        self.stream = stream  # None: sys.stderr as it is when an event is written
+        self.json = json  # None: "not a terminal", decided per event
+        self.journal = journal
+        self.level = level
+
+    def write(self, method: str, fields: dict[str, Any]) -> None:
+        level, number, priority = METHODS[method]
+        if number < self.level:
+            return
+        stream = self.stream if self.stream is not None else sys.stderr
+        as_json = self.json if self.json is not None else not stream.isatty()
+        fields["level"] = level
+        fields["timestamp"] = _now()
+        line = _json_line(fields) if as_json else _console_line(fields)
+        if self.journal:
+            line = f"<{priority}>{line}"
+        stream.write(line + "\n")
+        stream.flush()
+
+
+_sink = _Sink(None, None, journal=False, level=INFO)
+#: The lists of the :func:`capture_logs` blocks being run, innermost last.
+_captures: list[list[dict[str, Any]]] = []
+
+
+class Logger:
+    """A named logger, with fields bound to every event it writes."""
+
+    __slots__ = ("bound", "name")
+
+    def __init__(self, name: str, bound: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.bound = dict(bound or {})
+
+    def bind(self, **fields: Any) -> Logger:
+        """This logger with ``fields`` added to every event."""
+        return Logger(self.name, {**self.bound, **fields})
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit("debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit("info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit("warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, fields)
+
+    def critical(self, event: str, **fields: Any) -> None:
+        self._emit("critical", event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error with the exception being handled, its traceback in ``exception``."""
+        self._emit("exception", event, {**fields, "exception": traceback.format_exc().rstrip()})
+
+    def _emit(self, method: str, event: str, fields: dict[str, Any]) -> None:
+        merged = {**self.bound, **fields, "event": event}
+        if _captures:
+            _captures[-1].append({**merged, "log_level": METHODS[method][0]})
+            return
+        _sink.write(method, merged)
+
+
+def get_logger(name: str) -> Logger:
+    """The logger named ``name``; it writes wherever :func:`configure` last pointed."""
+    return Logger(name)
+
+
+def configure(
+    stream: TextIO | None = None,
+    *,
+    json: bool | None = None,
+    journal: bool | None = None,
+    level: int = INFO,
+) -> None:
+    """Send modstage's log events to ``stream`` (stderr by default).
+
+    ``json`` defaults to "not a terminal", ``journal`` to :func:`is_journal`.
     """
-
-    def __getattr__(self, attr: str) -> Any:
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), attr)
-
-
-def _defer(name: str) -> None:
-    """Let ``import name`` succeed now and load ``name`` when it is first used."""
-    sys.modules[name] = _Deferred(name)
+    global _sink
+    stream = stream if stream is not None else sys.stderr
+    if journal is None:
+        journal = is_journal(stream)
+    _sink = _Sink(stream, json, journal, level)
 
 
-def _import_structlog() -> ModuleType:
-    """Import structlog with its optional extras hidden and asyncio deferred.
+def reset() -> None:
+    """Back to the defaults: stderr as it is at each event, info and above."""
+    global _sink
+    _sink = _Sink(None, None, journal=False, level=INFO)
 
-    A ``None`` entry in ``sys.modules`` makes ``import rich`` fail, which structlog
-    handles (it falls back to plain tracebacks); the entries are removed again so
-    code that wants rich later still gets it. Nothing changes once structlog is in.
-    """
-    if "structlog" in sys.modules:
-        return sys.modules["structlog"]
-    hidden = [name for name in OPTIONAL_EXTRAS if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]
-    for name in LAZY:
-        if name not in sys.modules:
-            _defer(name)
+
+@contextlib.contextmanager
+def capture_logs() -> Iterator[list[dict[str, Any]]]:
+    """Collect every event logged in the block, at every level, instead of writing it."""
+    events: list[dict[str, Any]] = []
+    _captures.append(events)
     try:
-        import structlog
+        yield events
     finally:
-        for name in hidden:
-            if sys.modules.get(name, False) is None:
-                del sys.modules[name]
-    return structlog
-
-
-structlog = _import_structlog()
-
-
-def get_logger(name: str) -> Any:
-    """A structlog logger named ``name``; bound lazily, configured by :func:`configure`."""
-    return structlog.get_logger(name)
+        _captures.remove(events)
 
 
 def is_journal(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
@@ -113,50 +159,23 @@ def is_journal(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool
     return want == f"{st.st_dev}:{st.st_ino}"
 
 
-def syslog_prefixed(render: Any) -> Any:
-    """Wrap a final renderer so each line starts with its ``<N>`` syslog priority."""
-
-    def prefixed(logger: Any, method: str, event: Any) -> str:
-        level = event.get("level", method)
-        priority = PRIORITY.get(method, PRIORITY.get(str(level), 6))
-        return f"<{priority}>{render(logger, method, event)}"
-
-    return prefixed
+def _now() -> str:
+    """Now as ISO 8601 in UTC with microseconds, e.g. ``2026-12-02T08:23:58.966820Z``."""
+    ns = time.time_ns()
+    seconds, micro = divmod(ns // 1000, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micro:06d}Z"
 
 
-def configure(
-    stream: TextIO | None = None,
-    *,
-    json: bool | None = None,
-    journal: bool | None = None,
-    level: int = INFO,
-) -> None:
-    """Send modstage's log events to ``stream`` (stderr by default).
+def _json_line(fields: dict[str, Any]) -> str:
+    """One JSON object; a value JSON cannot hold is written as its ``repr``."""
+    return json.dumps(fields, default=repr)
 
-    ``json`` defaults to "not a terminal", ``journal`` to :func:`is_journal`.
-    """
-    stream = stream if stream is not None else sys.stderr
-    if json is None:
-        json = not stream.isatty()
-    if journal is None:
-        journal = is_journal(stream)
-    tail: list[Any] = (
-        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
-        if json
-        else [structlog.dev.ConsoleRenderer()]  # formats exc_info itself
-    )
-    if journal:
-        tail[-1] = syslog_prefixed(tail[-1])
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            *tail,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        # not cached: a module-level logger then follows a later configure() (a test's
-        # capture_logs, the daemon's) instead of keeping the first; a few µs per event
-        cache_logger_on_first_use=False,
-    )
+
+def _console_line(fields: dict[str, Any]) -> str:
+    """``timestamp [level] event key=value ...``, with a traceback on the lines after."""
+    fields = dict(fields)
+    head = f"{fields.pop('timestamp')} [{fields.pop('level'):<8}] {fields.pop('event')}"
+    tb = fields.pop("exception", None)
+    tail = " ".join(f"{key}={value!r}" for key, value in fields.items())
+    line = f"{head:<50} {tail}".rstrip()
+    return line if tb is None else f"{line}\n{tb}"

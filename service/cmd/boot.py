@@ -9,8 +9,6 @@ it: nothing changes.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING, TextIO
 
 from service.cmd.host import Host
@@ -54,57 +52,22 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",
             file=out,
         )
-    metrics_in_background(layout, out)
+    retire_metrics(layout)
     return 0 if all(b.phase is not Phase.FAILED for b in state.bundles.values()) else 1
 
 
-def write_boot_metrics(layout: Layout) -> None:
-    """The node-exporter textfile after a boot; a failure is logged, never raised."""
-    from service.boot.loader import log
-    from service.status.metrics import write_metrics  # the status collection: not boot's
+def retire_metrics(layout: Layout) -> None:
+    """Remove the node-exporter textfile the previous boot's daemon left.
 
-    try:
-        write_metrics(layout, layout.metrics)
-    except OSError as exc:  # metrics must never fail a boot
-        log.error("metrics.write_failed", path=str(layout.metrics), error=exc.strerror or str(exc))
-
-
-#: Metrics writers a long-lived caller (the tests) forked and has not reaped yet.
-_writers: list[int] = []
-
-
-def metrics_in_background(layout: Layout, out: TextIO) -> None:
-    """Write the metrics textfile in a child once the boot's outcome is final.
-
-    systemd starts the kubelet when this process exits; the status collection behind
-    the metrics (a fifth of a boot's time) need not delay it, nor need the boot wait
-    for the child: the console script exits at once (``service.cli.entry``) and the
-    child, reparented to init, is reaped there. A caller that lives on reaps its earlier
-    writers here, once they are done. Without ``fork`` the file is written here.
+    It describes a boot that is over; the daemon writes the new one on its first pass,
+    right after it starts (it is ordered after this unit), so until then the metrics are
+    absent rather than stale, and a node whose daemon does not start shows no
+    ``modstage_*`` series at all (an ``absent()`` alert) instead of the old phases. The
+    status collection behind the metrics is the daemon's work, not the boot's.
     """
-    for pid in list(_writers):
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                continue  # still writing
-        except ChildProcessError:
-            pass  # reaped by someone else
-        _writers.remove(pid)
-    for stream in (out, sys.stdout, sys.stderr):
-        stream.flush()
-    try:
-        child = os.fork()
-    except OSError:
-        write_boot_metrics(layout)
-        return
-    if child:
-        _writers.append(child)
-        return
-    try:  # the child: never returns into the caller's code
-        write_boot_metrics(layout)
-    except BaseException:
-        import traceback
+    from service.boot.loader import log
 
-        traceback.print_exc()
-    finally:
-        sys.stderr.flush()
-        os._exit(0)
+    try:
+        layout.metrics.unlink(missing_ok=True)
+    except OSError as exc:  # metrics must never fail a boot
+        log.error("metrics.retire_failed", path=str(layout.metrics), error=exc.strerror or str(exc))

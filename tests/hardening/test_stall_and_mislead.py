@@ -19,9 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import structlog
 import tomli_w
-from structlog.testing import capture_logs
 
 from service.cli import main
 from service.config import Config, Limits
@@ -29,6 +27,7 @@ from service.daemon.events import DropWatcher
 from service.daemon.loop import Daemon
 from service.daemon.notify import notify
 from service.layout import Layout
+from service.logs import capture_logs
 from service.reboot import NoRebooter
 from service.status.collect import collect
 from service.status.view import lines, render_rich
@@ -46,24 +45,6 @@ from tests.kmod import SigningKey
 from tests.service.fakes import make_host
 
 M = "ms_exporter"
-
-
-@pytest.fixture(autouse=True)
-def uncached_loggers() -> Iterator[None]:
-    """``capture_logs`` sees every event even after a CLI test configured structlog.
-
-    ``configure()`` caches each module's logger on first use; a cached logger keeps the
-    processors it was built with and bypasses ``capture_logs``.
-    """
-    from service.daemon import loop
-    from service.store import intake
-    from service.verify import trust
-
-    structlog.reset_defaults()
-    for module in (loop, intake, quarantine, trust):
-        vars(module.log).pop("bind", None)
-    yield
-    structlog.reset_defaults()
 
 
 def _good(host: Layout, kernel: str, signed: dict[str, Path], bundle: str = "good") -> Path:

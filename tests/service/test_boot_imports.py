@@ -25,14 +25,14 @@ THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
     "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
-    "structlog": "the log (imported lean by service.logs)",
 }
 #: Standard-library packages that must stay off the boot path (each was on it once).
 NEVER = {
-    "asyncio": "structlog's async methods only (deferred by service.logs)",
+    "structlog": "the log is service.logs, the standard library alone",
+    "asyncio": "structlog's async methods (no longer a dependency)",
     "ssl": "via asyncio",
     "email": "via rich",
-    "rich": "structlog's pretty console tracebacks",
+    "rich": "status's tables on a terminal",
     "pygments": "via rich",
     "attr": "via rich",
     "uuid": "structlog's deprecated thread-local context",
@@ -47,7 +47,7 @@ NEVER = {
     "kernel's rsapubkey grammar; trusted certificates are read by the kernel's X.509 "
     "grammar (service.verify.x509), the project's one certificate parser",
     "asn1crypto": "ECDSA signatures, key ids in words (verify.keyid)",
-    "logging": "structlog's standard-library integration (deferred by service.logs), the daemon",
+    "logging": "service.logs writes its lines itself",
     "lzma": "only for .ko.xz modules",
     "gzip": "only for the running kernel's /proc/config.gz",
     "platform": "the machine's ELF type comes from os.uname()",

@@ -1,7 +1,8 @@
-"""Logging: syslog priorities for journald, and what importing structlog drags in."""
+"""Logging: JSON lines, syslog priorities for journald, levels, capture, and its imports."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -17,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def _reset_structlog() -> object:
+def _reset_logs() -> object:
     yield
-    logs.structlog.reset_defaults()
+    logs.reset()
 
 
 def emit(stream: io.StringIO, **options: object) -> list[str]:
@@ -100,65 +101,69 @@ def test_configure_prefixes_when_its_stream_is_the_journal(tmp_path: Path) -> No
     assert [line[:3] for line in lines] == ["<3>", "<6>"]
 
 
-def test_console_renderer_still_works_without_rich() -> None:
-    """On a terminal the console renderer prints readable lines (no JSON, no prefix)."""
+def test_console_lines_are_readable_on_a_terminal() -> None:
+    """On a terminal each event is one readable line (no JSON, no prefix) with its fields."""
     lines = emit(io.StringIO(), json=False, journal=False)
     assert "i.event" in lines[1] and not lines[1].startswith(("{", "<"))
+    assert "[error" in lines[3] and "reason='x'" in lines[3]
+
+
+def test_json_line_holds_fields_event_level_and_a_utc_timestamp() -> None:
+    """A JSON line carries the bound and given fields, then event, level and timestamp
+    (ISO 8601, UTC, microseconds); a value JSON cannot hold is written as its repr."""
+    stream = io.StringIO()
+    logs.configure(stream, json=True, journal=False)
+    logs.get_logger("t").bind(bundle="nvidia").info("b.event", path=Path("/x"), n=2)
+    (line,) = stream.getvalue().splitlines()
+    event = json.loads(line)
+    assert list(event) == ["bundle", "path", "n", "event", "level", "timestamp"]
+    assert event["path"] == repr(Path("/x")) and event["n"] == 2
+    stamp = datetime.datetime.strptime(event["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    assert abs((now - stamp).total_seconds()) < 60
+
+
+def test_capture_logs_sees_every_level_and_writes_nothing() -> None:
+    """Inside capture_logs every event (debug too) is collected as a dict with event and
+    log_level, nothing reaches the stream; after the block events are written again."""
+    stream = io.StringIO()
+    logs.configure(stream, json=True, journal=False)
+    log = logs.get_logger("t").bind(bundle="b")
+    with logs.capture_logs() as captured:
+        log.debug("d.event", n=1)
+        log.error("e.event")
+    assert captured == [
+        {"bundle": "b", "n": 1, "event": "d.event", "log_level": "debug"},
+        {"bundle": "b", "event": "e.event", "log_level": "error"},
+    ]
+    assert stream.getvalue() == ""
+    log.info("after")
+    assert json.loads(stream.getvalue())["event"] == "after"
+
+
+def test_unconfigured_events_go_to_stderr_as_it_is_then(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before configure() an event is written to the current sys.stderr, info and above."""
+    logs.reset()
+    logs.get_logger("t").debug("hidden")
+    logs.get_logger("t").warning("shown")
+    err = capsys.readouterr().err
+    assert "shown" in err and "hidden" not in err
 
 
 PROBE = """
 import sys
 before = set(sys.modules)
 import service.logs
-log = service.logs.get_logger("probe")
+service.logs.get_logger("probe").info("x")
 new = {m for m in set(sys.modules) - before if type(sys.modules[m]).__name__ == "module"}
 print(" ".join(sorted(new)))
 """
 
 
-def test_importing_structlog_through_logs_leaves_its_extras_out() -> None:
-    """rich, pygments, attrs, asyncio and ssl are not imported by the logging module."""
+def test_logging_imports_only_the_standard_library() -> None:
+    """Logging an event imports nothing outside the standard library (it is on the boot path)."""
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
     loaded = {m.split(".")[0] for m in out}
-    assert "structlog" in loaded
-    assert not loaded & {"rich", "pygments", "attr", "asyncio", "ssl", "uuid", "colorama"}
-
-
-DEFERRED = """
-import service.logs, sys
-assert type(sys.modules["asyncio"]).__name__ == "_Deferred"
-import asyncio
-async def main():
-    return 42
-assert asyncio.run(main()) == 42
-import asyncio as again
-assert again.run is asyncio.run and type(sys.modules["asyncio"]).__name__ == "module"
-import uuid
-assert len(str(uuid.uuid4())) == 36
-import rich.console
-print("ok")
-"""
-
-
-def test_deferred_modules_load_on_first_use() -> None:
-    """asyncio and uuid, deferred for structlog, work when something does use them; rich too."""
-    out = subprocess.run(
-        [sys.executable, "-c", DEFERRED], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "ok"
-
-
-def test_only_the_logging_module_imports_structlog() -> None:
-    """Every other module asks service.logs for its logger, so structlog always comes in lean."""
-    offenders = [
-        str(path.relative_to(ROOT))
-        for path in sorted((ROOT / "service").rglob("*.py"))
-        if path.name != "logs.py"
-        and any(
-            line.strip().startswith(("import structlog", "from structlog"))
-            for line in path.read_text().splitlines()
-        )
-    ]
-    assert offenders == []
+    assert loaded - set(sys.stdlib_module_names) == {"service"}

@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from structlog.testing import capture_logs
-
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
+from service.logs import capture_logs
 from service.store.phase import Phase
 from service.store.state import State
 from service.store.statefile import LAST_GOOD, load, save
@@ -79,7 +78,7 @@ def vars_of(config: Config) -> dict[str, object]:
 
 def test_boot_command_goes_on_with_an_invalid_config(tmp_path: Path) -> None:
     """``modstage boot`` with a broken config exits 0 (nothing to load) and says so on stderr;
-    a metrics file it cannot write is never printed to stdout. (Run as a process: boot
+    a metrics file it cannot remove is never printed to stdout. (Run as a process: boot
     configures logging for the whole process.)"""
     layout = Layout(tmp_path)
     layout.boot_id.parent.mkdir(parents=True)
@@ -100,7 +99,7 @@ def test_boot_command_goes_on_with_an_invalid_config(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "metrics" not in done.stdout
     assert "config.invalid" in done.stderr and "max_boot_attempt" in done.stderr
-    assert "metrics.write_failed" in done.stderr
+    assert "metrics.retire_failed" in done.stderr
 
 
 def test_the_daemon_rebuilds_a_state_it_finds_corrupt(

@@ -70,7 +70,7 @@ def journal(vm: Vm, unit: str, *, priority: str | None = None) -> list[dict[str,
 
 
 def events(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The structlog events among journal records, each with journald's PRIORITY added."""
+    """modstage's log events among journal records, each with journald's PRIORITY added."""
     found = []
     for record in records:
         message = record.get("MESSAGE")
