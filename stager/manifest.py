@@ -15,18 +15,30 @@ import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 
 from stager.errors import ManifestError
 from stager.params import ParamsError, parse_params
-from stager.paths import MANIFEST_NAME, MODULE_SUFFIXES, module_name, relpath_problem
-from stager.record import dump, spec
+from stager.paths import (
+    MANIFEST_NAME,
+    MODULE_SUFFIXES,
+    bundle_problem,
+    module_name,
+    relpath_problem,
+)
+from stager.record import Loader, Problems, RecordError, dump, kind, load, spec
 
 SCHEMA = 1
 MAX_MANIFEST_BYTES = 1 << 20
+MAX_MODULES = 256
+MAX_FIRMWARE = 4096
+MAX_AFTER = 256
+MAX_TOKEN = 128
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+_TOKEN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._+~:-]{{0,{MAX_TOKEN - 1}}}\Z")
+E = TypeVar("E", "ModuleEntry", "FirmwareEntry")
 
 
 class MemoryPolicy(StrEnum):
@@ -87,16 +99,102 @@ class FirmwareEntry:
 
 
 @dataclass(frozen=True)
-class Manifest:
-    """A bundle's manifest: what to load, in which order, with which firmware."""
+class MemoryTable:
+    """The ``[memory]`` table: the policy for hot-added memory blocks."""
 
-    bundle: str
-    version: str
-    kernel: str
-    modules: tuple[ModuleEntry, ...]
-    firmware: tuple[FirmwareEntry, ...] = ()
-    after: tuple[str, ...] = ()
-    memory: MemoryPolicy | None = None
+    auto_online_blocks: MemoryPolicy
+
+
+def _token_problem(text: str) -> str | None:
+    if _TOKEN.match(text):
+        return None
+    return (
+        f"{text!r} is not a plain token (letters, digits, '.', '_', '+', '~', ':', '-'; "
+        f"at most {MAX_TOKEN})"
+    )
+
+
+def _entries(entry: type[E], limit: int) -> Loader:
+    """The loader of an array of ``entry`` tables: at most ``limit``, counted before any is read."""
+
+    def load_entries(value: Any, at: str, problems: Problems) -> tuple[E, ...]:
+        if not isinstance(value, list):
+            problems.append(f"{at}: must be an array of tables, not {kind(value)}")
+            return ()
+        if len(value) > limit:
+            problems.append(f"{at}: more than {limit} entries")
+            return ()
+        out = []
+        for i, table in enumerate(value):
+            try:
+                out.append(load(entry, table, f"{at}[{i}]"))
+            except RecordError as exc:
+                problems += exc.problems
+        return tuple(out)
+
+    return load_entries
+
+
+def _load_after(value: Any, at: str, problems: Problems) -> tuple[str, ...]:
+    """``after``: distinct bundle names, at most :data:`MAX_AFTER`."""
+    if not isinstance(value, list):
+        problems.append(f"{at}: must be an array, not {kind(value)}")
+        return ()
+    if len(value) > MAX_AFTER:
+        problems.append(f"{at}: {len(value)} entries, more than {MAX_AFTER}")
+        return ()
+    out: list[str] = []
+    for i, name in enumerate(value):
+        key = f"{at}[{i}]"
+        if not isinstance(name, str):
+            problems.append(f"{key}: must be a string, not {kind(name)}")
+        elif why := bundle_problem(name):
+            problems.append(f"{key}: {why}")
+        elif name in out:
+            problems.append(f"{key}: {name!r} is listed twice")
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def _load_memory(value: Any, at: str, problems: Problems) -> MemoryPolicy | None:
+    """``[memory]``: its one key, ``auto_online_blocks``."""
+    try:
+        return load(MemoryTable, value, at).auto_online_blocks
+    except RecordError as exc:
+        problems += exc.problems
+        return None
+
+
+def _no_modules(modules: tuple[ModuleEntry, ...]) -> str | None:
+    return None if modules else "empty (a bundle loads at least one module)"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A bundle's manifest: what to load, in which order, with which firmware.
+
+    Each field's checks sit beside it (``stager.record``); the checks across fields
+    (a file listed twice, a bundle after itself) and the top-level ``schema`` are
+    :mod:`stager.validate`'s.
+    """
+
+    bundle: str = field(metadata=spec(check=bundle_problem))
+    version: str = field(metadata=spec(check=_token_problem))
+    kernel: str = field(metadata=spec(check=_token_problem))
+    modules: tuple[ModuleEntry, ...] = field(
+        metadata=spec(
+            key="module",
+            load=_entries(ModuleEntry, MAX_MODULES),
+            check=_no_modules,
+            required="a bundle loads at least one module",
+        )
+    )
+    firmware: tuple[FirmwareEntry, ...] = field(
+        default=(), metadata=spec(load=_entries(FirmwareEntry, MAX_FIRMWARE))
+    )
+    after: tuple[str, ...] = field(default=(), metadata=spec(load=_load_after))
+    memory: MemoryPolicy | None = field(default=None, metadata=spec(load=_load_memory))
 
     @classmethod
     def from_toml(cls, text: str | bytes, source: str = "manifest.toml") -> Manifest:

@@ -56,11 +56,12 @@ def spec(
     check: Callable[[Any], str | None] | None = None,
     load: Loader | None = None,
     dump: Callable[[Any], Any] | None = None,
-    required: bool = False,
+    required: bool | str = False,
 ) -> dict[str, Any]:
     """A field's metadata: its ``key``, when to ``omit`` it from the plain form, a
     ``check`` of the converted value (a problem or None), a ``load``/``dump`` of its own,
-    and whether a document must have the key although the field has a default."""
+    and whether a document must have the key although the field has a default (a text:
+    why, added to the problem ``missing``)."""
     given: dict[str, Any] = {"key": key, "omit": omit, "check": check, "load": load}
     given["dump"] = dump
     given["required"] = required or None
@@ -131,86 +132,155 @@ def kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _record(cls: type, value: Any, where: str, problems: Problems, unknown: str) -> Any:
-    if not isinstance(value, dict):
-        problems.append(f"{where or 'document'}: must be a table, not {kind(value)}")
-        return None
-    hints = _hints(cls)
-    by_key = {f.metadata.get("key", f.name): f for f in dataclasses.fields(cls) if f.init}
-    if unknown == "refuse":
-        problems += [f"{join(where, k)}: unknown key" for k in sorted(set(value) - set(by_key))]
-    values: dict[str, Any] = {}
-    before = len(problems)
-    for key, f in by_key.items():
-        at = join(where, key)
-        if key not in value:
-            if f.metadata.get("required") or (
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            ):
-                problems.append(f"{at}: missing")
-            continue
-        mark = len(problems)
-        if "load" in f.metadata:
-            converted = f.metadata["load"](value[key], at, problems)
-        else:
-            converted = _convert(hints[f.name], value[key], at, problems, unknown)
-        check = f.metadata.get("check")
-        if len(problems) == mark and check is not None and (why := check(converted)):
-            problems.append(f"{at}: {why}")
-        values[f.name] = converted
-    return cls(**values) if len(problems) == before else None
+Convert = Callable[[Any, str, Problems, str], Any]  # (value, key, problems, unknown)
 
 
 class _Wrong(Exception):
     """The value is not of the hinted type (the caller words the problem)."""
 
 
-def _convert(hint: Any, value: Any, at: str, problems: Problems, unknown: str) -> Any:
-    try:
-        return _typed(hint, value, at, problems, unknown)
-    except _Wrong:
-        problems.append(f"{at}: must be {describe(hint)}, not {kind(value)}")
+class _Field(typing.NamedTuple):
+    """How one field is read: worked out once per record class (:func:`_fields`)."""
+
+    key: str
+    name: str
+    missing: str | None  # the problem when the key is absent; None: the default holds
+    load: Loader | None  # the field's own reader (``spec(load=)``)
+    convert: Convert | None  # or the one for its type hint
+    check: Callable[[Any], str | None] | None
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[_Field, ...], frozenset[str]]:
+    """The fields of ``cls`` as it reads them, and their keys."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        needed = f.metadata.get("required")
+        missing = None
+        if needed or (
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ):
+            missing = "missing" + (f" ({needed})" if isinstance(needed, str) else "")
+        own = f.metadata.get("load")
+        convert = None if own is not None else _converter(hints[f.name])
+        key = f.metadata.get("key", f.name)
+        out.append(_Field(key, f.name, missing, own, convert, f.metadata.get("check")))
+    return tuple(out), frozenset(f.key for f in out)
+
+
+def _record(cls: type, value: Any, where: str, problems: Problems, unknown: str) -> Any:
+    if not isinstance(value, dict):
+        problems.append(f"{where or 'document'}: must be a table, not {kind(value)}")
         return None
+    fields, keys = _fields(cls)
+    if unknown == "refuse" and (extra := value.keys() - keys):
+        problems += [f"{join(where, k)}: unknown key" for k in sorted(extra)]
+    values: dict[str, Any] = {}
+    before = len(problems)
+    for f in fields:
+        at = join(where, f.key)
+        if f.key not in value:
+            if f.missing is not None:
+                problems.append(f"{at}: {f.missing}")
+            continue
+        mark = len(problems)
+        if f.load is not None:
+            converted = f.load(value[f.key], at, problems)
+        else:
+            assert f.convert is not None  # one of the two, by _fields
+            converted = f.convert(value[f.key], at, problems, unknown)
+        if len(problems) == mark and f.check is not None and (why := f.check(converted)):
+            problems.append(f"{at}: {why}")
+        values[f.name] = converted
+    return cls(**values) if len(problems) == before else None
 
 
-def _typed(hint: Any, value: Any, at: str, problems: Problems, unknown: str) -> Any:
+@functools.cache
+def _converter(hint: Any) -> Convert:
+    """The reader of a value of type ``hint``; a wrong type becomes the problem
+    ``must be <hint in words>, not <what it is>``."""
+    typed, said = _typed(hint), describe(hint)
+
+    def convert(value: Any, at: str, problems: Problems, unknown: str) -> Any:
+        try:
+            return typed(value, at, problems, unknown)
+        except _Wrong:
+            problems.append(f"{at}: must be {said}, not {kind(value)}")
+            return None
+
+    return convert
+
+
+@functools.cache
+def _typed(hint: Any) -> Convert:
+    """The reader of a value of type ``hint`` that raises :class:`_Wrong` on another type."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
-        return value
+        return lambda value, at, problems, unknown: value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        return _union([_typed(a) for a in args if a is not type(None)], type(None) in args)
+    if origin in (tuple, list):
+        return _sequence(_converter(args[0]), origin is tuple)
+    if origin in (dict, Mapping):
+        item = _converter(args[1])
+
+        def table(value: Any, at: str, problems: Problems, unknown: str) -> Any:
+            if not isinstance(value, dict):
+                raise _Wrong
+            return {k: item(v, join(at, k), problems, unknown) for k, v in value.items()}
+
+        return table
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+
+        def record(value: Any, at: str, problems: Problems, unknown: str) -> Any:
+            if not isinstance(value, dict):
+                raise _Wrong
+            return _record(hint, value, at, problems, unknown)
+
+        return record
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _member(hint)
+    return lambda value, at, problems, unknown: _scalar(hint, value)
+
+
+def _union(choices: list[Convert], nullable: bool) -> Convert:
+    def union(value: Any, at: str, problems: Problems, unknown: str) -> Any:
+        if value is None and nullable:
             return None
-        for choice in (a for a in args if a is not type(None)):
+        for choice in choices:
             try:
-                return _typed(choice, value, at, problems, unknown)
+                return choice(value, at, problems, unknown)
             except _Wrong:
                 continue
         raise _Wrong
-    if origin in (tuple, list):
+
+    return union
+
+
+def _sequence(item: Convert, as_tuple: bool) -> Convert:
+    def sequence(value: Any, at: str, problems: Problems, unknown: str) -> Any:
         if not isinstance(value, list):
             raise _Wrong
-        items = [_convert(args[0], v, f"{at}[{i}]", problems, unknown) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin in (dict, Mapping):
-        if not isinstance(value, dict):
-            raise _Wrong
-        return {k: _convert(args[1], v, join(at, k), problems, unknown) for k, v in value.items()}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise _Wrong
-        return _record(hint, value, at, problems, unknown)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        items = [item(v, f"{at}[{i}]", problems, unknown) for i, v in enumerate(value)]
+        return tuple(items) if as_tuple else items
+
+    return sequence
+
+
+def _member(hint: type[enum.Enum]) -> Convert:
+    allowed = "|".join(str(m.value) for m in hint)
+
+    def member(value: Any, at: str, problems: Problems, unknown: str) -> Any:
         try:
             return hint(value)
         except ValueError:
-            problems.append(f"{at}: {value!r} is not one of {'|'.join(str(m.value) for m in hint)}")
+            problems.append(f"{at}: {value!r} is not one of {allowed}")
             return None
-    return _scalar(hint, value)
+
+    return member
 
 
 def _scalar(hint: Any, value: Any) -> Any:

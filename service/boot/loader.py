@@ -124,7 +124,7 @@ class Boot:
                 self.persist.save(state, "boot_id")
             if not self.firmware.has_links():
                 self.firmware.point(False)  # never leave a stale firmware path behind
-            self.persist.mirror()
+            self.persist.mirror(state)
             return state
 
     def _save(self, state: State, name: str, bundle: BundleState, **status: Any) -> State:

@@ -36,8 +36,8 @@ class Persist(Protocol):
     def live(self, name: str, generation: str) -> None:
         """``generation`` of bundle ``name`` went live: write its digest file."""
 
-    def mirror(self) -> None:
-        """Copy every status file to the configured extra directories."""
+    def mirror(self, state: State) -> None:
+        """Publish ``state`` (the saved one) to the node labels and the status mirrors."""
 
 
 class Durable:
@@ -76,11 +76,11 @@ class Durable:
 
         publish_live(self.layout, self.config, name, generation)
 
-    def mirror(self) -> None:
-        """The status mirrors the config names."""
+    def mirror(self, state: State) -> None:
+        """The node labels and the status mirrors the config names."""
         from service.store.publish import mirror_status
 
-        mirror_status(self.layout, self.config)
+        mirror_status(self.layout, self.config, state)
 
 
 class Recorded:
@@ -116,5 +116,5 @@ class Recorded:
     def live(self, name: str, generation: str) -> None:
         """Nothing is written."""
 
-    def mirror(self) -> None:
+    def mirror(self, state: State) -> None:
         """Nothing is written."""

@@ -110,7 +110,7 @@ def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -
     return str(path)
 
 
-def mirror_status(layout: Layout, config: Config) -> None:
+def mirror_status(layout: Layout, config: Config, state: State | None = None) -> None:
     """Publish the state for the cluster: node labels, and a copy of every
     ``status/<bundle>.json`` in each ``status_dirs``, with what a pod needs.
 
@@ -118,13 +118,15 @@ def mirror_status(layout: Layout, config: Config) -> None:
     Each status copy adds ``generations`` (id -> version, kernel, failed) and
     ``running_kernel``, so a driver container can tell its own version's failure and a
     drop for another kernel. A failure is logged, never raised: publishing must not stop
-    intake or boot.
+    intake or boot. ``state`` is the state just saved, when the caller holds it (the boot);
+    otherwise ``state.json`` is read.
     """
-    try:
-        state = read(layout.state)
-    except (OSError, ValueError, StateError) as exc:
-        log.error("status.mirror_failed", error=str(exc))
-        return
+    if state is None:
+        try:
+            state = read(layout.state)
+        except (OSError, ValueError, StateError) as exc:
+            log.error("status.mirror_failed", error=str(exc))
+            return
     try:
         if written := write_labels(layout, config.node_labels, state):
             log.info("labels.written", path=str(written))
