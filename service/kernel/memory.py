@@ -259,7 +259,8 @@ def _deadline(seconds: float) -> Iterator[None]:
     """Interrupt a blocking sysfs write after ``seconds`` (main thread only; else no limit).
 
     Offlining retries while pages fail to migrate until a signal is pending; the alarm's
-    handler raises, so the interrupted write(2) is not restarted.
+    handler raises, so the interrupted write(2) is not restarted. An alarm the caller set
+    is kept: this one fires no later than it, and it is re-armed afterwards.
     """
     if threading.current_thread() is not threading.main_thread() or seconds <= 0:
         yield
@@ -268,13 +269,18 @@ def _deadline(seconds: float) -> Iterator[None]:
     def expire(signum: int, frame: object) -> None:
         raise _Expired
 
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a caller's own alarm is kept
+    started = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer else seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # re-armed for what is left of it (at once if it is due)
+            left = outer - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6))
 
 
 def hand_over(sysfs: Sysfs) -> bool:

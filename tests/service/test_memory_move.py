@@ -169,3 +169,23 @@ def test_hand_over_turns_the_kernels_own_onlining_off_and_keeps_a_chosen_setting
     assert hand_over(sysfs) is False
     assert sysfs.read(f"{MEMORY}/auto_online_blocks") == "online_movable"
     assert hand_over(Sysfs(tmp_path / "absent")) is False
+
+
+def test_a_callers_own_alarm_survives_the_offline_deadline(tmp_path: Path) -> None:
+    """A caller's pending SIGALRM timer is re-armed after a move (the test bed's agent
+    bounds every request with one): what is left of it, not cancelled."""
+    import signal
+
+    node(tmp_path, {8: ("online", "Normal", True)})
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        apply_policy(FakeSysfs(tmp_path), MemoryPolicy.ONLINE_MOVABLE)
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 25 < left <= 30
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == []
+    assert zones(tmp_path) == {8: "online/Movable"}
