@@ -75,3 +75,39 @@ def install(root: Path, *argv: str | Path) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=600,
     )
+
+
+def requirements() -> list[str]:
+    """modstage's own and host dependencies, as pyproject.toml names them."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["host"]]
+
+
+def wheelhouse_for(python: str) -> Path:
+    """Binary wheels of modstage's host dependencies for another CPython (``"3.13"``: Debian
+    13's), fetched once by this interpreter's pip and cached per pyproject.toml; install
+    modstage's own wheel from it (no build backend needed)."""
+    tag = python.replace(".", "")
+    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + python.encode())
+    house = cache_dir() / f"wheels-cp{tag}-{key.hexdigest()[:16]}"
+    if not (house / ".complete").exists():
+        platforms = [
+            f"--platform={p}_x86_64"
+            for p in ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014")
+        ]
+        abis = [f"--abi={a}" for a in (f"cp{tag}", "abi3", "none")]
+        pip(
+            "download",
+            "--only-binary=:all:",
+            f"--python-version={python}",
+            "--implementation=cp",
+            *platforms,
+            *abis,
+            "-d",
+            house,
+            *requirements(),
+        )
+        (house / ".complete").touch()
+    return house
