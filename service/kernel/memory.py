@@ -1,7 +1,9 @@
 """Memory hotplug onlining: pure plans over block states, applied through sysfs.
 
 ``auto_online_blocks`` decides what the kernel does with blocks added later;
-blocks already present and offline are onlined by modstage as the policy says.
+blocks already present and offline are onlined by modstage as the policy says, and
+hot-pluggable blocks the kernel onlined into another zone before the policy was set
+(Debian 13's 6.12 onlines by itself) are moved (docs/boot-path.md).
 Order: since Linux 4.13 zones may overlap, and 6.1 puts a block written
 ``online_movable`` into ZONE_MOVABLE whatever its neighbours (``zone_for_pfn_range``
 with MMOP_ONLINE_MOVABLE), so the order no longer decides the zone. Blocks are still
