@@ -111,3 +111,33 @@ def wheelhouse_for(python: str) -> Path:
         )
         (house / ".complete").touch()
     return house
+
+
+def install_in_debian13(tree: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
+    """``deploy/install.sh --root TREE --from WHEEL`` run inside a fresh Debian 13 root
+    (``debian13.install_root``, with ``chroot``: its Python 3.13 builds the venv), dependencies
+    offline from :func:`wheelhouse_for`; the tree, which may hold files already, is copied in
+    and the result copied back. Not checked: the completed process."""
+    import tempfile
+
+    from tests.vm.harness import debian13
+
+    root = debian13.install_root()
+    scratch = Path(tempfile.mkdtemp(prefix="modstage-install-", dir=root / "tmp"))
+    inside = f"/tmp/{scratch.name}"
+    try:
+        checkout(scratch)
+        shutil.copy(wheel, scratch / wheel.name)
+        shutil.copytree(wheelhouse_for("3.13"), scratch / "wheels")
+        shutil.copytree(tree, scratch / "tree", symlinks=True, dirs_exist_ok=True)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+        argv = ["sh", f"{inside}/source/deploy/install.sh", "--root", f"{inside}/tree"]
+        argv += ["--from", f"{inside}/{wheel.name}", "--wheels", f"{inside}/wheels"]
+        done = subprocess.run(
+            ["chroot", str(root), *argv], capture_output=True, text=True, check=False, env=env
+        )
+        if done.returncode == 0:
+            shutil.copytree(scratch / "tree", tree, symlinks=True, dirs_exist_ok=True)
+        return done
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from service.store.phase import Phase
-from tests.installer import checkout, install, wheelhouse
-from tests.kmod import SigningKey, kernel_release, make_key, sign
-from tests.vm.harness import Vm, VmFactory
+from tests.installer import build_wheel, checkout, install, install_in_debian13, wheelhouse
+from tests.kmod import SigningKey, make_key
+from tests.vm.harness import Vm, VmFactory, kmod
+from tests.vm.harness.kernel import Kernel
 from tests.vm.harness.systemd import (
     SAW,
     events,
@@ -33,8 +34,7 @@ from tests.vm.harness.systemd import (
 )
 from tests.vm.node import live_modules, state
 
-pytestmark = pytest.mark.vm
-KERNEL = kernel_release()
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 CONFIG = """\
 allowed_bundles = ["test"]
 hotplug_policy = "online_movable"
@@ -53,16 +53,20 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey) -> Path:
-    """deploy/install.sh --root TREE from a copy of the checkout (the default source),
-    over an admin's config and trusted certificate."""
-    work = tmp_path_factory.mktemp("systemd-install")
-    source = checkout(work)
+def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey, kernel: Kernel) -> Path:
+    """deploy/install.sh --root TREE over an admin's config and trusted certificate: on 6.1
+    on the host (Debian 12) from a copy of the checkout (the default source); on 6.12 inside
+    a Debian 13 root from a wheel, so the venv is built on the node's Python 3.13."""
+    work = tmp_path_factory.mktemp(f"systemd-install-{kernel.series}")
     tree = work / "tree"
     (tree / "etc/modstage/trusted.d").mkdir(parents=True)
     (tree / "etc/modstage/config.toml").write_text(CONFIG)
     (tree / "etc/modstage/trusted.d/vendor.pem").write_bytes(key.cert_pem.read_bytes())
-    done = install(tree, "--from", source, "--wheels", wheelhouse(source))
+    if kernel.own_root:
+        done = install_in_debian13(tree, build_wheel(work))
+    else:
+        source = checkout(work)
+        done = install(tree, "--from", source, "--wheels", wheelhouse(source))
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "etc/modstage/config.toml").read_text() == CONFIG
     return tree
@@ -125,7 +129,7 @@ def test_first_boot_installed_units_come_up_sandboxed(node: Vm) -> None:
 
 
 def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
-    node: Vm, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
+    node: Vm, kernel: Kernel, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
 ) -> None:
     """A drop staged on the node is taken in and the daemon reboots it through systemd; at
     the next boot the sandboxed boot unit loads the generation (parameters, firmware view,
@@ -133,12 +137,12 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     container runtime and kubelet start (they already see the modules)."""
     modules = {}
     for name in ("ms_exporter", "ms_params", "ms_firmware"):
-        signed = sign(test_modules[name], key, tmp_path / f"{name}.ko")
+        signed = kmod.sign(kernel, test_modules[name], key, tmp_path / f"{name}.ko")
         modules[name] = node.put(signed, f"vendor/{name}.ko")
     (tmp_path / "test.bin").write_bytes(b"f" * 4321)
     firmware = node.put(tmp_path / "test.bin", "vendor/fw/modstage/test.bin").rsplit("/", 2)[0]
     stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
-    stage += ["--version", "1", "--kernel", KERNEL, "--module", modules["ms_exporter"]]
+    stage += ["--version", "1", "--kernel", kernel.release, "--module", modules["ms_exporter"]]
     stage += ["--module", f"{modules['ms_params']}:count=7", "--module", modules["ms_firmware"]]
     stage += ["--firmware", firmware, "--memory", "online_movable"]
     node.run(stage).check()
