@@ -216,9 +216,10 @@ def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
 
 
 def main() -> int:
-    """`python -m tests.vm.harness.debian13`: fetch the packages and build the root now."""
+    """`python -m tests.vm.harness.debian13`: fetch the packages and build both roots now."""
     version, release = kernel_version()
     print(f"debian13: linux-image-amd64 {version} ({release}) in {root()}")
+    print(f"debian13: install root (python3, python3-venv, systemd) in {install_root()}")
     return 0
 
 
