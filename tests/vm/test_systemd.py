@@ -12,6 +12,8 @@ restarted after SIGKILL and stops cleanly.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +55,13 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey, kernel: Kernel) -> Path:
+def tree(
+    tmp_path_factory: pytest.TempPathFactory, key: SigningKey, kernel: Kernel
+) -> Iterator[Path]:
     """deploy/install.sh --root TREE over an admin's config and trusted certificate: on 6.1
     on the host (Debian 12) from a copy of the checkout (the default source); on 6.12 inside
-    a Debian 13 root from a wheel, so the venv is built on the node's Python 3.13."""
+    a Debian 13 root from a wheel, so the venv is built on the node's Python 3.13, and the
+    tree then put in the 6.12 node's own root (its /tmp), where the guest sees it."""
     work = tmp_path_factory.mktemp(f"systemd-install-{kernel.series}")
     tree = work / "tree"
     (tree / "etc/modstage/trusted.d").mkdir(parents=True)
@@ -69,13 +74,23 @@ def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey, kernel: Kern
         done = install(tree, "--from", source, "--wheels", wheelhouse(source))
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "etc/modstage/config.toml").read_text() == CONFIG
-    return tree
+    if not kernel.own_root:
+        yield tree
+        return
+    placed = Path(tempfile.mkdtemp(prefix="modstage-systemd-tree-", dir=kernel.root / "tmp"))
+    try:
+        shutil.copytree(tree, placed / "tree", symlinks=True)
+        yield placed / "tree"
+    finally:
+        shutil.rmtree(placed, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def node(boot_vm: VmFactory, tree: Path) -> Iterator[Vm]:
-    """The node, booted with systemd as PID 1 over the install tree."""
-    vm = boot_vm("systemd", kernel_args=systemd_args(tree))
+def node(boot_vm: VmFactory, tree: Path, kernel: Kernel) -> Iterator[Vm]:
+    """The node, booted with systemd as PID 1 over the install tree (its path as the guest
+    sees it: the node's root is the host's / on 6.1, the Debian 13 root on 6.12)."""
+    guest_tree = Path("/") / tree.relative_to(kernel.root) if kernel.own_root else tree
+    vm = boot_vm("systemd", kernel_args=systemd_args(guest_tree))
     require_systemd(vm)
     yield vm
     vm.close()
