@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install modstage on a Debian 12 / Ubuntu 24.04 host the way those hosts install a service
+# Install modstage on a Debian 12 / 13 or Ubuntu 24.04 host the way those hosts install a service
 # that is not packaged: its own virtual environment (PEP 668: no pip into the system Python).
 #
 #   sudo deploy/install.sh                    # install or upgrade, enable, start the daemon

@@ -75,3 +75,69 @@ def install(root: Path, *argv: str | Path) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=600,
     )
+
+
+def requirements() -> list[str]:
+    """modstage's own and host dependencies, as pyproject.toml names them."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [*project["dependencies"], *project["optional-dependencies"]["host"]]
+
+
+def wheelhouse_for(python: str) -> Path:
+    """Binary wheels of modstage's host dependencies for another CPython (``"3.13"``: Debian
+    13's), fetched once by this interpreter's pip and cached per pyproject.toml; install
+    modstage's own wheel from it (no build backend needed)."""
+    tag = python.replace(".", "")
+    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + python.encode())
+    house = cache_dir() / f"wheels-cp{tag}-{key.hexdigest()[:16]}"
+    if not (house / ".complete").exists():
+        platforms = [
+            f"--platform={p}_x86_64"
+            for p in ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014")
+        ]
+        abis = [f"--abi={a}" for a in (f"cp{tag}", "abi3", "none")]
+        pip(
+            "download",
+            "--only-binary=:all:",
+            f"--python-version={python}",
+            "--implementation=cp",
+            *platforms,
+            *abis,
+            "-d",
+            house,
+            *requirements(),
+        )
+        (house / ".complete").touch()
+    return house
+
+
+def install_in_debian13(tree: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
+    """``deploy/install.sh --root TREE --from WHEEL`` run inside a fresh Debian 13 root
+    (``debian13.install_root``, with ``chroot``: its Python 3.13 builds the venv), dependencies
+    offline from :func:`wheelhouse_for`; the tree, which may hold files already, is copied in
+    and the result copied back. Not checked: the completed process."""
+    import tempfile
+
+    from tests.vm.harness import debian13
+
+    root = debian13.install_root()
+    scratch = Path(tempfile.mkdtemp(prefix="modstage-install-", dir=root / "tmp"))
+    inside = f"/tmp/{scratch.name}"
+    try:
+        checkout(scratch)
+        shutil.copy(wheel, scratch / wheel.name)
+        shutil.copytree(wheelhouse_for("3.13"), scratch / "wheels")
+        shutil.copytree(tree, scratch / "tree", symlinks=True, dirs_exist_ok=True)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+        argv = ["sh", f"{inside}/source/deploy/install.sh", "--root", f"{inside}/tree"]
+        argv += ["--from", f"{inside}/{wheel.name}", "--wheels", f"{inside}/wheels"]
+        done = subprocess.run(
+            ["chroot", str(root), *argv], capture_output=True, text=True, check=False, env=env
+        )
+        if done.returncode == 0:
+            shutil.copytree(scratch / "tree", tree, symlinks=True, dirs_exist_ok=True)
+        return done
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,16 +1,20 @@
 """``deploy/install.sh`` on a clean root: a venv under /opt that runs, units installed and
 enabled, an example config that an admin's config is never replaced by, and an uninstall that
-removes everything it installed (config and state stay unless --purge)."""
+removes everything it installed (config and state stay unless --purge). The same install runs
+on a Debian 13 root (Python 3.13, PEP 668, merged /usr), inside it with ``chroot``."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.installer import REPO, build_wheel, install, wheelhouse
+from tests.installer import REPO, build_wheel, checkout, install, wheelhouse, wheelhouse_for
+from tests.vm.harness import debian13
 
 UNITS = ("modstage-boot.service", "modstage.service")
 UNITDIR = "usr/local/lib/systemd/system"
@@ -159,3 +163,73 @@ def test_script_is_posix_sh() -> None:
     subprocess.run(["sh", "-n", str(REPO / "deploy/install.sh")], check=True)
     if shutil.which("shellcheck"):
         subprocess.run(["shellcheck", str(REPO / "deploy/install.sh")], check=True)
+
+
+@pytest.fixture(scope="module")
+def trixie(wheel: Path) -> Iterator[tuple[Path, str]]:
+    """A fresh Debian 13 root (``debian13.install_root``: python3, python3-venv, systemd;
+    cached) and a scratch directory in it holding the checkout, the wheel and cp313 wheels
+    of the dependencies: (root, scratch as seen from inside)."""
+    root = debian13.install_root()
+    scratch = Path(tempfile.mkdtemp(prefix="modstage-install-", dir=root / "tmp"))
+    try:
+        checkout(scratch)
+        shutil.copy(wheel, scratch / wheel.name)
+        shutil.copytree(wheelhouse_for("3.13"), scratch / "wheels")
+        (scratch / "host").mkdir()  # an empty host tree for `modstage status --root`
+        (scratch / "target").mkdir()  # the root install.sh installs into
+        yield root, f"/tmp/{scratch.name}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def in_root(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run inside ``root`` with ``chroot`` (its own Python, glibc and systemd)."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    return subprocess.run(
+        ["chroot", str(root), *argv], capture_output=True, text=True, check=False, env=env
+    )
+
+
+def test_install_on_debian_13_uses_its_python_313_venv_and_merged_usr(
+    trixie: tuple[Path, str], wheel: Path
+) -> None:
+    """On Debian 13 the system Python (3.13) is externally managed (PEP 668) and /lib is a
+    link into /usr: install.sh builds its venv on /usr/bin/python3 without touching the
+    system site, installs the units under /usr/local, enables them with trixie's systemctl,
+    and the installed ``modstage --help`` and ``modstage status`` run on Python 3.13."""
+    root, inside = trixie
+    assert (root / "lib").is_symlink() and str((root / "lib").readlink()) == "usr/lib"
+    assert list(root.glob("usr/lib/python3.13/EXTERNALLY-MANAGED"))
+    refused = in_root(root, "python3", "-m", "pip", "--version")
+    assert refused.returncode != 0  # Debian's python3 has no pip of its own to misuse
+    target = f"{inside}/target"
+    done = in_root(
+        root,
+        *("sh", f"{inside}/source/deploy/install.sh", "--root", target),
+        *("--from", f"{inside}/{wheel.name}", "--wheels", f"{inside}/wheels"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "enabled modstage-boot.service modstage.service" in done.stdout
+    installed = root / target.lstrip("/")
+    cfg = (installed / "opt/modstage/pyvenv.cfg").read_text()
+    assert "home = /usr/bin" in cfg and "version = 3.13." in cfg
+    assert "include-system-site-packages = false" in cfg
+    for unit in UNITS:
+        assert (installed / UNITDIR / unit).read_text() == (
+            REPO / "deploy/systemd" / unit
+        ).read_text()
+    wants = installed / "etc/systemd/system"
+    assert (wants / "sysinit.target.wants/modstage-boot.service").is_symlink()
+    assert (wants / "multi-user.target.wants/modstage.service").is_symlink()
+    venv = f"{target}/opt/modstage"
+    ran = in_root(root, f"{venv}/bin/python", f"{venv}/bin/modstage", "--help")
+    assert ran.returncode == 0 and "usage: modstage" in ran.stdout, ran.stderr
+    ran = in_root(root, f"{venv}/bin/python", "-c", "import sys; print(sys.version_info[:2])")
+    assert ran.stdout.strip() == "(3, 13)", ran.stderr
+    ran = in_root(
+        root, f"{venv}/bin/python", f"{venv}/bin/modstage", "status", "--root", f"{inside}/host"
+    )
+    assert ran.returncode == 0 and "reboot: not required" in ran.stdout, ran.stdout + ran.stderr
+    system_site = in_root(root, "python3", "-c", "import service")
+    assert system_site.returncode != 0  # nothing went into the system Python

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,16 +18,23 @@ BOOT = SYSTEMD / "modstage-boot.service"
 TARGETS = {DAEMON: 4.0, BOOT: 6.0}
 
 
-def exposure(unit: Path) -> float:
-    """``systemd-analyze security --offline=yes``'s overall exposure level for ``unit``."""
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.fail("systemd-analyze is missing: apt-get install systemd (see .ci/install)")
+def exposure(unit: Path, chroot: Path | None = None) -> float:
+    """``systemd-analyze security --offline=yes``'s overall exposure level for ``unit``: the
+    host's systemd (Debian 12's 252), or with ``chroot`` the one of that root, run inside it
+    (``unit`` then a path inside the root)."""
+    if chroot is None:
+        analyze = shutil.which("systemd-analyze")
+        if analyze is None:
+            pytest.fail("systemd-analyze is missing: apt-get install systemd (see .ci/install)")
+        argv = [analyze]
+    else:
+        argv = ["chroot", str(chroot), "systemd-analyze"]
     done = subprocess.run(
-        [analyze, "security", "--offline=yes", "--no-pager", str(unit)],
+        [*argv, "security", "--offline=yes", "--no-pager", str(unit)],
         capture_output=True,
         text=True,
         check=False,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
     )
     match = re.search(rf"Overall exposure level for {re.escape(unit.name)}: (\d+\.\d)", done.stdout)
     assert match, f"no score for {unit.name}:\n{done.stdout}{done.stderr}"
@@ -51,6 +59,29 @@ def test_exposure_score_meets_the_target(unit: Path) -> None:
     """systemd scores the daemon at most 4.0 and the boot unit at most 6.0."""
     score = exposure(unit)
     assert score <= TARGETS[unit], f"{unit.name} scores {score}, target {TARGETS[unit]}"
+
+
+def test_debian_13s_systemd_scores_the_units_no_worse_than_debian_12s(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Debian 13's systemd (257, run in a Debian 13 root with chroot) scores each unit within
+    its target and no worse than the host's Debian 12 systemd does; both scores are printed."""
+    from tests.vm.harness import debian13
+
+    root = debian13.install_root()
+    scratch = Path(tempfile.mkdtemp(prefix="modstage-units-", dir=root / "tmp"))
+    try:
+        lines = []
+        for unit in TARGETS:
+            shutil.copy(unit, scratch / unit.name)
+            old = exposure(unit)
+            new = exposure(Path(f"/tmp/{scratch.name}/{unit.name}"), chroot=root)
+            lines.append(f"{unit.name}: Debian 12 (systemd 252) {old}, Debian 13 (257) {new}")
+            assert new <= TARGETS[unit] and new <= old, lines[-1]
+        with capsys.disabled():
+            print("\n" + "\n".join(lines))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_the_scorer_notices_a_regression(tmp_path: Path) -> None:

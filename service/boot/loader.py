@@ -109,6 +109,11 @@ class Boot:
             # the boot id is saved with the first transition (one write fewer on the boot
             # path), or alone below when no bundle has anything to do
             state = state.booted(self.layout.boot_id.read_text().strip())
+            if self.config.hotplug_policy != "kernel":  # before the kubelet: no block missed
+                from service.kernel.memory import hand_over
+
+                if hand_over(self.sysfs):
+                    log.info("memory.handed_over", auto_online_blocks="offline")
             self._saved = False
             choices = [
                 choose(n, b, self.release, self.config.max_boot_attempts)

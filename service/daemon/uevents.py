@@ -28,7 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.daemon.events import Event, Kind, Queue
-from service.kernel.memory import MEMORY, Onlined, block_number, plan_onlining
+from service.kernel.memory import (
+    MEMORY,
+    Onlined,
+    block_number,
+    hand_over,
+    move_misplaced,
+    plan_onlining,
+)
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.logs import get_logger
@@ -139,7 +146,19 @@ class MemoryOnliner:
         self.thread = threading.Thread(target=self._run, name="memory-uevents", daemon=True)
 
     def start(self) -> None:
-        """Start listening (before anyone enumerates blocks: none is missed)."""
+        """Take the blocks over from the kernel, then start listening (before anyone
+        enumerates blocks: none is missed).
+
+        With a policy, a kernel that onlines hot-added memory itself is told not to
+        (:func:`~service.kernel.memory.hand_over`), and blocks it onlined into another
+        zone before are moved, here on the caller's thread (which bounds each offlining
+        in time) and before the thread listens, so a move's own ``offline`` uevent is
+        not taken for a new block.
+        """
+        if self.policy is not None:
+            if hand_over(self.sysfs):
+                log.info("memory.handed_over", auto_online_blocks="offline")
+            log_onlining(move_misplaced(self.sysfs, self.policy))
         self.thread.start()
 
     def stop(self) -> None:

@@ -1,7 +1,9 @@
 """Memory hotplug onlining: pure plans over block states, applied through sysfs.
 
 ``auto_online_blocks`` decides what the kernel does with blocks added later;
-blocks already present and offline are onlined by modstage as the policy says.
+blocks already present and offline are onlined by modstage as the policy says, and
+hot-pluggable blocks the kernel onlined into another zone before the policy was set
+(Debian 13's 6.12 onlines by itself) are moved (docs/boot-path.md).
 Order: since Linux 4.13 zones may overlap, and 6.1 puts a block written
 ``online_movable`` into ZONE_MOVABLE whatever its neighbours (``zone_for_pfn_range``
 with MMOP_ONLINE_MOVABLE), so the order no longer decides the zone. Blocks are still
@@ -11,9 +13,12 @@ range contiguous at the top on older kernels.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from service.kernel.sysfs import Sysfs
@@ -22,6 +27,12 @@ from stager.manifest import MemoryPolicy
 MEMORY = "devices/system/memory"
 _BLOCK = re.compile(r"memory(\d+)\Z")
 _NODE = re.compile(r"node(\d+)\Z")
+
+# Misplaced blocks: online, but not in the zone the policy puts hot-added memory in.
+OFFLINE_TIMEOUT = 10.0  # seconds one block's offlining may take before it is given up
+ZONE = {MemoryPolicy.ONLINE_MOVABLE: "Movable"}  # the zone a policy puts a block in
+NOT_ZONE = {MemoryPolicy.ONLINE_KERNEL: "Movable"}  # ... or the zone it keeps a block out of
+FIRMWARE_NODE = "firmware_node"  # a block's link to the ACPI memory device (PNP0C80) holding it
 
 
 @dataclass(frozen=True)
@@ -44,14 +55,16 @@ class Onlined:
     state: str
     latency_ms: float | None = None
     error: str | None = None
+    moved_from: str | None = None
 
     def fields(self) -> dict[str, object]:
         """The step as it is logged."""
         if self.block is None:
             return {"auto_online_blocks": self.state}
+        moved = {} if self.moved_from is None else {"moved_from": self.moved_from}
         if self.error is not None:
-            return {"block": self.block, "state": self.state, "error": self.error}
-        return {"block": self.block, "state": self.state, "latency_ms": self.latency_ms}
+            return {"block": self.block, "state": self.state, **moved, "error": self.error}
+        return {"block": self.block, "state": self.state, **moved, "latency_ms": self.latency_ms}
 
 
 def plan_onlining(blocks: dict[int, str], policy: MemoryPolicy) -> list[Onlining]:
@@ -156,9 +169,134 @@ def online_blocks(
     return done
 
 
-def apply_policy(sysfs: Sysfs, policy: MemoryPolicy) -> list[Onlined]:
-    """Set ``auto_online_blocks`` and online present blocks; return what was done."""
+def apply_policy(
+    sysfs: Sysfs, policy: MemoryPolicy, *, offline_timeout: float = OFFLINE_TIMEOUT
+) -> list[Onlined]:
+    """Set ``auto_online_blocks``, online present blocks, move misplaced ones; what was done.
+
+    The setting comes first: from then on the kernel onlines what is added as the policy
+    says. Blocks it onlined before (Debian 13's 6.12 onlines hot-added memory into
+    ZONE_NORMAL by default, before any uevent) are then moved (:func:`move_misplaced`).
+    """
     done: list[Onlined] = []
     if sysfs.write(f"{MEMORY}/auto_online_blocks", policy.value):
         done.append(Onlined(None, policy.value))
-    return done + online_blocks(sysfs, policy)
+    done += online_blocks(sysfs, policy)
+    return done + move_misplaced(sysfs, policy, offline_timeout=offline_timeout)
+
+
+def hot_pluggable(sysfs: Sysfs, block: int) -> bool:
+    """Whether the block belongs to a memory device the firmware declares hot-pluggable.
+
+    The kernel links every block of an ACPI memory device (a DIMM slot; ``PNP0C80``) to it
+    with ``firmware_node`` (``acpi_bind_memory_blocks``); memory the firmware hands over at
+    boot in its memory map has no such link. Only such blocks are ever offlined by
+    modstage: the node's boot memory is never touched.
+    """
+    return sysfs.has(f"{MEMORY}/memory{block}/{FIRMWARE_NODE}")
+
+
+def misplaced(sysfs: Sysfs, policy: MemoryPolicy) -> list[Block]:
+    """Hot-pluggable blocks online in a zone ``policy`` would not have put them in.
+
+    ``online_movable`` wants ZONE_MOVABLE, ``online_kernel`` anything but it; ``online``
+    and ``offline`` name no zone, so nothing is misplaced under them.
+    """
+    want, avoid = ZONE.get(policy), NOT_ZONE.get(policy)
+    if want is None and avoid is None:
+        return []
+    return [
+        b
+        for b in walk(sysfs, detail=True)
+        if b.state == "online"
+        and b.zone is not None
+        and (b.zone != want if want else b.zone == avoid)
+        and hot_pluggable(sysfs, b.number)
+    ]
+
+
+def move_misplaced(
+    sysfs: Sysfs, policy: MemoryPolicy, *, offline_timeout: float = OFFLINE_TIMEOUT
+) -> list[Onlined]:
+    """Offline each misplaced block and online it as ``policy`` says; each step's outcome.
+
+    Highest block first, as :func:`plan_onlining` onlines. A block the kernel will not
+    offline (``EBUSY``: unmovable pages landed in it; or still trying after
+    ``offline_timeout`` seconds, when the kernel gives up on the signal) stays where it
+    is and is reported with its error; ``modstage status`` shows it as misplaced.
+    """
+    done: list[Onlined] = []
+    for block in sorted(misplaced(sysfs, policy), key=lambda b: b.number, reverse=True):
+        started = time.monotonic()
+        state = f"{MEMORY}/memory{block.number}/state"
+        try:
+            with _deadline(offline_timeout):
+                sysfs.write(state, "offline")
+        except (OSError, _Expired) as exc:
+            why = f"cannot offline it to move it: {_reason(exc)}"
+            done.append(Onlined(block.number, policy.value, moved_from=block.zone, error=why))
+            continue
+        try:
+            sysfs.write(state, policy.value)
+        except OSError as exc:  # offline now: the daemon or the next boot retries it
+            why = f"offlined, but onlining failed: {_reason(exc)}"
+            done.append(Onlined(block.number, policy.value, moved_from=block.zone, error=why))
+            continue
+        ms = round((time.monotonic() - started) * 1000, 3)
+        done.append(Onlined(block.number, policy.value, ms, moved_from=block.zone))
+    return done
+
+
+class _Expired(Exception):
+    def __str__(self) -> str:
+        return "timed out"
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt a blocking sysfs write after ``seconds`` (main thread only; else no limit).
+
+    Offlining retries while pages fail to migrate until a signal is pending; the alarm's
+    handler raises, so the interrupted write(2) is not restarted. An alarm the caller set
+    is kept: this one fires no later than it, and it is re-armed afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise _Expired
+
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a caller's own alarm is kept
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer else seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:  # re-armed for what is left of it (at once if it is due)
+            left = outer - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6))
+
+
+def hand_over(sysfs: Sysfs) -> bool:
+    """Keep the kernel from onlining hot-added memory so the daemon's policy can do it.
+
+    A kernel built to online by itself (Debian 13's 6.12: ``auto_online_blocks`` is
+    ``online`` at boot) puts a block in ZONE_NORMAL before its uevent; ``offline`` leaves
+    it for the daemon. Any other value was chosen by someone (a bundle's policy at boot,
+    an admin) and is kept. Whether it wrote.
+    """
+    path = f"{MEMORY}/auto_online_blocks"
+    try:
+        if sysfs.read(path) != MemoryPolicy.ONLINE.value:
+            return False
+        return sysfs.write(path, MemoryPolicy.OFFLINE.value)
+    except OSError:  # no memory hotplug in this kernel
+        return False

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.kernel.memory import walk
+from service.kernel.memory import misplaced, walk
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.reboot import sentinel_path
@@ -88,6 +88,40 @@ def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:
             key=lambda kv: (kv[0][0] is None, kv[0][0] or 0, kv[0][2], kv[0][1] or ""),
         )
     )
+
+
+def misplaced_memory(layout: Layout, state: State, config: Config | None) -> list[Problem]:
+    """Hot-added blocks online in a zone the host's or an active bundle's policy rules out
+    (the kernel onlined them before the policy was set, and they could not be moved)."""
+    from service.store.generations import Store
+    from stager.manifest import MemoryPolicy
+
+    policies: dict[MemoryPolicy, str] = {}
+    if config is not None and config.hotplug_policy != "kernel":
+        policies[MemoryPolicy(config.hotplug_policy)] = "the host's hotplug_policy"
+    store = Store(layout.store)
+    for name, b in sorted(state.bundles.items()):
+        try:
+            policy = store.manifest(b.active).memory if b.active else None
+        except (OSError, ValueError):
+            continue  # the bundle's own report says what is wrong with its generation
+        if policy is not None:
+            policies.setdefault(policy, f"bundle {name}'s memory policy")
+    problems = []
+    sysfs = Sysfs(layout.sys)
+    for policy, whose in policies.items():
+        found = misplaced(sysfs, policy)
+        if found:
+            where = ", ".join(f"memory{b.number} ({b.zone})" for b in found)
+            problems.append(
+                Problem(
+                    None,
+                    Health.DEGRADED,
+                    f"hot-added memory outside the zone {whose} ({policy.value}) asks for,"
+                    f" onlined before the policy was set and not movable: {where}",
+                )
+            )
+    return problems
 
 
 def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
@@ -261,6 +295,9 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
     for name, b in bundles.items():
         healths.append(b.health)
         problems += [Problem(name, b.health, r) for r in b.reasons]
+    memory_problems = misplaced_memory(layout, state, config)
+    problems += memory_problems
+    healths += [p.health for p in memory_problems]
     daemon = read_heartbeat(layout.heartbeat, now)
     return Report(
         health=overall(healths),

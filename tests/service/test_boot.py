@@ -186,3 +186,31 @@ def test_firmware_view_and_path(
     view = host.run / "firmware"
     assert param.read_text() == f"{view}\n"  # the kernel reads a string parameter back so
     assert (view / "modstage/test.bin").read_bytes() == b"x" * 1234
+
+
+def test_boot_hands_hot_added_memory_to_the_hosts_policy_and_moves_misplaced_blocks(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A kernel that onlines by itself (``auto_online_blocks`` boots as ``online``): with the
+    host's ``hotplug_policy`` set, boot sets it to ``offline`` before any bundle (so later
+    blocks reach the daemon offline); a bundle's own policy then overrides it, and a
+    hot-pluggable block the kernel onlined into ZONE_NORMAL is moved to ZONE_MOVABLE."""
+    memory = host.sys / "devices/system/memory"
+    (memory / "auto_online_blocks").write_text("online\n")
+    with capture_logs() as logs:
+        _boot(host, FakeKernel(), hotplug_policy="online_movable").run()
+    assert (memory / "auto_online_blocks").read_text() == "offline"
+    assert [e["event"] for e in logs if e["event"].startswith("memory.")] == ["memory.handed_over"]
+
+    (memory / "auto_online_blocks").write_text("online\n")
+    (memory / "memory9").mkdir()
+    (memory / "memory9/state").write_text("online\n")
+    (memory / "memory9/valid_zones").write_text("Normal\n")
+    (memory / "memory9/firmware_node").symlink_to(host.sys)
+    _pending(host, kernel, [(signed["ms_params"], "")], memory="online_movable")
+    with capture_logs() as logs:
+        _boot(host, FakeKernel(), hotplug_policy="online_movable").run()
+    assert (memory / "auto_online_blocks").read_text() == "online_movable"
+    assert (memory / "memory9/valid_zones").read_text().strip() == "Movable"
+    moved = [e for e in logs if e["event"] == "memory.onlined" and e.get("block") == 9]
+    assert moved and moved[0]["moved_from"] == "Normal"

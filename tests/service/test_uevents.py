@@ -106,3 +106,37 @@ def test_one_block_is_onlined_as_the_policy_plans_it(tmp_path: Path) -> None:
     assert online_block(sysfs, 2, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
     assert online_block(sysfs, 9, MemoryPolicy.ONLINE_MOVABLE, since=0.0) == []
     assert online_block(sysfs, 3, MemoryPolicy.OFFLINE, since=0.0) == []
+
+
+def test_starting_takes_memory_over_from_a_kernel_that_onlines_by_itself(
+    tmp_path: Path,
+) -> None:
+    """With a policy, start sets ``auto_online_blocks`` from ``online`` to ``offline`` and
+    moves a hot-pluggable block the kernel onlined into ZONE_NORMAL (offline, then the
+    policy), both logged, before the thread listens; boot memory stays as it is."""
+    from tests.service.fakes import FakeSysfs
+
+    memory = tmp_path / "devices/system/memory"
+    memory.mkdir(parents=True)
+    (memory / "auto_online_blocks").write_text("online\n")
+    for n, pluggable in ((1, False), (8, True)):
+        (memory / f"memory{n}").mkdir()
+        (memory / f"memory{n}/state").write_text("online\n")
+        (memory / f"memory{n}/valid_zones").write_text("Normal\n")
+        if pluggable:
+            (memory / f"memory{n}/firmware_node").symlink_to(tmp_path)
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    onliner = MemoryOnliner(
+        FakeSysfs(tmp_path), "online_movable", queue.Queue(), sock=ours, trusted=lambda _: True
+    )
+    with capture_logs() as logs:
+        onliner.start()
+        onliner.stop()
+    kernel.close()
+    assert (memory / "auto_online_blocks").read_text() == "offline"
+    assert (memory / "memory8/valid_zones").read_text().strip() == "Movable"
+    assert (memory / "memory1/valid_zones").read_text().strip() == "Normal"
+    assert [(e["event"], e.get("block"), e.get("moved_from")) for e in logs] == [
+        ("memory.handed_over", None, None),
+        ("memory.onlined", 8, "Normal"),
+    ]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.kmod import SigningKey, kernel_release, make_key, sign
-from tests.vm.harness import VmFactory
+from tests.kmod import SigningKey, make_key
+from tests.vm.harness import VmFactory, kmod
+from tests.vm.harness.kernel import Kernel
 from tests.vm.node import drop, live_modules, modstage, prepare, state
 
-pytestmark = pytest.mark.vm
-KERNEL = kernel_release()
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 
 
 @pytest.fixture(scope="module")
@@ -23,15 +23,19 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 
 def test_status_checks_the_kernel_and_boot_rebuilds_a_corrupt_state(
-    boot_vm: VmFactory, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
+    boot_vm: VmFactory,
+    kernel: Kernel,
+    test_modules: dict[str, Path],
+    key: SigningKey,
+    tmp_path: Path,
 ) -> None:
     """Active: status shows the live srcversion, version and refcnt (exit 0). After a reboot
     without modstage boot: failed, the module not live, boot not run (exit 2). With
     state.json garbled, modstage boot loads the last known good again from the store."""
     certs = {"vendor.pem": key.cert_pem.read_bytes()}
-    module = sign(test_modules["ms_params"], key, tmp_path / "ms_params.ko")
+    module = kmod.sign(kernel, test_modules["ms_params"], key, tmp_path / "ms_params.ko")
     node = boot_vm("status-truth")
-    drop(node, "test", "1", KERNEL, [(module, "count=3")])
+    drop(node, "test", "1", kernel.release, [(module, "count=3")])
     prepare(node, certs)
     assert modstage(node, "intake")[0] == 0
     assert modstage(node, "boot")[0] == 0

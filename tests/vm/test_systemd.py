@@ -12,6 +12,8 @@ restarted after SIGKILL and stops cleanly.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from service.store.phase import Phase
-from tests.installer import checkout, install, wheelhouse
-from tests.kmod import SigningKey, kernel_release, make_key, sign
-from tests.vm.harness import Vm, VmFactory
+from tests.installer import build_wheel, checkout, install, install_in_debian13, wheelhouse
+from tests.kmod import SigningKey, make_key
+from tests.vm.harness import Vm, VmFactory, kmod
+from tests.vm.harness.kernel import Kernel
 from tests.vm.harness.systemd import (
     SAW,
     events,
@@ -33,8 +36,7 @@ from tests.vm.harness.systemd import (
 )
 from tests.vm.node import live_modules, state
 
-pytestmark = pytest.mark.vm
-KERNEL = kernel_release()
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 CONFIG = """\
 allowed_bundles = ["test"]
 hotplug_policy = "online_movable"
@@ -54,25 +56,42 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory, key: SigningKey) -> Path:
-    """deploy/install.sh --root TREE from a copy of the checkout (the default source),
-    over an admin's config and trusted certificate."""
-    work = tmp_path_factory.mktemp("systemd-install")
-    source = checkout(work)
+def tree(
+    tmp_path_factory: pytest.TempPathFactory, key: SigningKey, kernel: Kernel
+) -> Iterator[Path]:
+    """deploy/install.sh --root TREE over an admin's config and trusted certificate: on 6.1
+    on the host (Debian 12) from a copy of the checkout (the default source); on 6.12 inside
+    a Debian 13 root from a wheel, so the venv is built on the node's Python 3.13, and the
+    tree then put in the 6.12 node's own root (its /tmp), where the guest sees it."""
+    work = tmp_path_factory.mktemp(f"systemd-install-{kernel.series}")
     tree = work / "tree"
     (tree / "etc/modstage/trusted.d").mkdir(parents=True)
     (tree / "etc/modstage/config.toml").write_text(CONFIG)
     (tree / "etc/modstage/trusted.d/vendor.pem").write_bytes(key.cert_pem.read_bytes())
-    done = install(tree, "--from", source, "--wheels", wheelhouse(source))
+    if kernel.own_root:
+        done = install_in_debian13(tree, build_wheel(work))
+    else:
+        source = checkout(work)
+        done = install(tree, "--from", source, "--wheels", wheelhouse(source))
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tree / "etc/modstage/config.toml").read_text() == CONFIG
-    return tree
+    if not kernel.own_root:
+        yield tree
+        return
+    placed = Path(tempfile.mkdtemp(prefix="modstage-systemd-tree-", dir=kernel.root / "tmp"))
+    try:
+        shutil.copytree(tree, placed / "tree", symlinks=True)
+        yield placed / "tree"
+    finally:
+        shutil.rmtree(placed, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def node(boot_vm: VmFactory, tree: Path) -> Iterator[Vm]:
-    """The node, booted with systemd as PID 1 over the install tree."""
-    vm = boot_vm("systemd", kernel_args=systemd_args(tree))
+def node(boot_vm: VmFactory, tree: Path, kernel: Kernel) -> Iterator[Vm]:
+    """The node, booted with systemd as PID 1 over the install tree (its path as the guest
+    sees it: the node's root is the host's / on 6.1, the Debian 13 root on 6.12)."""
+    guest_tree = Path("/") / tree.relative_to(kernel.root) if kernel.own_root else tree
+    vm = boot_vm("systemd", kernel_args=systemd_args(guest_tree))
     require_systemd(vm)
     yield vm
     vm.close()
@@ -126,7 +145,7 @@ def test_first_boot_installed_units_come_up_sandboxed(node: Vm) -> None:
 
 
 def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
-    node: Vm, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
+    node: Vm, kernel: Kernel, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
 ) -> None:
     """A drop staged on the node is taken in and the daemon reboots it through systemd; at
     the next boot the sandboxed boot unit loads the generation (parameters, firmware view,
@@ -135,12 +154,12 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     writes the metrics textfile with the phase the boot left."""
     modules = {}
     for name in ("ms_exporter", "ms_params", "ms_firmware"):
-        signed = sign(test_modules[name], key, tmp_path / f"{name}.ko")
+        signed = kmod.sign(kernel, test_modules[name], key, tmp_path / f"{name}.ko")
         modules[name] = node.put(signed, f"vendor/{name}.ko")
     (tmp_path / "test.bin").write_bytes(b"f" * 4321)
     firmware = node.put(tmp_path / "test.bin", "vendor/fw/modstage/test.bin").rsplit("/", 2)[0]
     stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
-    stage += ["--version", "1", "--kernel", KERNEL, "--module", modules["ms_exporter"]]
+    stage += ["--version", "1", "--kernel", kernel.release, "--module", modules["ms_exporter"]]
     stage += ["--module", f"{modules['ms_params']}:count=7", "--module", modules["ms_firmware"]]
     stage += ["--firmware", firmware, "--memory", "online_movable"]
     node.run(stage).check()

@@ -175,6 +175,40 @@ def _build(into: Path, debs: list[Path], release: str) -> None:
     )
 
 
+# a fresh Debian 13 host as a user installs modstage on it: Python 3.13 with venv (PEP 668:
+# the system Python is externally managed), systemd 257 (systemd-analyze scores the units)
+INSTALL_PACKAGES = "python3,python3-venv,systemd"
+
+
+def install_root() -> Path:
+    """A minimal Debian 13 root for the installer's tests (no kernel), built once (cached)."""
+    key = hashlib.sha256(INSTALL_PACKAGES.encode()).hexdigest()[:16]
+    final = cache_dir() / f"install-root-{SUITE}-{key}"
+    if (final / ".complete").exists():
+        return final
+    with open(cache_dir() / f"install-root-{SUITE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():
+            return final
+        work = Path(tempfile.mkdtemp(prefix=f"install-root-{SUITE}-", dir=cache_dir()))
+        try:
+            _run(
+                [
+                    *("mmdebstrap", "--variant=minbase", f"--include={INSTALL_PACKAGES}"),
+                    '--customize-hook=rm -rf "$1"/var/cache/apt/archives/*.deb'
+                    ' "$1"/var/lib/apt/lists/*',
+                    *(SUITE, str(work / "root"), MIRROR),
+                ],
+                timeout=1800,
+            )
+            shutil.rmtree(final, ignore_errors=True)
+            (work / "root").rename(final)
+            (final / ".complete").write_text(INSTALL_PACKAGES + "\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
     """Run `argv` inside the Debian 13 root (its own tools and glibc); stdout, or VmSetupError."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
@@ -182,9 +216,10 @@ def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
 
 
 def main() -> int:
-    """`python -m tests.vm.harness.debian13`: fetch the packages and build the root now."""
+    """`python -m tests.vm.harness.debian13`: fetch the packages and build both roots now."""
     version, release = kernel_version()
     print(f"debian13: linux-image-amd64 {version} ({release}) in {root()}")
+    print(f"debian13: install root (python3, python3-venv, systemd) in {install_root()}")
     return 0
 
 

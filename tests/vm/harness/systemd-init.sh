@@ -115,4 +115,7 @@ write_units
 for unit in $MASK; do
     $B ln -sf /dev/null "$UNITS/$unit"
 done
+# the test bed's target as the default too: with systemd.unit= on its argv alone, Debian
+# 13's systemd 257 came up to a serial login, not to the test bed's target
+$B ln -sf modstage-vm.target "$UNITS/default.target"
 exec /lib/systemd/systemd systemd.unit=modstage-vm.target
