@@ -74,7 +74,8 @@ def alias_matches(pattern: str, modalias: str) -> bool:
 
     POSIX fnmatch without flags: ``*`` any string (``/`` included), ``?`` one character,
     ``[...]`` a bracket expression (``!`` or ``^`` negates, ``a-z`` ranges, a leading ``]``
-    is literal, an unterminated ``[`` is literal), ``\\`` quotes the next character.
+    is literal, an unterminated ``[`` is literal), ``\\`` quotes the next character and a
+    trailing one matches nothing.
     """
     return _compiled(pattern).fullmatch(modalias) is not None
 
@@ -89,8 +90,8 @@ def _compiled(pattern: str) -> re.Pattern[str]:
             out.append(".*")
         elif c == "?":
             out.append(".")
-        elif c == "\\" and i < n:
-            out.append(re.escape(pattern[i]))
+        elif c == "\\":  # a trailing backslash matches nothing (glibc)
+            out.append(re.escape(pattern[i]) if i < n else _NOTHING)
             i += 1
         elif c == "[":
             bracket, i = _bracket(pattern, i)
@@ -102,7 +103,8 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 def _bracket(pattern: str, i: int) -> tuple[str, int]:
     """The regex of the bracket expression starting after ``[`` at ``i``, and where it ends;
-    a literal ``[`` when the expression is not closed."""
+    a literal ``[`` when the expression is not closed, and nothing-matches when the
+    pattern ends inside a range or after a backslash in it (glibc's FNM_NOMATCH)."""
     n, j = len(pattern), i
     negate = j < n and pattern[j] in "!^"
     j += negate
@@ -110,15 +112,23 @@ def _bracket(pattern: str, i: int) -> tuple[str, int]:
     first = True
     while j < n and (pattern[j] != "]" or first):
         first = False
-        c = pattern[j]
-        if c == "\\" and j + 1 < n:
-            c, j = pattern[j + 1], j + 1
-        if j + 2 < n and pattern[j + 1] == "-" and pattern[j + 2] != "]":
-            hi = pattern[j + 2]
-            if hi == "\\" and j + 3 < n:
-                hi, j = pattern[j + 3], j + 1
+        c, quoted = pattern[j], False
+        if c == "\\":
+            if j + 1 >= n:
+                return _NOTHING, n
+            c, j, quoted = pattern[j + 1], j + 1, True
+        if j + 1 < n and pattern[j + 1] == "-" and (j + 2 >= n or pattern[j + 2] != "]"):
+            if j + 2 >= n:  # glibc: unterminated after a range's dash is no match...
+                if c == "[" and not quoted:  # ...except after a '[' (read as a class opener)
+                    return re.escape("["), i
+                return _NOTHING, n
+            hi, j = pattern[j + 2], j + 2
+            if hi == "\\":
+                if j + 1 >= n:
+                    return _NOTHING, n
+                hi, j = pattern[j + 1], j + 1
             items.append(f"{re.escape(c)}-{re.escape(hi)}" if c <= hi else "")
-            j += 3
+            j += 1
         else:
             items.append(re.escape(c))
             j += 1
@@ -126,8 +136,11 @@ def _bracket(pattern: str, i: int) -> tuple[str, int]:
         return re.escape("["), i
     body = "".join(items)
     if not body:  # an empty range matches nothing (negated: any character)
-        return ("." if negate else "(?!)"), j + 1
+        return ("." if negate else _NOTHING), j + 1
     return f"[{'^' if negate else ''}{body}]", j + 1
+
+
+_NOTHING = "(?!)"
 
 
 @dataclass(frozen=True)
