@@ -150,3 +150,24 @@ def _device_driver(host: Layout, address: str, driver: str) -> None:
     os.symlink(os.path.relpath(host.sys / "module" / driver, drv), drv / "module")
     real = host.sys / "devices/pci0000:00" / address
     os.symlink(os.path.relpath(drv, real), real / "driver")
+
+
+def test_dry_run_names_the_devices_the_bundle_would_drive(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """``boot --dry-run`` of a bundle with PCI aliases says which present devices its
+    modules match and who drives them now; nothing is written."""
+    import io
+
+    from service.cmd.boot import dry_run
+
+    _pending(host, kernel, [(signed["ms_pci"], "")])
+    _device(host, "0000:00:04.0", "ms_pci_rival")
+    before = host.state.read_bytes()
+    out = io.StringIO()
+    dry_run(host, out)
+    assert (
+        "   devices now: 0 of 1 device bound; 0000:00:04.0 (1234:11e8) bound to ms_pci_rival"
+        in out.getvalue().splitlines()
+    ), out.getvalue()
+    assert host.state.read_bytes() == before
