@@ -17,9 +17,10 @@ import pytest
 
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmFactory, kmod
+from tests.vm.harness.kernel import Kernel
 from tests.vm.node import drop, live_modules, modstage, prepare, state
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = pytest.mark.vm
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ def _edu(node: Vm) -> str:
     return found.stdout.strip().split("/")[-2]
 
 
+@pytest.mark.kernels("6.1", "6.12")
 def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
     boot_vm: VmFactory, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
 ) -> None:
@@ -115,7 +117,7 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
 
 @pytest.mark.kernels("6.1")
 def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    kernel: Kernel, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Debian's real ``nvidia.ko`` (535, built against 6.1 by tests/nvidia), signed with a key
     the kernel has built in, staged, taken in and booted by modstage with
@@ -126,14 +128,13 @@ def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
 
     from tests.nvidia import build_driver, sign_driver
     from tests.vm.harness.builtin_key import BuiltinKeyKernel
-    from tests.vm.harness.kernel import Kernel
 
     key = make_key(tmp_path / "key", "rsa2048", cn="modstage nvidia")
     driver = build_driver("535.261.03-1")
     nvidia = sign_driver(driver, key, tmp_path / "signed")["nvidia"]
     der = ssl.PEM_cert_to_DER_cert(key.cert_pem.read_text())
-    kernel = BuiltinKeyKernel.with_cert(der, Kernel.find())
-    node = Vm.boot(tmp_path_factory.mktemp("nvidia-state"), name="nvidia-6.1", kernel=kernel)
+    builtin = BuiltinKeyKernel.with_cert(der, kernel)
+    node = Vm.boot(tmp_path_factory.mktemp("nvidia-state"), name="nvidia-6.1", kernel=builtin)
     try:
         # nvidia's in-tree dependency is Debian-signed: its key is no longer built in, so it
         # loads before enforcement is switched on (one way)
