@@ -115,6 +115,7 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
     assert doc["bundles"]["edu"]["devices"]["devices"][0]["driver"] is None
 
 
+@pytest.mark.nvidia
 @pytest.mark.kernels("6.1")
 def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
     kernel: Kernel, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
