@@ -9,6 +9,7 @@
     ├── DropError                   a file of a drop is unsafe or unreadable (names it)
     ├── LoadError                   the kernel refused to load or unload a module (errno)
     ├── BootError                   a generation could not be brought up at boot
+    │   └── NoDevice                its modules found none of the devices they are for
     ├── RebootError                 the reboot backend could not ask for a reboot
     ├── StateError                  an illegal phase transition or an inconsistent state file
     │   ├── StateCorrupt            state.json was unreadable and has been moved aside
@@ -147,6 +148,11 @@ class BootError(ServiceError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class NoDevice(BootError):
+    """A module's init returned ENODEV and none of the PCI devices its aliases match is
+    present and free: the hardware is absent, the generation is not broken."""
 
 
 class RebootError(ServiceError):

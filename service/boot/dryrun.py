@@ -9,7 +9,9 @@ loaded, another version already loaded, ``depends=`` loaded with modprobe, verif
 fallback to the last known good), so the plan printed is the one the boot follows. The
 recording kernel answers as the kernel would where the files tell (a live name, a missing
 dependency, a ``modprobe`` name the module tree lacks); what the kernel itself would refuse
-at load (a signature it does not trust, an init that fails) is not known before it is asked.
+at load (a signature it does not trust, an init that fails) is not known before it is asked;
+for a bundle whose modules have PCI aliases the plan says which present devices they match
+and who drives them now (an init that returns ENODEV without one leaves it ``no_device``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import TYPE_CHECKING, TextIO
 from service.boot.loader import Boot
 from service.boot.persist import Recorded
 from service.config import Config
+from service.kernel import pci
 from service.kernel.firmware import PATH_PARAM, RecordingFirmwareView
+from service.kernel.pci import PciDevice
 from service.kernel.recording import Identify, RecordingKernel
-from service.kernel.sysfs import RecordingSysfs
+from service.kernel.sysfs import RecordingSysfs, Sysfs
 from service.layout import Layout
 from service.store.state import State
 
@@ -96,8 +100,14 @@ def render(run: DryRun, layout: Layout, out: TextIO) -> None:
             print(f"   {step}) link firmware {rest[0]}", file=out)
         elif kind == "unlink":
             print(f"   {step}) unlink the firmware of {rest[0]}", file=out)
+    present: tuple[PciDevice, ...] | None = None
     for name, b in sorted(run.state.bundles.items()):
         print(
             f"=> {name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",
             file=out,
         )
+        aliases = {m.module: m.pci for m in b.loaded if m.pci}
+        if aliases:
+            present = present if present is not None else pci.present(Sysfs(layout.sys))
+            found = pci.devices_for(aliases, present, [m.module for m in b.loaded])
+            print(f"   devices now: {found.summary()}", file=out)

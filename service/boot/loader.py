@@ -5,6 +5,11 @@ kernel, prepare memory onlining and the firmware view, then open each module
 once, re-verify it from that descriptor and hand the same descriptor to
 ``finit_module``. On failure, unload in reverse what this attempt loaded, mark
 the generation failed with the kernel's words and bring up the last known good.
+
+A module whose init returns ENODEV, has PCI aliases, and none of whose devices is
+present and free (:mod:`service.kernel.pci`, read only then) is for hardware that is
+absent: the bundle is recorded ``no_device``, its attempt given back, nothing failed
+and no fallback; the next boot tries the same generation again.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from service import faults
 from service.boot.persist import Durable, Persist
 from service.boot.plan import Choice, choose, order
 from service.config import Config
-from service.errors import BootError, LoadError, ModuleRejected
+from service.errors import BootError, LoadError, ModuleRejected, NoDevice
 from service.kernel.firmware import FirmwareView
 from service.kernel.modules import Kernel
 from service.kernel.sysfs import Sysfs
@@ -155,6 +160,10 @@ class Boot:
         state = self._save(state, name, state.bundle(name).booting(gid), generation=gid)
         try:  # the attempt is persisted: now the kernel
             loads = self._load(gid)
+        except NoDevice as exc:
+            bound.warning("generation.no_device", generation=gid, reason=exc.reason)
+            absent = state.bundle(name).no_device(gid, exc.reason)
+            return self._save(state, name, absent, errors=[exc.reason], generation=gid)
         except BootError as exc:
             bound.error("generation.failed", generation=gid, reason=exc.reason)
             failed = state.bundle(name).failed(gid, exc.reason)
@@ -268,12 +277,30 @@ class Boot:
                 else:
                     self.kernel.load_image(image, Path(module.file).name, module.params)
             except LoadError as exc:
+                if exc.errno == errno.ENODEV and v.pci:
+                    self._no_device(exc, module.file, name, v.pci)
                 raise self._explain(exc, elf, module.file) from exc
             faults.hit("boot.finit.after")
         live[name] = v.srcversion
         ms = round((time.monotonic() - started) * 1000, 3)
         log.info("module.loaded", module=name, ms=ms)
-        return ModuleLoad(name, v.srcversion, ms)
+        return ModuleLoad(name, v.srcversion, ms, pci=v.pci)
+
+    def _no_device(self, exc: LoadError, file: str, name: str, aliases: tuple[str, ...]) -> None:
+        """Raise :class:`NoDevice` when none of the devices ``aliases`` match is present and
+        free (unbound, or bound to this module); return when one is: the init's ENODEV is then
+        the module's failure."""
+        from service.kernel.pci import devices_for, present
+
+        mine = devices_for({name: aliases}, present(self.sysfs))
+        if mine.free or mine.bound:
+            return
+        if not mine.devices:
+            why = f"no device its {len(aliases)} PCI alias(es) match is present"
+        else:
+            taken = ", ".join(f"{d.address} ({d.ids}) to {d.driver}" for d in mine.others)
+            why = f"every device it is for is bound to another driver: {taken}"
+        raise NoDevice(f"{file}: {why} (finit_module: {exc.message})") from exc
 
     def _explain(self, exc: LoadError, elf: BinaryIO, display: str) -> Exception:
         """The kernel's refusal, with the symbol named when it is a CRC mismatch.

@@ -20,6 +20,7 @@ from typing import TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
+from service.kernel import pci
 from service.kernel.memory import misplaced, walk
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
@@ -29,6 +30,8 @@ from service.status.health import Health, Verdict, bundle_health, overall, waiti
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
     BundleReport,
+    DeviceRow,
+    DevicesRow,
     GenerationRow,
     HistoryRow,
     LoadedRow,
@@ -159,6 +162,7 @@ def _bundle_report(
     *,
     kernel: str | None,
     live: Mapping[str, LiveModule | None],
+    devices: pci.Devices | None = None,
 ) -> BundleReport:
     """One bundle; a bundle known only from its status file takes the file's phase."""
     b = bundle if bundle is not None else BundleState()
@@ -180,7 +184,35 @@ def _bundle_report(
         history=tuple(_history_row(h) for h in b.history),
         status_file=status_doc,
         errors=errors,
+        devices=_devices_row(devices),
     )
+
+
+def _devices_row(devices: pci.Devices | None) -> DevicesRow | None:
+    if devices is None:
+        return None
+    rows = tuple(
+        DeviceRow(d.address, d.ids, d.modalias, d.driver, d.module, d.module in devices.modules)
+        for d in devices.devices
+    )
+    return DevicesRow(len(rows), len(devices.bound), devices.summary(), rows)
+
+
+class _PciView:
+    """The node's PCI devices, read once per ``status`` and only if a bundle needs them."""
+
+    def __init__(self, sys_root: Path) -> None:
+        self.sys_root = sys_root
+        self._present: tuple[pci.PciDevice, ...] | None = None
+
+    def for_bundle(self, b: BundleState | None) -> pci.Devices | None:
+        """The devices the bundle's loaded modules are for (None: none has a PCI alias)."""
+        aliases = {m.module: m.pci for m in b.loaded if m.pci} if b else {}
+        if not aliases:
+            return None
+        if self._present is None:
+            self._present = pci.present(Sysfs(self.sys_root))
+        return pci.devices_for(aliases, self._present, [m.module for m in b.loaded] if b else ())
 
 
 def _bundles(
@@ -189,16 +221,24 @@ def _bundles(
     """Every bundle that state or a status file names, judged against the running kernel."""
     files = read_status_files(layout.status)
     bundles: dict[str, BundleReport] = {}
+    view = _PciView(layout.sys)
     for name in sorted(set(state.bundles) | set(files)):
         b, entry = state.bundles.get(name), files.get(name)
         doc = entry if isinstance(entry, StatusFile) else None
         live = live_modules(layout.sys, [m.module for m in b.loaded] if b else [])
+        devices = view.for_bundle(b)
         verdict = bundle_health(
-            b, doc, kernel=kernel, boot_id=boot_id, state_boot_id=state.boot_id, live=live
+            b,
+            doc,
+            kernel=kernel,
+            boot_id=boot_id,
+            state_boot_id=state.boot_id,
+            live=live,
+            devices=devices,
         )
         if isinstance(entry, str):
             verdict = Verdict(max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry))
-        bundles[name] = _bundle_report(b, doc, verdict, kernel=kernel, live=live)
+        bundles[name] = _bundle_report(b, doc, verdict, kernel=kernel, live=live, devices=devices)
     return bundles
 
 

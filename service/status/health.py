@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from service.kernel.pci import Devices
 from service.status.live import LiveModule, module_mismatches
 from service.store.phase import Phase
 from service.store.state import BundleState, Generation
@@ -48,6 +49,7 @@ def bundle_health(
     boot_id: str | None = None,
     state_boot_id: str | None = None,
     live: Mapping[str, LiveModule | None] | None = None,
+    devices: Devices | None = None,
 ) -> Verdict:
     """Judge one bundle from its state and its last status file.
 
@@ -57,7 +59,9 @@ def bundle_health(
     another kernel, or a load started in an earlier boot never finished.
     With ``live`` (the kernel's view of the recorded modules): failed when a
     module recorded as loaded is not live, degraded when another build of it
-    is, or when ``modstage boot`` did not run in this boot.
+    is, or when ``modstage boot`` did not run in this boot. With ``devices`` (the present
+    PCI devices the loaded modules are for): degraded when it drives none of them.
+    A bundle in ``no_device`` (its hardware was absent at boot) is not unhealthy for it.
     """
     found: list[Finding] = []
     if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
@@ -66,6 +70,7 @@ def bundle_health(
     if bundle is not None:
         found += _failures(bundle)
         found += _kernel_findings(bundle, kernel, live, boot_id, state_boot_id)
+        found += _device_findings(bundle, devices)
         if bundle.phase is Phase.LOADING and boot_id and state_boot_id and boot_id != state_boot_id:
             found.append(
                 (
@@ -155,6 +160,15 @@ def _live_findings(
             )
         )
     return found
+
+
+def _device_findings(bundle: BundleState, devices: Devices | None) -> list[Finding]:
+    """A loaded bundle that drives none of the present devices it is for."""
+    if devices is None or bundle.phase is not Phase.ACTIVE or not bundle.loaded:
+        return []
+    if devices.devices and not devices.bound:
+        return [(Health.DEGRADED, f"its modules drive none of its devices: {devices.summary()}")]
+    return []
 
 
 def overall(healths: Iterable[Health]) -> Health:

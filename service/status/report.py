@@ -69,6 +69,28 @@ _LABEL = spec(dump=lambda health: health.label)
 
 
 @dataclass(frozen=True)
+class DeviceRow:
+    """One present PCI device the bundle's loaded modules are for, and who drives it."""
+
+    address: str
+    ids: str  # vendor:device
+    modalias: str
+    driver: str | None  # None: no driver is bound
+    module: str | None  # the module of that driver (None: built in, or unbound)
+    ours: bool  # a module of this bundle drives it
+
+
+@dataclass(frozen=True)
+class DevicesRow:
+    """The present devices the bundle's loaded modules are for (``devices``)."""
+
+    present: int
+    bound: int  # how many of them a module of the bundle drives
+    summary: str  # "2 of 2 devices bound", or who has the others
+    devices: tuple[DeviceRow, ...]
+
+
+@dataclass(frozen=True)
 class BundleReport:
     """One bundle: persisted state, health and its reasons, and its last status file."""
 
@@ -85,6 +107,8 @@ class BundleReport:
     history: tuple[HistoryRow, ...]
     status_file: StatusFile | None
     errors: tuple[str, ...]
+    # None: no loaded module of the bundle has a PCI alias
+    devices: DevicesRow | None = None
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,8 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
     for m in b.loaded:
         took, state = _module_state(m)
         out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
+    if devices_line(name, b):
+        out.append(f"  {devices_line(name, b)}")
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note and not _said(h.note, out) else ""
         out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")
@@ -92,6 +94,16 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
         text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
         if not _said(text, out):
             out.append(f"  error: {err}")
+
+
+def devices_line(name: str, b: BundleReport) -> str | None:
+    """``"nvidia: 8 of 8 devices bound"`` (who has the others), or that none was present
+    at boot; None when the bundle's modules are for no PCI device."""
+    if b.devices is not None:
+        return f"{name}: {b.devices.summary}"
+    if b.phase == "no_device":
+        return f"{name}: no device was present at boot (nothing loaded; the next boot retries)"
+    return None
 
 
 def _quarantine_lines(doc: Report) -> list[str]:
@@ -142,6 +154,8 @@ def _rich_bundle(console: Console, name: str, b: BundleReport) -> None:
             took = "already" if m.already_loaded else str(m.ms)
             mods.add_row(m.module, m.srcversion, took, live)
         console.print(mods)
+    if devices_line(name, b):
+        console.print(f"  {devices_line(name, b)}", markup=False, highlight=False)
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note else ""
         console.print(f"  {when(h.at)} {h.from_} -> {h.to}{note}", highlight=False)

@@ -23,6 +23,7 @@ class Phase(StrEnum):
     LOADING = "loading"
     ACTIVE = "active"
     FAILED = "failed"
+    NO_DEVICE = "no_device"  # boot found none of the devices the bundle's modules are for
 
 
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
@@ -32,9 +33,11 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # the daemon recorded its intent to reboot; a newer drop makes it pending again
     Phase.REBOOT_SCHEDULED: frozenset({Phase.PENDING, Phase.LOADING}),
     # boot: loading again after a crash mid-load, then active or failed
-    Phase.LOADING: frozenset({Phase.LOADING, Phase.ACTIVE, Phase.FAILED}),
+    Phase.LOADING: frozenset({Phase.LOADING, Phase.ACTIVE, Phase.FAILED, Phase.NO_DEVICE}),
     Phase.ACTIVE: frozenset({Phase.PENDING, Phase.LOADING}),
     Phase.FAILED: frozenset({Phase.PENDING, Phase.LOADING}),
+    # the hardware was absent: the next boot tries the same generation again
+    Phase.NO_DEVICE: frozenset({Phase.PENDING, Phase.LOADING}),
     # status-file phases of an intake in progress or refused: never recorded in state.json
     Phase.VERIFYING: frozenset(),
     Phase.REJECTED: frozenset(),

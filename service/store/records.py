@@ -33,6 +33,8 @@ class ModuleLoad:
     ms: float | None = field(default=None, metadata=spec(omit=is_none))
     # the same build was live already: not loaded again (present only when true)
     already_loaded: bool = field(default=False, metadata=spec(omit=is_empty))
+    # the module's ``alias=pci:...`` patterns: the devices it is for (absent when none)
+    pci: tuple[str, ...] = field(default=(), metadata=spec(omit=is_empty))
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,16 @@ class BundleState:
             Phase.FAILED, pending=None, note=reason
         )
 
+    def no_device(self, generation: str, reason: str) -> BundleState:
+        """Boot found no device for ``generation``'s modules: nothing of it is loaded, the
+        attempt it counted is given back, nothing fails and a pending one stays pending
+        (the next boot tries it again; no reboot is asked for it)."""
+        self._refuse("no_device", self.phase is not Phase.LOADING, "nothing is being loaded")
+        gen = self._known("no_device", generation)
+        if gen.id == self.pending:
+            gen = replace(gen, attempts=max(0, gen.attempts - 1))
+        return self.with_generation(gen).move(Phase.NO_DEVICE, loaded=(), note=reason)
+
     def expired(self, reason: str) -> BundleState:
         """The pending generation ran out of boot attempts: failed, no longer pending."""
         self._refuse("expired", self.pending is None, "no generation is pending")

@@ -118,6 +118,7 @@ def check_elf(
         srcversion=info.srcversion,
         depends=info.depends,
         firmware=info.firmware,
+        pci=tuple(v for k, v in info.fields if k == "alias" and v.startswith("pci:")),
     )
     return load_rules(info, target)
 

@@ -52,6 +52,7 @@ class Verdict:
     key_id: str | None = None  # hex of the kernel's key id ("ex:" id) of the signer
     compression: str | None = None  # "xz", "zst", "gz" by content, None for a plain ELF
     image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
+    pci: tuple[str, ...] = ()  # its ``alias=pci:...`` patterns: the devices it is for
     notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
 
     @classmethod
@@ -79,7 +80,7 @@ class Verdict:
         out = asdict(self)
         del out["refusal"]
         out["depends"], out["firmware"] = list(self.depends), list(self.firmware)
-        out["notes"] = list(self.notes)
+        out["notes"], out["pci"] = list(self.notes), list(self.pci)
         out["reason"], out["errno"], out["policy"] = self.reason, self.errno, self.policy
         return out
 

@@ -21,7 +21,16 @@ from pathlib import Path
 SRC = Path(__file__).with_name("src")
 HEADERS = Path("/usr/src")
 MODULES = Path("/lib/modules")
-MODULE_NAMES = ("ms_params", "ms_firmware", "ms_exporter", "ms_consumer", "ms_enodev", "ms_panic")
+MODULE_NAMES = (
+    "ms_params",
+    "ms_firmware",
+    "ms_exporter",
+    "ms_consumer",
+    "ms_enodev",
+    "ms_panic",
+    "ms_pci",
+    "ms_pci_rival",
+)
 
 
 def _version_key(release: str) -> list[int]:

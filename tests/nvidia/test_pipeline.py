@@ -145,7 +145,8 @@ def test_verify_json_of_the_drop_accepts_every_module_as_kmod_reads_it(
     """``modstage verify --json`` of the drop: every file ok, every module ok (signature,
     vermagic, every import resolved with its CRC, in load order), signed by the session's key
     with sha256,
-    and its name, vermagic, srcversion, depends and firmware equal kmod modinfo's."""
+    and its name, vermagic, srcversion, depends, firmware and PCI aliases equal kmod
+    modinfo's (``nvidia`` has PCI aliases: the devices boot and status match it against)."""
     assert all(v["ok"] for v in taken_in.verify_drop), taken_in.verify_drop
     modules = [v for v in taken_in.verify_drop if v["file"].endswith(".ko")]
     assert [Path(v["file"]).name for v in modules] == [f"{n}.ko" for n in signed]
@@ -158,7 +159,9 @@ def test_verify_json_of_the_drop_accepts_every_module_as_kmod_reads_it(
         assert [v for v in [verdict["srcversion"]] if v] == modinfo(ko, "srcversion")
         assert set(verdict["depends"]) == depends(ko)
         assert verdict["firmware"] == modinfo(ko, "firmware")
+        assert verdict["pci"] == [a for a in modinfo(ko, "alias") if a.startswith("pci:")]
         assert verdict["sha256"] == sha256(ko)
+    assert modules[0]["pci"], "nvidia.ko names the PCI devices it is for"
 
 
 def test_each_module_alone_is_judged_by_where_its_dependencies_live(

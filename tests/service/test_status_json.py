@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from service.layout import Layout
 from service.status.glance import write_heartbeat
 from service.store import quarantine
 from service.store.phase import Phase
-from service.store.records import RebootIntent
+from service.store.records import ModuleLoad, RebootIntent
 from service.store.state import State
 from service.store.statefile import read, save
 from service.store.statusfile import write_status
@@ -61,7 +62,13 @@ def full_host(tmp_path: Path) -> Layout:
     reboot asked for, a window, a heartbeat, a rejected drop, quarantine, memory blocks."""
     layout = fallback_host(tmp_path)
     state = State(read(layout.state).bundles, boot_id="boot-2", reboot=ASKED)
+    nvidia = state.bundle("nvidia")
+    gpu = ModuleLoad("nvidia", "abc", 1.0, pci=("pci:v000010DEd*sv*sd*bc03sc02i00*",))
+    state = state.with_bundle("nvidia", replace(nvidia, loaded=(*nvidia.loaded, gpu)))
     save(layout.state, state)
+    device = layout.sys / "bus/pci/devices/0000:41:00.0"
+    device.mkdir(parents=True)
+    (device / "modalias").write_text("pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")
     layout.config.parent.mkdir(parents=True, exist_ok=True)
     layout.config.write_text('[reboot]\nbackend = "kured"\ndays = ["mon"]\nstart = "02:00"\n')
     write_heartbeat(layout.heartbeat, decision="outside the reboot window", at=1.0)

@@ -42,6 +42,7 @@ class Machine:
     shell: bool = False
     state_disk: Path | None = None
     root: Path = Path("/")  # the guest's root file system: the host's, or a Debian 13 root
+    devices: tuple[str, ...] = ()  # extra `-device` values (e.g. "edu", "pci-testdev")
 
     @property
     def own_root(self) -> bool:
@@ -93,6 +94,7 @@ class Machine:
             *("-device", "virtserialport,chardev=agent,name=modstage.agent"),
             *("-qmp", f"unix:{sockets / 'qmp.sock'},server=on,wait=off"),
             *disk,
+            *(arg for device in self.devices for arg in ("-device", device)),
         ]
 
 

@@ -58,7 +58,8 @@ class Vm:
     (default: `MODSTAGE_VM_ACCEL`, see accel.py); `boot_timeout` bounds each boot.
     With `state_disk` (an ext4 image from `disk.make_ext4_image`) /var/lib/modstage is that
     disk instead, so that `kill()` is a power cut for it, and `state_dir` is mounted at
-    GUEST_SHARE_DIR (`share_dir`) for handing files in.
+    GUEST_SHARE_DIR (`share_dir`) for handing files in. `devices` are extra qemu `-device`
+    values (PCI devices such as "edu"); `start`/`reboot` may change them for the next boot.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class Vm:
         accel: str | None = None,
         boot_timeout: float = BOOT_TIMEOUT,
         state_disk: Path | None = None,
+        devices: Sequence[str] = (),
     ) -> None:
         kernel = kernel or Kernel.find()
         self.name = name
@@ -89,6 +91,7 @@ class Vm:
             accel=accel or choose_accel(),
             state_disk=None if state_disk is None else Path(state_disk).resolve(),
             root=kernel.root,
+            devices=tuple(devices),
         )
         self.kernel = kernel
         self.boot_timeout = boot_timeout
@@ -136,12 +139,17 @@ class Vm:
         """Whether qemu is running."""
         return self._process is not None and self._process.poll() is None
 
-    def start(self, kernel_args: Sequence[str] | None = None) -> None:
-        """Boot (again) with the same state share; `kernel_args` replaces the extra arguments."""
+    def start(
+        self, kernel_args: Sequence[str] | None = None, devices: Sequence[str] | None = None
+    ) -> None:
+        """Boot (again) with the same state share; `kernel_args` replaces the extra arguments,
+        `devices` the extra qemu devices."""
         if self.running:
             raise VmError(f"{self.name} is already running")
         if kernel_args is not None:
             self.machine = replace(self.machine, kernel_args=tuple(kernel_args))
+        if devices is not None:
+            self.machine = replace(self.machine, devices=tuple(devices))
         self.boots += 1
         for sock in self._runtime.glob("*.sock"):
             sock.unlink()
@@ -169,11 +177,14 @@ class Vm:
             tail = self.serial_tail()
             raise VmTimeout(f"{self.name} did not stop in {timeout:g} s\n{tail}") from None
 
-    def reboot(self, kernel_args: Sequence[str] | None = None) -> None:
-        """Reboot the guest (`reboot -f` from PID 1) and boot it again with the same state."""
+    def reboot(
+        self, kernel_args: Sequence[str] | None = None, devices: Sequence[str] | None = None
+    ) -> None:
+        """Reboot the guest (`reboot -f` from PID 1) and boot it again with the same state
+        (`devices`: the extra qemu devices of the next boot, as if added while it was off)."""
         self._call("exit", 30, action="reboot")
         self.wait_exit()
-        self.start(kernel_args)
+        self.start(kernel_args, devices)
 
     def poweroff(self) -> None:
         """Power the guest off and wait for qemu to end."""
