@@ -318,3 +318,28 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
     assert not b.generations[gen].failed and b.generations[gen].attempts == 0
     assert host.host(STATE_FILE).read_bytes() == b"digest-b"
+
+
+def test_a_reloaded_generation_that_fails_at_boot_is_not_tried_twice(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """The active generation pending again fails at boot: it is the failure, with no fallback
+    (the fallback would be itself), loaded once, and no digest claims a config."""
+    kernel_view = FakeKernel(sys=host.sys)
+    _drop(host, signed, kernel, "1", config_digest="digest-a")
+    [first] = _intake(host).run()
+    _boot(host, kernel_view).run()
+    for name in list(kernel_view.live):
+        kernel_view.unload(name)
+    _drop(host, signed, kernel, "1", config_digest="digest-b")
+    _intake(host).run()
+    host.host(STATE_FILE).unlink()
+    failing = FakeKernel(fail={"ms_exporter": errno.ENODEV}, sys=host.sys)
+    state = _boot(host, failing).run()
+    b = state.bundle("nvidia")
+    assert b.phase is Phase.FAILED and b.pending is None
+    assert b.generations[str(first.generation)].failed
+    assert [c for c in failing.calls if c[:2] == ("load", "ms_exporter")] == [
+        ("load", "ms_exporter", "")
+    ]
+    assert not host.host(STATE_FILE).exists()
