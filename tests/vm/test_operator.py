@@ -383,7 +383,7 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     kept = n.init_container()
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
     ready = n.ready_after(n.start())
-    assert ready < 30 and n.settle() is State.DONE
+    assert ready < 60 and n.settle() is State.DONE  # seconds of work; tens under loaded TCG
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
     n.record(
         "node reboot, no change",
