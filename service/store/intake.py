@@ -223,8 +223,8 @@ class Intake:
         faults.hit("intake.recorded")
 
     def _unloaded(self, bundle: BundleState, gen: Generation) -> bool:
-        """Whether ``gen`` is the bundle's active generation, loaded by this boot for the
-        running kernel, and some of the modules boot loaded have left the kernel since."""
+        """Whether ``gen`` is the bundle's active generation, for the running kernel, and
+        some of the modules boot loaded for it have left the kernel since."""
         if gen.id != bundle.active or bundle.phase is not Phase.ACTIVE or bundle.held:
             return False
         if not bundle.loaded or gen.kernel != self.layout.kernel_release():
