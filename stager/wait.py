@@ -127,7 +127,7 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
         return Outcome(EXIT_REFUSED, f"generation {short} failed: {doc.failed[gen]}")
     if doc.phase == REJECTED and (doc.drop == target.drop or target.drop is None):
         return Outcome(EXIT_REFUSED, f"drop rejected: {errors}")
-    if gen is not None and doc.active == gen:
+    if gen is not None and doc.active == gen and doc.pending != gen:  # pending again: reload
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
     if doc.phase == FAILED and doc.generation == gen:
         return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,14 @@ import yaml
 
 from service.config import Config
 from service.layout import Layout
+from service.window import Window
+from tests.vm.operator.upgrade_controller import (
+    Container,
+    Pod,
+    State,
+    UpgradeController,
+    restarts_while_waiting,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -79,3 +88,58 @@ def test_example_config_publishes_under_run_nvidia_only() -> None:
     host = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
     for path in cfg.incoming_dirs[1:] + cfg.publish.status_dirs:
         assert any(path.startswith(h + "/") or path == h for h in host), path
+
+
+REBOOT_ALLOWANCE = 900  # deploy/README.md: shutdown, a GPU server's POST, boot to Ready
+
+
+def _kured_flags() -> dict[str, str]:
+    kured = next(d for d in _docs("kured-daemonset.yaml") if d["kind"] == "DaemonSet")
+    command = kured["spec"]["template"]["spec"]["containers"][0]["command"]
+    return dict(a[2:].split("=", 1) for a in command if a.startswith("--") and "=" in a)
+
+
+def _seconds(duration: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return int(duration[:-1]) * units[duration[-1]]
+
+
+def longest_closed(window: Window) -> int:
+    """The longest stretch, in seconds, in which ``window`` is closed (a minute's grain)."""
+    start = datetime(2026, 11, 30, tzinfo=UTC)  # a Monday
+    longest = run = 0
+    for minute in range(2 * 7 * 24 * 60):  # two weeks: a stretch may cross the week's end
+        if window.contains(start + timedelta(minutes=minute)):
+            run = 0
+        else:
+            run += 60
+            longest = max(longest, run)
+    return longest
+
+
+def test_startup_probe_outlasts_the_longest_wait_for_a_reboot() -> None:
+    """The driver container waits, unready, from its pod's start until the node has rebooted:
+    at worst the longest closed stretch of kured's window, one kured period, kured's drain
+    timeout and the reboot. The example's probe budget covers that in one attempt, so the
+    upgrade controller never sees a restart; the operator's default probe is restarted more
+    than 10 times in that wait and the controller marks the node upgrade-failed."""
+    flags = _kured_flags()
+    days = tuple(flags["reboot-days"].split(","))
+    window = Window(
+        days, time.fromisoformat(flags["start-time"]), time.fromisoformat(flags["end-time"])
+    )
+    closed = longest_closed(window) + 60  # the minute's grain
+    assert closed == (3 * 24 + 21) * 3600  # Thursday 05:00 to Monday 02:00
+    wait = closed + _seconds(flags["period"]) + _seconds(flags["drain-timeout"]) + REBOOT_ALLOWANCE
+    policy, _ = _docs("driver-example.yaml")
+    probe = policy["spec"]["driver"]["startupProbe"]
+    budget = probe["initialDelaySeconds"] + probe["periodSeconds"] * probe["failureThreshold"]
+    assert budget >= wait, (budget, wait)
+    for settings, state in (
+        ((probe["initialDelaySeconds"], probe["periodSeconds"], probe["failureThreshold"]), None),
+        ((60, 10, 120), State.FAILED),  # the operator's default probe
+    ):
+        restarts = restarts_while_waiting(wait, *settings)
+        c = UpgradeController("r1", State.POD_RESTART_REQUIRED)
+        c.reconcile(0, Pod("r1", True, (Container("nvidia-driver-ctr", False, restarts),)), True)
+        assert c.state is (state or State.POD_RESTART_REQUIRED), (settings, restarts)

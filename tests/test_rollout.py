@@ -79,18 +79,49 @@ def test_a_longer_period_costs_time_at_every_hand_over(rollout: ModuleType) -> N
 def test_operator_runs_min_of_max_parallel_and_max_unavailable(
     rollout: ModuleType, nodes: int, parallel: int, slots: int
 ) -> None:
-    """maxParallelUpgrades (0: unlimited) bounded by maxUnavailable 25%; rounds of one swap."""
+    """maxParallelUpgrades (0: unlimited) bounded by maxUnavailable 25%; a node takes a state
+    per reconcile: 6 reconciles + eviction + driver restart + validation, the first nodes
+    start on the second reconcile and a freed slot is taken on the next one."""
     o = rollout.Operator(parallel, 0.25, 30.0, rollout.Drain(300, 0.0, 600), 180.0, 60.0)
     assert o.slots(nodes) == slots
-    got = rollout.operator_rollout(nodes, o, random.Random(1))
-    assert got == pytest.approx(math.ceil(nodes / slots) * (30 + 300 + 180 + 60))
+    got, driverless = rollout.operator_rollout(nodes, o, random.Random(1))
+    rounds = math.ceil(nodes / slots)
+    assert got == pytest.approx(2 * 30 + rounds * (6 * 30 + 300 + 180 + 60) + (rounds - 1) * 30)
+    assert driverless == [180.0] * nodes
+
+
+def test_under_the_operator_a_node_is_driverless_from_its_pod_to_its_boot(
+    rollout: ModuleType,
+) -> None:
+    """modstage's container under the controller: the driver is gone from the pod's start
+    (its init container unloads) until ``modstage boot``: staging, kured's next tick, drain,
+    reboot, boot; the node is done once its pod is ready and the controller validated."""
+    o = rollout.Operator(1, 0.25, 30.0, rollout.Drain(300, 0.0, 600), 180.0, 60.0)
+    k = kured(rollout, stage=20.0)
+    got, driverless = rollout.operator_rollout(
+        3, o, random.Random(2), rollout.staged_reboot(k, 5.0)
+    )
+    floor = 20 + 300 + 200 + 10
+    assert all(floor <= d <= floor + 10 for d in driverless), driverless
+    live, _ = rollout.operator_rollout(3, o, random.Random(2))
+    slower = floor + 90 + 5 - 180  # per node: the reboot path against the live swap
+    assert got > live and got - live <= 3 * (slower + 10 + 2 * 30)
+
+
+def test_a_window_holds_a_node_without_its_driver_until_it_opens(rollout: ModuleType) -> None:
+    """The controller deletes the pod outside the window: the node waits, without a driver,
+    until the window opens (Mondays 02:00)."""
+    o = rollout.Operator(1, 0.25, 30.0, rollout.Drain(300, 0.0, 600), 180.0, 60.0)
+    k = kured(rollout, window=Window(("mon",), time(2, 0), time(5, 0)))
+    _, [driverless] = rollout.operator_rollout(1, o, random.Random(1), rollout.staged_reboot(k, 5))
+    assert 2 * 3600 - 600 <= driverless <= 2 * 3600 + 300 + 200 + 10 + 10
 
 
 def test_the_command_prints_one_row_per_size(rollout: ModuleType) -> None:
     """``bench/rollout`` prints the parameters and a row for each cluster size."""
     out = io.StringIO()
     with redirect_stdout(out):
-        assert rollout.main(["--runs", "1", "--sizes", "10", "100"]) == 0
+        assert rollout.main(["--runs", "1", "--sizes", "10", "100"]) == 0  # the measured file
     rows = [ln.split()[0] for ln in out.getvalue().splitlines() if ln.strip()[:1].isdigit()]
     assert rows == ["10", "100"]
     assert "--concurrency=1" in out.getvalue() and "maxParallelUpgrades=1" in out.getvalue()

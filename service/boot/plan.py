@@ -40,7 +40,8 @@ def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Ch
     if pending.attempts >= max_attempts:
         reason = f"did not complete boot in {pending.attempts} attempts (max_boot_attempts)"
         return Choice(name, active, expired=reason, note=reason)
-    return Choice(name, pending.id, fallback=active, pending=True)
+    fallback = None if active == pending.id else active  # the active one, dropped again
+    return Choice(name, pending.id, fallback=fallback, pending=True)
 
 
 def order(

@@ -22,6 +22,8 @@ from pathlib import Path
 from service import faults
 from service.config import Config
 from service.errors import DropError, ServiceError
+from service.kernel.modules import live_modules
+from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.admit import bundle_exports, policy_problems, verify_copy
@@ -37,7 +39,7 @@ from service.store.publish import (
     record_digest,
 )
 from service.store.rejection import may_keep_status, reject
-from service.store.state import Generation, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
 from service.verify.budget import per_drop
@@ -200,7 +202,10 @@ class Intake:
         name, generation = manifest.bundle, manifest.digest
         before = state.bundle(name)
         gen = Generation(generation, manifest.version, manifest.kernel, added=time.time())
-        after = before.staged(gen, self.config.retain)
+        if self._unloaded(before, gen):
+            after = before.reloading(generation)
+        else:
+            after = before.staged(gen, self.config.retain)
         record_digest(self.layout, generation, digest)  # before state names it
         save(self.layout.state, state.with_bundle(name, after), step="pending")
         forget_digests(self.layout, state.with_bundle(name, after))
@@ -216,6 +221,16 @@ class Intake:
             kernel=manifest.kernel,
         )
         faults.hit("intake.recorded")
+
+    def _unloaded(self, bundle: BundleState, gen: Generation) -> bool:
+        """Whether ``gen`` is the bundle's active generation, for the running kernel, and
+        some of the modules boot loaded for it have left the kernel since."""
+        if gen.id != bundle.active or bundle.phase is not Phase.ACTIVE or bundle.held:
+            return False
+        if not bundle.loaded or gen.kernel != self.layout.kernel_release():
+            return False
+        live = live_modules(Sysfs(self.layout.sys))
+        return any(m.module not in live for m in bundle.loaded)
 
     def _reject(self, drop: Path, bundle: str | None, reasons: list[str]) -> Outcome:
         """Record a rejection (status, log) and move the drop to the quarantine."""

@@ -123,6 +123,19 @@ class BundleState:
         keep = moved.keep() | newest
         return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
+    def reloading(self, generation: str) -> BundleState:
+        """The active ``generation`` is dropped again while its modules are no longer in the
+        kernel (something unloaded them, such as a driver pod's init container): it is
+        pending once more, so a reboot is asked and the next boot loads it again."""
+        self._refuse("reloading", generation != self.active, f"{generation[:12]} is not active")
+        self._refuse("reloading", self.phase is not Phase.ACTIVE, "the bundle is not active")
+        self._refuse("reloading", self.held, "the bundle is held by an admin")
+        return self.move(
+            Phase.PENDING,
+            pending=generation,
+            note=f"generation {generation[:12]} pending again: its modules were unloaded",
+        )
+
     def reboot_asked(self, note: str) -> BundleState:
         """The daemon recorded its intent to reboot for the pending generation."""
         if self.phase is Phase.REBOOT_SCHEDULED:

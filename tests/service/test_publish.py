@@ -280,3 +280,66 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         for w in watchers:
             w.stop()
     assert not thread.is_alive()
+
+
+def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_reboot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A config-digest-only change: the init container unloaded the live generation and the
+    pod drops the same modules with a new digest. The generation is pending again (a reboot
+    is awaited), ``wait`` does not call it active, and the next boot loads it and publishes
+    the new digest. While its modules are still loaded, the same drop changes nothing."""
+    from stager.wait import Target, judge
+    from stager.wait import read_status as read_mirror
+
+    kernel_view = FakeKernel(sys=host.sys)
+    _drop(host, signed, kernel, "1", config_digest="digest-a")
+    [first] = _intake(host).run()
+    _boot(host, kernel_view).run()
+    gen = str(first.generation)
+    _drop(host, signed, kernel, "1", config_digest="digest-a")
+    [same] = _intake(host).run()  # a pod restart: still loaded, nothing to do
+    b = load(host.state).bundle("nvidia")
+    assert same.generation == gen and (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
+
+    for name in list(kernel_view.live):  # k8s-driver-manager: the digest differs, unload
+        kernel_view.unload(name)
+    drop = _drop(host, signed, kernel, "1", config_digest="digest-b")
+    [again] = _intake(host).run()
+    b = load(host.state).bundle("nvidia")
+    assert again.generation == gen and (b.phase, b.active, b.pending) == (Phase.PENDING, gen, gen)
+    assert load(host.state).awaiting_reboot(kernel) == ["nvidia"]
+    mirror = read_mirror(host.host(POD_STATUS) / "nvidia.json")
+    assert judge(mirror, Target(drop=drop.name, generation=gen)).code is None  # waits
+
+    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
+    state = _boot(host, FakeKernel(sys=host.sys)).run()
+    b = state.bundle("nvidia")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
+    assert not b.generations[gen].failed and b.generations[gen].attempts == 0
+    assert host.host(STATE_FILE).read_bytes() == b"digest-b"
+
+
+def test_a_reloaded_generation_that_fails_at_boot_is_not_tried_twice(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """The active generation pending again fails at boot: it is the failure, with no fallback
+    (the fallback would be itself), loaded once, and no digest claims a config."""
+    kernel_view = FakeKernel(sys=host.sys)
+    _drop(host, signed, kernel, "1", config_digest="digest-a")
+    [first] = _intake(host).run()
+    _boot(host, kernel_view).run()
+    for name in list(kernel_view.live):
+        kernel_view.unload(name)
+    _drop(host, signed, kernel, "1", config_digest="digest-b")
+    _intake(host).run()
+    host.host(STATE_FILE).unlink()
+    failing = FakeKernel(fail={"ms_exporter": errno.ENODEV}, sys=host.sys)
+    state = _boot(host, failing).run()
+    b = state.bundle("nvidia")
+    assert b.phase is Phase.FAILED and b.pending is None
+    assert b.generations[str(first.generation)].failed
+    assert [c for c in failing.calls if c[:2] == ("load", "ms_exporter")] == [
+        ("load", "ms_exporter", "")
+    ]
+    assert not host.host(STATE_FILE).exists()

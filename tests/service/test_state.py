@@ -90,6 +90,23 @@ def test_staging_the_same_generation_again_changes_nothing() -> None:
     assert again.phase is Phase.PENDING and again.pending == A
 
 
+def test_the_active_generation_unloaded_from_outside_is_pending_again() -> None:
+    """reloading: the active generation is pending once more (a reboot awaited), the next
+    boot brings it up with its attempts reset; refused when it is not the active one, the
+    bundle is not active, or an admin holds it."""
+    b = live(A).reloading(A)
+    assert (b.phase, b.active, b.pending) == (Phase.PENDING, A, A) and b.awaits_reboot(K)
+    b = b.reboot_asked("asked").booting(A).went_live(A, (ModuleLoad("nvidia", "S1", 3.0),))
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, A, None)
+    assert b.generations[A].attempts == 0
+    with pytest.raises(IllegalTransition):
+        live(A).reloading(B)
+    with pytest.raises(IllegalTransition):
+        live(A).reloading(A).reloading(A)
+    with pytest.raises(IllegalTransition):
+        live(A).hold().reloading(A)
+
+
 def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
     """Beyond ``retain`` the oldest generations go; the active one always stays."""
     b = live(A)
