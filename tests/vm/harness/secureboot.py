@@ -40,8 +40,11 @@ GRUB = Path("/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed")
 OWNER = "6d6f6473-7461-6765-2074-657374206264"  # the signature owner GUID of what the tests add
 SECTOR = 512
 ESP_START = 2048  # sectors: the partition starts at 1 MiB
-SECURITYFS = "grep -q ' /sys/kernel/security ' /proc/mounts || mount -t securityfs none /sys/kernel/security"
-BOOT_TIMEOUT = 120.0  # a boot takes ~15 s under TCG; a chain refused at grub hangs there
+SECURITYFS = (
+    "grep -q ' /sys/kernel/security ' /proc/mounts || mount -t securityfs none /sys/kernel/security"
+)
+BOOT_TIMEOUT = 300.0  # ~15 s under TCG on an idle machine, minutes on a busy one; a chain
+# refused at grub hangs there
 
 
 def _tool(name: str, package: str) -> str:
@@ -107,7 +110,10 @@ def build_esp(out: Path, *, image: Path, initrd: Path, cmdline: str) -> Path:
     _run([_tool("sfdisk", "fdisk"), "--quiet", str(out)], input=layout)
     env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
     part = f"{out}@@{ESP_START * SECTOR}"
-    _run([_tool("mformat", "mtools"), "-i", part, "-F", "-T", str(sectors), "-v", "ESP", "::"], env=env)
+    _run(
+        [_tool("mformat", "mtools"), "-i", part, "-F", "-T", str(sectors), "-v", "ESP", "::"],
+        env=env,
+    )
     _run([_tool("mmd", "mtools"), "-i", part, "::/EFI", "::/EFI/BOOT", "::/EFI/debian"], env=env)
     config = out.with_name(out.name + ".grub.cfg")
     config.write_text(
@@ -155,7 +161,9 @@ class SecureBootVm(Vm):
         uefi = self.machine.uefi
         assert uefi is not None
         if cmdline != self._esp_cmdline:
-            build_esp(uefi.esp, image=self.kernel.image, initrd=self.machine.initramfs, cmdline=cmdline)
+            build_esp(
+                uefi.esp, image=self.kernel.image, initrd=self.machine.initramfs, cmdline=cmdline
+            )
             self._esp_cmdline = cmdline
         super().start()
         # what systemd mounts on a host: lockdown's state is read from securityfs
