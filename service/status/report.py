@@ -69,6 +69,19 @@ _LABEL = spec(dump=lambda health: health.label)
 
 
 @dataclass(frozen=True)
+class SignerRow:
+    """Who signed one module of the active or pending generation, and which of the running
+    kernel's keyrings holds that key: ``builtin``, ``machine`` (MOK), ``secondary``,
+    ``platform`` (UEFI db), or None when none does (``note`` says why it is unknown)."""
+
+    generation: str
+    file: str
+    key_id: str | None
+    keyring: str | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class BundleReport:
     """One bundle: persisted state, health and its reasons, and its last status file."""
 
@@ -85,6 +98,7 @@ class BundleReport:
     history: tuple[HistoryRow, ...]
     status_file: StatusFile | None
     errors: tuple[str, ...]
+    signers: tuple[SignerRow, ...] = ()
 
 
 @dataclass(frozen=True)

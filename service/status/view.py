@@ -85,6 +85,9 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
     for m in b.loaded:
         took, state = _module_state(m)
         out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
+    for sig in b.signers:
+        trusted = f"trusted by .{sig.keyring}" if sig.keyring else "trusted by no keyring"
+        out.append(f"  signer {sig.file} key {sig.key_id}: {sig.note or trusted}")
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note and not _said(h.note, out) else ""
         out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")
