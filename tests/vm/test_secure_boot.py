@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ from tests.oracle.target_kernel import use
 from tests.oracle.testbed import DIGEST_MODULES, OracleVm, sign_file
 from tests.vm.harness.kernel import Kernel
 from tests.vm.harness.secureboot import SecureBootVm, enroll
+from tests.vm.node import drop, live_modules, modstage, prepare, state
 from tests.vm.test_oracle import kernel_verdicts
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1")]
@@ -225,3 +227,135 @@ def test_dbx_certificate_verdicts_agree(node: Node) -> None:
     revocation = "CONFIG_SYSTEM_REVOCATION_LIST=y" in config
     expected = 0 if node.where == "mok" and not revocation else errno.EKEYREJECTED
     assert loaded == expected
+
+
+def test_intake_preflight_status_and_boot_under_lockdown(
+    node: Node, test_modules: dict[str, Path], tmp_path: Path
+) -> None:
+    """On the Secure Boot node, modstage trusting both the enrolled CA and a vendor key that
+    is not enrolled: intake refuses the vendor's bundle before any reboot, naming the key, the
+    signer and the remedy (`mokutil --import` of the certificate modstage trusts), and
+    accepts the CA's; `status --json` names the keyring that holds each module's signer
+    (`machine` for a MOK, `platform` for db). Then `modstage boot` under lockdown loads the
+    pending generation in order with its parameters and firmware, and onlines hot-added
+    memory as Movable."""
+    vm = node.oracle.vm
+    vendor = _self_signed(tmp_path, "modstage unenrolled vendor")
+    signed = {}
+    for name in ("ms_exporter", "ms_consumer", "ms_params", "ms_firmware"):
+        signed[name] = tmp_path / f"{name}.ko"
+        sign_file(test_modules[name].read_bytes(), node.pki.ca, signed[name])
+    stranger = tmp_path / "msorc_90105.ko"
+    sign_file(renamed(base_module(), 90105), vendor, stranger)
+    fw = tmp_path / "fw" / "modstage"
+    fw.mkdir(parents=True)
+    (fw / "test.bin").write_bytes(b"f" * 4321)
+    modules = [
+        (signed["ms_exporter"], ""),
+        (signed["ms_consumer"], ""),
+        (signed["ms_params"], 'count=42 label="two words"'),
+        (signed["ms_firmware"], ""),
+    ]
+    drop(vm, "enrolled", "1", node.release, modules, firmware_dirs=(tmp_path / "fw",),
+         memory="online_movable")  # fmt: skip
+    drop(vm, "unenrolled", "1", node.release, [(stranger, "")])
+    certs = {
+        "ca.pem": node.pki.ca.pem_cert.read_bytes(),
+        "vendor.pem": vendor.pem_cert.read_bytes(),
+    }
+    prepare(vm, certs)
+    modstage(vm, "intake")
+    assert state(vm).bundle("enrolled").pending is not None
+    assert state(vm).bundle("unenrolled").pending is None
+    rc, out = modstage(vm, "status", "--json")
+    doc = json.loads(out)
+    [reason] = [e for e in doc["bundles"]["unenrolled"]["errors"] if "EKEYREJECTED" in e]
+    assert "does not trust signing key" in reason and "(modstage unenrolled vendor)" in reason
+    assert "enroll it as a MOK: mokutil --import /etc/modstage/trusted.d/vendor.pem" in reason
+    where = "machine" if node.where == "mok" else "platform"
+    signers = doc["bundles"]["enrolled"]["signers"]
+    assert [s["keyring"] for s in signers] == [where] * 4, signers
+
+    before = set(vm.eval("sorted(os.listdir('/sys/devices/system/memory'))"))
+    vm.hotplug_memory("512M")
+    added: list[str] = []
+    for _ in range(100):
+        added = sorted(set(vm.eval("sorted(os.listdir('/sys/devices/system/memory'))")) - before)
+        if len(added) == 4:
+            break
+        vm.eval("__import__('time').sleep(0.1) or 0")
+    assert len(added) == 4, added
+    rc, out = modstage(vm, "boot")
+    assert rc == 0, out
+    b = state(vm).bundle("enrolled")
+    assert b.active is not None and b.pending is None
+    live = live_modules(vm)
+    assert live.index("ms_firmware") < live.index("ms_params") < live.index("ms_exporter")
+    assert vm.read("/sys/module/ms_params/parameters/count") == "42"
+    assert vm.read("/sys/module/ms_params/parameters/label") == "two words"
+    assert vm.read("/sys/module/ms_firmware/parameters/fw_size") == "4321"
+    for block in added:
+        assert vm.read(f"/sys/devices/system/memory/{block}/state") == "online"
+        assert vm.read(f"/sys/devices/system/memory/{block}/valid_zones") == "Movable"
+    assert vm.read("/sys/kernel/security/lockdown") == "none [integrity] confidentiality"
+
+
+KEXEC = """
+import ctypes, os
+_libc = ctypes.CDLL(None, use_errno=True)
+def kexec_file(image):
+    fd = os.open(image, os.O_RDONLY)
+    try:
+        rc = _libc.syscall(320, fd, -1, 1, b"\\0", 0x4)  # KEXEC_FILE_NO_INITRAMFS
+        return 0 if rc == 0 else ctypes.get_errno()
+    finally:
+        os.close(fd)
+def kexec_plain():
+    rc = _libc.syscall(246, 0, 0, 0, 0)  # kexec_load(entry, nr_segments=0, ...)
+    return 0 if rc == 0 else ctypes.get_errno()
+"""
+
+
+def _strip_authenticode(image: bytes) -> bytes:
+    """The PE image with its certificate table directory entry zeroed (unsigned)."""
+    pe = int.from_bytes(image[0x3C:0x40], "little")
+    optional = pe + 24
+    magic = int.from_bytes(image[optional : optional + 2], "little")
+    entry = optional + (112 if magic == 0x20B else 96) + 4 * 8
+    return image[:entry] + bytes(8) + image[entry + 8 :]
+
+
+def test_kexec_under_lockdown_is_judged_as_the_backend_says(node: Node, tmp_path: Path) -> None:
+    """Under Secure Boot the kernel refuses plain kexec_load (EACCES: the IMA architecture
+    policy of a Secure Boot x86 kernel appraises kexec images and cannot without a file,
+    before lockdown is asked) and kexec_file_load of an image without an Authenticode
+    signature, and loads Debian's signed image with kexec_file_load (`kexec -s`); the
+    kexec backend's check (asked by `config check` and before each reboot request) passes
+    the signed image and refuses the unsigned one, naming lockdown and the image."""
+    vm = node.oracle.vm
+    image = Path(f"/boot/vmlinuz-{node.release}")
+    unsigned = tmp_path / "vmlinuz-unsigned"
+    unsigned.write_bytes(_strip_authenticode(image.read_bytes()))
+    guest_unsigned = vm.put(unsigned, "kexec/vmlinuz-unsigned")
+    vm.python(KEXEC)
+    assert vm.eval("kexec_plain()") == errno.EACCES
+    refused = vm.eval(f"kexec_file({guest_unsigned!r})")
+    print(f"\nkexec_file_load of the unsigned image: {errno.errorcode.get(refused, refused)}")
+    assert refused != 0
+    assert vm.eval(f"kexec_file({str(image)!r})") == 0
+    check = "__import__('service.backends', fromlist=['b'])._kexec_problem"
+    layout = "__import__('service.layout', fromlist=['l']).Layout(__import__('pathlib').Path('/'))"
+    assert vm.eval(f"{check}({layout})") is None
+    root = "/run/kexec-root"
+    vm.run(
+        f"mkdir -p {root}/boot {root}/proc/sys/kernel {root}/sys/kernel/security && "
+        f"cp {guest_unsigned} {root}/boot/vmlinuz-{node.release} && "
+        f"uname -r > {root}/proc/sys/kernel/osrelease && "
+        f"cat /sys/kernel/security/lockdown > {root}/sys/kernel/security/lockdown"
+    ).check()
+    problem = vm.eval(
+        f"{check}(__import__('service.layout', fromlist=['l']).Layout("
+        f"__import__('pathlib').Path({root!r})))"
+    )
+    assert problem is not None and "kexec under lockdown" in problem, problem
+    assert "carries no Authenticode signature" in problem and "use backend systemd" in problem
