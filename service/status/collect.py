@@ -39,13 +39,16 @@ from service.status.report import (
     Problem,
     RebootReport,
     Report,
+    SignerRow,
     WindowRow,
 )
 from service.store import quarantine
+from service.store.generations import Store
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad
 from service.store.state import BundleState, State
 from service.store.statefile import read
+from service.verify.keyring import KernelKeyring, signer_key_id
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
 
@@ -163,6 +166,7 @@ def _bundle_report(
     kernel: str | None,
     live: Mapping[str, LiveModule | None],
     devices: pci.Devices | None = None,
+    signers: tuple[SignerRow, ...] = (),
 ) -> BundleReport:
     """One bundle; a bundle known only from its status file takes the file's phase."""
     b = bundle if bundle is not None else BundleState()
@@ -185,6 +189,7 @@ def _bundle_report(
         status_file=status_doc,
         errors=errors,
         devices=_devices_row(devices),
+        signers=signers,
     )
 
 
@@ -215,6 +220,32 @@ class _PciView:
         return pci.devices_for(aliases, self._present, [m.module for m in b.loaded] if b else ())
 
 
+def _signers(layout: Layout, b: BundleState | None) -> tuple[SignerRow, ...]:
+    """Each module of the active and pending generations: its signer's key id and the
+    running kernel's keyring that holds it (read-only: the store and keyctl searches)."""
+    if b is None:
+        return ()
+    rows: list[SignerRow] = []
+    store, keyring = Store(layout.store), KernelKeyring(layout.proc)
+    for generation in dict.fromkeys(g for g in (b.active, b.pending) if g):
+        try:
+            modules = [m.file for m in store.manifest(generation).modules]
+        except Exception as exc:  # a store damaged under status: say so, never crash status
+            rows.append(SignerRow(generation, "", None, None, f"cannot read the manifest: {exc}"))
+            continue
+        for name in modules:
+            try:
+                key_id = signer_key_id(store.path(generation) / name)
+                where = None if key_id is None else keyring.where(key_id)
+                note = None if key_id else "unsigned"
+                if key_id and where is None and not keyring.visible():
+                    note = "the kernel's keyrings are not visible (run as root)"
+            except OSError as exc:
+                key_id, where, note = None, None, f"{exc.strerror or exc}"
+            rows.append(SignerRow(generation, name, key_id, where, note))
+    return tuple(rows)
+
+
 def _bundles(
     layout: Layout, state: State, kernel: str | None, boot_id: str | None
 ) -> dict[str, BundleReport]:
@@ -238,7 +269,10 @@ def _bundles(
         )
         if isinstance(entry, str):
             verdict = Verdict(max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry))
-        bundles[name] = _bundle_report(b, doc, verdict, kernel=kernel, live=live, devices=devices)
+        signers = _signers(layout, b)
+        bundles[name] = _bundle_report(
+            b, doc, verdict, kernel=kernel, live=live, devices=devices, signers=signers
+        )
     return bundles
 
 

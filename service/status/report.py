@@ -91,6 +91,19 @@ class DevicesRow:
 
 
 @dataclass(frozen=True)
+class SignerRow:
+    """Who signed one module of the active or pending generation, and which of the running
+    kernel's keyrings holds that key: ``builtin``, ``machine`` (MOK), ``secondary``,
+    ``platform`` (UEFI db), or None when none does (``note`` says why it is unknown)."""
+
+    generation: str
+    file: str
+    key_id: str | None
+    keyring: str | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class BundleReport:
     """One bundle: persisted state, health and its reasons, and its last status file."""
 
@@ -109,6 +122,7 @@ class BundleReport:
     errors: tuple[str, ...]
     # None: no loaded module of the bundle has a PCI alias
     devices: DevicesRow | None = None
+    signers: tuple[SignerRow, ...] = ()
 
 
 @dataclass(frozen=True)

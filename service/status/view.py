@@ -87,6 +87,9 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
         out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
     if devices_line(name, b):
         out.append(f"  {devices_line(name, b)}")
+    for sig in b.signers:
+        trusted = f"trusted by .{sig.keyring}" if sig.keyring else "trusted by no keyring"
+        out.append(f"  signer {sig.file} key {sig.key_id}: {sig.note or trusted}")
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note and not _said(h.note, out) else ""
         out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")

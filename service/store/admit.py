@@ -87,25 +87,32 @@ def verify_copy(
     reasons = order_problems(modules)
     reasons += [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
     if not reasons:
-        reasons = preflight(layout, keyring, manifest, modules, target)
+        reasons = preflight(layout, keyring, manifest, modules, target, trust)
     return reasons
 
 
 def preflight(
-    layout: Layout, keyring: Keyring, manifest: Manifest, verdicts: list[Verdict], target: Target
+    layout: Layout,
+    keyring: Keyring,
+    manifest: Manifest,
+    verdicts: list[Verdict],
+    target: Target,
+    trust: TrustStore | None = None,
 ) -> list[str]:
     """What the running kernel will refuse, when it enforces and is the target: asked
     as it asks (``.secondary_trusted_keys``, then ``.platform`` on ENOKEY when built
-    with it, then the module's hash against ``.blacklist``)."""
+    with it, then the module's hash against ``.blacklist``). A signer the kernel does
+    not trust is named with what makes it trusted (:func:`untrusted_signer`)."""
     if manifest.kernel != layout.kernel_release():
         return []
     why = enforcing(layout)
     if why is None:
         return []
     platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+    signers = {v.key_id: v.signer for v in verdicts if v.key_id}
     reasons = [
-        f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {k}"
-        for k in dict.fromkeys(v.key_id for v in verdicts if v.key_id)
+        untrusted_signer(why, k, signers[k], trust)
+        for k in signers
         if not keyring.trusts(k, platform=platform)
     ]
     for v in verdicts:
@@ -113,3 +120,16 @@ def preflight(
         if digest and keyring.blacklisted(digest):
             reasons.append(f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist")
     return reasons
+
+
+def untrusted_signer(why: str, key_id: str, signer: str | None, trust: TrustStore | None) -> str:
+    """The refusal of a signer the running kernel does not trust: its key id, its name, and
+    the remedy hosts use (enroll the certificate modstage trusts it by as a MOK)."""
+    key = None if trust is None else trust.find(bytes.fromhex(key_id))
+    name = f" ({signer})" if signer else ""
+    certificate = key.source if key is not None else "<its certificate>"
+    return (
+        f"EKEYREJECTED: the running kernel ({why}) does not trust signing key {key_id}{name}: "
+        f"enroll it as a MOK: mokutil --import {certificate}, then reboot and confirm in "
+        "MokManager (or add it to the UEFI db)"
+    )

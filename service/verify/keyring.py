@@ -14,17 +14,35 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 from pathlib import Path
 from typing import Protocol
 
+from service.errors import ModuleRejected
 from service.layout import Layout
+from service.verify.asn1 import Asn1Error
+from service.verify.decompress import chunks, compression
+from service.verify.pkcs7 import parse_message
+from service.verify.signature import TAIL, parse_trailer
+from service.verify.target import _HASH_OPTIONS
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_SEARCH = 10
 _KEYRINGS = (".secondary_trusted_keys", ".builtin_trusted_keys")
 _PLATFORM = (".platform",)
 _BLACKLIST = (".blacklist",)
+_ALL_HASHES = frozenset(_HASH_OPTIONS)  # reading a signer's key id, not judging its digest
+# Where a trusted key sits, most specific first: `.secondary_trusted_keys` links the builtin
+# keys and `.machine` (MOK keys, CONFIG_INTEGRITY_MACHINE_KEYRING), so those are asked before
+# it; `.platform` (UEFI db, and MOK keys where there is no `.machine`) counts only through
+# the distributions' fallback.
+WHERE = (
+    ("builtin", ".builtin_trusted_keys"),
+    ("machine", ".machine"),
+    ("secondary", ".secondary_trusted_keys"),
+    ("platform", ".platform"),
+)
 
 
 def enforcing(layout: Layout) -> str | None:
@@ -94,6 +112,19 @@ class KernelKeyring:
         """Search ``.blacklist`` for ``bin:<sha256>``, as ``mod_is_hash_blacklisted`` does."""
         return self._search(_BLACKLIST, b"blacklist", f"bin:{sha256}")
 
+    def visible(self) -> bool:
+        """Whether this process sees the system keyrings at all (root does)."""
+        return bool(self._keyring_ids((".builtin_trusted_keys",)))
+
+    def where(self, key_id: str) -> str | None:
+        """Which keyring holds key ``ex:<key_id>``: ``builtin``, ``machine`` (MOK),
+        ``secondary`` or ``platform`` (UEFI db; trusted for modules only by the
+        distributions' fallback), None when none does."""
+        for label, ring in WHERE:
+            if self._search((ring,), b"asymmetric", f"ex:{key_id}"):
+                return label
+        return None
+
     def _search(self, names: tuple[str, ...], key_type: bytes, description: str) -> bool:
         nr = _SYS_KEYCTL[os.uname().machine]
         for ring in self._keyring_ids(names):
@@ -107,3 +138,51 @@ class KernelKeyring:
             if err != errno.ENOKEY:
                 raise OSError(err, os.strerror(err), "keyctl(KEYCTL_SEARCH)")
         return False
+
+
+#: The end of a module image kept to find its signature: a module's PKCS#7 (no certificates)
+#: is a few hundred bytes; a larger one is reported as not found.
+SIGNER_WINDOW = 64 << 10
+
+
+def signer_key_id(path: Path) -> str | None:
+    """The key id (hex) of the first signer of the module at ``path`` (decompressed first,
+    as the kernel reads it), None when it is unsigned or its signature does not parse.
+
+    Only the image's last :data:`SIGNER_WINDOW` bytes are held, whatever its size; the
+    answer is kept per file (store files never change in place), so ``status`` and the
+    daemon's metrics decompress a stored module once per process, not on every call.
+    """
+    st = path.stat()
+    return _signer_key_id(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signer_key_id(path: Path, size: int, mtime_ns: int) -> str | None:
+    tail, image_len = _image_tail(path)
+    try:
+        trailer = parse_trailer(tail[-TAIL:], image_len)
+        start = trailer.signed_len - (image_len - len(tail))
+        if start < 0:
+            return None
+        blob = tail[start : start + trailer.sig_len]
+        msg = parse_message(blob, hashes=_ALL_HASHES, have_ecdsa=True, version=(6, 12))
+    except (ModuleRejected, Asn1Error):
+        return None
+    return msg.signers[0].auth_id.hex()
+
+
+def _image_tail(path: Path) -> tuple[bytes, int]:
+    """The last :data:`SIGNER_WINDOW` bytes of the module image at ``path`` and its length."""
+    with path.open("rb") as f:
+        kind = compression(f.read(8))
+        if kind is None:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - SIGNER_WINDOW))
+            return f.read(), size
+        f.seek(0)
+        tail, size = b"", 0
+        for piece in chunks(f.read, kind):
+            size += len(piece)
+            tail = (tail + piece)[-SIGNER_WINDOW:]
+        return tail, size

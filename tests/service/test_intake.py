@@ -187,7 +187,8 @@ def test_host_policy_narrows_what_a_bundle_may_ask(
 def test_preflight_asks_the_enforcing_kernel(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """With sig_enforce=Y, a signer missing from the kernel's keyrings is rejected up front."""
+    """With sig_enforce=Y, a signer missing from the kernel's keyrings is rejected up front,
+    named by key id and subject, with the remedy: its trusted certificate as a MOK."""
     enforce = host.sys / "module/module/parameters/sig_enforce"
     enforce.parent.mkdir(parents=True)
     enforce.write_text("Y\n")
@@ -195,10 +196,13 @@ def test_preflight_asks_the_enforcing_kernel(
     keyring = FakeKeyring(set())
     [outcome] = _intake(host, keyring=keyring).run()
     assert not outcome.accepted
-    assert outcome.reasons == (
+    [reason] = outcome.reasons
+    [certificate] = [p for p in host.trusted.iterdir() if p.suffix == ".pem"]
+    assert reason.startswith(
         f"EKEYREJECTED: the running kernel (module.sig_enforce=1) does "
-        f"not trust signing key {keyring.asked[0]}",
+        f"not trust signing key {keyring.asked[0]} ("
     )
+    assert f"): enroll it as a MOK: mokutil --import {certificate}, then reboot" in reason
     _stage(host, [signed["ms_exporter"]], kernel)
     [outcome] = _intake(host, keyring=FakeKeyring(set(keyring.asked))).run()
     assert outcome.accepted

@@ -76,3 +76,28 @@ def test_intake_keeps_the_drop_while_enforcement_is_unknown(
     _sig_enforce(host).rmdir()
     [outcome] = intake.run()
     assert outcome.accepted
+
+
+def test_signer_key_id_reads_the_first_signer_of_plain_and_compressed_modules(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+) -> None:
+    """`status` names each stored module's signer by the key id the kernel searches for
+    (serial || issuer, as sign-file writes it), read from a plain module and from the same
+    module xz-compressed; an unsigned module has none."""
+    import lzma
+
+    from cryptography import x509
+
+    from service.verify.keyring import signer_key_id
+
+    module = sign(modules["ms_exporter"], rsa_key, tmp_path / "ms_exporter.ko")
+    cert = x509.load_pem_x509_certificate(rsa_key.cert_pem.read_bytes())
+    serial = cert.serial_number.to_bytes((cert.serial_number.bit_length() + 8) // 8, "big")
+    issuer = cert.issuer.public_bytes()
+    issuer_content = issuer[2:] if issuer[1] < 0x80 else issuer[2 + (issuer[1] & 0x7F) :]
+    expected = (serial + issuer_content).hex()
+    assert signer_key_id(module) == expected
+    packed = tmp_path / "ms_exporter.ko.xz"
+    packed.write_bytes(lzma.compress(module.read_bytes(), check=lzma.CHECK_CRC32))
+    assert signer_key_id(packed) == expected
+    assert signer_key_id(modules["ms_exporter"]) is None

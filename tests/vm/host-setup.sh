@@ -9,10 +9,13 @@
 # Debian 13's 6.12 is not installed here: mmdebstrap and the archive keyring let the harness
 # fetch it with a private apt configuration and build its Debian 13 root in the cache
 # (`python3 -m tests.vm.harness.debian13` does it ahead of time; .ci/install runs it).
+# The Secure Boot node (harness/secureboot.py) boots through OVMF (ovmf), Debian's signed shim
+# (shim-signed) and grub (grub-efi-amd64-signed) from an ESP image built with sfdisk (fdisk)
+# and mtools; its vars are enrolled with virt-fw-vars (pip's virt-firmware, the test extra).
 # Idempotent: a host that has everything installs nothing.
 set -eu
 
-PACKAGES="qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-kbuild-6.1 busybox-static kmod libudev1 mmdebstrap debian-archive-keyring"
+PACKAGES="qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-kbuild-6.1 busybox-static kmod libudev1 mmdebstrap debian-archive-keyring ovmf shim-signed grub-efi-amd64-signed mtools fdisk"
 
 missing=""
 for package in $PACKAGES; do
@@ -30,7 +33,9 @@ fi
 
 release=$(ls /lib/modules | sort -V | tail -n 1)
 for path in /usr/bin/qemu-system-x86_64 /bin/busybox "/boot/vmlinuz-$release" \
-    "/lib/modules/$release/modules.dep" "/usr/src/linux-headers-$release/Makefile"; do
+    "/lib/modules/$release/modules.dep" "/usr/src/linux-headers-$release/Makefile" \
+    /usr/share/OVMF/OVMF_CODE_4M.secboot.fd /usr/lib/shim/shimx64.efi.signed \
+    /usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed; do
     if [ ! -e "$path" ]; then
         echo "host-setup: $path is missing after install" >&2
         exit 1

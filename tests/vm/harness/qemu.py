@@ -25,6 +25,17 @@ BASE_KERNEL_ARGS = ("console=ttyS0", "panic=-1", "quiet")
 
 
 @dataclass(frozen=True)
+class Uefi:
+    """Boot through UEFI firmware with Secure Boot (secureboot.py builds these): the code image
+    (read-only pflash unit 0), this node's vars store (pflash unit 1, written by the firmware and
+    shim) and the ESP disk whose shim, grub and grub.cfg boot the signed kernel."""
+
+    code: Path
+    vars: Path
+    esp: Path
+
+
+@dataclass(frozen=True)
 class Machine:
     """Everything that decides how one boot is started (the same for every reboot of a Vm).
 
@@ -43,6 +54,7 @@ class Machine:
     state_disk: Path | None = None
     root: Path = Path("/")  # the guest's root file system: the host's, or a Debian 13 root
     devices: tuple[str, ...] = ()  # extra `-device` values (e.g. "edu", "pci-testdev")
+    uefi: Uefi | None = None  # Secure Boot through firmware, shim and grub instead of -kernel
 
     @property
     def own_root(self) -> bool:
@@ -80,13 +92,24 @@ class Machine:
             disk = ["-drive", f"file={self.state_disk},if=virtio,format=raw,cache={mode}"]
         if self.own_root:
             disk += ["-virtfs", f"local,path={REPO},mount_tag=repo,readonly=on,{nine_p}"]
+        machine = ["-machine", "pc"]
+        boot = ["-kernel", str(self.vmlinux), "-initrd", str(self.initramfs)]
+        boot += ["-append", self.cmdline()]
+        if self.uefi is not None:  # the ESP on AHCI keeps the virtio disk /dev/vda
+            machine = ["-machine", "q35,smm=on"]
+            machine += ["-global", "driver=cfi.pflash01,property=secure,value=on"]
+            boot = [
+                *("-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={self.uefi.code}"),
+                *("-drive", f"if=pflash,format=raw,unit=1,file={self.uefi.vars}"),
+                *("-drive", f"if=ide,format=raw,file={self.uefi.esp}"),
+            ]
         return [
             qemu_binary(),
             *accel,
-            *("-machine", "pc", "-m", self.memory, "-smp", str(self.cpus)),
+            *machine,
+            *("-m", self.memory, "-smp", str(self.cpus)),
             *("-nographic", "-nodefaults", "-no-reboot", "-nic", "none", "-serial", serial),
-            *("-kernel", str(self.vmlinux), "-initrd", str(self.initramfs)),
-            *("-append", self.cmdline()),
+            *boot,
             *("-virtfs", f"local,path={self.root},mount_tag=hostroot,readonly=on,{nine_p}"),
             *("-virtfs", f"local,path={self.state_dir},mount_tag=state,{nine_p}"),
             *("-device", "virtio-serial-pci"),
