@@ -156,9 +156,10 @@ class BundleState:
         )
 
     def went_live(self, generation: str, loads: tuple[ModuleLoad, ...]) -> BundleState:
-        """Boot loaded ``generation``: it is active (the last known good), attempts reset."""
+        """Boot loaded ``generation``: it is active (the last known good), attempts reset,
+        and an earlier failure of it no longer stands (the kernel has just loaded it)."""
         self._refuse("went_live", self.phase is not Phase.LOADING, "nothing is being loaded")
-        gen = replace(self._known("went_live", generation), attempts=0)
+        gen = replace(self._known("went_live", generation), attempts=0, failed=None)
         return self.with_generation(gen).move(
             Phase.ACTIVE,
             active=gen.id,

@@ -161,6 +161,16 @@ def test_a_held_bundle_does_not_wait_for_a_reboot() -> None:
     assert state.awaiting_reboot(K) == []
 
 
+def test_a_failed_generation_that_goes_live_is_failed_no_more() -> None:
+    """A failed generation the boot then loads (here: while another is being booted) is
+    active and its failure cleared: the kept generations are never failed ones."""
+    b = BundleState().staged(gen(A, 1.0), 2).booting(A).failed(A, "why")
+    assert b.generations[A].failed == "why"
+    b = b.staged(gen(B, 2.0), 2).booting(B).went_live(A, ())
+    assert b.active == A and b.generations[A].failed is None
+    assert all(not b.generations[g].failed for g in b.keep())
+
+
 _VERBS = st.sampled_from(["staged", "reboot_asked", "booting", "went_live", "failed", "expired"])
 
 
