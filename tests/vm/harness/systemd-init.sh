@@ -87,8 +87,9 @@ EOF
 }
 
 # Units the test bed does not need; each costs seconds under TCG (tmpfiles-setup walks the
-# host's trees over 9p for about 90 s).
-MASK="dbus.socket systemd-initctl.socket systemd-journald-audit.socket
+# host's trees over 9p for about 90 s). tmp.mount: Debian 13 mounts a tmpfs on /tmp, which
+# would hide a checkout under /tmp (the repository's own share, where the agent runs from).
+MASK="tmp.mount dbus.socket systemd-initctl.socket systemd-journald-audit.socket
 kmod-static-nodes.service proc-sys-fs-binfmt_misc.automount sys-fs-fuse-connections.mount
 sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount dev-hugepages.mount
 dev-mqueue.mount systemd-ask-password-console.path systemd-binfmt.service
