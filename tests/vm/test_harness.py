@@ -69,6 +69,22 @@ def test_qmp_talks_to_qemu(vm: Vm) -> None:
     assert vm.qmp("query-status")["status"] == "running"
 
 
+def test_a_guest_that_ends_before_its_agent_is_booted_once_more_then_fails(
+    tmp_path: Path, kernel: Kernel
+) -> None:
+    """A guest that ends by itself before its agent answers (here: no init, so the kernel
+    panics) is booted exactly once more; when that one ends too, VmBootError says so."""
+    from tests.vm.harness import timing
+
+    vm = Vm(tmp_path / "state", name="no-init", kernel_args=["rdinit=/none"], kernel=kernel)
+    retries = len(timing.RETRIES)
+    with pytest.raises(VmBootError, match="did not boot") as info:
+        vm.start()
+    assert vm.boots == 2 and len(timing.RETRIES) == retries + 1
+    assert info.value.guest_ended and not vm.running
+    vm.close()
+
+
 def test_a_boot_past_its_deadline_fails_and_leaves_no_qemu(tmp_path: Path, kernel: Kernel) -> None:
     """A guest that does not answer within boot_timeout raises VmBootError; qemu is killed."""
     vm = Vm(tmp_path / "state", name="too-slow", boot_timeout=1, kernel=kernel)

@@ -24,7 +24,14 @@ class VmSetupError(VmError):
 
 
 class VmBootError(VmError):
-    """The guest did not come up: qemu died or the agent never answered."""
+    """The guest did not come up: qemu died or the agent never answered.
+
+    ``guest_ended``: qemu ended by itself (a panic, a reset) before the agent answered;
+    ``tail``: the console's last lines.
+    """
+
+    guest_ended: bool = False
+    tail: str = ""
 
 
 class VmTimeout(VmError):

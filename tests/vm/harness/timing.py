@@ -15,11 +15,18 @@ class BootRecord:
 
 
 BOOTS: list[BootRecord] = []
+RETRIES: list[tuple[str, str]] = []  # (VM, its console) of boots tried again
 
 
 def record_boot(name: str, seconds: float, accel: str) -> None:
     """Remember one boot."""
     BOOTS.append(BootRecord(name, seconds, accel))
+
+
+def record_retry(name: str, console: str) -> None:
+    """Remember a boot that ended by itself before its agent answered, and was tried again."""
+    RETRIES.append((name, console))
+    print(f"\n{name}: the guest ended before its agent answered; booting it once more:\n{console}")
 
 
 def summary() -> list[str]:
@@ -34,4 +41,5 @@ def summary() -> list[str]:
         f"total {sum(times):.1f} s"
     ]
     lines += [f"  {boot.name}: {boot.seconds:.1f} s" for boot in BOOTS]
+    lines += [f"  {name}: ended before its agent answered, booted once more" for name, _ in RETRIES]
     return lines
