@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,21 +20,23 @@ from typing import TextIO
 from service.config import Config
 from service.errors import ConfigError, StateError
 from service.kernel import pci
-from service.kernel.memory import misplaced, walk
-from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.reboot import sentinel_path
 from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
+from service.status.hardware import (
+    PciView,
+    devices_row,
+    memory_summary,
+    misplaced_memory,
+)
+from service.status.hardware import signers as signers_of
 from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
     BundleReport,
-    DeviceRow,
-    DevicesRow,
     GenerationRow,
     HistoryRow,
     LoadedRow,
-    MemoryRow,
     Problem,
     RebootReport,
     Report,
@@ -43,12 +44,10 @@ from service.status.report import (
     WindowRow,
 )
 from service.store import quarantine
-from service.store.generations import Store
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad
 from service.store.state import BundleState, State
 from service.store.statefile import read
-from service.verify.keyring import KernelKeyring, signer_key_id
 from service.window import Window
 from stager.statusfile import StatusFile, StatusFileError
 
@@ -80,54 +79,6 @@ def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
             why = f"status file {path} is garbled ({exc.reason})"
             docs[path.stem] = f"{why}: the last outcome is unknown"
     return docs
-
-
-def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:
-    """Memory blocks counted by NUMA node, zone (online blocks only) and state."""
-    counts: Counter[tuple[int | None, str | None, str]] = Counter()
-    for block in walk(Sysfs(sys_root), detail=True):
-        counts[(block.node, block.zone, block.state)] += 1
-    return tuple(
-        MemoryRow(n, z, s, c)
-        for (n, z, s), c in sorted(
-            counts.items(),
-            key=lambda kv: (kv[0][0] is None, kv[0][0] or 0, kv[0][2], kv[0][1] or ""),
-        )
-    )
-
-
-def misplaced_memory(layout: Layout, state: State, config: Config | None) -> list[Problem]:
-    """Hot-added blocks online in a zone the host's or an active bundle's policy rules out
-    (the kernel onlined them before the policy was set, and they could not be moved)."""
-    from service.store.generations import Store
-    from stager.manifest import MemoryPolicy
-
-    policies: dict[MemoryPolicy, str] = {}
-    if config is not None and config.hotplug_policy != "kernel":
-        policies[MemoryPolicy(config.hotplug_policy)] = "the host's hotplug_policy"
-    store = Store(layout.store)
-    for name, b in sorted(state.bundles.items()):
-        try:
-            policy = store.manifest(b.active).memory if b.active else None
-        except (OSError, ValueError):
-            continue  # the bundle's own report says what is wrong with its generation
-        if policy is not None:
-            policies.setdefault(policy, f"bundle {name}'s memory policy")
-    problems = []
-    sysfs = Sysfs(layout.sys)
-    for policy, whose in policies.items():
-        found = misplaced(sysfs, policy)
-        if found:
-            where = ", ".join(f"memory{b.number} ({b.zone})" for b in found)
-            problems.append(
-                Problem(
-                    None,
-                    Health.DEGRADED,
-                    f"hot-added memory outside the zone {whose} ({policy.value}) asks for,"
-                    f" onlined before the policy was set and not movable: {where}",
-                )
-            )
-    return problems
 
 
 def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
@@ -188,62 +139,9 @@ def _bundle_report(
         history=tuple(_history_row(h) for h in b.history),
         status_file=status_doc,
         errors=errors,
-        devices=_devices_row(devices),
+        devices=devices_row(devices),
         signers=signers,
     )
-
-
-def _devices_row(devices: pci.Devices | None) -> DevicesRow | None:
-    if devices is None:
-        return None
-    rows = tuple(
-        DeviceRow(d.address, d.ids, d.modalias, d.driver, d.module, d.module in devices.modules)
-        for d in devices.devices
-    )
-    return DevicesRow(len(rows), len(devices.bound), devices.summary(), rows)
-
-
-class _PciView:
-    """The node's PCI devices, read once per ``status`` and only if a bundle needs them."""
-
-    def __init__(self, sys_root: Path) -> None:
-        self.sys_root = sys_root
-        self._present: tuple[pci.PciDevice, ...] | None = None
-
-    def for_bundle(self, b: BundleState | None) -> pci.Devices | None:
-        """The devices the bundle's loaded modules are for (None: none has a PCI alias)."""
-        aliases = {m.module: m.pci for m in b.loaded if m.pci} if b else {}
-        if not aliases:
-            return None
-        if self._present is None:
-            self._present = pci.present(Sysfs(self.sys_root))
-        return pci.devices_for(aliases, self._present, [m.module for m in b.loaded] if b else ())
-
-
-def _signers(layout: Layout, b: BundleState | None) -> tuple[SignerRow, ...]:
-    """Each module of the active and pending generations: its signer's key id and the
-    running kernel's keyring that holds it (read-only: the store and keyctl searches)."""
-    if b is None:
-        return ()
-    rows: list[SignerRow] = []
-    store, keyring = Store(layout.store), KernelKeyring(layout.proc)
-    for generation in dict.fromkeys(g for g in (b.active, b.pending) if g):
-        try:
-            modules = [m.file for m in store.manifest(generation).modules]
-        except Exception as exc:  # a store damaged under status: say so, never crash status
-            rows.append(SignerRow(generation, "", None, None, f"cannot read the manifest: {exc}"))
-            continue
-        for name in modules:
-            try:
-                key_id = signer_key_id(store.path(generation) / name)
-                where = None if key_id is None else keyring.where(key_id)
-                note = None if key_id else "unsigned"
-                if key_id and where is None and not keyring.visible():
-                    note = "the kernel's keyrings are not visible (run as root)"
-            except OSError as exc:
-                key_id, where, note = None, None, f"{exc.strerror or exc}"
-            rows.append(SignerRow(generation, name, key_id, where, note))
-    return tuple(rows)
 
 
 def _bundles(
@@ -252,7 +150,7 @@ def _bundles(
     """Every bundle that state or a status file names, judged against the running kernel."""
     files = read_status_files(layout.status)
     bundles: dict[str, BundleReport] = {}
-    view = _PciView(layout.sys)
+    view = PciView(layout.sys)
     for name in sorted(set(state.bundles) | set(files)):
         b, entry = state.bundles.get(name), files.get(name)
         doc = entry if isinstance(entry, StatusFile) else None
@@ -269,7 +167,7 @@ def _bundles(
         )
         if isinstance(entry, str):
             verdict = Verdict(max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry))
-        signers = _signers(layout, b)
+        signers = signers_of(layout, b)
         bundles[name] = _bundle_report(
             b, doc, verdict, kernel=kernel, live=live, devices=devices, signers=signers
         )
