@@ -132,7 +132,8 @@ EXIT_CODES = {
     "--reboot-required has its own, see that option",
     "wait": "0 the generation is active, 1 rejected or failed (or the ready file cannot be "
     "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
-    "4 the generation waits for another kernel than the running one",
+    "4 the generation waits for another kernel than the running one, 5 no device it drives "
+    "was present at boot (not a failure: it loads at a boot with the device present)",
     "generations": "0 listed, 1 state unreadable, 2 usage",
     "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage",
     "rollback": "0 recorded, 1 refused (already active, failed: use retry, not in the store), "

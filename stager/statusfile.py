@@ -27,6 +27,7 @@ from stager.record import RecordError, dump, is_none, load, spec
 
 REJECTED = "rejected"  # the phases ``wait`` acts on (the host's ``Phase`` values)
 FAILED = "failed"
+NO_DEVICE = "no_device"
 
 
 class StatusFileError(StagerError, ValueError):

@@ -12,7 +12,8 @@ Exit codes: 0 active, 1 rejected or failed (or the ready file cannot be written)
 2 usage (a bad option value; a status directory still missing after
 :data:`MISSING_GRACE` seconds: the host may create it late, never that late), 3 timed out, 4 the
 generation waits for another kernel than the running one (it loads after a reboot
-into that kernel).
+into that kernel), 5 the boot found none of the devices its modules drive (absent hardware:
+nothing failed, and the next boot with the device present loads it).
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
 from stager.paths import parse_drop_name
-from stager.statusfile import FAILED, REJECTED, StatusFile
+from stager.statusfile import FAILED, NO_DEVICE, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_TIMEOUT = 3
 EXIT_OTHER_KERNEL = 4
+EXIT_NO_DEVICE = 5
 _GENERATION = re.compile(r"[0-9a-f]{8,64}\Z")
 MISSING_GRACE = 60.0  # seconds a missing status directory is waited for
 
@@ -127,6 +129,9 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
         return Outcome(EXIT_REFUSED, f"generation {short} failed: {doc.failed[gen]}")
     if doc.phase == REJECTED and (doc.drop == target.drop or target.drop is None):
         return Outcome(EXIT_REFUSED, f"drop rejected: {errors}")
+    if doc.phase == NO_DEVICE and gen is not None and doc.generation == gen:
+        why = f"{errors}; it loads at a boot with the device present"
+        return Outcome(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
     if gen is not None and doc.active == gen and doc.pending != gen:  # pending again: reload
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
     if doc.phase == FAILED and doc.generation == gen:

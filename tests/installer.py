@@ -8,10 +8,13 @@ later installs run offline (``--wheels``).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.vm.harness.kernel import cache_dir
@@ -19,6 +22,16 @@ from tests.vm.harness.kernel import cache_dir
 REPO = Path(__file__).resolve().parents[1]
 INSTALL = REPO / "deploy/install.sh"
 BACKEND = "setuptools>=65"  # pyproject.toml's build-system requirement
+
+
+@contextlib.contextmanager
+def _filling(house: Path) -> Iterator[bool]:
+    """Hold ``house``'s lock (another test process may be filling it); yields whether it
+    still needs filling (no ``.complete`` marker yet)."""
+    house.parent.mkdir(parents=True, exist_ok=True)
+    with open(house.with_name(f"{house.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield not (house / ".complete").exists()
 
 
 def pip(*argv: str | Path) -> None:
@@ -58,7 +71,9 @@ def wheelhouse(package: Path) -> Path:
     source tree offline), cached per pyproject.toml; ``package`` is a wheel or source tree."""
     key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + BACKEND.encode())
     house = cache_dir() / f"wheels-{key.hexdigest()[:16]}"
-    if not (house / ".complete").exists():
+    with _filling(house) as empty:
+        if not empty:
+            return house
         pip("wheel", "-w", house, f"modstage[host] @ {package.as_uri()}", BACKEND)
         for own in house.glob("modstage-*.whl"):
             own.unlink()
@@ -92,7 +107,9 @@ def wheelhouse_for(python: str) -> Path:
     tag = python.replace(".", "")
     key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + python.encode())
     house = cache_dir() / f"wheels-cp{tag}-{key.hexdigest()[:16]}"
-    if not (house / ".complete").exists():
+    with _filling(house) as empty:
+        if not empty:
+            return house
         platforms = [
             f"--platform={p}_x86_64"
             for p in ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014")

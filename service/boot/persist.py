@@ -34,7 +34,7 @@ class Persist(Protocol):
         """Publish ``bundle``'s status file."""
 
     def live(self, name: str, generation: str) -> None:
-        """``generation`` of bundle ``name`` went live: write its digest file."""
+        """Bundle ``name`` went live: write ``generation``'s digest to its digest file."""
 
     def mirror(self, state: State) -> None:
         """Publish ``state`` (the saved one) to the node labels and the status mirrors."""

@@ -159,6 +159,13 @@ def _rich_bundle(console: Console, name: str, b: BundleReport) -> None:
         console.print(mods)
     if devices_line(name, b):
         console.print(f"  {devices_line(name, b)}", markup=False, highlight=False)
+    if b.signers:
+        keys = Table("generation", "file", "signer key", "trusted by", title="signers")
+        keys.title_justify = "left"
+        for sig in b.signers:
+            trusted = f".{sig.keyring}" if sig.keyring else sig.note or "NO KEYRING"
+            keys.add_row(short(sig.generation), sig.file, sig.key_id or "-", trusted)
+        console.print(keys)
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note else ""
         console.print(f"  {when(h.at)} {h.from_} -> {h.to}{note}", highlight=False)

@@ -89,10 +89,11 @@ def forget_digests(layout: Layout, state: State) -> None:
 
 
 def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -> str | None:
-    """``bundle``'s generation is live: write its digest to the admin's file; return the path.
+    """``bundle`` is live: write ``generation``'s digest to the admin's file; return the path.
 
-    Without a recorded digest the file is removed, so no stale digest claims a config
-    that is not loaded.
+    ``generation`` is the live one, or the failed one whose driver pod is still deployed
+    (:meth:`~service.store.state.BundleState.went_live`). Without a recorded digest the
+    file is removed, so no stale digest claims a config.
     """
     target = config.publish.digest_file(bundle)
     if target is None:
@@ -106,7 +107,7 @@ def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -
         return str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, digest.encode())  # no newline: the init container compares exactly
-    log.info("digest.published", bundle=bundle, path=str(path), digest=digest)
+    log.info("digest.published", bundle=bundle, path=str(path), digest=digest, of=generation)
     return str(path)
 
 

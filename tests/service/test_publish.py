@@ -191,23 +191,50 @@ def test_boot_writes_the_digest_of_the_live_generation(
     assert mirrored["phase"] == "active" and mirrored["active"] == outcome.generation
 
 
-def test_failed_generation_publishes_the_fallbacks_digest(
+def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """v2 fails to load: v1 is brought back and the file names v1's digest, never v2's."""
+    """v2 fails to load and v1 is brought back: the file names v2's digest, the one the v2
+    driver pod still deployed carries, so its init container (which unloads whatever is
+    loaded unless the file holds exactly its own digest) keeps v1; so does every plain
+    reboot after. Reverting to v1 (its pod unloads v1, drops it again, one reboot) publishes
+    v1's digest again, and a plain reboot keeps it: no reboot loop."""
+    kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
     [first] = _intake(host).run()
-    _boot(host, FakeKernel()).run()
+    _boot(host, kernel_view).run()
     _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
     [second] = _intake(host).run()
-    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
-    state = _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
-    b = state.bundle("nvidia")
-    assert b.active == first.generation
+
+    def reboot(fail: dict[str, int] | None = None) -> None:
+        host.host(STATE_FILE).unlink(missing_ok=True)  # /run is empty after a reboot
+        for name in list(kernel_view.live):
+            kernel_view.unload(name)
+        kernel_view.fail = fail or {}
+        _boot(host, kernel_view).run()
+
+    reboot({"ms_firmware": errno.ENODEV})
+    b = load(host.state).bundle("nvidia")
+    assert b.active == first.generation and b.digest_of == second.generation
     assert b.generations[str(second.generation)].failed
-    assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
     mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
     assert mirrored["generations"][second.generation]["failed"]
+    reboot()  # a plain reboot: the v2 pod is still the deployed one
+    assert load(host.state).bundle("nvidia").active == first.generation
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
+
+    for name in list(kernel_view.live):  # the reverted v1 pod's init container unloads v1
+        kernel_view.unload(name)
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    [again] = _intake(host).run()
+    assert again.generation == first.generation
+    assert load(host.state).bundle("nvidia").pending == first.generation
+    for _ in range(2):  # the reboot it asks, then a plain one
+        reboot()
+        b = load(host.state).bundle("nvidia")
+        assert (b.active, b.pending, b.digest_of) == (first.generation, None, first.generation)
+        assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
 
 
 def test_generation_without_digest_leaves_no_state_file(

@@ -171,6 +171,23 @@ def test_a_failed_generation_that_goes_live_is_failed_no_more() -> None:
     assert all(not b.generations[g].failed for g in b.keep())
 
 
+def test_the_published_digest_follows_the_deployed_pod() -> None:
+    """``digest_of`` names the generation a driver pod last brought: a pending one that went
+    live, or one that failed or expired at boot, which stays named while the last known
+    good is brought back (fallback, plain reboots) until another pending one goes live."""
+    assert live(A).digest_of == A
+    b = live(A).staged(gen(B, added=2.0), retain=3).booting(B).failed(B, "ENODEV")
+    assert b.digest_of == B
+    b = b.booting(A).went_live(A, ())
+    assert (b.active, b.digest_of) == (A, B)
+    b = b.booting(A).went_live(A, ())  # a plain reboot
+    assert b.digest_of == B
+    b = b.reloading(A).booting(A).went_live(A, ())  # A's pod unloaded A and dropped it again
+    assert b.digest_of == A
+    b = b.staged(gen(C, added=3.0), retain=3).booting(C).booting(C).expired("2 attempts")
+    assert b.digest_of == C and b.booting(A).went_live(A, ()).digest_of == C
+
+
 _VERBS = st.sampled_from(["staged", "reboot_asked", "booting", "went_live", "failed", "expired"])
 
 
@@ -202,6 +219,11 @@ def test_any_sequence_of_transitions_keeps_the_state_sound(steps: list[tuple[str
         assert len(b.history) <= HISTORY_LIMIT
         if b.phase is Phase.ACTIVE and before.phase is not Phase.ACTIVE:
             assert verb == "went_live" and b.active == gid
+        if verb == "went_live":  # the digest published: the live one's, or a failed one's
+            named = b.generations.get(b.digest_of or "")
+            assert b.digest_of == gid or (named is not None and named.failed)
+            if gid == before.pending:
+                assert b.digest_of == gid
 
 
 def test_round_trip_through_the_file(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from service.cli import main
 from service.layout import Layout
 from service.status.collect import collect, memory_summary
 from service.status.health import Health, bundle_health, overall
-from service.status.report import SCHEMA
+from service.status.report import SCHEMA, SignerRow
 from service.status.view import lines
 from service.store.phase import Phase
 from service.store.records import ModuleLoad, RebootIntent
@@ -239,6 +240,24 @@ def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
     out = io.StringIO()
     render_rich(collect(layout), out)
     assert NEW[:12] in out.getvalue() and "2.0" in out.getvalue()
+
+
+def test_both_views_name_each_signer_and_the_keyring_that_trusts_it(tmp_path: Path) -> None:
+    """Plain and rich views name each module's signer key and the running kernel's keyring
+    that holds it (``.machine`` for a MOK), or say that none does."""
+    from service.status.view import render_rich
+
+    doc = collect(host(tmp_path, State({"nvidia": active_bundle()})))
+    rows = (SignerRow(OLD, "a.ko", "ab12", "machine"), SignerRow(OLD, "b.ko", "cd34", None))
+    doc = replace(doc, bundles={"nvidia": replace(doc.bundles["nvidia"], signers=rows)})
+    plain = "\n".join(lines(doc))
+    assert "signer a.ko key ab12: trusted by .machine" in plain
+    assert "signer b.ko key cd34: trusted by no keyring" in plain
+    out = io.StringIO()
+    render_rich(doc, out)
+    table = [ln for ln in out.getvalue().splitlines() if "a.ko" in ln or "b.ko" in ln]
+    assert len(table) == 2 and "ab12" in table[0] and ".machine" in table[0], table
+    assert "cd34" in table[1] and "NO KEYRING" in table[1], table
 
 
 def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""``modstage wait`` refuses what it cannot act on, and ends on a generation for another kernel."""
+"""``modstage wait`` refuses what it cannot act on, and ends on a generation for another kernel
+or one whose devices were absent at boot."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.state import Generation
 from service.store.statusfile import write_status
-from stager.wait import EXIT_OTHER_KERNEL, EXIT_USAGE, MISSING_GRACE, StatusReader, WaitUsage
-from tests.stager.test_wait import GEN, KERNEL, active, pending
+from stager.wait import (
+    EXIT_NO_DEVICE,
+    EXIT_OTHER_KERNEL,
+    EXIT_USAGE,
+    MISSING_GRACE,
+    StatusReader,
+    WaitUsage,
+)
+from tests.stager.test_wait import GEN, KERNEL, OLD, active, loading, pending
 
 
 def wait(status_dir: Path, *extra: str) -> tuple[int, str]:
@@ -91,6 +99,28 @@ def test_a_generation_for_another_kernel_ends_with_exit_4(tmp_path: Path) -> Non
     code, out = wait(layout.status, "--generation", GEN)
     assert code == EXIT_OTHER_KERNEL
     assert out == f"nvidia: waiting for kernel 6.2.0-next (running {KERNEL})\n"
+
+
+def test_a_generation_whose_devices_were_absent_at_boot_ends_with_exit_5(tmp_path: Path) -> None:
+    """The boot found no device for the pending generation (no_device: nothing failed, it
+    stays pending): wait ends at once with exit 5 and the boot's reason, for the pending
+    generation and for an active one the boot found no device for; another generation
+    than the one the boot tried is not concerned."""
+    layout = Layout(tmp_path)
+    reason = "nvidia: no device was present at boot (ENODEV)"
+    absent = loading().move(Phase.NO_DEVICE, loaded=(), note=reason)
+    write_status(layout, "nvidia", absent, errors=[reason], generation=GEN)
+    code, out = wait(layout.status, "--generation", GEN, "--timeout", "0")
+    assert code == EXIT_NO_DEVICE
+    assert (
+        out == f"nvidia: generation {GEN[:12]} was not loaded: {reason}; it loads at a boot "
+        "with the device present\n"
+    )
+    code, out = wait(layout.status, "--generation", OLD, "--timeout", "0")
+    assert code != EXIT_NO_DEVICE and "was not loaded" not in out
+    again = active().move(Phase.LOADING).move(Phase.NO_DEVICE, loaded=(), note=reason)
+    write_status(layout, "nvidia", again, errors=[reason], generation=GEN)
+    assert wait(layout.status, "--generation", GEN, "--timeout", "0")[0] == EXIT_NO_DEVICE
 
 
 def test_an_unwritable_ready_file_is_a_clear_error(

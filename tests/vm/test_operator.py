@@ -9,7 +9,7 @@ test sees of the pod (revision, readiness, restarts); the test carries out what 
 (deleting the driver pod; the DaemonSet's OnDelete strategy then starts the new one). The
 host runs ``modstage serve`` with the pod's directory in ``incoming_dirs``, ``modstage
 boot`` at every boot, and node-feature-discovery's ``features.d`` exists (the labels are
-read after every step). Six boots, one path after another:
+read after every step). Seven boots, one path after another:
 
 1. fresh node: an image for another kernel is refused at once; v1 is staged; reboot.
 2. v1 live. A pod restart with no change unloads nothing and is ready within seconds.
@@ -21,10 +21,13 @@ read after every step). Six boots, one path after another:
    pod drops the same generation, the host makes it pending again and asks a reboot.
 5. v2 loaded again with the new digest, kept, ready: upgrade-done. v2 -> v3 (whose
    nvidia-uvm fails at init) is staged; reboot.
-6. v3 fails, v2 is loaded again and the v3 pod's init container unloads it; the v3
-   container fails twice, says why, asks no reboot, is never ready (the controller marks
-   the node upgrade-failed on the 11th restart: tests/test_upgrade_controller.py). The
-   labels and ``status`` name the failure.
+6. v3 fails and v2 is loaded again, with v3's digest published: the v3 pod's init
+   container keeps v2. The v3 container fails twice, says why, asks no reboot, is never
+   ready; the controller marks the node upgrade-failed on the 11th restart. The labels
+   and ``status`` name the failure. The admin reverts: ClusterPolicy back at v2, the
+   failed node's pod deleted by hand (the controller deletes none in upgrade-failed);
+   the v2 pod's init container unloads v2 (the digest is v3's) and the host asks a reboot.
+7. v2 loaded with its own digest, kept, ready: upgrade-done (no reboot loop).
 
 Each path's upgrade state and driver-less time are printed as a table and written to
 ``$MODSTAGE_ROLLOUT_RESULTS`` (default ``<state share>/rollout.json``) for bench/rollout.
@@ -298,7 +301,8 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     """Each rollout path ends in its upgrade state: v1 -> v2 and a digest-only change are
     upgrade-done after one reboot the host asks for; a pod restart and a node reboot with no
     change unload nothing and are ready within seconds; v3 failing at boot is never ready
-    (never upgrade-done) and says why; the labels follow each step."""
+    (never upgrade-done), says why and leaves v2 loaded; the revert to v2 is upgrade-done
+    after one reboot; the labels follow each step."""
     started = time.monotonic()
     n = Node(node, rootfs)
     # -- boot 1: nothing loaded yet ---------------------------------------------------------
@@ -432,12 +436,13 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     n.roll_to("3.0")
     unloaded = n.init_container()
     assert "driver config changed" in unloaded and "unloaded nvidia" in unloaded, unloaded
+    t_unload = time.monotonic()
     n.start()
     _pending(node, "3.0")
     _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "3.0"})
 
     print(f"operator: {time.monotonic() - started:.0f} s before boot 6")
-    # -- boot 6: v3 fails, v2 is loaded again; the v3 pod is never ready --------------------
+    # -- boot 6: v3 fails, v2 is loaded again and kept; the v3 pod is never ready ----------
     n.stop()
     t_down = time.monotonic()
     node.reboot()
@@ -448,37 +453,71 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     v3 = next(g for g in b.generations.values() if g.version == "3.0")
     assert (b.phase, b.active) == (Phase.ACTIVE, v2.id)
     assert v3.failed and "nvidia-uvm.ko: ENODEV" in v3.failed
-    assert _loaded(node) == "2.0"  # the last known good, with the digest it was loaded for
-    assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0-b"]
+    assert _loaded(node) == "2.0"  # the last known good
+    # published: the digest of the v3 pod still deployed, so its init container keeps v2
+    assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["3.0"]
     labels = _labels(node)
     assert labels["phase"] == "active" and labels["active"] == "2.0" and labels["pending"] == ""
     assert "ENODEV" in labels["failed"], labels
     _rc, status = modstage(node, "status")
     assert "ENODEV" in status, status
-    unloaded = n.init_container()  # the v3 pod's init container: the digest is not v3's
-    assert "driver config changed" in unloaded and "unloaded nvidia" in unloaded, unloaded
-    t_unload = time.monotonic()
+    kept = n.init_container()  # the v3 pod's init container, after the reboot
+    assert "skipping the unload" in kept and "unloaded" not in kept, kept
     runs = []
     for restart in (1, 2):  # the kubelet restarts the container (not the init container)
         runs.append(n.start())
         _wait_until(lambda: n.exited() is not None, 120, f"the v3 pod ends: {n.log()}")
         assert n.exited() == 1 and "failed: modules/nvidia-uvm.ko: ENODEV" in n.log(), n.log()
         runs[-1] = time.monotonic() - runs[-1]
-        assert _loaded(node) is None  # the fallback was unloaded by the v3 pod's init container
+        assert _loaded(node) == "2.0" and not _ready(node)  # v2 kept; never ready on it
         n.running = False
         n.restarts = restart
         n.reconcile()
         b = state(node).bundle("nvidia")
         assert b.pending is None and b.phase is not Phase.REBOOT_SCHEDULED  # no reboot asked
         assert n.controller.state is State.POD_RESTART_REQUIRED  # unready, <= 10 restarts
+    n.restarts = 11  # each further restart is the same run: the 11th makes the node failed
+    assert n.settle() is State.FAILED and n.controller.cordoned
     n.record(
         "v2 -> v3 failing at boot",
         n.controller.state,
-        None,
+        round(t_fallback - t_unload, 1),
         reboot_s=round(t_fallback - t_down, 1),
-        fallback_kept_s=round(t_unload - t_fallback, 1),
         container_run_s=round(sum(runs) / len(runs), 1),
-        note="never ready: upgrade-failed on the 11th restart; v2 unloaded by the v3 pod",
+        note="never ready: the rollout halts; v2 stays loaded (the node stays cordoned)",
+    )
+
+    print(f"operator: {time.monotonic() - started:.0f} s before boot 7")
+    # -- the admin reverts to v2: ClusterPolicy back, the failed node's pod deleted ---------
+    n.controller.new_revision("2.0-b")  # upgrade-failed: the controller deletes no pod
+    assert n.settle() is State.FAILED
+    n.stop()
+    n.revision, n.restarts = "2.0-b", 0
+    unloaded = n.init_container()  # the published digest is v3's: v2 is unloaded
+    assert "driver config changed" in unloaded and "unloaded nvidia" in unloaded, unloaded
+    t_unload = time.monotonic()
+    n.start()
+    _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
+    _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
+    n.stop()
+    t_down = time.monotonic()
+    node.reboot()  # -- boot 7 --------------------------------------------------------------
+    _host_up(node, key)
+    t_loaded = time.monotonic()
+    assert _loaded(node) == "2.0"
+    assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0-b"]  # no loop
+    kept = n.init_container()
+    assert "skipping the unload" in kept and "unloaded" not in kept, kept
+    ready = n.ready_after(n.start())
+    assert n.settle() is State.DONE and not n.controller.cordoned
+    _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
+    n.record(
+        "revert to v2 after v3 failed",
+        n.controller.state,
+        round(t_loaded - t_unload, 1),
+        reboot_s=round(t_loaded - t_down, 1),
+        ready_s=round(ready, 1),
+        note="the admin deletes the failed node's pod; one reboot, asked by the host",
     )
     _print_and_write(n, node)
-    print(f"operator scenario: 6 boots, {time.monotonic() - started:.0f} s")
+    print(f"operator scenario: 7 boots, {time.monotonic() - started:.0f} s")

@@ -32,7 +32,7 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # what a Debian 13 node running modstage has; gcc-14, make, libc6-dev and libssl3t64 build and
 # sign the test modules; libelf1t64 is objtool's, dwarves (pahole) adds their BTF
 ROOT_PACKAGES = (
-    "python3,python3-cryptography,python3-asn1crypto,python3-zstandard,python3-structlog,"
+    "python3,python3-cryptography,python3-asn1crypto,python3-zstandard,"
     "python3-rich,python3-tomli-w,python3-pyudev,python3-yaml,kmod,systemd,udev,procps,"
     "util-linux,mount,e2fsprogs,xz-utils,zstd,openssl,gcc-14,make,libc6-dev,libssl3t64,"
     "libelf1t64,binutils,dwarves"
