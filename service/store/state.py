@@ -53,7 +53,7 @@ class Generation:
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    # every key but ``held`` and ``digest_of`` (added later) is required in state.json
+    # every key but ``held`` and ``deployed`` (added later) is required in state.json
     phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
     active: str | None = field(default=None, metadata=_REQUIRED)
     pending: str | None = field(default=None, metadata=_REQUIRED)
@@ -61,10 +61,10 @@ class BundleState:
     loaded: tuple[ModuleLoad, ...] = field(default=(), metadata=_REQUIRED)
     history: tuple[HistoryEntry, ...] = field(default=(), metadata=_REQUIRED)
     held: bool = False  # an admin's hold: no new generation, no reboot asked
-    # the generation whose config digest the boot publishes: the last one a boot took up
-    # from pending, live or failed (a driver pod restarting after a failed one carries its
-    # digest; it must not unload the fallback: see :meth:`went_live`)
-    digest_of: str | None = field(default=None, metadata=spec(omit=is_none))
+    # the generation last deployed here that a boot took up: a pending one that went live,
+    # or one that failed or expired at boot (its driver pod is still the one deployed: the
+    # boot publishes its config digest, the labels its failure; see :meth:`went_live`)
+    deployed: str | None = field(default=None, metadata=spec(omit=is_none))
 
     @property
     def last_known_good(self) -> str | None:
@@ -165,22 +165,21 @@ class BundleState:
         """Boot loaded ``generation``: it is active (the last known good), attempts reset,
         and an earlier failure of it no longer stands (the kernel has just loaded it).
 
-        A pending generation going live is the one whose config digest is published
-        (``digest_of``). The last known good brought back (after a failure, or at a plain
-        reboot) leaves a failed generation's digest published: the driver pod still deployed
-        is that one's, and its init container keeps what is loaded only when the published
-        digest is its own.
+        A pending generation going live becomes ``deployed``. The last known good brought
+        back (after a failure, or at a plain reboot) leaves a failed one ``deployed``: the
+        driver pod still deployed is that one's, and its init container keeps what is loaded
+        only when the published config digest is its own.
         """
         self._refuse("went_live", self.phase is not Phase.LOADING, "nothing is being loaded")
         gen = replace(self._known("went_live", generation), attempts=0, failed=None)
-        kept = self.generations.get(self.digest_of or "")
-        digest_of = self.digest_of if kept and kept.failed and gen.id != self.pending else gen.id
+        kept = self.generations.get(self.deployed or "")
+        deployed = self.deployed if kept and kept.failed and gen.id != self.pending else gen.id
         return self.with_generation(gen).move(
             Phase.ACTIVE,
             active=gen.id,
             pending=None if gen.id == self.pending else self.pending,
             loaded=loads,
-            digest_of=digest_of,
+            deployed=deployed,
             note=f"generation {gen.id[:12]} active",
         )
 
@@ -191,7 +190,7 @@ class BundleState:
         if gen.id != self.pending:
             return self.move(Phase.FAILED, note=reason)
         return self.with_generation(replace(gen, failed=reason)).move(
-            Phase.FAILED, pending=None, digest_of=gen.id, note=reason
+            Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
     def no_device(self, generation: str, reason: str) -> BundleState:
@@ -209,7 +208,7 @@ class BundleState:
         self._refuse("expired", self.pending is None, "no generation is pending")
         gen = replace(self._known("expired", str(self.pending)), failed=reason)
         return self.with_generation(gen).move(
-            Phase.FAILED, pending=None, digest_of=gen.id, note=reason
+            Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
     # -- the admin's verbs (service.store.verbs) -------------------------------------------

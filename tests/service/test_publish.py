@@ -215,7 +215,7 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
 
     reboot({"ms_firmware": errno.ENODEV})
     b = load(host.state).bundle("nvidia")
-    assert b.active == first.generation and b.digest_of == second.generation
+    assert b.active == first.generation and b.deployed == second.generation
     assert b.generations[str(second.generation)].failed
     assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
     mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
@@ -233,7 +233,7 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
     for _ in range(2):  # the reboot it asks, then a plain one
         reboot()
         b = load(host.state).bundle("nvidia")
-        assert (b.active, b.pending, b.digest_of) == (first.generation, None, first.generation)
+        assert (b.active, b.pending, b.deployed) == (first.generation, None, first.generation)
         assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
 
 

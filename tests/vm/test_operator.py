@@ -498,7 +498,8 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     t_unload = time.monotonic()
     n.start()
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
-    _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
+    reverting = {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"}
+    _labels_are(node, {**reverting, "failed": labels["failed"]})  # until v2 is up again
     n.stop()
     t_down = time.monotonic()
     node.reboot()  # -- boot 7 --------------------------------------------------------------
