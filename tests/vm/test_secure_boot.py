@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.oracle.cases import SEED, generate
+from tests.oracle.cases import CATEGORIES, SEED, generate
 from tests.oracle.judge import (
     M_ACCEPT_K_REFUSE,
     compare,
@@ -48,6 +48,13 @@ from tests.vm.test_oracle import kernel_verdicts
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 
+# issue 30's budget: the whole corpus runs on both nodes of 6.1 and on the MOK node of 6.12
+# (`.machine`, where DKMS keys land); 6.12's db node judges the categories whose verdicts
+# depend on where the signer is enrolled (baseline, ecdsa, keys, signers: 136 cases)
+WHOLE_CORPUS = {"6.1": ("mok", "db"), "6.12": ("mok",)}
+ENROLLMENT = CATEGORIES[:4]
+BOOT_POLICY = {"6.1": "offline", "6.12": "online"}  # auto_online_blocks as each kernel boots
+MEMORY = "/sys/devices/system/memory"
 RUNNING = "__import__('service.verify.keyring', fromlist=['k']).KernelKeyring(__import__('pathlib').Path('/proc'))"
 
 
@@ -84,10 +91,11 @@ def _self_signed(directory: Path, cn: str) -> Cred:
     return Cred(cn, private, x509.load_pem_x509_certificate(cert.read_bytes()), key, cert)
 
 
-def _key_id(module: Path, root: Path, release: str, trusted: Path) -> str:
-    """The signing key id modstage reads from a module's signature."""
-    verdict = modstage_verdicts([module], root, trusted, release)[str(module.resolve())]
-    return str(verdict["key_id"])
+def _key_ids(modules: list[Path], root: Path, release: str, trusted: Path) -> list[str]:
+    """The signing key id modstage reads from each module's signature (in one `modstage
+    verify`: the id comes from the signature whether or not its key is trusted)."""
+    verdicts = modstage_verdicts(modules, root, trusted, release)
+    return [str(verdicts[str(module.resolve())]["key_id"]) for module in modules]
 
 
 def _prepare(kernel: Kernel, tmp: Path, where: str) -> Iterator[Node]:
@@ -129,11 +137,7 @@ def _prepare(kernel: Kernel, tmp: Path, where: str) -> Iterator[Node]:
             (trusted / f"{cred.name}.pem").write_bytes(cred.pem_cert.read_bytes())
         release = vm.run("uname -r").check().stdout.strip()
         root = target_root(tmp / "root", release)
-        revoked_trusted = keys / "trusted"
-        revoked_trusted.mkdir()
-        (revoked_trusted / "r.pem").write_bytes(rcert.read_bytes())
-        key_id = _key_id(revoked, root, release, revoked_trusted)
-        ca_id = _key_id(sibling, root, release, trusted)
+        key_id, ca_id = _key_ids([revoked, sibling], root, release, trusted)
         print(f"\nSecure Boot node ({where}, {kernel.series}) booted in {vm.boot_seconds:.1f} s")
         yield Node(
             where, kernel, oracle, pki, trusted, blocked, sibling, revoked, key_id, ca_id, root,
@@ -176,14 +180,16 @@ def test_node_runs_locked_down_with_the_ca_where_enrolled(node: Node) -> None:
 def test_corpus_kernel_judges_modstage(
     node: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The oracle's whole corpus (>= 300 seeded cases) judged by `modstage verify` (trusting
-    exactly what the node's kernel was given: the CA and the leaves the kernel let into
+    """The oracle's whole corpus (>= 300 seeded cases; on 6.12's db node its enrollment
+    categories, >= 100: WHOLE_CORPUS) judged by `modstage verify` (trusting exactly what the
+    node's kernel was given: the CA and the leaves the kernel let into
     `.secondary_trusted_keys`) and by finit_module in one batch: no case modstage accepts is
     refused by the kernel, no refusal is unnamed, every errno modstage claims is the
     kernel's, and the baseline CA-signed module loads."""
     began = time.monotonic()
-    cases = generate(node.pki, tmp_path / "gen", SEED)
-    assert len(cases) >= 300
+    whole = node.where in WHOLE_CORPUS[node.kernel.series]
+    cases = generate(node.pki, tmp_path / "gen", SEED, CATEGORIES if whole else ENROLLMENT)
+    assert len(cases) >= (300 if whole else 100)
     paths = write_cases(cases, node.oracle.vm.state_dir / "cases")
     modstage = modstage_verdicts(list(paths.values()), node.root, node.trusted, node.release)
     judged = time.monotonic()
@@ -221,8 +227,10 @@ def test_dbx_certificate_verdicts_agree(node: Node) -> None:
     enrolled at all (db node): the kernel loads it exactly when modstage's keyring reader
     says the running kernel trusts its signer (with the `.platform` fallback). Kernel fact:
     an X.509 certificate in dbx revokes nothing on a kernel without
-    CONFIG_SYSTEM_REVOCATION_LIST (Debian's 6.1: `add_key_to_revocation_list` is a stub), so
-    the MOK still loads; only hashes in dbx (`.blacklist`) refuse."""
+    CONFIG_SYSTEM_REVOCATION_LIST (`add_key_to_revocation_list` is a stub), so the MOK still
+    loads; only hashes in dbx (`.blacklist`) refuse. Neither Debian 12's 6.1 nor Debian 13's
+    6.12 sets it (both configs: "# CONFIG_SYSTEM_REVOCATION_LIST is not set"); the expectation
+    follows the booted kernel's config, so a kernel that sets it must refuse the module."""
     trusted = node.oracle.vm.eval(f"{RUNNING}.trusts({node.revoked_key_id!r}, platform=True)")
     loaded = _load(node, node.revoked)
     print(f"\n{node.where}: dbx+MOK-signed module errno {loaded}, pre-flight trusts {trusted}")
@@ -242,7 +250,11 @@ def test_intake_preflight_status_and_boot_under_lockdown(
     accepts the CA's; `status --json` names the keyring that holds each module's signer
     (`machine` for a MOK, `platform` for db). Then `modstage boot` under lockdown loads the
     pending generation in order with its parameters and firmware, and onlines hot-added
-    memory as Movable."""
+    memory as Movable. 6.12 boots with `auto_online_blocks` `online`
+    (CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y: the kernel itself would online the DIMM
+    in ZONE_NORMAL; modstage moving such blocks is test_memory_hotplug.py's), so there the
+    node is first set to `offline`, as modstage's daemon leaves it, and boot's onlining is
+    judged on both kernels from the same start."""
     vm = node.oracle.vm
     vendor = _self_signed(tmp_path, "modstage unenrolled vendor")
     signed = {}
@@ -280,6 +292,8 @@ def test_intake_preflight_status_and_boot_under_lockdown(
     signers = doc["bundles"]["enrolled"]["signers"]
     assert [s["keyring"] for s in signers] == [where] * 4, signers
 
+    assert vm.read(f"{MEMORY}/auto_online_blocks") == BOOT_POLICY[node.kernel.series]
+    vm.eval(f"write({MEMORY + '/auto_online_blocks'!r}, 'offline')")
     before = set(vm.eval("sorted(os.listdir('/sys/devices/system/memory'))"))
     vm.hotplug_memory("512M")
     added: list[str] = []

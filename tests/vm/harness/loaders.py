@@ -11,6 +11,7 @@ does until `apt-trixie/` is removed) and used from there. Nothing is installed o
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import shutil
 import tempfile
@@ -55,7 +56,8 @@ def _candidates() -> dict[str, str]:
     """Package -> version of PACKAGES in the private trixie lists."""
     from . import debian13
 
-    debian13.kernel_version()  # fetches the lists on first use
+    if not any((debian13._apt_dir() / "var/lib/apt/lists").glob("*_Packages*")):
+        debian13._apt_update()  # the lists are fetched once, as for the kernel
     shown = debian13._run(["apt-cache", *debian13._apt_options(), "show", *PACKAGES])
     versions: dict[str, str] = {}
     for stanza in shown.split("\n\n"):
@@ -68,6 +70,7 @@ def _candidates() -> dict[str, str]:
     return versions
 
 
+@functools.cache
 def trixie() -> Loaders:
     """Debian 13's shim and grub, downloaded and unpacked into the cache on first use."""
     from . import debian13
