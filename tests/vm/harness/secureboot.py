@@ -1,7 +1,7 @@
 """A Secure Boot node: OVMF with Secure Boot on, Debian's signed shim and grub, the signed kernel.
 
     store = enroll(tmp / "vars.fd", mok=[ca_pem])            # or db=[...], dbx=[...], dbx_hashes
-    with SecureBootVm.boot(state_dir, vars_store=store) as vm:
+    with SecureBootVm.boot(state_dir, vars_store=store, kernel=kernel) as vm:   # 6.1 or 6.12
         vm.read("/sys/kernel/security/lockdown")               # none [integrity] confidentiality
 
 The chain is a real host's (../KERNEL-FACTS.md §14): `OVMF_CODE_4M.secboot.fd` from `ovmf` on
