@@ -83,7 +83,7 @@ def kernel_version() -> tuple[str, str]:
     """(package version, kernel release) of trixie's `linux-image-amd64`, e.g.
     ("6.12.117-1", "6.12.117+deb13-amd64"); `$MODSTAGE_VM_DEBIAN13_KERNEL` pins the release."""
     lists = _apt_dir() / "var/lib/apt/lists"
-    if not any(lists.glob("*_Packages")):
+    if not any(lists.glob("*_Packages*")):  # apt may keep them compressed (.lz4)
         _apt_update()
     shown = _run(["apt-cache", *_apt_options(), "show", "linux-image-amd64"])
     fields = dict(

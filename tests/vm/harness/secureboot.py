@@ -1,7 +1,7 @@
 """A Secure Boot node: OVMF with Secure Boot on, Debian's signed shim and grub, the signed kernel.
 
     store = enroll(tmp / "vars.fd", mok=[ca_pem])            # or db=[...], dbx=[...], dbx_hashes
-    with SecureBootVm.boot(state_dir, vars_store=store) as vm:
+    with SecureBootVm.boot(state_dir, vars_store=store, kernel=kernel) as vm:   # 6.1 or 6.12
         vm.read("/sys/kernel/security/lockdown")               # none [integrity] confidentiality
 
 The chain is a real host's (../KERNEL-FACTS.md §14): `OVMF_CODE_4M.secboot.fd` from `ovmf` on
@@ -15,7 +15,9 @@ Certificates are enrolled the way hosts enroll them, into the firmware's variabl
 files it in `.machine`), `db` (`.platform`) and `dbx` (certificates and sha256 hashes: the
 kernel's `.blacklist`). The kernel then runs locked down (`[integrity]`) with `sig_enforce` Y.
 
-Debian 12's shim and grub boot Debian 12's 6.1; the node is built for 6.1 only.
+Each kernel boots through its own release's shim and grub (loaders.py): Debian 12's 6.1 through
+the host's (Debian 12's) packages, Debian 13's 6.12 through Debian 13's, fetched with the
+private trixie apt configuration and unpacked into the cache. OVMF is the host's for both.
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import loaders
 from .errors import VmSetupError
 from .kernel import Kernel
+from .loaders import Loaders
 from .qemu import Uefi
 from .vm import Vm
 
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
-SHIM = Path("/usr/lib/shim/shimx64.efi.signed")
-GRUB = Path("/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed")
 OWNER = "6d6f6473-7461-6765-2074-657374206264"  # the signature owner GUID of what the tests add
 SECTOR = 512
 ESP_START = 2048  # sectors: the partition starts at 1 MiB
@@ -61,13 +63,9 @@ def _run(argv: Sequence[str], **options: Any) -> None:
 
 
 def require() -> None:
-    """Raise VmSetupError naming what is missing for a Secure Boot node."""
-    for path, package in (
-        (OVMF_CODE, "ovmf"),
-        (OVMF_VARS, "ovmf"),
-        (SHIM, "shim-signed"),
-        (GRUB, "grub-efi-amd64-signed"),
-    ):
+    """Raise VmSetupError naming what is missing on the host for a Secure Boot node (the
+    shim and grub are the kernel's: loaders.py)."""
+    for path, package in ((OVMF_CODE, "ovmf"), (OVMF_VARS, "ovmf")):
         if not path.exists():
             raise VmSetupError(f"{path} is missing; install {package} (tests/vm/host-setup.sh)")
     _tool("mformat", "mtools")
@@ -97,11 +95,16 @@ def enroll(
     return out
 
 
-def build_esp(out: Path, *, image: Path, initrd: Path, cmdline: str) -> Path:
-    """A GPT disk image at `out` with one EFI system partition: shim, grub, grub.cfg booting
-    `image` (the signed bzImage) with `initrd` and `cmdline`."""
+def build_esp(
+    out: Path, *, image: Path, initrd: Path, cmdline: str, chain: Loaders | None = None
+) -> Path:
+    """A GPT disk image at `out` with one EFI system partition: `chain`'s shim and grub (the
+    host's by default), grub.cfg booting `image` (the signed bzImage) with `initrd` and
+    `cmdline`."""
     require()
-    payload = sum(p.stat().st_size for p in (image, initrd, SHIM, GRUB))
+    chain = chain or loaders.host()
+    chain.require()
+    payload = sum(p.stat().st_size for p in (image, initrd, chain.shim, chain.grub))
     sectors = max(64 << 20, payload * 2) // SECTOR  # FAT32 wants >= 32 MiB
     out.unlink(missing_ok=True)
     with open(out, "wb") as f:
@@ -121,8 +124,8 @@ def build_esp(out: Path, *, image: Path, initrd: Path, cmdline: str) -> Path:
         f"menuentry modstage {{\n  linux /vmlinuz {cmdline}\n  initrd /initrd.img\n}}\n"
     )
     for source, target in (
-        (SHIM, "::/EFI/BOOT/BOOTX64.EFI"),
-        (GRUB, "::/EFI/BOOT/grubx64.efi"),
+        (chain.shim, "::/EFI/BOOT/BOOTX64.EFI"),
+        (chain.grub, "::/EFI/BOOT/grubx64.efi"),
         (config, "::/EFI/debian/grub.cfg"),
         (image, "::/vmlinuz"),
         (initrd, "::/initrd.img"),
@@ -143,8 +146,7 @@ class SecureBootVm(Vm):
     def __init__(self, state_dir: Path, *, vars_store: Path, **options: Any) -> None:
         options.setdefault("boot_timeout", BOOT_TIMEOUT)
         kernel: Kernel = options.get("kernel") or Kernel.find()
-        if kernel.series != "6.1":
-            raise VmSetupError(f"the Secure Boot node boots Debian 12's 6.1, not {kernel.release}")
+        self.chain = loaders.for_kernel(kernel)  # its own release's shim and grub
         options["kernel"] = kernel
         super().__init__(state_dir, **options)
         own_vars = self._runtime / "vars.fd"
@@ -153,16 +155,24 @@ class SecureBootVm(Vm):
         self.machine = replace(self.machine, uefi=uefi)
         self._esp_cmdline: str | None = None
 
-    def start(self, kernel_args: Sequence[str] | None = None) -> None:
+    def start(
+        self, kernel_args: Sequence[str] | None = None, devices: Sequence[str] | None = None
+    ) -> None:
         """(Re)build the ESP for the boot's command line, then boot through the firmware."""
         if kernel_args is not None:
             self.machine = replace(self.machine, kernel_args=tuple(kernel_args))
+        if devices is not None:
+            self.machine = replace(self.machine, devices=tuple(devices))
         cmdline = self.machine.cmdline()
         uefi = self.machine.uefi
         assert uefi is not None
         if cmdline != self._esp_cmdline:
             build_esp(
-                uefi.esp, image=self.kernel.image, initrd=self.machine.initramfs, cmdline=cmdline
+                uefi.esp,
+                image=self.kernel.image,
+                initrd=self.machine.initramfs,
+                cmdline=cmdline,
+                chain=self.chain,
             )
             self._esp_cmdline = cmdline
         super().start()
