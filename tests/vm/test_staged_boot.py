@@ -257,7 +257,8 @@ def test_hot_added_memory_is_onlined_movable_at_boot(
     and ``modstage status`` names exactly those blocks; most of the DIMM moves."""
     drop(node, "test", "1", release, [(signed["ms_exporter"], "")], memory="online_movable")
     prepare(node, certs)
-    modstage(node, "intake")
+    rc, out = modstage(node, "intake")
+    assert rc == 0, out
     node.reboot()
     policy = BOOT_POLICY[kernel.series]
     assert node.read("/sys/devices/system/memory/auto_online_blocks") == policy
@@ -279,8 +280,8 @@ def test_hot_added_memory_is_onlined_movable_at_boot(
         assert zones == {"Normal"}
     rc, out = _boot(node, certs)
     assert rc == 0, out
-    assert node.read("/sys/devices/system/memory/auto_online_blocks") == "online_movable"
-    assert state(node).bundle("test").phase is Phase.ACTIVE
+    assert state(node).bundle("test").phase is Phase.ACTIVE, out
+    assert node.read("/sys/devices/system/memory/auto_online_blocks") == "online_movable", out
     zone = {b: node.read(f"/sys/devices/system/memory/{b}/valid_zones") for b in added}
     for block in added:
         assert node.read(f"/sys/devices/system/memory/{block}/state") == "online"
