@@ -33,8 +33,9 @@ class Persist(Protocol):
     def status(self, name: str, bundle: BundleState, **status: Any) -> None:
         """Publish ``bundle``'s status file."""
 
-    def live(self, name: str, generation: str) -> None:
-        """Bundle ``name`` went live: write ``generation``'s digest to its digest file."""
+    def live(self, name: str, generation: str, deployed: str | None) -> None:
+        """``generation`` of bundle ``name`` went live: write the digest file (``deployed``'s
+        digest when that is a failed generation whose pod is still deployed)."""
 
     def mirror(self, state: State) -> None:
         """Publish ``state`` (the saved one) to the node labels and the status mirrors."""
@@ -70,11 +71,11 @@ class Durable:
 
         write_status(self.layout, name, bundle, **status)
 
-    def live(self, name: str, generation: str) -> None:
+    def live(self, name: str, generation: str, deployed: str | None) -> None:
         """The bundle's digest file, if the config names one."""
         from service.store.publish import publish_live
 
-        publish_live(self.layout, self.config, name, generation)
+        publish_live(self.layout, self.config, name, generation, deployed)
 
     def mirror(self, state: State) -> None:
         """The node labels and the status mirrors the config names."""
@@ -113,7 +114,7 @@ class Recorded:
         note = "; ".join(errors) if errors else bundle.history[-1].note if bundle.history else ""
         self.events.append(("state", name, bundle.phase.value, note))
 
-    def live(self, name: str, generation: str) -> None:
+    def live(self, name: str, generation: str, deployed: str | None) -> None:
         """Nothing is written."""
 
     def mirror(self, state: State) -> None:

@@ -91,7 +91,8 @@ def last_note(bundle: BundleState) -> str | None:
 
 
 def _failures(bundle: BundleState) -> list[Finding]:
-    """A failed bundle, and generations that failed since the active one was added."""
+    """A failed bundle, and the generation last deployed if it failed (in a state from
+    before ``deployed`` was recorded: those that failed since the active one was added)."""
     found: list[Finding] = []
     active = _active(bundle)
     if bundle.phase is Phase.FAILED:
@@ -100,6 +101,8 @@ def _failures(bundle: BundleState) -> list[Finding]:
     since = active.added if active is not None else float("-inf")
     runs = f"running {active.id[:12]}" if active else "no generation is active"
     for gen in sorted(bundle.generations.values(), key=lambda g: g.added):
+        if bundle.deployed and gen.id != bundle.deployed:
+            continue  # a failure that a newer generation coming up has put behind
         if gen.failed and gen.added >= since and gen.id != bundle.active:
             why = f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
             found.append((Health.DEGRADED, why))

@@ -5,10 +5,11 @@ nfd-worker reads every regular file in ``/etc/kubernetes/node-feature-discovery/
 node label, so a fleet's rollout shows in ``kubectl get nodes -L ...`` with no credential
 on the host. Per bundle, under a prefix of modstage's own (``[node_labels] prefix``, never
 one the GPU operator or NFD owns): ``<bundle>.phase``, ``<bundle>.active`` and
-``<bundle>.pending`` (versions), when the newest generation failed ``<bundle>.failed``
-(a short reason), and while an admin holds it ``<bundle>.held``. Keys and values keep to
-the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
-(a dot-file, then a rename), so a removed bundle's labels go with the next write.
+``<bundle>.pending`` (versions), when the generation last deployed failed at boot
+``<bundle>.failed`` (a short reason, until a newer generation comes up), and while an admin
+holds it ``<bundle>.held``. Keys and values keep to the Kubernetes label syntax; the file is
+rewritten whole through the one crash-safe write (a dot-file, then a rename), so a removed
+bundle's labels go with the next write.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
         _name(name, "pending"): version(bundle.pending),
     }
     newest = max(bundle.generations.values(), key=lambda g: g.added, default=None)
-    if newest is not None and newest.failed:
-        out[_name(name, "failed")] = label_value(newest.failed) or "failed"
+    tried = bundle.generations.get(bundle.deployed) if bundle.deployed else newest
+    if tried is not None and tried.failed:  # until another new generation comes up
+        out[_name(name, "failed")] = label_value(tried.failed) or "failed"
     if bundle.held:
         out[_name(name, "held")] = "true"
     return out

@@ -88,18 +88,23 @@ def forget_digests(layout: Layout, state: State) -> None:
                 entry.unlink(missing_ok=True)
 
 
-def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -> str | None:
-    """``bundle`` is live: write ``generation``'s digest to the admin's file; return the path.
+def publish_live(
+    layout: Layout, config: Config, bundle: str, live: str, deployed: str | None = None
+) -> str | None:
+    """``bundle``'s generation ``live`` is up: write a config digest to the admin's file;
+    return the path.
 
-    ``generation`` is the live one, or the failed one whose driver pod is still deployed
-    (:meth:`~service.store.state.BundleState.went_live`). Without a recorded digest the
-    file is removed, so no stale digest claims a config.
+    The digest is that of ``deployed`` when it differs from ``live`` (a failed generation
+    whose driver pod is still deployed: :meth:`~service.store.state.BundleState.went_live`)
+    and one was recorded for it; otherwise ``live``'s. Without a recorded digest the file is
+    removed, so no stale digest claims a config.
     """
     target = config.publish.digest_file(bundle)
     if target is None:
         return None
     path = layout.host(target)
-    digest = recorded_digest(layout, generation)
+    of = deployed if deployed and recorded_digest(layout, deployed) else live
+    digest = recorded_digest(layout, of)
     if digest is None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -107,7 +112,7 @@ def publish_live(layout: Layout, config: Config, bundle: str, generation: str) -
         return str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, digest.encode())  # no newline: the init container compares exactly
-    log.info("digest.published", bundle=bundle, path=str(path), digest=digest, of=generation)
+    log.info("digest.published", bundle=bundle, path=str(path), digest=digest, of=of)
     return str(path)
 
 

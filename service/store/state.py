@@ -10,8 +10,8 @@ Every change of a bundle is a named, pure transition of :class:`BundleState` or
 otherwise): :meth:`BundleState.staged` (intake), :meth:`State.reboot_asked` and
 :meth:`State.rebooted` (the daemon), :meth:`BundleState.booting`,
 :meth:`BundleState.went_live`, :meth:`BundleState.failed` and
-:meth:`BundleState.expired` (boot), and the admin verbs. Callers do the effect,
-take the transition, then save.
+:meth:`BundleState.expired` (boot), and the admin verbs (:mod:`service.store.verbs`).
+Callers do the effect, take the transition, then save.
 
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
 in the bundle's status file but never recorded here, so a rejected drop leaves
@@ -25,9 +25,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from service.errors import IllegalTransition, StateError
+from service.errors import IllegalTransition
+from service.store import verbs
 from service.store.phase import Phase, next_phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
+from service.store.verbs import added
 from stager.record import is_none, spec
 
 FORMAT = 1
@@ -51,7 +53,7 @@ class Generation:
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    # every key but ``held`` and ``digest_of`` (added later) is required in state.json
+    # every key but ``held`` and ``deployed`` (added later) is required in state.json
     phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
     active: str | None = field(default=None, metadata=_REQUIRED)
     pending: str | None = field(default=None, metadata=_REQUIRED)
@@ -59,10 +61,10 @@ class BundleState:
     loaded: tuple[ModuleLoad, ...] = field(default=(), metadata=_REQUIRED)
     history: tuple[HistoryEntry, ...] = field(default=(), metadata=_REQUIRED)
     held: bool = False  # an admin's hold: no new generation, no reboot asked
-    # the generation whose config digest the boot publishes: the last one a boot took up
-    # from pending, live or failed (a driver pod restarting after a failed one carries its
-    # digest; it must not unload the fallback: see :meth:`went_live`)
-    digest_of: str | None = field(default=None, metadata=spec(omit=is_none))
+    # the generation last deployed here that a boot took up: a pending one that went live,
+    # or one that failed or expired at boot (its driver pod is still the one deployed: the
+    # boot publishes its config digest, the labels its failure; see :meth:`went_live`)
+    deployed: str | None = field(default=None, metadata=spec(omit=is_none))
 
     @property
     def last_known_good(self) -> str | None:
@@ -123,7 +125,7 @@ class BundleState:
         moved = self.with_generation(gen).move(
             Phase.PENDING, pending=gen.id, note=f"generation {gen.id[:12]} pending"
         )
-        newest = {g.id for g in sorted(moved.generations.values(), key=_added)[-retain:]}
+        newest = {g.id for g in sorted(moved.generations.values(), key=added)[-retain:]}
         keep = moved.keep() | newest
         return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
@@ -163,22 +165,21 @@ class BundleState:
         """Boot loaded ``generation``: it is active (the last known good), attempts reset,
         and an earlier failure of it no longer stands (the kernel has just loaded it).
 
-        A pending generation going live is the one whose config digest is published
-        (``digest_of``). The last known good brought back (after a failure, or at a plain
-        reboot) leaves a failed generation's digest published: the driver pod still deployed
-        is that one's, and its init container keeps what is loaded only when the published
-        digest is its own.
+        A pending generation going live becomes ``deployed``. The last known good brought
+        back (after a failure, or at a plain reboot) leaves a failed one ``deployed``: the
+        driver pod still deployed is that one's, and its init container keeps what is loaded
+        only when the published config digest is its own.
         """
         self._refuse("went_live", self.phase is not Phase.LOADING, "nothing is being loaded")
         gen = replace(self._known("went_live", generation), attempts=0, failed=None)
-        kept = self.generations.get(self.digest_of or "")
-        digest_of = self.digest_of if kept and kept.failed and gen.id != self.pending else gen.id
+        kept = self.generations.get(self.deployed or "")
+        deployed = self.deployed if kept and kept.failed and gen.id != self.pending else gen.id
         return self.with_generation(gen).move(
             Phase.ACTIVE,
             active=gen.id,
             pending=None if gen.id == self.pending else self.pending,
             loaded=loads,
-            digest_of=digest_of,
+            deployed=deployed,
             note=f"generation {gen.id[:12]} active",
         )
 
@@ -189,7 +190,7 @@ class BundleState:
         if gen.id != self.pending:
             return self.move(Phase.FAILED, note=reason)
         return self.with_generation(replace(gen, failed=reason)).move(
-            Phase.FAILED, pending=None, digest_of=gen.id, note=reason
+            Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
     def no_device(self, generation: str, reason: str) -> BundleState:
@@ -207,99 +208,30 @@ class BundleState:
         self._refuse("expired", self.pending is None, "no generation is pending")
         gen = replace(self._known("expired", str(self.pending)), failed=reason)
         return self.with_generation(gen).move(
-            Phase.FAILED, pending=None, digest_of=gen.id, note=reason
+            Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
-    # -- the admin's verbs ----------------------------------------------------------------
-
-    def resolve(self, generation: str) -> Generation:
-        """The known generation whose id is or starts with ``generation``; raises StateError."""
-        found = [g for g in self.generations.values() if g.id.startswith(generation.lower())]
-        if len(found) != 1 or not generation:
-            known = ", ".join(sorted(g[:12] for g in self.generations)) or "none"
-            what = "is ambiguous" if found else "is not a known generation"
-            raise StateError(f"{generation!r} {what} (known: {known})")
-        return found[0]
+    # -- the admin's verbs (service.store.verbs) -------------------------------------------
 
     def retry(self, generation: str | None = None) -> BundleState:
-        """Clear a failed generation's failure and make it pending for the next boot.
-
-        Without ``generation``: the most recently added failed one.
-        """
-        if generation is None:
-            failed = sorted((g for g in self.generations.values() if g.failed), key=_added)
-            if not failed:
-                raise StateError("no failed generation to retry")
-            gen = failed[-1]
-        else:
-            gen = self.resolve(generation)
-        if not gen.failed:
-            raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
-        self._not_loading("retry")
-        cleared = replace(gen, failed=None, attempts=0)
-        return self.with_generation(cleared).move(
-            Phase.PENDING, pending=gen.id, note=f"admin: retry {gen.id[:12]} ({gen.failed})"
-        )
+        """A failed generation pending again, its failure cleared (default: the newest)."""
+        return verbs.retry(self, generation)
 
     def rollback(self, generation: str | None = None) -> BundleState:
-        """Make an earlier generation the one to load at the next boot.
-
-        Without ``generation``: the newest generation added before the active one
-        that did not fail.
-        """
-        gen = self._earlier() if generation is None else self.resolve(generation)
-        if gen.id == self.active:
-            raise StateError(f"generation {gen.id[:12]} is already active")
-        if gen.failed:
-            raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
-        self._not_loading("rollback")
-        note = f"admin: rollback to {gen.id[:12]} ({gen.version})"
-        return self.with_generation(replace(gen, attempts=0)).move(
-            Phase.PENDING, pending=gen.id, note=note
-        )
-
-    def _earlier(self) -> Generation:
-        """The newest generation added before the active one that did not fail."""
-        since = self.generations[self.active].added if self.active else float("inf")
-        older = sorted(
-            (
-                g
-                for g in self.generations.values()
-                if not g.failed and g.id != self.active and g.added < since
-            ),
-            key=_added,
-        )
-        if not older:
-            raise StateError("no earlier generation to roll back to")
-        return older[-1]
+        """An earlier generation pending (default: the newest before the active one)."""
+        return verbs.rollback(self, generation)
 
     def hold(self) -> BundleState:
-        """Take no new generation and ask for no reboot until :meth:`release`."""
-        if self.held:
-            raise StateError("already held")
-        return replace(self, held=True).record("admin: hold")
+        """No new generation and no reboot until :meth:`release`."""
+        return verbs.hold(self)
 
     def release(self) -> BundleState:
         """Undo :meth:`hold`."""
-        if not self.held:
-            raise StateError("not held")
-        return replace(self, held=False).record("admin: release")
+        return verbs.release(self)
 
     def prune(self, retain: int) -> tuple[BundleState, list[str]]:
-        """Forget generations beyond the newest ``retain``; never active (last known good)
-        or pending. Returns the copy and the forgotten ids (the caller removes them)."""
-        newest = {g.id for g in sorted(self.generations.values(), key=_added)[-retain:]}
-        keep = self.keep() | (newest if retain > 0 else set())
-        gone = sorted(g for g in self.generations if g not in keep)
-        if not gone:
-            return self, []
-        left = {k: v for k, v in self.generations.items() if k in keep}
-        note = "admin: prune " + ", ".join(g[:12] for g in gone)
-        return replace(self, generations=left).record(note), gone
-
-    def _not_loading(self, verb: str) -> None:
-        if self.phase is Phase.LOADING:
-            raise StateError(f"cannot {verb} while the bundle is being loaded")
+        """Forget generations beyond the newest ``retain`` (never active or pending)."""
+        return verbs.prune(self, retain)
 
     def _refuse(self, verb: str, refused: bool, reason: str) -> None:
         """Raise :class:`IllegalTransition` for ``verb`` when ``refused``."""
@@ -311,10 +243,6 @@ class BundleState:
         if gen is None:
             raise IllegalTransition(verb, self.phase.value, f"unknown generation {generation[:12]}")
         return gen
-
-
-def _added(gen: Generation) -> float:
-    return gen.added
 
 
 @dataclass(frozen=True)

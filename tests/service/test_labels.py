@@ -183,7 +183,8 @@ def test_intake_boot_failure_and_an_admins_hold_each_update_the_labels(
     nfd_host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
 ) -> None:
     """The labels follow every state change: pending after intake, active after boot, the
-    failure and the fallback after a failed boot, and an admin's hold and release at once."""
+    failure and the fallback after a failed boot (kept at a plain reboot and while a newer
+    generation is only pending, gone once it comes up), and an admin's hold and release."""
     host = nfd_host
     trust = TrustStore.from_directory(host.trusted)
     good = sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
@@ -212,3 +213,10 @@ def test_intake_boot_failure_and_an_admins_hold_each_update_the_labels(
     assert labels()["modstage.io/nvidia.held"] == "true"
     assert main(["release", "nvidia", "--root", str(host.root)], io.StringIO()) == 0
     assert "modstage.io/nvidia.held" not in labels()
+    Boot(host, Config(), trust, FakeKernel()).run()  # a plain reboot: 2.0's failure stands
+    assert "ENODEV" in labels()["modstage.io/nvidia.failed"]
+    take("3.0", good)
+    assert "ENODEV" in labels()["modstage.io/nvidia.failed"]  # 3.0 is only pending
+    Boot(host, Config(), trust, FakeKernel()).run()
+    assert labels()["modstage.io/nvidia.active"] == "3.0"
+    assert "modstage.io/nvidia.failed" not in labels()  # a newer generation came up

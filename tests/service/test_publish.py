@@ -215,7 +215,7 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
 
     reboot({"ms_firmware": errno.ENODEV})
     b = load(host.state).bundle("nvidia")
-    assert b.active == first.generation and b.digest_of == second.generation
+    assert b.active == first.generation and b.deployed == second.generation
     assert b.generations[str(second.generation)].failed
     assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
     mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
@@ -233,8 +233,24 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
     for _ in range(2):  # the reboot it asks, then a plain one
         reboot()
         b = load(host.state).bundle("nvidia")
-        assert (b.active, b.pending, b.digest_of) == (first.generation, None, first.generation)
+        assert (b.active, b.pending, b.deployed) == (first.generation, None, first.generation)
         assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
+
+
+def test_a_failed_generation_without_a_digest_leaves_the_fallbacks_digest(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2, staged by hand (its drop carried no digest), fails and v1 comes back: the file
+    names v1's digest, so the v1 driver pod still deployed keeps v1."""
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    _intake(host).run()
+    _boot(host, FakeKernel()).run()
+    _drop(host, signed, kernel, "2", bad=True)
+    [second] = _intake(host).run()
+    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
+    state = _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
+    assert state.bundle("nvidia").deployed == second.generation
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
 
 
 def test_generation_without_digest_leaves_no_state_file(

@@ -172,20 +172,20 @@ def test_a_failed_generation_that_goes_live_is_failed_no_more() -> None:
 
 
 def test_the_published_digest_follows_the_deployed_pod() -> None:
-    """``digest_of`` names the generation a driver pod last brought: a pending one that went
+    """``deployed`` names the generation a driver pod last brought: a pending one that went
     live, or one that failed or expired at boot, which stays named while the last known
     good is brought back (fallback, plain reboots) until another pending one goes live."""
-    assert live(A).digest_of == A
+    assert live(A).deployed == A
     b = live(A).staged(gen(B, added=2.0), retain=3).booting(B).failed(B, "ENODEV")
-    assert b.digest_of == B
+    assert b.deployed == B
     b = b.booting(A).went_live(A, ())
-    assert (b.active, b.digest_of) == (A, B)
+    assert (b.active, b.deployed) == (A, B)
     b = b.booting(A).went_live(A, ())  # a plain reboot
-    assert b.digest_of == B
+    assert b.deployed == B
     b = b.reloading(A).booting(A).went_live(A, ())  # A's pod unloaded A and dropped it again
-    assert b.digest_of == A
+    assert b.deployed == A
     b = b.staged(gen(C, added=3.0), retain=3).booting(C).booting(C).expired("2 attempts")
-    assert b.digest_of == C and b.booting(A).went_live(A, ()).digest_of == C
+    assert b.deployed == C and b.booting(A).went_live(A, ()).deployed == C
 
 
 _VERBS = st.sampled_from(["staged", "reboot_asked", "booting", "went_live", "failed", "expired"])
@@ -220,10 +220,10 @@ def test_any_sequence_of_transitions_keeps_the_state_sound(steps: list[tuple[str
         if b.phase is Phase.ACTIVE and before.phase is not Phase.ACTIVE:
             assert verb == "went_live" and b.active == gid
         if verb == "went_live":  # the digest published: the live one's, or a failed one's
-            named = b.generations.get(b.digest_of or "")
-            assert b.digest_of == gid or (named is not None and named.failed)
+            named = b.generations.get(b.deployed or "")
+            assert b.deployed == gid or (named is not None and named.failed)
             if gid == before.pending:
-                assert b.digest_of == gid
+                assert b.deployed == gid
 
 
 def test_round_trip_through_the_file(tmp_path: Path) -> None:

@@ -85,6 +85,21 @@ def test_a_failed_generation_with_fallback_is_degraded() -> None:
     assert "ENOKEY" in verdict.reasons[0] and OLD[:12] in verdict.reasons[0]
 
 
+def test_a_failure_stays_degraded_until_a_newer_generation_comes_up() -> None:
+    """Through the boot's transitions: NEW fails and OLD comes back (degraded), a plain
+    reboot keeps it so, and OLD brought up again from pending (the admin's revert: its pod
+    unloaded it and dropped it again) makes the bundle healthy, NEW's failure kept in
+    its generations."""
+    b = active_bundle().staged(Generation(NEW, "2.0", KERNEL, added=200.0), retain=3)
+    b = b.booting(NEW).failed(NEW, "ENOKEY: unsigned").booting(OLD).went_live(OLD, ())
+    assert bundle_health(b, None, kernel=KERNEL).health is Health.DEGRADED
+    b = b.booting(OLD).went_live(OLD, ())
+    assert bundle_health(b, None, kernel=KERNEL).health is Health.DEGRADED
+    b = b.reloading(OLD).booting(OLD).went_live(OLD, ())
+    assert bundle_health(b, None, kernel=KERNEL).health is Health.HEALTHY
+    assert b.generations[NEW].failed
+
+
 def test_no_active_generation_after_a_failure_is_failed() -> None:
     """When the fallback failed too, nothing of the bundle is loaded: failed."""
     verdict = bundle_health(failed_new(fallback=False), None, kernel=KERNEL)

@@ -124,7 +124,8 @@ def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
     the kernel has built in, staged, taken in and booted by modstage with
     ``module.sig_enforce`` on: its init runs (every loader check passed), prints "NVRM: No
     NVIDIA GPU found." and returns ENODEV; no device matches its aliases, so the bundle is
-    no_device, no attempt counted, nothing failed, and status is healthy saying so."""
+    no_device, no attempt counted, nothing failed, status is healthy saying so, and the
+    container's ``modstage wait`` ends at once with exit 5 and the reason."""
     import ssl
 
     from tests.nvidia import build_driver, sign_driver
@@ -157,5 +158,7 @@ def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
         rc, doc, text = _status(node)
         assert rc == 0 and doc["bundles"]["nvidia"]["phase"] == "no_device", doc["problems"]
         assert "nvidia: no device was present at boot" in text
+        rc, said = modstage(node, "wait", "--bundle", "nvidia", "--generation", gen)
+        assert rc == 5 and f"generation {gen[:12]} was not loaded: " in said, said  # no wait
     finally:
         node.close()

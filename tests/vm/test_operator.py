@@ -17,8 +17,13 @@ read after every step). Seven boots, one path after another:
    pod's init container unloads v1 (the driver-less time starts), v2 is staged; reboot.
 3. v2 live, the pod ready: upgrade-done. Then the node reboots with no change.
 4. v2 loaded by ``modstage boot``, the init container keeps it, ready within seconds. A
-   digest-only change (same modules and parameters): the init container unloads v2, the
-   pod drops the same generation, the host makes it pending again and asks a reboot.
+   digest-only change (same modules and parameters) while the reboot window is closed
+   (kured backend, the window opening in 5 hours): the init container unloads v2, the
+   pod drops the same generation, the host makes it pending again and asks no reboot
+   (kured's sentinel says "not required"); the pod waits unready, the controller stays
+   pod-restart-required; the startup probe's restarts over that wait are none with the
+   probe deploy/README.md sizes and over 10 (upgrade-failed) with the default. The window
+   opens (the admin's config here) and the host asks the reboot.
 5. v2 loaded again with the new digest, kept, ready: upgrade-done. v2 -> v3 (whose
    nvidia-uvm fails at init) is staged; reboot.
 6. v3 fails and v2 is loaded again, with v3's digest published: the v3 pod's init
@@ -44,10 +49,12 @@ touches compressed modules, memory hotplug or ECDSA, where they differ.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -74,6 +81,7 @@ from tests.vm.operator.upgrade_controller import (
     Pod,
     State,
     UpgradeController,
+    restarts_while_waiting,
 )
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
@@ -146,6 +154,31 @@ def _host_up(vm: Vm, key: SigningKey) -> Path:
         "daemon.ready",
     )
     return log
+
+
+def _closed_window() -> str:
+    """The config with kured as the backend and a daily window that opens in 5 hours (the
+    guest's clock is the host's, UTC): the sentinel answers "not required" until then."""
+    opens = datetime.now(UTC) + timedelta(hours=5)
+    days = '["mon", "tue", "wed", "thu", "fri", "sat", "sun"]'
+    return CONFIG.replace(
+        'backend = "none"',
+        f'backend = "kured"\nsentinel = "/run/modstage/reboot-required"\ndays = {days}\n'
+        f'start = "{opens:%H:%M}"\nend = "{opens + timedelta(hours=1):%H:%M}"\n'
+        'timezone = "UTC"',
+    )
+
+
+def _restart_daemon(vm: Vm, key: SigningKey, config: str, tag: str) -> None:
+    """The admin changes config.toml and restarts ``modstage serve`` (it reads it at start)."""
+    prepare(vm, {"vendor.pem": key.cert_pem.read_bytes()}, config)
+    vm.python("daemon.terminate(); daemon.wait(30)")
+    log = start_daemon(vm, f"daemon-{vm.boots}-{tag}.log")
+    _wait_until(
+        lambda: any(e.get("event") == "daemon.ready" for e in daemon_events(log)),
+        90,
+        "daemon.ready",
+    )
 
 
 def _labels(vm: Vm) -> dict[str, str]:
@@ -301,6 +334,19 @@ def _pending(vm: Vm, version: str) -> None:
     _wait_until(waiting, 120, f"v{version} pending with a reboot asked for")
 
 
+def _waiting_for_window(vm: Vm, version: str) -> None:
+    """``version`` pending, and the daemon (which has seen it) asks no reboot."""
+
+    def held() -> bool:
+        b = state(vm).bundle("nvidia")
+        gen = b.generations.get(b.pending) if b.pending else None
+        return gen is not None and gen.version == version and b.phase is Phase.PENDING
+
+    _wait_until(held, 120, f"v{version} pending")
+    time.sleep(5)  # the daemon's pass after intake decides on the reboot within moments
+    assert held(), "a reboot was asked while the window is closed"
+
+
 def _print_and_write(n: Node, vm: Vm) -> None:
     """The table, and the JSON for bench/rollout (``$MODSTAGE_ROLLOUT_RESULTS`` is filled by
     the 6.1 run only: bench/rollout-measured.json is 6.1's; 6.12's stays on its share)."""
@@ -326,7 +372,8 @@ def _print_and_write(n: Node, vm: Vm) -> None:
 def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs: Path) -> None:
     """Each rollout path ends in its upgrade state: v1 -> v2 and a digest-only change are
     upgrade-done after one reboot the host asks for; a pod restart and a node reboot with no
-    change unload nothing and are ready within seconds; v3 failing at boot is never ready
+    change unload nothing and are ready within seconds; a closed window holds the reboot with
+    no upgrade-failed under the sized startup probe; v3 failing at boot is never ready
     (never upgrade-done), says why and leaves v2 loaded; the revert to v2 is upgrade-done
     after one reboot; the labels follow each step."""
     started = time.monotonic()
@@ -424,14 +471,48 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
         note="the reboot only; the pod unloads nothing",
     )
 
-    # -- a digest-only change: same modules and parameters ----------------------------------
+    # -- a digest-only change (same modules and parameters), the reboot window closed ------
+    _restart_daemon(node, key, _closed_window(), "closed")
     n.roll_to("2.0-b")
     changed = n.init_container()
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     t_unload = time.monotonic()
     n.start()
+    _waiting_for_window(node, "2.0")  # pending again, no reboot asked while the window is shut
+    t_held = time.monotonic()
+    rc, said = modstage(node, "status", "--reboot-required")
+    assert rc == 1, said  # kured's sentinel: no reboot outside the window
+    _rc, doc = modstage(node, "status", "--json")
+    reboot = json.loads(doc)["reboot"]
+    assert reboot["required"] and not reboot["window_open"] and reboot["next_window"], reboot
+    wait = datetime.fromisoformat(reboot["next_window"]) - datetime.now(UTC)
+    for _ in range(3):  # the container waits, unready, through the controller's reconciles
+        assert n.exited() is None and not _ready(node) and n.reconcile() == []
+    assert n.controller.state is State.POD_RESTART_REQUIRED
+    # the kubelet's restarts over that wait (the startup probe gives up after one budget),
+    # and the controller's verdict on them: the probe deploy/README.md sizes, the default
+    waited = {}
+    for probe, budget in (("sized", (60, 60, 5640)), ("default", (60, 10, 120))):
+        restarts = restarts_while_waiting(wait.total_seconds(), *budget)
+        judged = copy.deepcopy(n.controller)
+        unready = (Container("nvidia-driver-ctr", False, restarts),)
+        judged.reconcile(n.clock, Pod(n.revision, True, unready, n.pod().init_containers), False)
+        waited[probe] = (restarts, judged.state)
+    assert waited["sized"] == (0, State.POD_RESTART_REQUIRED), waited
+    assert waited["default"][0] > 10 and waited["default"][1] is State.FAILED, waited
+    n.record(
+        "waiting for a closed window",
+        waited["sized"][1],
+        None,
+        window_opens_in_s=round(wait.total_seconds()),
+        restarts_default_probe=waited["default"][0],
+        note=f"sized probe: no restart; default probe: {waited['default'][0]} restarts, "
+        "upgrade-failed",
+    )
+    _restart_daemon(node, key, CONFIG, "open")  # the window opens (here: the admin's config)
+    held = time.monotonic() - t_held
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
-    t_asked = time.monotonic()
+    t_asked = time.monotonic() - held
     b = state(node).bundle("nvidia")
     assert b.pending == b.active and n.exited() is None  # the pod waits, it does not fail
     _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
@@ -453,11 +534,12 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     n.record(
         "digest-only change",
         n.controller.state,
-        round(t_loaded - t_unload, 1),
+        round(t_loaded - t_unload - held, 1),
         staging_s=round(t_asked - t_unload, 1),
         reboot_s=round(t_loaded - t_down, 1),
         ready_s=round(ready, 1),
-        note="the host asks the reboot itself; + kured's period in the field",
+        window_held_s=round(held, 1),
+        note="the host asks the reboot itself (the closed window's hold not counted)",
     )
 
     n.roll_to("3.0")
@@ -525,7 +607,8 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     t_unload = time.monotonic()
     n.start()
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
-    _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
+    reverting = {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"}
+    _labels_are(node, {**reverting, "failed": labels["failed"]})  # until v2 is up again
     n.stop()
     t_down = time.monotonic()
     node.reboot()  # -- boot 7 --------------------------------------------------------------

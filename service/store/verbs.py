@@ -1,0 +1,119 @@
+"""The admin's verbs on a bundle: retry, rollback, hold, release, prune.
+
+Each is a pure transition of a :class:`~service.store.state.BundleState` (whose methods of
+the same names call these), refused with :class:`StateError` when it cannot apply; the
+callers (``service.cmd.admin``) take the state lock, apply one, and save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from service.errors import StateError
+from service.store.phase import Phase
+
+if TYPE_CHECKING:
+    from service.store.state import BundleState, Generation
+
+
+def added(gen: Generation) -> float:
+    """When a generation was added (the order of "newest")."""
+    return gen.added
+
+
+def resolve(bundle: BundleState, generation: str) -> Generation:
+    """The known generation whose id is or starts with ``generation``; raises StateError."""
+    found = [g for g in bundle.generations.values() if g.id.startswith(generation.lower())]
+    if len(found) != 1 or not generation:
+        known = ", ".join(sorted(g[:12] for g in bundle.generations)) or "none"
+        what = "is ambiguous" if found else "is not a known generation"
+        raise StateError(f"{generation!r} {what} (known: {known})")
+    return found[0]
+
+
+def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
+    """Clear a failed generation's failure and make it pending for the next boot.
+
+    Without ``generation``: the most recently added failed one.
+    """
+    if generation is None:
+        failed = sorted((g for g in bundle.generations.values() if g.failed), key=added)
+        if not failed:
+            raise StateError("no failed generation to retry")
+        gen = failed[-1]
+    else:
+        gen = resolve(bundle, generation)
+    if not gen.failed:
+        raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
+    _not_loading(bundle, "retry")
+    cleared = replace(gen, failed=None, attempts=0)
+    return bundle.with_generation(cleared).move(
+        Phase.PENDING, pending=gen.id, note=f"admin: retry {gen.id[:12]} ({gen.failed})"
+    )
+
+
+def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
+    """Make an earlier generation the one to load at the next boot.
+
+    Without ``generation``: the newest generation added before the active one
+    that did not fail.
+    """
+    gen = _earlier(bundle) if generation is None else resolve(bundle, generation)
+    if gen.id == bundle.active:
+        raise StateError(f"generation {gen.id[:12]} is already active")
+    if gen.failed:
+        raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
+    _not_loading(bundle, "rollback")
+    note = f"admin: rollback to {gen.id[:12]} ({gen.version})"
+    return bundle.with_generation(replace(gen, attempts=0)).move(
+        Phase.PENDING, pending=gen.id, note=note
+    )
+
+
+def _earlier(bundle: BundleState) -> Generation:
+    """The newest generation added before the active one that did not fail."""
+    since = bundle.generations[bundle.active].added if bundle.active else float("inf")
+    older = sorted(
+        (
+            g
+            for g in bundle.generations.values()
+            if not g.failed and g.id != bundle.active and g.added < since
+        ),
+        key=added,
+    )
+    if not older:
+        raise StateError("no earlier generation to roll back to")
+    return older[-1]
+
+
+def hold(bundle: BundleState) -> BundleState:
+    """Take no new generation and ask for no reboot until :meth:`release`."""
+    if bundle.held:
+        raise StateError("already held")
+    return replace(bundle, held=True).record("admin: hold")
+
+
+def release(bundle: BundleState) -> BundleState:
+    """Undo :meth:`hold`."""
+    if not bundle.held:
+        raise StateError("not held")
+    return replace(bundle, held=False).record("admin: release")
+
+
+def prune(bundle: BundleState, retain: int) -> tuple[BundleState, list[str]]:
+    """Forget generations beyond the newest ``retain``; never active (last known good)
+    or pending. Returns the copy and the forgotten ids (the caller removes them)."""
+    newest = {g.id for g in sorted(bundle.generations.values(), key=added)[-retain:]}
+    keep = bundle.keep() | (newest if retain > 0 else set())
+    gone = sorted(g for g in bundle.generations if g not in keep)
+    if not gone:
+        return bundle, []
+    left = {k: v for k, v in bundle.generations.items() if k in keep}
+    note = "admin: prune " + ", ".join(g[:12] for g in gone)
+    return replace(bundle, generations=left).record(note), gone
+
+
+def _not_loading(bundle: BundleState, verb: str) -> None:
+    if bundle.phase is Phase.LOADING:
+        raise StateError(f"cannot {verb} while the bundle is being loaded")
