@@ -32,11 +32,13 @@ def _build(release: str, cache: Path) -> bool:
 def built(kernel: Kernel) -> Path:
     """The cache file for ``kernel`` (built on first use, kept in the VM cache)."""
     root = cache_dir() / "exports"  # its cache/ must sit in an existing directory
-    root.mkdir(exist_ok=True)
+    if kernel.own_root:  # per root: its key holds the time depmod ran when the root was built
+        root = root / kernel.root.name
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "cache" / f"exports-{kernel.release}"
     if not kernel.own_root:
         ok = _build(kernel.release, path)
-    elif path.is_file() and path.stat().st_mtime > kernel.image.stat().st_mtime:
+    elif path.is_file() and path.stat().st_mtime > (kernel.modules / "modules.dep").stat().st_mtime:
         return path
     else:
         ok = _build_in_root(kernel, path)
