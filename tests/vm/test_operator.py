@@ -334,8 +334,9 @@ def _pending(vm: Vm, version: str) -> None:
     _wait_until(waiting, 120, f"v{version} pending with a reboot asked for")
 
 
-def _waiting_for_window(vm: Vm, version: str) -> None:
-    """``version`` pending, and the daemon (which has seen it) asks no reboot."""
+def _waiting_for_window(vm: Vm, version: str) -> float:
+    """``version`` pending, and the daemon (which has seen it) asks no reboot; returns when
+    it was first seen pending (``time.monotonic()``)."""
 
     def held() -> bool:
         b = state(vm).bundle("nvidia")
@@ -343,8 +344,10 @@ def _waiting_for_window(vm: Vm, version: str) -> None:
         return gen is not None and gen.version == version and b.phase is Phase.PENDING
 
     _wait_until(held, 120, f"v{version} pending")
+    since = time.monotonic()
     time.sleep(5)  # the daemon's pass after intake decides on the reboot within moments
     assert held(), "a reboot was asked while the window is closed"
+    return since
 
 
 def _print_and_write(n: Node, vm: Vm) -> None:
@@ -478,8 +481,7 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     t_unload = time.monotonic()
     n.start()
-    _waiting_for_window(node, "2.0")  # pending again, no reboot asked while the window is shut
-    t_held = time.monotonic()
+    t_held = _waiting_for_window(node, "2.0")  # pending again, no reboot asked: window shut
     rc, said = modstage(node, "status", "--reboot-required")
     assert rc == 1, said  # kured's sentinel: no reboot outside the window
     _rc, doc = modstage(node, "status", "--json")
