@@ -381,3 +381,39 @@ def test_kexec_under_lockdown_is_judged_as_the_backend_says(node: Node, tmp_path
     )
     assert problem is not None and "kexec under lockdown" in problem, problem
     assert "carries no Authenticode signature" in problem and "use backend systemd" in problem
+
+
+BACKEND_CONFIGS = {
+    "kured": 'backend = "kured"\nsentinel = "/run/modstage/reboot-required"',
+    "systemd": 'backend = "systemd"',
+    "command": 'backend = "command"\ncommand = ["touch", "/run/modstage-asked"]',
+    "none": 'backend = "none"',
+}
+
+
+def test_every_other_reboot_backend_works_under_lockdown(node: Node) -> None:
+    """Lockdown restricts only kexec among the reboot backends: under it, `modstage config
+    check` passes kured, systemd, command and none (a sentinel file, `systemctl reboot` and a
+    command all end in reboot(2), which lockdown leaves alone), and the backends that act
+    without a service manager act: kured's sentinel is written and the command runs. (The
+    node's init is busybox: `systemctl reboot` itself runs under systemd in test_systemd.py,
+    without Secure Boot.)"""
+    vm = node.oracle.vm
+    assert "[integrity]" in vm.read("/sys/kernel/security/lockdown")
+    prepare(vm, {"ca.pem": node.pki.ca.pem_cert.read_bytes()})
+    for backend, keys in BACKEND_CONFIGS.items():
+        prepare(vm, {}, f"[reboot]\n{keys}\n")
+        rc, said = modstage(vm, "config", "check")
+        assert rc == 0, f"{backend}: {said}"
+        vm.python(
+            "from service.config import Config\n"
+            "from service.layout import Layout\n"
+            "from service.reboot import rebooter\n"
+            "from pathlib import Path\n"
+            "_cfg = Config.load(Path('/etc/modstage/config.toml'))\n"
+            f"_asked = rebooter(_cfg.reboot, Layout(Path('/'))) if {backend!r} != 'systemd' "
+            "else None\n"
+            "_asked.request('test') if _asked is not None else None\n"
+        )
+    assert vm.eval("os.path.exists('/run/modstage/reboot-required')")
+    assert vm.eval("os.path.exists('/run/modstage-asked')")
