@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.kmod.keys import SigningKey, sign
+from tests.kmod.keys import SigningKey
 from tests.nvidia.archive import ArchiveError
 from tests.nvidia.build import (
     DEFAULT_VERSION,
@@ -30,21 +30,42 @@ from tests.nvidia.build import (
     gsp_firmware,
 )
 from tests.nvidia.target import install_real_target
+from tests.vm.harness import kmod
+from tests.vm.harness.kernel import Kernel
+
+#: The driver each Debian release's archive carries, by the series of its kernel: bookworm's
+#: 535 for Debian 12's 6.1, trixie's 550 for Debian 13's 6.12.
+RELEASE_DRIVER = {"6.1": DEFAULT_VERSION, "6.12": "550.163.01-2"}
 
 
-def sign_driver(driver: Driver, key: SigningKey, into: Path) -> dict[str, Path]:
-    """Every module of ``driver`` signed with ``key`` by the kernel's ``sign-file`` (sha256,
-    issuer and serial), copied to ``into/<name>.ko``; name -> path, in load order."""
+def driver_for(kernel: Kernel) -> Driver:
+    """The driver of ``kernel``'s own Debian release built against its headers (for 6.12 in
+    its Debian 13 root, with its gcc-14), cached like :func:`build_driver`."""
+    root = kernel.root if kernel.own_root else None
+    return build_driver(RELEASE_DRIVER[kernel.series], release=kernel.release, root=root)
+
+
+def sign_driver(
+    driver: Driver, key: SigningKey, into: Path, kernel: Kernel | None = None
+) -> dict[str, Path]:
+    """Every module of ``driver`` signed with ``key`` by ``sign-file`` (sha256, issuer and
+    serial): ``kernel``'s own (default: this machine's kernel's), copied to
+    ``into/<name>.ko``; name -> path, in load order."""
     into.mkdir(parents=True, exist_ok=True)
-    return {name: sign(ko, key, into / f"{name}.ko") for name, ko in driver.modules.items()}
+    kernel = kernel or Kernel.find(driver.kernel)
+    return {
+        name: kmod.sign(kernel, ko, key, into / f"{name}.ko") for name, ko in driver.modules.items()
+    }
 
 
 __all__ = [
     "DEFAULT_VERSION",
     "MODULE_NAMES",
+    "RELEASE_DRIVER",
     "ArchiveError",
     "Driver",
     "build_driver",
+    "driver_for",
     "gsp_firmware",
     "install_real_target",
     "sign_driver",

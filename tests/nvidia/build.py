@@ -8,7 +8,12 @@ ones, which is how DKMS builds them on a Debian host. The unsigned modules, the 
 ``Module.symvers`` and ``build.json`` (how long it took, on how many CPUs, at what load)
 are kept in ``<cache>/nvidia-<flavor>-<version>-<release>``; the GSP firmware of the same
 version from ``firmware-nvidia-gsp`` in ``<cache>/nvidia-gsp-<version>``. A second run
-costs a directory lookup. Processes building at once serialise on a lock of their own (the
+costs a directory lookup.
+
+For a kernel whose headers and compiler live in a Debian root of their own (Debian 13's 6.12
+and its gcc-14, tests/vm/harness/debian13.py), the source is unpacked inside that root and
+``make`` runs there under ``chroot``; NVIDIA's Makefile takes the compiler the kernel was
+built with from its ``CONFIG_CC_VERSION_TEXT``, as it does under DKMS. Processes building at once serialise on a lock of their own (the
 small test modules' lock is not held through a two-minute build).
 """
 
@@ -58,25 +63,32 @@ class Driver:
         return str(self.build["package_version"])
 
 
-def _headers(release: str) -> tuple[Path, Path]:
-    """``(SYSSRC, SYSOUT)``: the ``-common`` source headers and the ``-amd64`` build ones."""
+def _headers(release: str, root: Path) -> tuple[Path, Path]:
+    """``(SYSSRC, SYSOUT)``: the ``-common`` source headers and the ``-amd64`` build ones, as
+    paths seen from ``root``."""
     sysout = HEADERS / f"linux-headers-{release}"
     sysrc = HEADERS / f"linux-headers-{release.rsplit('-', 1)[0]}-common"
     for path in (sysout, sysrc):
-        if not (path / "Makefile").is_file():
+        if not (root / path.relative_to("/") / "Makefile").is_file():
             raise RuntimeError(
-                f"no kernel headers at {path}: install linux-headers-{release} (see .ci/install)"
+                f"no kernel headers at {root / path.relative_to('/')}: install "
+                f"linux-headers-{release} (see .ci/install)"
             )
     return sysrc, sysout
 
 
-def _run_make(source: Path, release: str, log: Path) -> list[str]:
-    sysrc, sysout = _headers(release)
+def _run_make(source: Path, release: str, log: Path, root: Path) -> list[str]:
+    sysrc, sysout = _headers(release, root)
     argv = ["make", f"-j{os.cpu_count() or 1}", f"SYSSRC={sysrc}", f"SYSOUT={sysout}", "modules"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    command = argv
+    if root != Path("/"):  # the root's own make, compiler and glibc
+        inside = "/" + str(source.relative_to(root))
+        command = ["chroot", str(root), "sh", "-c", 'cd "$0" && exec "$@"', inside, *argv]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
     with log.open("w") as out:
         proc = subprocess.run(
-            argv, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+            command, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
         )
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
@@ -84,8 +96,10 @@ def _run_make(source: Path, release: str, log: Path) -> list[str]:
     return argv
 
 
-def _build(final: Path, package: Path, release: str, package_version: str) -> None:
-    work = Path(tempfile.mkdtemp(prefix="nvidia-build-", dir=cache_root()))
+def _build(final: Path, package: Path, release: str, package_version: str, root: Path) -> None:
+    scratch = cache_root() if root == Path("/") else root / "tmp"
+    work = Path(tempfile.mkdtemp(prefix="nvidia-build-", dir=scratch))
+    out = Path(tempfile.mkdtemp(prefix="nvidia-out-", dir=cache_root()))  # renamed to final
     try:
         unpacked = extract(package, work / "deb")
         [tarball] = (unpacked / "usr/src").glob("nvidia*.tar.xz")
@@ -97,10 +111,8 @@ def _build(final: Path, package: Path, release: str, package_version: str) -> No
         )
         load_before = os.getloadavg()
         started = time.monotonic()
-        argv = _run_make(source, release, work / "make.log")
+        argv = _run_make(source, release, work / "make.log", root)
         seconds = time.monotonic() - started
-        out = work / "out"
-        out.mkdir()
         for name in MODULE_NAMES:
             shutil.copyfile(source / f"{name}.ko", out / f"{name}.ko")
         shutil.copyfile(source / "Module.symvers", out / "Module.symvers")
@@ -113,20 +125,29 @@ def _build(final: Path, package: Path, release: str, package_version: str) -> No
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
             "command": " ".join(argv),
+            "root": "/" if root == Path("/") else "a Debian root of the release (chroot)",
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (out / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+        out.chmod(0o755)
         out.rename(final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def build_driver(
-    package_version: str = DEFAULT_VERSION, flavor: str = "proprietary", release: str | None = None
+    package_version: str = DEFAULT_VERSION,
+    flavor: str = "proprietary",
+    release: str | None = None,
+    root: Path | None = None,
 ) -> Driver:
     """The NVIDIA modules of ``flavor`` at Debian version ``package_version`` built against
-    ``release`` (default :func:`tests.kmod.kernel_release`), unsigned, built once per machine."""
+    ``release`` (default :func:`tests.kmod.kernel_release`), unsigned, built once per machine.
+    ``root``: the Debian root holding that release's headers and compiler (default: this
+    machine's own)."""
     release = release or kernel_release()
+    root = root or Path("/")
     version = package_version.rsplit("-", 1)[0]
     final = cache_root() / f"nvidia-{flavor}-{package_version}-{release}-r{RECIPE}"
     if not final.is_dir():
@@ -134,7 +155,7 @@ def build_driver(
         with open(cache_root() / "nvidia-build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not final.is_dir():
-                _build(final, package, release, package_version)
+                _build(final, package, release, package_version, root)
     build = json.loads((final / "build.json").read_text())
     modules = {name: final / f"{name}.ko" for name in MODULE_NAMES}
     return Driver(flavor, version, release, modules, final / "Module.symvers", build)

@@ -26,10 +26,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.nvidia)
 
 
-# The Debian versions of nvidia-kernel-source that build against Debian 12's 6.1:
-# bookworm's 535 and trixie's 550. nvidia-open-kernel-source (535 and 550) does not:
-# Debian's 6.1 stable updates gave pci_resize_resource() a fourth argument, which the open
-# modules' nv-pci.c (nv_resize_pcie_bars) does not pass.
+# The Debian versions of nvidia-kernel-source that build against Debian 12's 6.1 (both also
+# build against Debian 13's 6.12; see README.md): bookworm's 535 and trixie's 550.
+# nvidia-open-kernel-source (535 and 550) builds against neither: both kernels' stable
+# updates gave pci_resize_resource() a fourth argument, which the open modules' nv-pci.c
+# (nv_resize_pcie_bars) does not pass.
 VERSIONS = ("535.261.03-1", "550.163.01-2")
 
 

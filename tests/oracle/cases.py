@@ -43,11 +43,12 @@ class Case:
     data: bytes
     suffix: str = ".ko"
     compressed: str = ""
+    stem: str = ""  # the file's name before the suffix, when not the module's name
 
     @property
     def filename(self) -> str:
-        """The file name the case is written under (module name + suffix)."""
-        return self.name + self.suffix
+        """The file name the case is written under (its stem or module name + suffix)."""
+        return (self.stem or self.name) + self.suffix
 
 
 class Generator:

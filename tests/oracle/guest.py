@@ -97,11 +97,46 @@ def first_stream(data: bytes, kind: str) -> bytes:
     return bytes(out)
 
 
+TRACING = "/sys/kernel/tracing"
+
+
+def trace_module_loads() -> None:
+    """Mount tracefs if needed, empty its buffer and enable the `module:module_load` event.
+
+    load_module() fires that event after every loader check (signature, vermagic, symbols and
+    their CRCs, relocations, parameters) and right before it calls the module's init; a load
+    whose errno came after the event was refused by the module's own init, not the loader."""
+    if not os.path.isdir(f"{TRACING}/events"):
+        os.makedirs(TRACING, exist_ok=True)
+        if _libc.mount(b"nodev", TRACING.encode(), b"tracefs", 0, None) != 0:
+            raise OSError(ctypes.get_errno(), f"mount tracefs on {TRACING}")
+    _empty_trace()
+    with open(f"{TRACING}/events/module/module_load/enable", "w") as f:
+        f.write("1")
+
+
+def _empty_trace() -> None:
+    with open(f"{TRACING}/trace", "w"):
+        pass  # opened for writing with O_TRUNC: the buffer is emptied
+
+
+def init_was_called(name: str) -> bool:
+    """Whether `module_load` fired for `name` since the buffer was last emptied."""
+    with open(f"{TRACING}/trace") as f:
+        return any(
+            line.split("module_load: ", 1)[-1].split()[:1] == [name]
+            for line in f
+            if "module_load: " in line
+        )
+
+
 def judge(
     path: str, name: str, compressed: str, scratch: str, unload_loaded: bool = False
 ) -> dict[str, Any]:
     """The kernel's verdict on one case: errno of a plain load (0 = loaded; every case has
     its own module name, so a loaded one may stay, or is unloaded with `unload_loaded`).
+    A refused load records `init_called`: whether the loader accepted the module and the
+    errno is its init's (`trace_module_loads`).
 
     A compressed case records the in-kernel route (`MODULE_INIT_COMPRESSED_FILE`, EOPNOTSUPP
     without CONFIG_MODULE_DECOMPRESS) as `in_kernel`; `errno` is the load of its first
@@ -124,9 +159,12 @@ def judge(
         path = os.path.join(scratch, f"{name}.ko")
         with open(path, "wb") as f:
             f.write(plain)
+    _empty_trace()
     began = time.monotonic()
     result["errno"] = finit(path)
     result["load_ms"] = round((time.monotonic() - began) * 1000, 1)
+    if result["errno"] != 0:
+        result["init_called"] = init_was_called(name)
     if result["errno"] == 0 and unload_loaded:
         result["unload"] = unload(name)
     return result
@@ -136,6 +174,7 @@ def judge_all(plan_path: str, out_path: str, scratch: str = "/run") -> int:
     """Judge every case of the JSON plan [{path, name, compressed}]; write results as JSON."""
     with open(plan_path) as f:
         plan = json.load(f)
+    trace_module_loads()
     results = {c["id"]: judge(c["path"], c["name"], c["compressed"], scratch) for c in plan}
     with open(out_path, "w") as f:
         json.dump(results, f)

@@ -12,6 +12,10 @@ Comparison rules (what the differential test asserts):
   decompressors say); its in-kernel route (`MODULE_INIT_COMPRESSED_FILE`) is recorded too,
   and a refusal naming that route's errno (EOPNOTSUPP on a kernel without
   CONFIG_MODULE_DECOMPRESS) is accurate.
+* a load refused after the kernel's `module_load` event fired (every loader check passed and
+  the module's init ran and returned the errno, as the real `nvidia` does without a GPU:
+  ENODEV) counts as the kernel accepting the module: the loader's verdict is the one
+  modstage predicts.
 """
 
 from __future__ import annotations
@@ -117,6 +121,12 @@ class Outcome:
     in_kernel_errno: int | None = None
     claim: str | None = None  # the errno modstage says the kernel gives (None: says none)
     policy: bool = False  # modstage names its refusal a policy
+    init_called: bool = False  # the loader accepted it; `kernel_errno` is its init's
+
+    @property
+    def kernel_accepts(self) -> bool:
+        """The kernel's loader accepted the module (it loaded, or its own init refused)."""
+        return self.kernel_errno == 0 or self.init_called
 
     @classmethod
     def of(cls, case: Case, verdict: dict[str, Any], kernel: dict[str, Any]) -> Outcome:
@@ -128,12 +138,13 @@ class Outcome:
         return cls(
             case.id, case.category, bool(verdict["ok"]), reason, int(kernel["errno"]),
             kernel.get("in_kernel"), _alias(claim) if claim else None, policy,
+            bool(kernel.get("init_called")),
         )  # fmt: skip
 
     @property
     def verdict(self) -> str:
         """One of COLUMNS."""
-        kernel_ok = self.kernel_errno == 0
+        kernel_ok = self.kernel_accepts
         if self.modstage_ok:
             return AGREE_ACCEPT if kernel_ok else M_ACCEPT_K_REFUSE
         if not kernel_ok or self._names_in_kernel_route():
@@ -149,7 +160,7 @@ class Outcome:
         claimed = self.claim
         if self.modstage_ok or claimed is None or self.policy:
             return None
-        if self.kernel_errno == 0 and not self._names_in_kernel_route():
+        if self.kernel_accepts and not self._names_in_kernel_route():
             return None  # the kernel loads it: an unnamed refusal, counted in its own column
         seen = {errno_name(self.kernel_errno)}
         if self.in_kernel_errno:
@@ -159,6 +170,8 @@ class Outcome:
     def kernel_text(self) -> str:
         """The kernel's verdict for humans."""
         text = "loaded" if self.kernel_errno == 0 else errno_name(self.kernel_errno)
+        if self.init_called:
+            text = f"loader accepted; its init returned {text}"
         if self.in_kernel_errno is not None:
             text += f" (in-kernel decompression: {errno_name(self.in_kernel_errno) or 'loaded'})"
         return text

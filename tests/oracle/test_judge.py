@@ -41,6 +41,22 @@ def test_json_errno_and_policy_fields_win_over_the_reason_text() -> None:
     assert claim.errno_check is True
 
 
+def test_a_refusal_by_the_modules_own_init_is_the_loaders_acceptance() -> None:
+    """An errno returned after the kernel's `module_load` event (`init_called`: the real
+    nvidia's ENODEV without a GPU) counts as the kernel accepting the module: modstage's
+    acceptance agrees, a refusal without "policy" is unnamed, and a claimed errno is not
+    checked against the init's. The same errno without the event is the loader's refusal."""
+    case = Case("nvidia/signed", "nvidia", "nvidia", b"")
+    after_init = {"errno": errno.ENODEV, "init_called": True}
+    accepted = Outcome.of(case, {"ok": True, "reason": ""}, after_init)
+    assert accepted.verdict == AGREE_ACCEPT and accepted.kernel_accepts
+    assert accepted.kernel_text() == "loader accepted; its init returned ENODEV"
+    refused = Outcome.of(case, {"ok": False, "reason": "ENODEV: x"}, after_init)
+    assert refused.verdict == UNNAMED and refused.errno_check is None
+    by_loader = Outcome.of(case, {"ok": True, "reason": ""}, {"errno": errno.ENODEV})
+    assert by_loader.verdict == M_ACCEPT_K_REFUSE and not by_loader.kernel_accepts
+
+
 def test_verdict_columns() -> None:
     """Accepts and refusals land in the right column; a refusal of a loadable module is
     fine only when it says "policy"."""

@@ -6,7 +6,8 @@ built in, enforcement switched on late.
 1. boot without `module.sig_enforce` (Debian's own modules no longer have a trusted key, so
    the initramfs modules load only while enforcement is off, tainting the kernel `E`);
 2. on 6.1, load `sha512_generic` and `sha3_generic` (sha384/sha512/sha3 digests;
-   Debian-signed); Debian 13's 6.12 has both built in;
+   Debian-signed); Debian 13's 6.12 has both built in; then the in-tree modules asked for
+   with `preload` (those the real NVIDIA driver imports from: `drm` and friends);
 3. add the secondary leaves to `.secondary_trusted_keys` (the kernel checks each one was
    signed by a built-in key and refuses what it cannot parse);
 4. `echo 1 > /sys/module/module/parameters/sig_enforce` (one way: it cannot be unset).
@@ -42,13 +43,17 @@ class OracleVm:
         return self.vm.eval(f"{GUEST}.{call}", timeout=timeout)
 
 
-def boot_oracle(state_dir: Path, pki: Pki, **options: Any) -> OracleVm:
+def boot_oracle(
+    state_dir: Path, pki: Pki, preload: tuple[str, ...] = (), **options: Any
+) -> OracleVm:
     """Boot and prepare the oracle guest of the active kernel (see the module docstring)."""
     kernel = BuiltinKeyKernel.with_cert(pki.ca.der, active())
     vm = Vm.boot(state_dir, name=f"oracle-{kernel.series}", kernel=kernel, **options)
     try:
         if kernel.series == "6.1":  # built in on 6.12 (CONFIG_CRYPTO_SHA512=y, SHA3=y)
             vm.run(["modprobe", "-a", *DIGEST_MODULES]).check()
+        if preload:
+            vm.run(["modprobe", "-a", *preload]).check()
         oracle = OracleVm(vm, {})
         for cred in pki.secondary():
             path = vm.put(cred.pem_cert, f"keys/{cred.name}.pem")

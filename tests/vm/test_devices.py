@@ -116,27 +116,32 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
 
 
 @pytest.mark.nvidia
-@pytest.mark.kernels("6.1")
+@pytest.mark.kernels("6.1", "6.12")
 def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
     kernel: Kernel, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Debian's real ``nvidia.ko`` (535, built against 6.1 by tests/nvidia), signed with a key
-    the kernel has built in, staged, taken in and booted by modstage with
-    ``module.sig_enforce`` on: its init runs (every loader check passed), prints "NVRM: No
-    NVIDIA GPU found." and returns ENODEV; no device matches its aliases, so the bundle is
-    no_device, no attempt counted, nothing failed, status is healthy saying so, and the
-    container's ``modstage wait`` ends at once with exit 5 and the reason."""
+    """Debian's real ``nvidia.ko`` of the kernel's own release (535 on 6.1, 550 on 6.12, built
+    against its headers by tests/nvidia), signed by the kernel's ``sign-file`` with a key the
+    kernel has built in, staged, taken in and booted by modstage with ``module.sig_enforce``
+    on: its init runs (every loader check passed), prints "NVRM: No NVIDIA GPU found." and
+    returns ENODEV; no device matches its aliases, so the bundle is no_device, no attempt
+    counted, nothing failed, status is healthy saying so, and the container's
+    ``modstage wait`` ends at once with exit 5 and the reason."""
     import ssl
 
-    from tests.nvidia import build_driver, sign_driver
-    from tests.vm.harness.builtin_key import BuiltinKeyKernel
+    from tests.nvidia import driver_for, sign_driver
+    from tests.oracle.pki import ca_kind
+    from tests.vm.harness.builtin_key import BuiltinKeyKernel, find_builtin_cert
 
-    key = make_key(tmp_path / "key", "rsa2048", cn="modstage nvidia")
-    driver = build_driver("535.261.03-1")
-    nvidia = sign_driver(driver, key, tmp_path / "signed")["nvidia"]
+    # the key takes the place of Debian's in the image: RSA-2048 fits 6.1's slot, P-256 6.12's
+    slot = find_builtin_cert(kernel.vmlinux().read_bytes())[1]
+    key = make_key(tmp_path / "key", ca_kind(slot), cn="modstage nvidia")
+    driver = driver_for(kernel)
+    nvidia = sign_driver(driver, key, tmp_path / "signed", kernel)["nvidia"]
     der = ssl.PEM_cert_to_DER_cert(key.cert_pem.read_text())
     builtin = BuiltinKeyKernel.with_cert(der, kernel)
-    node = Vm.boot(tmp_path_factory.mktemp("nvidia-state"), name="nvidia-6.1", kernel=builtin)
+    state_dir = tmp_path_factory.mktemp("nvidia-state")
+    node = Vm.boot(state_dir, name=f"nvidia-{kernel.series}", kernel=builtin)
     try:
         # nvidia's in-tree dependency is Debian-signed: its key is no longer built in, so it
         # loads before enforcement is switched on (one way)

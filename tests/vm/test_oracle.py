@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from tests.nvidia import Driver, driver_for
 from tests.oracle import elf
 from tests.oracle.cases import SEED, Case, generate
+from tests.oracle.driver import driver_cases, in_tree_dependencies
 from tests.oracle.judge import (
     M_ACCEPT_K_REFUSE,
     UNNAMED,
@@ -62,6 +64,27 @@ SYMBOLS_ERRNO = {
 }
 
 
+# The real NVIDIA driver's cases (tests/oracle/driver.py): what the kernel does with each, the
+# same on both kernels. The loader accepts these and their init refuses: nvidia without a GPU
+# (ENODEV), nvidia-peermem without a peer-memory provider (EINVAL).
+DRIVER_INIT_REFUSES = {
+    "nvidia/signed": "ENODEV",
+    "nvidia/sha512": "ENODEV",
+    "nvidia/other-release": "ENODEV",  # modversions: same_magic skips the release
+    "nvidia/nvidia-peermem-alone": "EINVAL",
+}
+DRIVER_LOADER_REFUSES = {
+    "nvidia/nvidia-modeset-alone": "ENOENT",  # Unknown symbol nvidia_get_rm_ops
+    "nvidia/nvidia-uvm-alone": "ENOENT",
+    "nvidia/nvidia-drm-alone": "ENOENT",
+    "nvidia/tampered": "EKEYREJECTED",
+    "nvidia/unknown-signer": "EKEYREJECTED",
+    "nvidia/unsigned": "EKEYREJECTED",  # ENODATA, under enforcement
+    "nvidia/crc-mismatch": "EINVAL",  # disagrees about version of symbol ...
+    "nvidia/other-flags": "ENOEXEC",  # version magic ... should be ...
+}
+
+
 # Disagreements between the kernel and modstage that need a change in service/ (not the
 # tests'), per kernel: listed so that they show as an xfail, never hidden. Strict: one that no
 # longer occurs fails the test until it is removed from here.
@@ -87,9 +110,19 @@ def pki(kernel: Kernel) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def oracle(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OracleVm]:
-    """One prepared oracle guest for the whole module."""
-    guest = boot_oracle(tmp_path_factory.mktemp("oracle-state"), pki)
+def driver(kernel: Kernel) -> Driver:
+    """The real NVIDIA driver of the kernel's own Debian release, built against its headers."""
+    return driver_for(kernel)
+
+
+@pytest.fixture(scope="module")
+def oracle(
+    pki: Pki, driver: Driver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OracleVm]:
+    """One prepared oracle guest for the whole module (the driver's in-tree dependencies
+    loaded before enforcement, as Debian's key would let them load on a node)."""
+    preload = tuple(in_tree_dependencies(driver))
+    guest = boot_oracle(tmp_path_factory.mktemp("oracle-state"), pki, preload=preload)
     yield guest
     guest.vm.close()
 
@@ -138,11 +171,13 @@ def test_kernel_judges_test_signed_modules(oracle: OracleVm, pki: Pki, tmp_path:
 def test_differential_kernel_judges_modstage(
     oracle: OracleVm,
     pki: Pki,
+    driver: Driver,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     for_kernel: Kernel,
 ) -> None:
-    """Over >= 300 seeded cases, judged by `modstage verify` and by finit_module under
+    """Over >= 300 seeded cases and the real NVIDIA driver's (tests/oracle/driver.py),
+    judged by `modstage verify` and by finit_module under
     enforcement in one boot: nothing modstage accepts is refused by the kernel, every module
     modstage refuses but the kernel loads is refused as a named policy, and every errno
     modstage claims is the kernel's, except the cases of KNOWN_DISAGREEMENTS (product changes
@@ -150,11 +185,17 @@ def test_differential_kernel_judges_modstage(
     judges twice: with the minimal target root
     (what a node without headers has: vmlinuz, config, the in-tree module tree and the
     module lists) and with the headers' Module.symvers too; with either, no module is
-    refused as a policy on its symbols. The symbols cases get the errnos of SYMBOLS_ERRNO."""
+    refused as a policy on its symbols. The symbols cases get the errnos of SYMBOLS_ERRNO.
+    The real driver's cases get the errnos of DRIVER_INIT_REFUSES and DRIVER_LOADER_REFUSES:
+    `nvidia` signed by a trusted key passes every loader check and its init alone refuses
+    (ENODEV without a GPU: the `module_load` event fired, for it and for no other refused
+    case but those listed); its companions alone are refused for their imports from it."""
     release = oracle.vm.run("uname -r").check().stdout.strip()
     began = time.monotonic()
     cases = generate(pki, tmp_path / "gen", SEED)
     assert len(cases) >= 300 and len({c.name for c in cases}) == len(cases)
+    cases += driver_cases(driver, pki, tmp_path / "nvidia")
+    assert len({c.filename for c in cases}) == len(cases)
     paths = write_cases(cases, oracle.vm.state_dir / "cases")
     generated = time.monotonic()
     trusted = trusted_dir(pki, tmp_path / "trusted")
@@ -191,6 +232,12 @@ def test_differential_kernel_judges_modstage(
     assert kernel["baseline/ca-sha256-issuer"]["errno"] == 0, "the test bed refuses a good module"
     symbols = {c.id: errno_name(kernel[c.id]["errno"]) for c in cases if c.category == "symbols"}
     assert symbols == SYMBOLS_ERRNO
+    assert {case for case, k in kernel.items() if k.get("init_called")} == set(DRIVER_INIT_REFUSES)
+    driver_errnos = {
+        c.id: errno_name(kernel[c.id]["errno"]) for c in cases if c.category == "nvidia"
+    }
+    assert driver_errnos == {**DRIVER_INIT_REFUSES, **DRIVER_LOADER_REFUSES}
+    assert "NVRM: No NVIDIA GPU found." in oracle.vm.run("dmesg").check().stdout
     for label, modstage in verdicts.items():  # the kernel's files give every export's CRC
         on_symbols = [
             f"{c.id}: {v['reason']}"
