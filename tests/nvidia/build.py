@@ -13,8 +13,9 @@ costs a directory lookup.
 For a kernel whose headers and compiler live in a Debian root of their own (Debian 13's 6.12
 and its gcc-14, tests/vm/harness/debian13.py), the source is unpacked inside that root and
 ``make`` runs there under ``chroot``; NVIDIA's Makefile takes the compiler the kernel was
-built with from its ``CONFIG_CC_VERSION_TEXT``, as it does under DKMS. Processes building at once serialise on a lock of their own (the
-small test modules' lock is not held through a two-minute build).
+built with from its ``CONFIG_CC_VERSION_TEXT``, as it does under DKMS. Processes building at
+once serialise on a lock of their own (the small test modules' lock is not held through a
+two-minute build).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _build(final: Path, package: Path, release: str, package_version: str, root:
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
             "command": " ".join(argv),
-            "root": "/" if root == Path("/") else "a Debian root of the release (chroot)",
+            "root": str(root),  # "/", or the Debian root the build ran in under chroot
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (out / "build.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -122,12 +122,11 @@ def _empty_trace() -> None:
 
 def init_was_called(name: str) -> bool:
     """Whether `module_load` fired for `name` since the buffer was last emptied."""
-    with open(f"{TRACING}/trace") as f:
-        return any(
-            line.split("module_load: ", 1)[-1].split()[:1] == [name]
-            for line in f
-            if "module_load: " in line
-        )
+    with open(f"{TRACING}/trace") as f:  # "... module_load: <name> <taint flags>"
+        loaded = [
+            line.split("module_load: ", 1)[1].split() for line in f if "module_load: " in line
+        ]
+    return any(words[:1] == [name] for words in loaded)
 
 
 def judge(
