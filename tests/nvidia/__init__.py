@@ -33,6 +33,17 @@ from tests.nvidia.target import install_real_target
 from tests.vm.harness import kmod
 from tests.vm.harness.kernel import Kernel
 
+#: What an operator's kernelModuleConfig would carry (one file per module, several
+#: parameters a line, the last newline missing). Each name is checked against the
+#: module's own parm list (tests/nvidia/test_pipeline.py), so a parameter the driver does not
+#: have fails the test.
+PARAMS = {
+    "nvidia": "NVreg_EnableGpuFirmware=1 NVreg_PreserveVideoMemoryAllocations=1\n"
+    "NVreg_DeviceFileMode=0660",
+    "nvidia-drm": "modeset=1",
+    "nvidia-uvm": "uvm_perf_prefetch_enable=1",
+}
+
 #: The driver each Debian release's archive carries, by the series of its kernel: bookworm's
 #: 535 for Debian 12's 6.1, trixie's 550 for Debian 13's 6.12.
 RELEASE_DRIVER = {"6.1": DEFAULT_VERSION, "6.12": "550.163.01-2"}
@@ -61,6 +72,7 @@ def sign_driver(
 __all__ = [
     "DEFAULT_VERSION",
     "MODULE_NAMES",
+    "PARAMS",
     "RELEASE_DRIVER",
     "ArchiveError",
     "Driver",

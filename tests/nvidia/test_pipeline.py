@@ -24,17 +24,7 @@ from service.cli import main
 from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
-from tests.nvidia import Driver
-
-# What an operator's kernelModuleConfig would carry (one file per module, several
-# parameters a line, the last newline missing). Each name is checked against the
-# module's own parm list below, so a parameter the driver does not have fails the test.
-PARAMS = {
-    "nvidia": "NVreg_EnableGpuFirmware=1 NVreg_PreserveVideoMemoryAllocations=1\n"
-    "NVreg_DeviceFileMode=0660",
-    "nvidia-drm": "modeset=1",
-    "nvidia-uvm": "uvm_perf_prefetch_enable=1",
-}
+from tests.nvidia import PARAMS, Driver
 
 
 def modinfo(path: Path, field: str) -> list[str]:

@@ -120,16 +120,18 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
 def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
     kernel: Kernel, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Debian's real ``nvidia.ko`` of the kernel's own release (535 on 6.1, 550 on 6.12, built
-    against its headers by tests/nvidia), signed by the kernel's ``sign-file`` with a key the
-    kernel has built in, staged, taken in and booted by modstage with ``module.sig_enforce``
-    on: its init runs (every loader check passed), prints "NVRM: No NVIDIA GPU found." and
-    returns ENODEV; no device matches its aliases, so the bundle is no_device, no attempt
-    counted, nothing failed, status is healthy saying so, and the container's
-    ``modstage wait`` ends at once with exit 5 and the reason."""
+    """Debian's real driver of the kernel's own release (535 on 6.1, 550 on 6.12, built against
+    its headers by tests/nvidia): the four modules the GPU operator loads by default
+    (``nvidia-peermem`` only comes with RDMA), signed by the kernel's ``sign-file`` with a key
+    the kernel has built in, staged with the operator's parameter files and the GSP firmware,
+    taken in (every module and firmware file stored as staged) and booted by modstage with
+    ``module.sig_enforce`` on: ``nvidia``'s init runs (every loader check passed), prints
+    "NVRM: No NVIDIA GPU found." and returns ENODEV; no device matches its aliases, so the
+    bundle is no_device, nothing of it loaded, no attempt counted, nothing failed, status is
+    healthy saying so, and the container's ``modstage wait`` ends at once with exit 5."""
     import ssl
 
-    from tests.nvidia import driver_for, sign_driver
+    from tests.nvidia import MODULE_NAMES, PARAMS, driver_for, sign_driver
     from tests.oracle.pki import ca_kind
     from tests.vm.harness.builtin_key import BuiltinKeyKernel, find_builtin_cert
 
@@ -137,7 +139,12 @@ def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
     slot = find_builtin_cert(kernel.vmlinux().read_bytes())[1]
     key = make_key(tmp_path / "key", ca_kind(slot), cn="modstage nvidia")
     driver = driver_for(kernel)
-    nvidia = sign_driver(driver, key, tmp_path / "signed", kernel)["nvidia"]
+    signed = sign_driver(driver, key, tmp_path / "signed", kernel)
+    bundle = [(signed[name], "") for name in MODULE_NAMES if name != "nvidia-peermem"]
+    params = tmp_path / "drivers"  # the operator's kernelModuleConfig, one file per module
+    params.mkdir()
+    for name, text in PARAMS.items():
+        (params / f"{name}.conf").write_text(text)
     der = ssl.PEM_cert_to_DER_cert(key.cert_pem.read_text())
     builtin = BuiltinKeyKernel.with_cert(der, kernel)
     state_dir = tmp_path_factory.mktemp("nvidia-state")
@@ -148,17 +155,29 @@ def test_real_nvidia_without_a_gpu_is_no_device_under_signature_enforcement(
         node.run(["modprobe", "-a", "drm"]).check()
         node.run("echo 1 > /sys/module/module/parameters/sig_enforce").check()
         assert node.read("/sys/module/module/parameters/sig_enforce") == "Y"
-        drop(node, "nvidia", driver.version, node.kernel.release, [(nvidia, "")])
+        options = {"params_dir": params, "firmware_dirs": (driver.firmware,)}
+        drop(node, "nvidia", driver.version, node.kernel.release, bundle, **options)
         prepare(node, {"nvidia.pem": key.cert_pem.read_bytes()})
         assert modstage(node, "intake", timeout=600)[0] == 0
+        gen = str(state(node).bundle("nvidia").pending)
+        stored = node.state_dir / "store" / gen
+        for ko, _ in bundle:
+            assert (stored / "modules" / ko.name).read_bytes() == ko.read_bytes()
+        blobs = [p for p in driver.firmware.rglob("*") if p.is_file()]
+        assert blobs and all(
+            (stored / "firmware" / blob.relative_to(driver.firmware)).stat().st_size
+            == blob.stat().st_size
+            for blob in blobs
+        )
         assert modstage(node, "boot", timeout=600)[0] == 0
         b = state(node).bundle("nvidia")
-        assert b.phase.value == "no_device", b.history[-1].note
-        gen = str(b.pending)
+        assert b.phase.value == "no_device" and str(b.pending) == gen, b.history[-1].note
         assert b.generations[gen].attempts == 0 and b.generations[gen].failed is None
         note = b.history[-1].note
         assert "no device its" in note and "PCI alias(es) match is present" in note
-        assert "nvidia" not in live_modules(node)
+        assert not {"nvidia", "nvidia_modeset", "nvidia_uvm", "nvidia_drm"} & set(
+            live_modules(node)
+        )
         assert "NVRM: No NVIDIA GPU found." in node.run("dmesg").check().stdout
         rc, doc, text = _status(node)
         assert rc == 0 and doc["bundles"]["nvidia"]["phase"] == "no_device", doc["problems"]
