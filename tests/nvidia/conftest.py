@@ -15,7 +15,8 @@ import pytest
 
 from service.layout import Layout
 from tests.kmod import SigningKey, make_key
-from tests.nvidia import Driver, build_driver, install_real_target, sign_driver
+from tests.nvidia import RELEASE_DRIVER, Driver, driver_for, install_real_target, sign_driver
+from tests.vm.harness.kernel import Kernel
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,18 +27,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.nvidia)
 
 
-# The Debian versions of nvidia-kernel-source that build against Debian 12's 6.1 (both also
-# build against Debian 13's 6.12; see README.md): bookworm's 535 and trixie's 550.
-# nvidia-open-kernel-source (535 and 550) builds against neither: both kernels' stable
-# updates gave pci_resize_resource() a fourth argument, which the open modules' nv-pci.c
-# (nv_resize_pcie_bars) does not pass.
-VERSIONS = ("535.261.03-1", "550.163.01-2")
+# Each Debian release's own driver against its own kernel (tests.nvidia.RELEASE_DRIVER):
+# bookworm's 535 against Debian 12's 6.1 (this machine's headers) and trixie's 550 against
+# Debian 13's 6.12 (built in the Debian 13 test root). README.md records which other pairs
+# build (550 against 6.1 and 535 against 6.12 do; the open modules build on neither).
+SERIES = ("6.1", "6.12")
 
 
-@pytest.fixture(scope="session", params=VERSIONS, ids=lambda v: v.split(".", 1)[0])
-def driver(request: pytest.FixtureRequest) -> Driver:
-    """nvidia-kernel-source of each version built against the test kernel (cached on disk)."""
-    return build_driver(request.param)
+@pytest.fixture(scope="session", params=SERIES, ids=lambda s: f"{RELEASE_DRIVER[s][:3]}-{s}")
+def driver_kernel(request: pytest.FixtureRequest) -> Kernel:
+    """The kernel the driver is built for and its files are read from."""
+    return Kernel.named(request.param)
+
+
+@pytest.fixture(scope="session")
+def driver(driver_kernel: Kernel) -> Driver:
+    """The kernel's own release's nvidia-kernel-source built against it (cached on disk)."""
+    return driver_for(driver_kernel)
 
 
 @pytest.fixture(scope="session")
@@ -48,10 +54,14 @@ def nvidia_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
 
 @pytest.fixture(scope="session")
 def signed(
-    driver: Driver, nvidia_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+    driver: Driver,
+    driver_kernel: Kernel,
+    nvidia_key: SigningKey,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Path]:
-    """Every module of the driver signed by ``sign-file`` with the session's key."""
-    return sign_driver(driver, nvidia_key, tmp_path_factory.mktemp("nvidia-signed"))
+    """Every module of the driver signed by the kernel's ``sign-file`` with the session's key."""
+    directory = tmp_path_factory.mktemp("nvidia-signed")
+    return sign_driver(driver, nvidia_key, directory, driver_kernel)
 
 
 @pytest.fixture(scope="session")
@@ -62,9 +72,12 @@ def firmware(driver: Driver) -> Path:
 
 @pytest.fixture(scope="session")
 def real_host(
-    driver: Driver, nvidia_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+    driver: Driver,
+    driver_kernel: Kernel,
+    nvidia_key: SigningKey,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Layout:
-    """A host root whose target is this machine's Debian kernel, whole (vmlinuz, in-tree
+    """A host root whose target is the driver's Debian kernel, whole (vmlinuz, in-tree
     modules), with the session's key trusted. One per driver: the exports table modstage
     builds from those files costs tens of seconds and is cached under the root's paths."""
     release = driver.kernel
@@ -75,4 +88,4 @@ def real_host(
     layout.os_release.write_text(release + "\n")
     layout.boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
     layout.incoming.mkdir(parents=True)
-    return Layout(install_real_target(layout.root, release))
+    return Layout(install_real_target(layout.root, release, driver_kernel.root))

@@ -13,24 +13,21 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.kmod.build import HEADERS
 
-REAL_BOOT = Path("/boot")
-REAL_MODULES = Path("/lib/modules")
-
-
-def install_real_target(root: Path, release: str) -> Path:
-    """Link ``release``'s image and in-tree modules under ``root``; copy its lists. ``root``."""
+def install_real_target(root: Path, release: str, source: Path = Path("/")) -> Path:
+    """Link ``release``'s image and in-tree modules under ``root``; copy its lists. The
+    kernel's files are read under ``source``: this machine's for Debian 12's 6.1, the Debian
+    13 test root for 6.12. Returns ``root``."""
+    real_modules = source / "lib/modules" / release
     modules = root / "lib/modules" / release
     (modules / "build").mkdir(parents=True, exist_ok=True)
-    (modules / "kernel").symlink_to(REAL_MODULES / release / "kernel")
+    (modules / "kernel").symlink_to(real_modules / "kernel")
     for listing in ("modules.dep", "modules.builtin", "modules.builtin.modinfo", "modules.order"):
-        shutil.copyfile(REAL_MODULES / release / listing, modules / listing)
-    shutil.copyfile(
-        HEADERS / f"linux-headers-{release}/Module.symvers", modules / "build/Module.symvers"
-    )
+        shutil.copyfile(real_modules / listing, modules / listing)
+    headers = source / f"usr/src/linux-headers-{release}"
+    shutil.copyfile(headers / "Module.symvers", modules / "build/Module.symvers")
     boot = root / "boot"
     boot.mkdir(parents=True, exist_ok=True)
-    (boot / f"vmlinuz-{release}").symlink_to(REAL_BOOT / f"vmlinuz-{release}")
-    shutil.copyfile(REAL_BOOT / f"config-{release}", boot / f"config-{release}")
+    (boot / f"vmlinuz-{release}").symlink_to(source / f"boot/vmlinuz-{release}")
+    shutil.copyfile(source / f"boot/config-{release}", boot / f"config-{release}")
     return root

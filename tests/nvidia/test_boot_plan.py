@@ -1,6 +1,7 @@
 """The boot loader on the real driver bundle, with a recording kernel.
 
-The boot re-verifies every stored module from the descriptor it loads (76 MB for
+For each release's driver against its kernel (535 on 6.1, 550 on 6.12), the boot
+re-verifies every stored module from the descriptor it loads (76 and 99 MB for
 ``nvidia.ko``), loads the in-tree modules the driver depends on with modprobe (``drm``,
 ``video``, ``drm_kms_helper`` as kmod's ``depends`` says), never asks modprobe for a module
 of the bundle itself, and loads the five modules in the manifest's order with their
@@ -14,8 +15,9 @@ import subprocess
 from pathlib import Path
 
 from service.store.phase import Phase
-from tests.kmod import SigningKey, kernel_release
+from tests.kmod import SigningKey
 from tests.service.fakes import FakeKernel, boot_with, make_host, pending
+from tests.vm.harness.kernel import Kernel
 
 PARAMS = {"nvidia": "NVreg_EnableGpuFirmware=1", "nvidia-drm": "modeset=1"}
 
@@ -29,13 +31,18 @@ def depends(path: Path) -> list[str]:
 
 
 def test_boot_loads_the_real_bundle_after_its_in_tree_dependencies(
-    tmp_path: Path, signed: dict[str, Path], firmware: Path, nvidia_key: SigningKey
+    tmp_path: Path,
+    signed: dict[str, Path],
+    firmware: Path,
+    nvidia_key: SigningKey,
+    driver_kernel: Kernel,
 ) -> None:
     """Each module's in-tree dependencies (kmod's ``depends`` less the bundle's modules; the
     kernel had nothing live at boot) go to modprobe just before it; the modules load in order with
     their parameters; the generation becomes active with all five loaded."""
-    kernel = kernel_release()
-    host = make_host(tmp_path / "root", kernel, nvidia_key.cert_pem, {0: "online"})
+    kernel = driver_kernel.release
+    cert = nvidia_key.cert_pem
+    host = make_host(tmp_path / "root", kernel, cert, {0: "online"}, driver_kernel.root)
     mods = [(ko, PARAMS.get(name, "")) for name, ko in signed.items()]
     generation = pending(host, kernel, mods, bundle="nvidia", firmware_dirs=(firmware,))
     ours = {name.replace("-", "_") for name in signed}

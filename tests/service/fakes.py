@@ -230,15 +230,22 @@ class FakeSysfs(Sysfs):
             zones.write_text(ZONES.get(wanted, "Normal") + "\n")
 
 
-def make_host(root: Path, kernel: str, cert: Path, blocks: dict[int, str] | None = None) -> Layout:
-    """A host tree: trusted cert, procfs facts, and a sysfs with memory and firmware_class."""
+def make_host(
+    root: Path,
+    kernel: str,
+    cert: Path,
+    blocks: dict[int, str] | None = None,
+    source: Path = Path("/"),
+) -> Layout:
+    """A host tree: trusted cert, procfs facts, and a sysfs with memory and firmware_class;
+    the target kernel's files are read under ``source`` (see ``install_target``)."""
     layout = Layout(root)
     layout.trusted.mkdir(parents=True)
     shutil.copy(cert, layout.trusted / cert.name)
     (layout.proc / "sys/kernel/random").mkdir(parents=True)
     layout.os_release.write_text(kernel + "\n")
     layout.boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
-    install_target(root, kernel)  # the target's vermagic and config, read by verification
+    install_target(root, kernel, source=source)  # the target's vermagic and config
     layout.incoming.mkdir(parents=True)
     memory = layout.sys / "devices/system/memory"
     memory.mkdir(parents=True)
