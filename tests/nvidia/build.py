@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tests.kmod.build import HEADERS, cache_root, kernel_release
 from tests.nvidia.archive import deb, extract
+from tests.vm.harness.debian13 import CHROOT_ENV
 
 # Load order: nvidia first; modeset, uvm and peermem import from it; drm from modeset.
 MODULE_NAMES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
@@ -86,7 +87,7 @@ def _run_make(source: Path, release: str, log: Path, root: Path) -> list[str]:
     if root != Path("/"):  # the root's own make, compiler and glibc
         inside = "/" + str(source.relative_to(root))
         command = ["chroot", str(root), "sh", "-c", 'cd "$0" && exec "$@"', inside, *argv]
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+        env = CHROOT_ENV
     with log.open("w") as out:
         proc = subprocess.run(
             command, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False

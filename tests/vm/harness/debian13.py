@@ -209,10 +209,13 @@ def install_root() -> Path:
     return final
 
 
+#: The environment a command run under `chroot` in the root gets (none of the host's).
+CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+
+
 def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
     """Run `argv` inside the Debian 13 root (its own tools and glibc); stdout, or VmSetupError."""
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
-    return _run(["chroot", str(root_dir), *argv], env=env, **kw)
+    return _run(["chroot", str(root_dir), *argv], env=CHROOT_ENV, **kw)
 
 
 def main() -> int:
