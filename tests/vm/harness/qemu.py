@@ -48,7 +48,7 @@ class Machine:
     state_dir: Path
     kernel_args: tuple[str, ...] = ()
     memory: str = "1G,slots=4,maxmem=4G"
-    cpus: int = 2
+    cpus: int = 1
     accel: str = "tcg"
     shell: bool = False
     state_disk: Path | None = None
@@ -146,6 +146,20 @@ def accel_setting() -> str:
     if value not in ("tcg", "kvm", "auto"):
         raise VmSetupError(f"MODSTAGE_VM_ACCEL must be tcg, kvm or auto, not {value!r}")
     return value
+
+
+def cpus_setting() -> int:
+    """`MODSTAGE_VM_CPUS`: the guest's vCPUs (default 1). Under multi-threaded TCG on a loaded
+    host a second vCPU makes a guest slower, not faster: each vCPU is a host thread, and one
+    descheduled while it holds a guest spinlock or owes a TLB-flush IPI stalls the other
+    (measured on the 2-core CI machine with the other stream running: 200 forks 6.4-7.5 s with
+    one vCPU, 20-23 s with two; `import service.cli` 0.44-0.54 s against 0.70-1.27 s)."""
+    value = os.environ.get("MODSTAGE_VM_CPUS", "1")
+    if not value.isdigit() or not 1 <= int(value) <= 64:
+        raise VmSetupError(
+            f"MODSTAGE_VM_CPUS must be a number of vCPUs from 1 to 64, not {value!r}"
+        )
+    return int(value)
 
 
 def parse_size(size: str | int) -> int:

@@ -28,7 +28,7 @@ from .accel import choose_accel
 from .channel import Agent, Closed, Expired, JsonLines, Qmp
 from .errors import CommandTimeout, GuestError, VmBootError, VmError, VmExited, VmTimeout
 from .kernel import Kernel
-from .qemu import GUEST_SHARE_DIR, GUEST_STATE_DIR, Machine, parse_size
+from .qemu import GUEST_SHARE_DIR, GUEST_STATE_DIR, Machine, cpus_setting, parse_size
 from .timing import record_boot, record_retry
 
 BOOT_TIMEOUT = float(os.environ.get("MODSTAGE_VM_BOOT_TIMEOUT", "180"))
@@ -69,7 +69,7 @@ class Vm:
         name: str = "vm",
         kernel_args: Sequence[str] = (),
         memory: str = "1G,slots=4,maxmem=4G",
-        cpus: int = 2,
+        cpus: int | None = None,
         kernel: Kernel | None = None,
         accel: str | None = None,
         boot_timeout: float = BOOT_TIMEOUT,
@@ -87,7 +87,7 @@ class Vm:
             state_dir=self.state_dir,
             kernel_args=tuple(kernel_args),
             memory=memory,
-            cpus=cpus,
+            cpus=cpus or cpus_setting(),
             accel=accel or choose_accel(),
             state_disk=None if state_disk is None else Path(state_disk).resolve(),
             root=kernel.root,
