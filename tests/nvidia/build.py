@@ -4,7 +4,10 @@
 NVIDIA's binary object) or ``nvidia-open-kernel-source`` (the open GPU kernel modules) is
 fetched (:mod:`tests.nvidia.archive`), its source tarball unpacked, and kbuild run through
 NVIDIA's Makefile with ``SYSSRC=`` the ``-common`` headers and ``SYSOUT=`` the ``-amd64``
-ones, which is how DKMS builds them on a Debian host. The unsigned modules, the build's
+ones, which is how DKMS builds them on a Debian host; then, as DKMS does before it signs and
+installs a module (Debian's ``nvidia-kernel-dkms`` sets no ``STRIP[]=no``), each module is
+stripped of its debug sections with ``strip -g`` (``nvidia-uvm.ko`` goes from about 55 MB to
+4 MB, ``nvidia.ko`` from 99 MB to 88 MB). The unsigned modules, the build's
 ``Module.symvers`` and ``build.json`` (how long it took, on how many CPUs, at what load)
 are kept in ``<cache>/nvidia-<flavor>-<version>-<release>``; the GSP firmware of the same
 version from ``firmware-nvidia-gsp`` in ``<cache>/nvidia-gsp-<version>``. A second run
@@ -39,7 +42,7 @@ MODULE_NAMES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-
 PACKAGES = {"proprietary": "nvidia-kernel-source", "open": "nvidia-open-kernel-source"}
 FIRMWARE_PACKAGE = "firmware-nvidia-gsp"
 DEFAULT_VERSION = "535.261.03-1"  # Debian 12's (bookworm) driver
-RECIPE = 1  # bump when the build below changes: the cache key includes it
+RECIPE = 2  # bump when the build below changes: the cache key includes it (2: strip -g)
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,20 @@ def _headers(release: str, root: Path) -> tuple[Path, Path]:
     return sysrc, sysout
 
 
+def _in_root(source: Path, root: Path, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``argv`` to run in ``source`` with ``root``'s own tools, compiler and glibc (under
+    ``chroot`` unless ``root`` is this machine's): (command, environment)."""
+    if root == Path("/"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+        return argv, env
+    inside = "/" + str(source.relative_to(root))
+    return ["chroot", str(root), "sh", "-c", 'cd "$0" && exec "$@"', inside, *argv], CHROOT_ENV
+
+
 def _run_make(source: Path, release: str, log: Path, root: Path) -> list[str]:
     sysrc, sysout = _headers(release, root)
     argv = ["make", f"-j{os.cpu_count() or 1}", f"SYSSRC={sysrc}", f"SYSOUT={sysout}", "modules"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    command = argv
-    if root != Path("/"):  # the root's own make, compiler and glibc
-        inside = "/" + str(source.relative_to(root))
-        command = ["chroot", str(root), "sh", "-c", 'cd "$0" && exec "$@"', inside, *argv]
-        env = CHROOT_ENV
+    command, env = _in_root(source, root, argv)
     with log.open("w") as out:
         proc = subprocess.run(
             command, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
@@ -95,6 +103,17 @@ def _run_make(source: Path, release: str, log: Path, root: Path) -> list[str]:
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
         raise RuntimeError(f"NVIDIA build against {release} failed ({proc.returncode}):\n{tail}")
+    return argv
+
+
+def _strip(source: Path, root: Path) -> list[str]:
+    """``strip -g`` every module as DKMS does after its build (dkms's ``STRIP[#]`` defaults to
+    yes), with the root's own binutils; the command run."""
+    argv = ["strip", "-g", *(f"{name}.ko" for name in MODULE_NAMES)]
+    command, env = _in_root(source, root, argv)
+    proc = subprocess.run(command, cwd=source, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"strip -g in {source} failed ({proc.returncode}): {proc.stderr}")
     return argv
 
 
@@ -115,6 +134,7 @@ def _build(final: Path, package: Path, release: str, package_version: str, root:
         started = time.monotonic()
         argv = _run_make(source, release, work / "make.log", root)
         seconds = time.monotonic() - started
+        stripped = _strip(source, root)
         for name in MODULE_NAMES:
             shutil.copyfile(source / f"{name}.ko", out / f"{name}.ko")
         shutil.copyfile(source / "Module.symvers", out / "Module.symvers")
@@ -127,6 +147,7 @@ def _build(final: Path, package: Path, release: str, package_version: str, root:
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
             "command": " ".join(argv),
+            "stripped": " ".join(stripped),
             "root": str(root),  # "/", or the Debian root the build ran in under chroot
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

@@ -1,10 +1,11 @@
 """The boot loader on the real driver bundle, with a recording kernel.
 
 For each release's driver against its kernel (535 on 6.1, 550 on 6.12), the boot
-re-verifies every stored module from the descriptor it loads (76 and 99 MB for
-``nvidia.ko``), loads the in-tree modules the driver depends on with modprobe (``drm``,
-``video``, ``drm_kms_helper`` as kmod's ``depends`` says), never asks modprobe for a module
-of the bundle itself, and loads the five modules in the manifest's order with their
+re-verifies every stored module from the descriptor it loads (65 and 88 MB for
+``nvidia.ko``, stripped of debug sections as DKMS leaves it), loads the in-tree modules the
+driver depends on with modprobe (``drm``, ``video``, ``drm_kms_helper`` as kmod's
+``depends`` says), never asks modprobe for a module of the bundle itself, and loads the five
+modules in the manifest's order with their
 parameters. The real kernel's verdict (``ENODEV`` from ``nvidia``'s init without a GPU) is
 the VM test bed's; here the kernel is :class:`tests.service.fakes.FakeKernel`.
 """

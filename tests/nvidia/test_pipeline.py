@@ -1,12 +1,12 @@
 """The real NVIDIA driver through modstage's host side: stage, intake, verify.
 
 Each Debian release's driver against its own kernel (535 against Debian 12's 6.1, 550
-against Debian 13's 6.12; five modules, ``nvidia.ko`` 76 and 99 MB) and its GSP firmware are
-staged as the GPU operator's driver container would (``modstage stage`` with its
-``<module>.conf`` parameter files), taken in against that kernel whole (vmlinuz and the
-in-tree modules: ``nvidia-drm`` imports from ``drm``), and judged by
-``modstage verify --json``. Expectations come from kmod's ``modinfo`` and the build's own
-``Module.symvers``, never from numbers written here.
+against Debian 13's 6.12; five modules, ``nvidia.ko`` 65 and 88 MB once stripped as DKMS
+strips it) and its GSP firmware are staged as the GPU operator's driver container would
+(``modstage stage`` with its ``<module>.conf`` parameter files), taken in against that
+kernel whole (vmlinuz and the in-tree modules: ``nvidia-drm`` imports from ``drm``), and
+judged by ``modstage verify --json``. Expectations come from kmod's ``modinfo`` and the
+build's own ``Module.symvers``, never from numbers written here.
 """
 
 from __future__ import annotations
