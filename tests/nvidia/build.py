@@ -6,8 +6,8 @@ fetched (:mod:`tests.nvidia.archive`), its source tarball unpacked, and kbuild r
 NVIDIA's Makefile with ``SYSSRC=`` the ``-common`` headers and ``SYSOUT=`` the ``-amd64``
 ones, which is how DKMS builds them on a Debian host; then, as DKMS does before it signs and
 installs a module (Debian's ``nvidia-kernel-dkms`` sets no ``STRIP[]=no``), each module is
-stripped of its debug sections with ``strip -g`` (``nvidia-uvm.ko`` goes from about 55 MB to
-4 MB, ``nvidia.ko`` from 99 MB to 88 MB). The unsigned modules, the build's
+stripped of its debug sections with ``strip -g`` (550's ``nvidia-uvm.ko`` goes from about
+55 MB to 4 MB, its ``nvidia.ko`` from 99 MB to 88 MB). The unsigned modules, the build's
 ``Module.symvers`` and ``build.json`` (how long it took, on how many CPUs, at what load)
 are kept in ``<cache>/nvidia-<flavor>-<version>-<release>``; the GSP firmware of the same
 version from ``firmware-nvidia-gsp`` in ``<cache>/nvidia-gsp-<version>``. A second run

@@ -150,10 +150,11 @@ def accel_setting() -> str:
 
 def cpus_setting() -> int:
     """`MODSTAGE_VM_CPUS`: the guest's vCPUs (default 1). Under multi-threaded TCG on a loaded
-    host a second vCPU makes a guest slower, not faster: each vCPU is a host thread, and one
-    descheduled while it holds a guest spinlock or owes a TLB-flush IPI stalls the other
-    (measured on the 2-core CI machine with the other stream running: 200 forks 6.4-7.5 s with
-    one vCPU, 20-23 s with two; `import service.cli` 0.44-0.54 s against 0.70-1.27 s)."""
+    host a second vCPU makes a guest slower, not faster (measured on the 2-core CI machine with
+    the other stream running: 200 forks 6.4-7.5 s with one vCPU, 20-23 s with two; `import
+    service.cli` 0.44-0.54 s against 0.70-1.27 s). The likely cause, not measured: each vCPU is
+    a host thread, and one descheduled while holding a guest lock or owing an IPI stalls the
+    other."""
     value = os.environ.get("MODSTAGE_VM_CPUS", "1")
     if not value.isdigit() or not 1 <= int(value) <= 64:
         raise VmSetupError(

@@ -54,8 +54,9 @@ class Vm:
     """A QEMU guest running Debian's kernel, the host's root read-only and a state share.
 
     `state_dir` (host) is mounted read-write at /var/lib/modstage in every boot of this Vm.
-    `memory` is qemu's -m value (slots and maxmem allow hot-plug); `accel` is "tcg" or "kvm"
-    (default: `MODSTAGE_VM_ACCEL`, see accel.py); `boot_timeout` bounds each boot.
+    `memory` is qemu's -m value (slots and maxmem allow hot-plug); `cpus` the vCPUs (default:
+    `MODSTAGE_VM_CPUS`, see qemu.py); `accel` is "tcg" or "kvm" (default: `MODSTAGE_VM_ACCEL`,
+    see accel.py); `boot_timeout` bounds each boot.
     With `state_disk` (an ext4 image from `disk.make_ext4_image`) /var/lib/modstage is that
     disk instead, so that `kill()` is a power cut for it, and `state_dir` is mounted at
     GUEST_SHARE_DIR (`share_dir`) for handing files in. `devices` are extra qemu `-device`
