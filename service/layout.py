@@ -141,7 +141,7 @@ class Layout:
         """The running kernel's release, read under this layout's root."""
         return self.os_release.read_text().strip()
 
-    # the target kernel's own files (read by service.verify.target)
+    # the target kernel's own files (read by service.verify.target.kernel)
     def modules_dir(self, release: str) -> Path:
         """A kernel release's module tree (in-tree modules, ``modules.builtin``)."""
         return self._under("/lib/modules") / release
@@ -151,7 +151,7 @@ class Layout:
         return self._under("/boot") / f"vmlinuz-{release}"
 
     def exports_cache(self, release: str) -> Path:
-        """The parsed exports of a kernel release (see ``service.verify.exports``)."""
+        """The parsed exports of a kernel release (see ``service.verify.target.exports``)."""
         return self.var / "cache" / f"exports-{release}"
 
     def kernel_config(self, release: str) -> Path:

@@ -32,7 +32,7 @@ from service.layout import Layout
 from service.store.state import State
 
 if TYPE_CHECKING:
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
 
 Event = tuple[str, ...]
 

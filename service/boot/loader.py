@@ -41,8 +41,8 @@ from stager.manifest import Manifest, ModuleEntry
 from stager.paths import normalize_module_name
 
 if TYPE_CHECKING:  # the verify stack is imported when the first module is verified
-    from service.verify.target import Target
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
+    from service.verify.target.kernel import Target
 
 log = get_logger("modstage.boot")
 
@@ -93,7 +93,7 @@ class Boot:
         Intake judged the same kernel's facts already, so boot does not refuse what
         intake accepted for unknown CRCs (``strict_crcs=False``).
         """
-        from service.verify.target import Target
+        from service.verify.target.kernel import Target
 
         target = Target.from_layout(self.layout, self.release)
         return replace(target, exports=target.exports.cached_only(), strict_crcs=False)
@@ -329,7 +329,7 @@ class Boot:
 def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None, str | None]:
     """(stored file's sha256, decompressed image, format) of a compressed module;
     (None, None, None) if plain."""
-    from service.verify.decompress import Hashed, compression, decompress_file
+    from service.verify.compressed.decompress import Hashed, compression, decompress_file
 
     kind = compression(f.read(6))
     f.seek(0)

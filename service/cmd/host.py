@@ -23,9 +23,9 @@ if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify
     from service.kernel.modules import Kernel
     from service.reboot import Rebooter
     from service.store.intake import Intake
-    from service.verify.keyring import Keyring
-    from service.verify.modinfo import ModInfo
-    from service.verify.trust import TrustStore
+    from service.verify.modfile.modinfo import ModInfo
+    from service.verify.signature.keyring import Keyring
+    from service.verify.signature.trust import TrustStore
 
 
 def kernel_for(layout: Layout) -> Kernel:
@@ -45,7 +45,7 @@ def kernel_for(layout: Layout) -> Kernel:
 
 def identify(read_at: Callable[[int, int], bytes], size: int) -> ModInfo:
     """``ModInfo.from_elf``, imported when the sandbox's kernel records its first load."""
-    from service.verify.modinfo import ModInfo
+    from service.verify.modfile.modinfo import ModInfo
 
     return ModInfo.from_elf(read_at, size)
 
@@ -94,7 +94,7 @@ class Host:
     @cached_property
     def trust(self) -> TrustStore:
         """The trusted certificates (``trusted`` or the layout's ``trusted.d``)."""
-        from service.verify.trust import TrustStore
+        from service.verify.signature.trust import TrustStore
 
         where = self.trusted or self.layout.trusted
         return TrustStore.from_directory(where, strict=self.strict_trust)
@@ -107,7 +107,7 @@ class Host:
     @cached_property
     def keyring(self) -> Keyring:
         """The running kernel's keyrings (intake's pre-flight asks them)."""
-        from service.verify.keyring import KernelKeyring
+        from service.verify.signature.keyring import KernelKeyring
 
         return KernelKeyring(self.layout.proc)
 

@@ -27,8 +27,8 @@ from typing import TextIO
 from service.cmd.host import Host
 from service.errors import UsageError
 from service.layout import Layout
-from service.verify.keyid import describe_key_id
-from service.verify.target import Target
+from service.verify.signature.keyid import describe_key_id
+from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_paths
 
 

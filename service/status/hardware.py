@@ -17,7 +17,7 @@ from service.status.health import Health
 from service.status.report import DeviceRow, DevicesRow, MemoryRow, Problem, SignerRow
 from service.store.generations import Store
 from service.store.state import BundleState, State
-from service.verify.keyring import KernelKeyring, signer_key_id
+from service.verify.signature.keyring import KernelKeyring, signer_key_id
 
 
 def devices_row(devices: pci.Devices | None) -> DevicesRow | None:

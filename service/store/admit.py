@@ -16,11 +16,11 @@ from service.config import Config
 from service.layout import Layout
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
-from service.verify.keyring import Keyring, enforcing
-from service.verify.params import param_problems
-from service.verify.symtab import Export
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.modfile.params import param_problems
+from service.verify.modfile.symtab import Export
+from service.verify.signature.keyring import Keyring, enforcing
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_files
 from stager.manifest import Manifest
 from stager.params import parse_params
@@ -29,7 +29,7 @@ from stager.params import parse_params
 def bundle_exports(directory: Path, manifest: Manifest) -> dict[str, Export]:
     """The exports of a stored generation's modules (unreadable ones export nothing)."""
     from service.errors import TargetFileError
-    from service.verify.exports import read_module_exports
+    from service.verify.target.exports import read_module_exports
 
     out: dict[str, Export] = {}
     for module in manifest.modules:

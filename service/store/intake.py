@@ -42,10 +42,10 @@ from service.store.rejection import may_keep_status, reject
 from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
-from service.verify.budget import per_drop
-from service.verify.keyring import Keyring
-from service.verify.symtab import Export
-from service.verify.trust import TrustStore
+from service.verify.compressed.budget import per_drop
+from service.verify.modfile.symtab import Export
+from service.verify.signature.keyring import Keyring
+from service.verify.signature.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name

@@ -19,12 +19,19 @@ import tempfile
 from typing import Any, BinaryIO, cast
 
 from service.errors import ModuleRejected, Refusal
-from service.verify.budget import GATE, DropBudget
-from service.verify.decompress import CHUNK, ZSTD_BURST, Hashed, compression, decompress_into
+from service.verify.compressed.budget import GATE, DropBudget
+from service.verify.compressed.decompress import (
+    CHUNK,
+    ZSTD_BURST,
+    Hashed,
+    compression,
+    decompress_into,
+)
+from service.verify.compressed.stated import MAX_WINDOW, stated
 from service.verify.linking import Linkage
 from service.verify.loadrules import load_rules
-from service.verify.modinfo import ModInfo
-from service.verify.modsig import (
+from service.verify.modfile.modinfo import ModInfo
+from service.verify.signature.modsig import (
     Signed,
     check_signers,
     digest_policy,
@@ -32,9 +39,8 @@ from service.verify.modsig import (
     read_at,
     read_signature,
 )
-from service.verify.stated import MAX_WINDOW, stated
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 
 _MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from service.errors import ModuleRejected, Refusal
-from service.verify.modinfo import ModInfo
-from service.verify.symtab import Export, Import
+from service.verify.modfile.modinfo import ModInfo
+from service.verify.modfile.symtab import Export, Import
 
 GPL_COMPATIBLE = frozenset(
     ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL")

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 
 from service.errors import ModuleRejected, Refusal
 from service.verify.linking import Failure, Linkage, Rules, last, resolve
-from service.verify.modinfo import ModInfo, check_crcs, check_vermagic
-from service.verify.symtab import Export
-from service.verify.target import Target
+from service.verify.modfile.modinfo import ModInfo, same_magic
+from service.verify.modfile.symtab import Export
+from service.verify.target.kernel import Target
 from stager.paths import normalize_module_name
 
 
@@ -130,5 +130,75 @@ def _builtin(info: ModInfo, target: Target) -> None:
             "EINVAL",
             f"module {name} is built into the target kernel (modules.builtin); "
             "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry",
+            policy=True,
+        )
+
+
+def check_crcs(info: ModInfo, exports: Mapping[str, Export], *, layout: bool) -> None:
+    """``check_version`` for the symbols whose CRC the target is known to export.
+
+    ``layout``: only ``module_layout`` (``check_modstruct_version``: ENOEXEC, checked before
+    vermagic); else every other ``__versions`` entry (``resolve_symbol``: EINVAL, after
+    it), as boot judges without reading the module's symbol table.
+    """
+    for name, crc in info.versions:
+        if (name == "module_layout") != layout:
+            continue
+        export = exports.get(name)
+        if export is None or export.crc is None or crc == export.crc:
+            continue
+        code = "ENOEXEC" if layout else "EINVAL"
+        raise ModuleRejected(
+            code,
+            f"disagrees about version of symbol {name} (module {crc:#x}, target {export.crc:#x})",
+        )
+
+
+def check_vermagic(info: ModInfo, target: Target) -> None:
+    """``check_modinfo``'s vermagic rule for ``target``, plus modstage's policies.
+
+    The kernel compares the module's vermagic with its own by :func:`same_magic`.
+    Policies (the kernel would accept): the release word must equal the target's even
+    with modversions when the target's exports cannot be read (the kernel then checks
+    symbol CRCs, which modstage judges only with the exports); a module without vermagic
+    is refused although a kernel with ``MODULE_FORCE_LOAD=y`` force-loads it tainted;
+    without the target's full vermagic nothing is accepted, as ``same_magic`` cannot be
+    applied.
+    """
+    if info.vermagic is None:
+        if target.config.enabled("MODULE_FORCE_LOAD"):
+            raise ModuleRejected(
+                "ENOEXEC",
+                "no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "
+                "would force-load it and taint",
+                policy=True,
+            )
+        raise ModuleRejected("ENOEXEC", "no vermagic in .modinfo and no MODULE_FORCE_LOAD")
+    if target.vermagic is not None and not same_magic(
+        info.vermagic, target.vermagic, info.has_versions
+    ):
+        raise ModuleRejected(
+            "ENOEXEC",
+            f"vermagic {info.vermagic!r} does not match the target's "
+            f"{target.vermagic!r} (from {target.vermagic_source})",
+        )
+    built_for = info.vermagic.split(" ", 1)[0]
+    if built_for != target.release:
+        if not info.has_versions:  # same_magic compares the whole string, release included
+            raise ModuleRejected(
+                "ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}"
+            )
+        if target.strict_crcs and not target.exports.complete:
+            raise ModuleRejected(
+                "ENOEXEC",
+                f"vermagic is for kernel {built_for}, not {target.release} "
+                "(with modversions the kernel compares symbol CRCs instead, and the target's "
+                "exports could not be read to do the same)",
+                policy=True,
+            )
+    if target.vermagic is None:
+        raise ModuleRejected(
+            "ENOEXEC",
+            f"cannot apply same_magic: target vermagic {target.vermagic_source}",
             policy=True,
         )

@@ -4,7 +4,7 @@
 open file; they are reported in the kernel's order (signature, ELF and ``.modinfo``,
 vermagic), each as a reason naming the rule and errno. Hostile content never raises: it
 becomes a :class:`Verdict` with ``ok=False``. :func:`verify_files` verifies a drop's
-files in parallel, as far as :mod:`service.verify.budget` allows, and links its modules
+files in parallel, as far as :mod:`service.verify.compressed.budget` allows, and links its modules
 in load order.
 """
 
@@ -21,14 +21,14 @@ from typing import Any, BinaryIO
 
 from service.beneath import open_regular
 from service.errors import ModuleRejected, Refusal
-from service.verify.budget import DropBudget, drop_budget, run_all
 from service.verify.checks import Facts, check, stream
-from service.verify.decompress import MAX_DECOMPRESSED
+from service.verify.compressed.budget import DropBudget, drop_budget, run_all
+from service.verify.compressed.decompress import MAX_DECOMPRESSED
 from service.verify.linking import Linkage
 from service.verify.loadrules import finish
-from service.verify.symtab import Export
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.modfile.symtab import Export
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import module_name

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.verify.modinfo import ModInfo
+from service.verify.modfile.modinfo import ModInfo
 from tests.contract.subject import (
     AUTO_ONLINE,
     FIRMWARE_PATH,

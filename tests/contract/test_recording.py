@@ -17,7 +17,7 @@ import pytest
 
 from service.kernel.recording import RecordingKernel
 from service.kernel.sysfs import RecordingSysfs
-from service.verify.modinfo import ModInfo
+from service.verify.modfile.modinfo import ModInfo
 from tests.contract import cases
 from tests.contract.cases import CASES, Bench, Case, ModuleFile
 from tests.contract.conftest import contract_sys

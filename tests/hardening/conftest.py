@@ -15,7 +15,7 @@ import pytest
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import kernel, keydir, modules, other_key, rsa_key

@@ -243,7 +243,7 @@ def failing(
     """``test`` active after a good boot, then a pending generation whose module fails to load."""
     from service.boot.loader import Boot
     from service.config import Config
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
 
     Boot(host, Config(), TrustStore.from_directory(host.trusted), FakeKernel()).run()
     stage_drop(host, kernel, [signed["ms_enodev"]], version="2")

@@ -35,7 +35,7 @@ from service.store import quarantine
 from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
 from service.store.records import RebootIntent
 from service.store.statefile import load, save
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from stager.errors import ManifestError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME

@@ -180,7 +180,7 @@ def test_store_at_its_generation_limit(
     """retain=2 over 12 generations: the store never holds more than retain + active + pending,
     state and store agree after every intake, and the active generation is never collected."""
     from service.boot.loader import Boot
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
     from tests.service.fakes import FakeKernel
 
     config = Config(retain=2)

@@ -5,7 +5,7 @@ the small test modules. The real NVIDIA modules import from ``drm`` and friends,
 the target is what a real host has: ``boot/vmlinuz-<release>`` and the whole in-tree
 module tree (linked, not copied), the configuration, ``modules.dep``, the built-in lists and
 the headers' ``Module.symvers``. modstage reads its exports from these files exactly as it
-does on a node (``service.verify.exports``).
+does on a node (``service.verify.target.exports``).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.elf import Elf, parse_elf
-from service.verify.modinfo import ModInfo
+from service.verify.modfile.elf import Elf, parse_elf
+from service.verify.modfile.modinfo import ModInfo
 from tests.kmod import build_modules
 from tests.nvidia import MODULE_NAMES, Driver
 

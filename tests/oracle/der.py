@@ -7,7 +7,7 @@ tlv(0x30, body, indefinite=True)                 # BER indefinite length + end-o
 
 from __future__ import annotations
 
-from service.verify.oids import encode
+from service.verify.signature.oids import encode
 
 
 def length(n: int, octets: int | None = None) -> bytes:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from tests.kmod import SigningKey, build_modules, install_target, kernel_release, make_key, sign
 
 

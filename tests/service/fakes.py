@@ -18,7 +18,7 @@ from service.errors import LoadError, ModuleRejected
 from service.kernel.modules import Kernel, describe
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
-from service.verify.modinfo import ModInfo, ReadAt
+from service.verify.modfile.modinfo import ModInfo, ReadAt
 from stager.paths import normalize_module_name
 from tests.kmod.target import install_target
 
@@ -270,7 +270,7 @@ def pending(
     """Stage ``mods`` (file, parameters) as a bundle and take it in; the pending generation."""
     from service.config import Config
     from service.store.intake import Intake
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
     from stager.drop import ModuleSpec, stage
 
     stage(
@@ -291,7 +291,7 @@ def boot_with(host: Layout, kernel: Kernel, **config: Any) -> Boot:
     """A boot loader on ``host`` with ``kernel`` and the fake sysfs over ``host.sys``."""
     from service.boot.loader import Boot
     from service.config import Config
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
 
     trust = TrustStore.from_directory(host.trusted)
     return Boot(host, Config(**config), trust, kernel, FakeSysfs(host.sys))

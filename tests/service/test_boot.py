@@ -12,7 +12,7 @@ from service.layout import Layout
 from service.logs import capture_logs
 from service.store.phase import Phase
 from service.store.statefile import load, save
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot
 from tests.service.fakes import pending as _pending

@@ -43,9 +43,9 @@ NEVER = {
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
     "urllib": "via prometheus_client",
-    "cryptography": "ECDSA keys only (service.verify.pubkey); RSA is one pow() and the "
+    "cryptography": "ECDSA keys only (service.verify.signature.pubkey); RSA is one pow() and the "
     "kernel's rsapubkey grammar; trusted certificates are read by the kernel's X.509 "
-    "grammar (service.verify.x509), the project's one certificate parser",
+    "grammar (service.verify.signature.x509), the project's one certificate parser",
     "asn1crypto": "ECDSA signatures, key ids in words (verify.keyid)",
     "logging": "service.logs writes its lines itself",
     "lzma": "only for .ko.xz modules",

@@ -26,7 +26,7 @@ from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.records import RebootIntent
 from service.store.statefile import load
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign

@@ -16,13 +16,13 @@ import pytest
 import zstandard
 
 from service.errors import ModuleRejected
-from service.verify import budget
-from service.verify.budget import DropBudget, Gate, per_drop
 from service.verify.checks import Facts, check
-from service.verify.decompress import CHUNK, chunks, decompress_into
-from service.verify.stated import MAX_WINDOW, stated
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.compressed import budget
+from service.verify.compressed.budget import DropBudget, Gate, per_drop
+from service.verify.compressed.decompress import CHUNK, chunks, decompress_into
+from service.verify.compressed.stated import MAX_WINDOW, stated
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import verify_module
 from tests.kmod import compress
 

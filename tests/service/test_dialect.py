@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.asn1 import Asn1Error
-from service.verify.pkcs7 import parse_message
-from service.verify.x509 import modern, parse_certificate
+from service.verify.signature.asn1 import Asn1Error
+from service.verify.signature.pkcs7 import parse_message
+from service.verify.signature.x509 import modern, parse_certificate
 from tests.kmod import SigningKey, sign, split
 
 EVERY = frozenset({"md5", "sha256", "sha3_256", "sha3_384", "sha3_512"})
@@ -74,8 +74,8 @@ def test_what_6_12s_elf_validation_adds_is_refused_only_on_6_12(modules: dict[st
     6.1; an unedited module has no such problem."""
     from service.errors import ModuleRejected
     from service.verify.loadrules import load_rules
-    from service.verify.modinfo import ModInfo
-    from service.verify.target import Target
+    from service.verify.modfile.modinfo import ModInfo
+    from service.verify.target.kernel import Target
 
     ko = modules["ms_params"].read_bytes()
     assert ModInfo.from_bytes(ko).elf_strict is None

@@ -98,7 +98,7 @@ def test_the_boot_parts_import_no_reboot_backend_nor_intake(host: Layout) -> Non
         "from service.layout import Layout; h = Host(Layout(Path(sys.argv[1])));"
         "h.config, h.trust, h.kernel;"
         "print(sorted(m for m in ('service.reboot', 'service.store.intake',"
-        " 'service.verify.keyring') if m in sys.modules))"
+        " 'service.verify.signature.keyring') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe, str(host.root)],

@@ -15,10 +15,10 @@ from service.layout import Layout
 from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.statefile import load
-from service.verify import budget
-from service.verify.decompress import CHUNK
-from service.verify.stated import MAX_WINDOW
-from service.verify.trust import TrustStore
+from service.verify.compressed import budget
+from service.verify.compressed.decompress import CHUNK
+from service.verify.compressed.stated import MAX_WINDOW
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
 from tests.service.fakes import FakeKeyring, make_host

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from service.cli import main
-from service.verify.keyid import describe_key_id, split_key_id
+from service.verify.signature.keyid import describe_key_id, split_key_id
 from tests.kmod import SigningKey, sign
 
 

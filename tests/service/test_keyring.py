@@ -9,8 +9,8 @@ import pytest
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.verify.keyring import enforcing
-from service.verify.trust import TrustStore
+from service.verify.signature.keyring import enforcing
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import make_host
@@ -88,7 +88,7 @@ def test_signer_key_id_reads_the_first_signer_of_plain_and_compressed_modules(
 
     from cryptography import x509
 
-    from service.verify.keyring import signer_key_id
+    from service.verify.signature.keyring import signer_key_id
 
     module = sign(modules["ms_exporter"], rsa_key, tmp_path / "ms_exporter.ko")
     cert = x509.load_pem_x509_certificate(rsa_key.cert_pem.read_bytes())

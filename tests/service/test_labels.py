@@ -20,7 +20,7 @@ from service.store.intake import Intake
 from service.store.labels import MAX_FILE_BYTES, features_file, render, write_labels
 from service.store.phase import Phase
 from service.store.state import BundleState, Generation, State
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, FakeKeyring, make_host

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.verify.kconfig import KernelConfig
-from service.verify.modinfo import ModInfo, check_vermagic, same_magic
-from service.verify.target import Target
+from service.verify.loadrules import check_vermagic
+from service.verify.modfile.modinfo import ModInfo, same_magic
+from service.verify.target.kconfig import KernelConfig
+from service.verify.target.kernel import Target
 from tests.service.strategies_verify import mutated
 
 DEBIAN = ["net/key/af_key.ko", "fs/fat/vfat.ko", "drivers/net/dummy.ko", "fs/ext4/ext4.ko"]

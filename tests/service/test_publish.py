@@ -22,7 +22,7 @@ from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.publish import incoming_dirs
 from service.store.statefile import load
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
 from tests.kmod import SigningKey, sign

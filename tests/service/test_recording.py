@@ -11,7 +11,7 @@ import pytest
 
 from service.errors import LoadError
 from service.kernel.recording import RecordingKernel
-from service.verify.modinfo import ModInfo
+from service.verify.modfile.modinfo import ModInfo
 
 
 def test_a_renamed_module_is_recorded_under_its_elf_name(

@@ -12,7 +12,7 @@ from service.layout import Layout
 from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.statefile import load
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, FakeKeyring
 from tests.service.fakes import boot_with as _boot

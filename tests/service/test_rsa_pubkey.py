@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.verify.pubkey import PublicKey, SigParams, rsa_numbers, verify_signature
+from service.verify.signature.pubkey import PublicKey, SigParams, rsa_numbers, verify_signature
 
 SIZES = (1024, 1536, 2048, 3072)
 EXPONENTS = (3, 17, 65537, 2**31 - 1)

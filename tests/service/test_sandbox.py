@@ -159,7 +159,7 @@ def test_boot_dry_run_skips_what_is_loaded_and_names_another_version(
     srcversion is not loaded again, and another version already loaded fails the bundle
     (exit 1), as the boot would."""
     _intake(host)
-    from service.verify.trust import TrustStore
+    from service.verify.signature.trust import TrustStore
     from service.verify.verdict import verify_path
 
     store = next(host.store.iterdir())

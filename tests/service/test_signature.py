@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.verify.asn1 import Asn1Error
-from service.verify.pkcs7 import Message, parse_message
-from service.verify.signature import parse_trailer
+from service.verify.signature.asn1 import Asn1Error
+from service.verify.signature.pkcs7 import Message, parse_message
+from service.verify.signature.trailer import parse_trailer
 from tests.kmod import MARKER, SigningKey, cms_sign, split
 from tests.kmod.forge import INFO, rsa_oid_as_sha256_with_rsa
 from tests.service.strategies_verify import der, mutated, trailers

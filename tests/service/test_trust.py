@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.errors import TrustError
-from service.verify.pkcs7 import parse_message
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.pkcs7 import parse_message
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import verify_path
 from tests.kmod import SigningKey, make_key, sign, split
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_path
 from tests.kmod import (
     SigningKey,

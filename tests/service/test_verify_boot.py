@@ -12,7 +12,7 @@ from service.boot.loader import Boot
 from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
 from tests.service.fakes import FakeKernel, FakeKeyring, make_host
@@ -163,7 +163,7 @@ def test_firmware_path_is_cleared_with_a_nul_and_bounded_to_255_bytes(tmp_path: 
 def _disagreeing_symvers(host: Layout, kernel: str, module: Path) -> str:
     """Rewrite the target's ``Module.symvers`` so one symbol ``module`` imports has another
     CRC there (the module no longer matches the kernel); that symbol's name."""
-    from service.verify.modinfo import read_versions
+    from service.verify.modfile.modinfo import read_versions
 
     symbol = next(n for n, _ in read_versions(module) if n != "module_layout")
     symvers = host.modules_dir(kernel) / "build" / "Module.symvers"

@@ -11,7 +11,7 @@ from service.config import Config
 from service.layout import Layout
 from service.store.intake import Intake
 from service.verify.bundle import order_problems
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from service.verify.verdict import Verdict
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
@@ -79,7 +79,7 @@ def test_intake_refuses_consumer_before_its_exporter_even_renamed(
 
 def test_parameter_with_byte_a0_outside_quotes_is_refused() -> None:
     """lib/ctype.c counts 0xA0 as a space: U+00A0 (UTF-8 C2 A0) would split the value."""
-    from service.verify.params import param_problems
+    from service.verify.modfile.params import param_problems
 
     assert param_problems("label=a\u00a0b")[0].startswith("EINVAL (policy): byte 0xA0 at offset 8")
     assert param_problems('label="a\u00a0b" count=1') == []

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import verify_drop, verify_paths
 from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
 from tests.kmod import SigningKey, sign

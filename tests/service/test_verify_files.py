@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.verify.decompress import CHUNK
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.compressed.decompress import CHUNK
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import verify_module, verify_path
 from tests.kmod import compress, debian_build_cert, padded_module, sign, split
 from tests.kmod.keys import SigningKey

@@ -17,8 +17,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_module
 from tests.kmod import append_signature
 from tests.kmod.pkcs7 import Cert, indefinite_around, make_cert, signed_data, signer_info
@@ -219,7 +219,7 @@ def test_rsa_key_operation_errnos_are_rsa_pkcs1pads(alice: Cert) -> None:
     from cryptography.hazmat.primitives.asymmetric import rsa
     from cryptography.hazmat.primitives.hashes import SHA256
 
-    from service.verify.pubkey import PublicKey, SigParams, verify_signature
+    from service.verify.signature.pubkey import PublicKey, SigParams, verify_signature
 
     key = alice.key
     assert isinstance(key, rsa.RSAPrivateKey)
@@ -251,8 +251,8 @@ def test_embedded_certificate_time_with_a_non_digit_is_ebadmsg(alice: Cert) -> N
     """x509_decode_time's dec2bin refuses anything but digits: the whole message fails."""
     import errno
 
-    from service.verify.asn1 import Asn1Error
-    from service.verify.x509 import parse_certificate
+    from service.verify.signature.asn1 import Asn1Error
+    from service.verify.signature.x509 import parse_certificate
 
     der = bytearray(alice.der)
     at = der.index(b"\x17\x0d") + 3  # second digit of notBefore's UTCTime

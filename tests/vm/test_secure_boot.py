@@ -7,7 +7,7 @@ CA is trusted the way hosts trust DKMS keys: enrolled as a MOK (the kernel files
 `.machine`, linked into `.secondary_trusted_keys`) in one boot, in the UEFI db (`.platform`,
 Debian's fallback for modules) in another. Each boot judges the oracle's corpus by
 finit_module (one batch) and by `modstage verify`, and checks what the kernel's `.blacklist`
-(dbx) refuses against what modstage's pre-flight (service/verify/keyring.py, asked in the
+(dbx) refuses against what modstage's pre-flight (service/verify/signature/keyring.py, asked in the
 guest) says.
 """
 
@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from service.verify.trust import TrustStore
+from service.verify.signature.trust import TrustStore
 from service.verify.verdict import verify_module
 from tests.oracle.cases import CATEGORIES, SEED, generate
 from tests.oracle.judge import (
@@ -57,7 +57,7 @@ WHOLE_CORPUS = {"6.1": ("mok", "db"), "6.12": ("mok",)}
 ENROLLMENT = CATEGORIES[:4]
 BOOT_POLICY = {"6.1": "offline", "6.12": "online"}  # auto_online_blocks as each kernel boots
 MEMORY = "/sys/devices/system/memory"
-RUNNING = "__import__('service.verify.keyring', fromlist=['k']).KernelKeyring(__import__('pathlib').Path('/proc'))"
+RUNNING = "__import__('service.verify.signature.keyring', fromlist=['k']).KernelKeyring(__import__('pathlib').Path('/proc'))"
 
 
 @dataclass

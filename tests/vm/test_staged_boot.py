@@ -318,8 +318,8 @@ def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     the running kernel's is refused by finit_module (EINVAL); boot names the symbol from
     the exports, nothing stays loaded and the last good generation returns."""
     from service.layout import Layout
-    from service.verify.modinfo import read_versions
-    from service.verify.target import Target
+    from service.verify.modfile.modinfo import read_versions
+    from service.verify.target.kernel import Target
     from tests.oracle.elf import flip_version_crc
 
     config = "require_symbol_crcs = false\n"

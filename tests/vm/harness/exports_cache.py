@@ -1,7 +1,7 @@
 """The target kernel's exports cache, built once on the host and given to every node.
 
 Intake builds ``/var/lib/modstage/cache/exports-<release>`` from the kernel's own files on
-its first run (service/verify/exports.py): about 2 s on real hardware, but one to three
+its first run (service/verify/target/exports.py): about 2 s on real hardware, but one to three
 minutes in a TCG guest reading 4,000 modules over 9p. The guest's root is the host's, so
 the cache the host builds from the same files is the one the guest would build (it is
 keyed by paths, sizes and modification times, which 9p passes through): each node's state
@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from service.verify.exports import Sources, load
+from service.verify.target.exports import Sources, load
 
 from .kernel import Kernel, cache_dir
 
@@ -52,10 +52,10 @@ PRELOAD = (
     "lzma",
     "zstandard",
     "stager.atomic",
-    "service.verify.decompress",
-    "service.verify.modinfo",
-    "service.verify.symtab",
-    "service.verify.kimage",
+    "service.verify.compressed.decompress",
+    "service.verify.modfile.modinfo",
+    "service.verify.modfile.symtab",
+    "service.verify.target.kimage",
 )
 
 

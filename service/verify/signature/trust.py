@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 from service.errors import TrustError
 from service.logs import get_logger
-from service.verify.asn1 import Asn1Error
-from service.verify.pubkey import rsa_numbers
-from service.verify.signers import KernelKey, Keyring
-from service.verify.x509 import Cert, parse_certificate
+from service.verify.signature.asn1 import Asn1Error
+from service.verify.signature.pubkey import rsa_numbers
+from service.verify.signature.signers import KernelKey, Keyring
+from service.verify.signature.x509 import Cert, parse_certificate
 
 log = get_logger("modstage.trust")
 

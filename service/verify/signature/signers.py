@@ -16,9 +16,9 @@ import errno
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from service.verify.pkcs7 import Message, SignerInfo
-from service.verify.pubkey import PublicKey, SigParams, verify_signature
-from service.verify.x509 import Cert
+from service.verify.signature.pkcs7 import Message, SignerInfo
+from service.verify.signature.pubkey import PublicKey, SigParams, verify_signature
+from service.verify.signature.x509 import Cert
 
 
 class KernelKey(NamedTuple):

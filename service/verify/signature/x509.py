@@ -2,7 +2,7 @@
 
 A PKCS#7 message may carry certificates; the kernel parses every one with its own X.509
 grammar and actions, and any failure fails the whole message. This module runs the same
-grammar (:mod:`service.verify.asn1`) with ports of the actions, then the parts of
+grammar (:mod:`service.verify.signature.asn1`) with ports of the actions, then the parts of
 ``x509_get_sig_params`` and ``x509_check_for_self_signed`` that decide acceptance.
 """
 
@@ -12,15 +12,15 @@ import errno
 import hashlib
 from dataclasses import dataclass, field
 
-from service.verify.asn1 import Asn1Error, ber_decode
-from service.verify.asn1_machines import (
+from service.verify.signature.asn1 import Asn1Error, ber_decode
+from service.verify.signature.asn1_machines import (
     X509_ACTIONS,
     X509_AKID_ACTIONS,
     X509_AKID_MACHINE,
     X509_MACHINE,
 )
-from service.verify.oids import look_up
-from service.verify.pubkey import PublicKey, SigParams, verify_signature
+from service.verify.signature.oids import look_up
+from service.verify.signature.pubkey import PublicKey, SigParams, verify_signature
 
 _SIG_ALGOS = {
     "md4WithRSAEncryption": ("md4", "rsa", "pkcs1"),

@@ -12,12 +12,12 @@ import errno
 from typing import BinaryIO, NamedTuple
 
 from service.errors import ModuleRejected, Refusal
-from service.verify.asn1 import MAX_BLOB, Asn1Error
-from service.verify.pkcs7 import Message, parse_message
-from service.verify.signature import TAIL, parse_trailer
-from service.verify.signers import Refused, pkcs7_verify, validate_trust
-from service.verify.target import Target
-from service.verify.trust import TrustStore
+from service.verify.signature.asn1 import MAX_BLOB, Asn1Error
+from service.verify.signature.pkcs7 import Message, parse_message
+from service.verify.signature.signers import Refused, pkcs7_verify, validate_trust
+from service.verify.signature.trailer import TAIL, parse_trailer
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
 
 _WEAK_DIGESTS = ("md4", "md5", "sha1", "sm3", "streebog256", "streebog512")
 

@@ -1,12 +1,13 @@
 """How much memory verification may hold at once, and how far one drop may expand.
 
 A plain file is streamed through 1 MiB buffers. A compressed module costs its
-decompressor's window (see :mod:`service.verify.stated`) and the buffers its output passes
-through on the way to a temporary file (its image is never held in memory). The process's
-one :class:`Gate` admits decompressions while their costs fit :data:`MEMORY_BUDGET` (one
-always fits, alone), so the intake's peak is set by this budget, never by the number of
-cores or of modules. :class:`DropBudget` counts the bytes one drop's modules decompress to
-against ``limits.max_decompressed_bytes``: past it, every further module is refused.
+decompressor's window (see :mod:`service.verify.compressed.stated`) and the buffers its
+output passes through on the way to a temporary file (its image is never held in memory).
+The process's one :class:`Gate` admits decompressions while their costs fit
+:data:`MEMORY_BUDGET` (one always fits, alone), so the intake's peak is set by this budget,
+never by the number of cores or of modules. :class:`DropBudget` counts the bytes one drop's
+modules decompress to against ``limits.max_decompressed_bytes``: past it, every further
+module is refused.
 """
 
 from __future__ import annotations

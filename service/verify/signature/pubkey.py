@@ -18,8 +18,8 @@ from __future__ import annotations
 import errno
 from typing import Any, NamedTuple
 
-from service.verify.asn1 import Asn1Error, ber_decode
-from service.verify.asn1_machines import RSAPUBKEY_ACTIONS, RSAPUBKEY_MACHINE
+from service.verify.signature.asn1 import Asn1Error, ber_decode
+from service.verify.signature.asn1_machines import RSAPUBKEY_ACTIONS, RSAPUBKEY_MACHINE
 
 _MAX_MPI_BITS = 16384  # MAX_EXTERN_MPI_BITS
 RSA_BITS = (512, 1024, 1536, 2048, 3072, 4096)

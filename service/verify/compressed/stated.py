@@ -5,11 +5,11 @@ zstd frame's content size (in its header), gzip's ISIZE (the last four bytes, mo
 2**32). A stated size over the cap is refused without decompressing anything; a size
 under it proves nothing (the file is the container's), so decompression keeps its
 streaming cap. The window is the memory the decompressor will hold (xz's dictionary,
-zstd's window, deflate's 32 KiB): it is what :mod:`service.verify.budget` admits, and the
+zstd's window, deflate's 32 KiB): it is what :mod:`service.verify.compressed.budget` admits, and the
 decompressor is held to it (a later block or frame asking for more is refused).
 
 Only the first stream (xz), frame (zstd) or member (gzip) is the module: bytes after it
-are refused by :mod:`service.verify.decompress`. Headers that cannot be parsed here
+are refused by :mod:`service.verify.compressed.decompress`. Headers that cannot be parsed here
 state nothing, and the decompressor says what is wrong with them.
 """
 

@@ -1,6 +1,6 @@
 """A module's identity from its ELF, checked as Linux 6.1's loader checks it, and ``same_magic``.
 
-The ELF itself is checked by :mod:`service.verify.elf` (``elf_validity_check``); this
+The ELF itself is checked by :mod:`service.verify.modfile.elf` (``elf_validity_check``); this
 module reads what ``setup_load_info`` then requires (an allocated ``.modinfo``, read as
 ``key=value`` strings, a symbol table, an allocated ``.gnu.linkonce.this_module`` whose
 ``struct module`` names the module) and ``__versions``, and applies the loader's version
@@ -11,14 +11,13 @@ checks (``check_version``, ``check_modinfo``'s vermagic rule). Anything it refus
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.errors import ModuleRejected
-from service.verify.elf import (
+from service.verify.modfile.elf import (
     MAX_TABLE,
     SHT_NOBITS,
     SHT_SYMTAB,
@@ -30,8 +29,7 @@ from service.verify.elf import (
 )
 
 if TYPE_CHECKING:
-    from service.verify.symtab import Export, Symbols
-    from service.verify.target import Target
+    from service.verify.modfile.symtab import Symbols
 
 MODULE_NAME_AT, MODULE_NAME_LEN = 24, 56  # struct module: state, list, name[56] (64-bit)
 
@@ -82,7 +80,7 @@ class ModInfo:
         """Check and parse the ELF object held in ``[0, size)`` of whatever ``read_at`` reads.
 
         ``symbols``: also read the symbol table (imports and exports; see
-        :mod:`service.verify.symtab`).
+        :mod:`service.verify.modfile.symtab`).
         """
         elf = parse_elf(read_at, size, machine)
         read = bounded(read_at, size)
@@ -103,7 +101,7 @@ class ModInfo:
         vers = elf.find_sec(b"__versions")
         parsed = cls.from_fields(fields, elf.machine, vers is not None)
         if symbols:
-            from service.verify.symtab import read_symbols  # not on the boot path
+            from service.verify.modfile.symtab import read_symbols  # not on the boot path
         return cls(
             **{
                 **parsed.__dict__,
@@ -156,33 +154,13 @@ def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def check_crcs(info: ModInfo, exports: Mapping[str, Export], *, layout: bool) -> None:
-    """``check_version`` for the symbols whose CRC the target is known to export.
-
-    ``layout``: only ``module_layout`` (``check_modstruct_version``: ENOEXEC, checked before
-    vermagic); else every other ``__versions`` entry (``resolve_symbol``: EINVAL, after
-    it), as boot judges without reading the module's symbol table.
-    """
-    for name, crc in info.versions:
-        if (name == "module_layout") != layout:
-            continue
-        export = exports.get(name)
-        if export is None or export.crc is None or crc == export.crc:
-            continue
-        code = "ENOEXEC" if layout else "EINVAL"
-        raise ModuleRejected(
-            code,
-            f"disagrees about version of symbol {name} (module {crc:#x}, target {export.crc:#x})",
-        )
-
-
 def read_installed(path: Path) -> ModInfo | None:
     """The ``.modinfo`` and ELF facts of an installed module file (compressed too), or None."""
     return _installed(path)
 
 
 def _installed(path: Path) -> ModInfo | None:
-    from service.verify.decompress import compression, decompress
+    from service.verify.compressed.decompress import compression, decompress
 
     try:
         with path.open("rb") as f:
@@ -222,53 +200,3 @@ def same_magic(amagic: str, bmagic: str, has_crcs: bool) -> bool:
         amagic = amagic[len(amagic.split(" ", 1)[0]) :]
         bmagic = bmagic[len(bmagic.split(" ", 1)[0]) :]
     return amagic == bmagic
-
-
-def check_vermagic(info: ModInfo, target: Target) -> None:
-    """``check_modinfo``'s vermagic rule for ``target``, plus modstage's policies.
-
-    The kernel compares the module's vermagic with its own by :func:`same_magic`.
-    Policies (the kernel would accept): the release word must equal the target's even
-    with modversions when the target's exports cannot be read (the kernel then checks
-    symbol CRCs, which modstage judges only with the exports); a module without vermagic
-    is refused although a kernel with ``MODULE_FORCE_LOAD=y`` force-loads it tainted;
-    without the target's full vermagic nothing is accepted, as ``same_magic`` cannot be
-    applied.
-    """
-    if info.vermagic is None:
-        if target.config.enabled("MODULE_FORCE_LOAD"):
-            raise ModuleRejected(
-                "ENOEXEC",
-                "no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "
-                "would force-load it and taint",
-                policy=True,
-            )
-        raise ModuleRejected("ENOEXEC", "no vermagic in .modinfo and no MODULE_FORCE_LOAD")
-    if target.vermagic is not None and not same_magic(
-        info.vermagic, target.vermagic, info.has_versions
-    ):
-        raise ModuleRejected(
-            "ENOEXEC",
-            f"vermagic {info.vermagic!r} does not match the target's "
-            f"{target.vermagic!r} (from {target.vermagic_source})",
-        )
-    built_for = info.vermagic.split(" ", 1)[0]
-    if built_for != target.release:
-        if not info.has_versions:  # same_magic compares the whole string, release included
-            raise ModuleRejected(
-                "ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}"
-            )
-        if target.strict_crcs and not target.exports.complete:
-            raise ModuleRejected(
-                "ENOEXEC",
-                f"vermagic is for kernel {built_for}, not {target.release} "
-                "(with modversions the kernel compares symbol CRCs instead, and the target's "
-                "exports could not be read to do the same)",
-                policy=True,
-            )
-    if target.vermagic is None:
-        raise ModuleRejected(
-            "ENOEXEC",
-            f"cannot apply same_magic: target vermagic {target.vermagic_source}",
-            policy=True,
-        )

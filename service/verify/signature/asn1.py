@@ -1,7 +1,7 @@
 """The kernel's BER decoder (lib/asn1_decoder.c, Linux 6.1), run on its own compiled grammars.
 
 modstage does not guess what the kernel's PKCS#7 and X.509 parsers accept: it runs the
-same bytecode (:mod:`service.verify.asn1_machines`) through a line-by-line port of
+same bytecode (:mod:`service.verify.signature.asn1_machines`) through a line-by-line port of
 ``asn1_ber_decoder``, with the same limits: a blob over 65,535 bytes is ``EMSGSIZE``,
 long-form tags, length fields of more than 2 octets, a constructed nesting deeper than
 10, an overrun or a missing end-of-contents are ``EBADMSG``. Bytes after the top-level

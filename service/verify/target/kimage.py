@@ -17,8 +17,8 @@ import struct
 from pathlib import Path
 
 from service.errors import ModuleRejected, TargetFileError
-from service.verify.decompress import compression, decompress
-from service.verify.symtab import Export
+from service.verify.compressed.decompress import compression, decompress
+from service.verify.modfile.symtab import Export
 
 MAX_IMAGE = 256 << 20  # modstage policy: a decompressed vmlinux larger than this is refused
 _SHDR = struct.Struct("<IIQQQQIIQQ")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from service.errors import ModuleRejected
-from service.verify.stated import MAX_WINDOW
+from service.verify.compressed.stated import MAX_WINDOW
 
 MAX_DECOMPRESSED = 512 << 20
 CHUNK = 1 << 20

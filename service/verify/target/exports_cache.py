@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from service.verify.symtab import Export
+from service.verify.modfile.symtab import Export
 
 CACHE_FORMAT = b"modstage-exports 2\n"
 BUCKETS = 256

@@ -21,11 +21,11 @@ from typing import Protocol
 
 from service.errors import ModuleRejected
 from service.layout import Layout
-from service.verify.asn1 import Asn1Error
-from service.verify.decompress import chunks, compression
-from service.verify.pkcs7 import parse_message
-from service.verify.signature import TAIL, parse_trailer
-from service.verify.target import _HASH_OPTIONS
+from service.verify.compressed.decompress import chunks, compression
+from service.verify.signature.asn1 import Asn1Error
+from service.verify.signature.pkcs7 import parse_message
+from service.verify.signature.trailer import TAIL, parse_trailer
+from service.verify.target.kernel import _HASH_OPTIONS
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_SEARCH = 10

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from service.errors import ModuleRejected
-from service.verify.elf import MAX_TABLE, SHT_NOBITS, SHT_SYMTAB, Elf, Section
+from service.verify.modfile.elf import MAX_TABLE, SHT_NOBITS, SHT_SYMTAB, Elf, Section
 
 ReadAt = Callable[[int, int], bytes]
 

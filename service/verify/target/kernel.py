@@ -15,7 +15,7 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
 * built-in modules: ``<root>/lib/modules/<release>/modules.builtin``.
 * exported symbols (name, CRC, GPL-only, namespace, owner): ``<root>/boot/vmlinuz-<release>``
   and the in-tree modules, cross-checked with ``build/Module.symvers`` where the headers are
-  installed (see :mod:`service.verify.exports`), read on first lookup; none readable →
+  installed (see :mod:`service.verify.target.exports`), read on first lookup; none readable →
   only the probed module's ``__versions`` CRCs, and a module importing another symbol is
   refused (policy) unless ``require_symbol_crcs = false``.
 * ``sizeof(struct module)``: the size of ``.gnu.linkonce.this_module`` in the probed module.
@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from service.verify.modinfo import ModInfo
+    from service.verify.modfile.modinfo import ModInfo
 
 from service.errors import ModuleRejected
 from service.layout import Layout
-from service.verify.exports import KernelExports, Sources
-from service.verify.kconfig import KernelConfig
-from service.verify.symtab import Export
+from service.verify.modfile.symtab import Export
+from service.verify.target.exports import KernelExports, Sources
+from service.verify.target.kconfig import KernelConfig
 from stager.paths import normalize_module_name
 
 _HASH_OPTIONS = {
@@ -205,7 +205,7 @@ def _running(layout: Layout) -> str | None:
 
 def _vermagic(directory: Path) -> tuple[str | None, str, ModInfo | None]:
     """(``vermagic=``, its source, the module's facts) of the first readable in-tree module."""
-    from service.verify.modinfo import read_installed  # modinfo imports nothing from here
+    from service.verify.modfile.modinfo import read_installed  # modinfo imports nothing from here
 
     tree = directory / "kernel"
     probes = 0

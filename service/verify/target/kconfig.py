@@ -1,7 +1,7 @@
 """The target build's configuration: ``CONFIG_*`` options, looked up as they are asked for.
 
 Read from ``<root>/boot/config-<release>`` or ``/proc/config.gz`` by
-:mod:`service.verify.target`; when none is found, :meth:`KernelConfig.missing` assumes the
+:mod:`service.verify.target.kernel`; when none is found, :meth:`KernelConfig.missing` assumes the
 less capable kernel (SHA-256 and SHA-512 only, ``STRICT_MODULE_RWX``).
 """
 

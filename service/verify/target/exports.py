@@ -3,8 +3,8 @@
 The kernel resolves a module's imports against vmlinux and the modules already loaded,
 comparing CRCs it carries in those binaries, so the same binaries are the facts:
 
-1. ``boot/vmlinuz-<release>`` (:mod:`service.verify.kimage`) and every in-tree module under
-   ``lib/modules/<release>/kernel`` (compressed or not; :mod:`service.verify.symtab`). These
+1. ``boot/vmlinuz-<release>`` (:mod:`service.verify.target.kimage`) and every in-tree module under
+   ``lib/modules/<release>/kernel`` (compressed or not; :mod:`service.verify.modfile.symtab`). These
    are on every host, headers or not. When the image cannot be read, these are not used.
 2. ``lib/modules/<release>/build/Module.symvers``, where the kernel headers are installed.
    Read beside the first source, it is cross-checked: a symbol whose CRC differs between
@@ -15,7 +15,7 @@ comparing CRCs it carries in those binaries, so the same binaries are the facts:
 reads nothing until a symbol is looked up. The parsed table is cached in
 ``<var>/cache/exports-<release>`` keyed by the paths, sizes and modification times of the
 image, ``modules.dep`` (depmod rewrites it whenever the in-tree modules change) and
-``Module.symvers`` (:mod:`service.verify.exports_cache`); a cache that is damaged,
+``Module.symvers`` (:mod:`service.verify.target.exports_cache`); a cache that is damaged,
 truncated or keyed to other files is rebuilt. ``modstage boot`` never builds it (see
 :meth:`KernelExports.probe_only`).
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from service.errors import ModuleRejected, TargetFileError
-from service.verify.exports_cache import Table, read_cache, write_cache
-from service.verify.symtab import Export
+from service.verify.modfile.symtab import Export
+from service.verify.target.exports_cache import Table, read_cache, write_cache
 from stager.paths import module_name
 
 _SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
@@ -70,9 +70,9 @@ class Sources(NamedTuple):
 
 def read_module_exports(path: Path) -> dict[str, Export]:
     """The exports of one installed module file (compressed or not), owned by its name."""
-    from service.verify.decompress import compression, decompress
-    from service.verify.elf import parse_elf
-    from service.verify.symtab import read_symbols
+    from service.verify.compressed.decompress import compression, decompress
+    from service.verify.modfile.elf import parse_elf
+    from service.verify.modfile.symtab import read_symbols
 
     owner = module_name(path.name)
     try:
@@ -127,7 +127,7 @@ def _in_tree(modules: Path) -> Iterator[Path]:
 def build(sources: Sources, *, kernel_files: bool = True) -> Table:
     """Read the table from the kernel's files, cross-checked with ``Module.symvers``
     (``kernel_files=False``: from ``Module.symvers`` alone, the quick way)."""
-    from service.verify.kimage import read_image_exports
+    from service.verify.target.kimage import read_image_exports
 
     symbols: dict[str, Export] = {}
     read: list[str] = []

@@ -3,8 +3,8 @@
 A signed module is ``[signed bytes][PKCS#7 DER][struct module_signature][MARKER]``.
 :func:`parse_trailer` mirrors ``module_sig_check`` + ``mod_check_sig`` and raises
 :class:`~service.errors.ModuleRejected` with the errno the kernel would return. The
-PKCS#7 blob itself is parsed by :mod:`service.verify.pkcs7` and judged by
-:mod:`service.verify.signers`.
+PKCS#7 blob itself is parsed by :mod:`service.verify.signature.pkcs7` and judged by
+:mod:`service.verify.signature.signers`.
 """
 
 from __future__ import annotations

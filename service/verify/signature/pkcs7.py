@@ -1,7 +1,7 @@
 """``pkcs7_parse_message`` (crypto/asymmetric_keys/pkcs7_parser.c, Linux 6.1).
 
 The kernel's PKCS#7 grammar runs through the port of its BER decoder
-(:mod:`service.verify.asn1`) with ports of its actions, so what parses, and the errno
+(:mod:`service.verify.signature.asn1`) with ports of its actions, so what parses, and the errno
 of what does not, is the kernel's: ``EMSGSIZE`` over 65,535 bytes, ``EBADMSG`` for
 malformed BER, ``EINVAL`` for a content type or version it does not take, ``ENOPKG``
 for a digest or signature algorithm its parser does not know (6.1 knows no SHA-3 and
@@ -13,10 +13,10 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 
-from service.verify.asn1 import Asn1Error, ber_decode
-from service.verify.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
-from service.verify.oids import decode, look_up
-from service.verify.x509 import Cert, modern, parse_certificate
+from service.verify.signature.asn1 import Asn1Error, ber_decode
+from service.verify.signature.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
+from service.verify.signature.oids import decode, look_up
+from service.verify.signature.x509 import Cert, modern, parse_certificate
 
 _DIGESTS = {
     "md4": "md4",
@@ -178,7 +178,7 @@ class _Ctx:
         if oid == "messageDigest" and tag != 0x04:
             raise Asn1Error(errno.EBADMSG, "messageDigest attribute is not an OCTET STRING")
         if oid == "signingTime":
-            from service.verify.x509 import _decode_time
+            from service.verify.signature.x509 import _decode_time
 
             _decode_time(tag, self.value(at, n))
         if oid in ("smimeCapabilites", *_AUTHENTICODE) and self.msg.data_type != "msIndirectData":
