@@ -7,10 +7,12 @@ crypto/rsa-pkcs1pad.c give the same errnos: a modulus whose byte size is not one
 modulus, or a decrypted block without its leading zero byte, is ``EINVAL``; bad padding
 or DigestInfo ``EBADMSG``; another digest
 ``EKEYREJECTED``. The RSA key itself is read as ``rsa_set_pub_key`` reads it, with the
-kernel's compiled ``rsapubkey.asn1`` grammar, so RSA needs neither cryptography nor
-asn1crypto (both stay off the boot path). ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target
-(else ``ENOENT``, the missing algorithm) and one of the curves P-192/256/384; its libraries
-are imported when an EC key is first used.
+kernel's compiled ``rsapubkey.asn1`` grammar, so RSA needs no cryptography (it stays off the
+boot path). ECDSA needs ``CONFIG_CRYPTO_ECDSA`` in the target (else ``ENOENT``, the missing
+algorithm) and one of the curves P-192/256/384; its signature value is read as
+crypto/ecdsa.c reads it, with the kernel's ``ecdsasignature.asn1`` grammar
+(:func:`ecdsa_rs`), and only the curve arithmetic is cryptography's, imported when an EC key
+is first used.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ import errno
 from typing import Any, NamedTuple
 
 from service.verify.signature.asn1 import Asn1Error, ber_decode
-from service.verify.signature.asn1_machines import RSAPUBKEY_ACTIONS, RSAPUBKEY_MACHINE
+from service.verify.signature.asn1_machines import (
+    ECDSASIGNATURE_ACTIONS,
+    ECDSASIGNATURE_MACHINE,
+    RSAPUBKEY_ACTIONS,
+    RSAPUBKEY_MACHINE,
+)
 
 _MAX_MPI_BITS = 16384  # MAX_EXTERN_MPI_BITS
 RSA_BITS = (512, 1024, 1536, 2048, 3072, 4096)
@@ -37,10 +44,34 @@ _DIGEST_INFO = {
     "sha3_512": "3051300d060960864801650304020a05000440",
 }
 _ECDSA_HASHES = ("sha1", "sha224", "sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512")
+
+
+class _Curve(NamedTuple):
+    """A NIST curve as crypto/ecdsa.c uses it: cryptography's name, number size, group order."""
+
+    name: str  # the class in cryptography's ``ec`` module
+    size: int  # bytes in one number: the curve's ``ndigits`` times 8
+    order: int  # n: r and s must lie in 1..n-1
+
+
 _CURVES = {
-    "ecdsa-nist-p192": "SECP192R1",
-    "ecdsa-nist-p256": "SECP256R1",
-    "ecdsa-nist-p384": "SECP384R1",
+    "ecdsa-nist-p192": _Curve(
+        "SECP192R1", 24, int("ffffffffffffffffffffffff99def836146bc9b1b4d22831", 16)
+    ),
+    "ecdsa-nist-p256": _Curve(
+        "SECP256R1",
+        32,
+        int("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551", 16),
+    ),
+    "ecdsa-nist-p384": _Curve(
+        "SECP384R1",
+        48,
+        int(
+            "ffffffffffffffffffffffffffffffffffffffffffffffff"
+            "c7634d81f4372ddf581a0db248b0a77aecec196accc52973",
+            16,
+        ),
+    ),
 }
 
 
@@ -149,12 +180,16 @@ def _ecdsa(pub: PublicKey, sig: SigParams, have_ecdsa: bool) -> int:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec, utils
 
+    if pub.key[:1] != b"\x04":  # ecdsa_set_pub_key takes uncompressed points only
+        return errno.EINVAL
     try:
-        key = ec.EllipticCurvePublicKey.from_encoded_point(getattr(ec, curve)(), pub.key)
+        key = ec.EllipticCurvePublicKey.from_encoded_point(getattr(ec, curve.name)(), pub.key)
     except ValueError:
         return errno.EINVAL
-    rs = _ber_rs(sig.s)
-    if rs is None:
+    rs = ecdsa_rs(sig.s, curve.size)
+    if isinstance(rs, int):
+        return rs
+    if not all(0 < v < curve.order for v in rs):  # _ecdsa_verify
         return errno.EBADMSG
     algorithm = getattr(hashes, (sig.hash_algo or "sha256").upper())()
     if len(sig.digest) != algorithm.digest_size:
@@ -168,16 +203,34 @@ def _ecdsa(pub: PublicKey, sig: SigParams, have_ecdsa: bool) -> int:
     return 0
 
 
-def _ber_rs(s: bytes) -> tuple[int, int] | None:
-    """(r, s) of an ECDSA-Sig-Value, read as the kernel's BER decoder reads it."""
-    from asn1crypto import algos
+def ecdsa_rs(value: bytes, size: int) -> tuple[int, int] | int:
+    """(r, s) of an ECDSA-Sig-Value as ``ecdsa_verify`` reads it, or the errno it returns.
 
+    crypto/ecdsasignature.asn1 run by the kernel's BER decoder (a malformed value is its
+    errno, ``EBADMSG``; bytes after the SEQUENCE are ignored); ``ecdsa_get_signature_rs``
+    takes each INTEGER's content as an unsigned big-endian number of the curve's ``size``
+    bytes: an empty one is ``EINVAL``, a longer one is allowed one leading zero byte (the
+    sign byte DER adds) and is otherwise ``EINVAL``, a shorter one is zero-extended.
+    """
+    found: dict[str, int] = {}
+
+    def get(name: str) -> Any:
+        def action(hdr: int, tag: int, at: int, n: int) -> None:
+            number = value[at : at + n]
+            if not number:
+                raise Asn1Error(errno.EINVAL, f"ECDSA signature: {name} is empty")
+            if n > size and (n > size + 1 or number[0] != 0):
+                raise Asn1Error(errno.EINVAL, f"ECDSA signature: {name} is over {size} bytes")
+            found[name] = int.from_bytes(number, "big")
+
+        return action
+
+    actions = {"ecdsa_get_signature_r": get("r"), "ecdsa_get_signature_s": get("s")}
     try:
-        parsed = algos.DSASignature.load(s)
-        r, t = parsed["r"].native, parsed["s"].native
-    except (ValueError, TypeError, KeyError, IndexError):
-        return None
-    return (int(r), int(t)) if r > 0 and t > 0 else None
+        ber_decode(ECDSASIGNATURE_MACHINE, [actions[a] for a in ECDSASIGNATURE_ACTIONS], value)
+    except Asn1Error as exc:
+        return exc.code
+    return found["r"], found["s"]
 
 
 def verify_signature(pub: PublicKey, sig: SigParams, *, have_ecdsa: bool) -> int:
