@@ -1,12 +1,25 @@
-"""An untrusted signer is named by issuer and serial, not raw hex."""
+"""An untrusted signer is named by issuer and serial, not raw hex.
+
+The name is the one the kernel gives the issuer (``x509_fabricate_name``): the CN, the O or
+the email address, or "O: CN", read with the kernel's own grammar.
+"""
 
 from __future__ import annotations
 
+import datetime
 import io
 from pathlib import Path
 
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
+
 from service.cli import main
 from service.verify.signature.keyid import describe_key_id, split_key_id
+from service.verify.signature.x509 import parse_certificate
 from tests.kmod import SigningKey, sign
 
 
@@ -17,7 +30,8 @@ def test_verify_names_an_untrusted_signer_by_issuer_and_serial(
     rsa_key: SigningKey,
     kernel: str,
 ) -> None:
-    """``verify`` prints the untrusted issuer's name and serial (issuer+serial signer)."""
+    """``verify`` prints the untrusted issuer's name, as the kernel renders it, and serial
+    (issuer+serial signer)."""
     trusted = tmp_path / "trusted.d"
     trusted.mkdir()
     (trusted / "rsa.pem").write_bytes(rsa_key.cert_pem.read_bytes())
@@ -25,7 +39,7 @@ def test_verify_names_an_untrusted_signer_by_issuer_and_serial(
     out = io.StringIO()
     assert main(["verify", "--trusted", str(trusted), "--kernel", kernel, str(module)], out) == 1
     line = out.getvalue()
-    assert 'signer=issuer "common_name=untrusted" serial 0x' in line, line
+    assert 'signer=issuer "untrusted" serial 0x' in line, line
 
 
 def test_a_key_id_that_is_no_issuer_and_serial_stays_hex() -> None:
@@ -33,3 +47,67 @@ def test_a_key_id_that_is_no_issuer_and_serial_stays_hex() -> None:
     assert split_key_id(bytes(range(20))) is None
     assert describe_key_id("00" * 20) == "key id " + "00" * 20
     assert describe_key_id(None) == "-"
+
+
+def self_signed(*attributes: tuple[x509.ObjectIdentifier, str], serial: int = 0x1234) -> bytes:
+    """A self-signed P-256 certificate whose subject and issuer are ``attributes``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(oid, value) for oid, value in attributes])
+    now = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(Encoding.DER)
+
+
+CN, ORG, EMAIL = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME, NameOID.EMAIL_ADDRESS
+C, OU = NameOID.COUNTRY_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME
+
+
+@pytest.mark.parametrize(
+    ("attributes", "rendered"),
+    [
+        (((CN, "Signing key"),), "Signing key"),
+        (((ORG, "Example GPU vendor"),), "Example GPU vendor"),
+        (((EMAIL, "keys@example.com"),), "keys@example.com"),
+        (((C, "DE"), (OU, "Drivers")), ""),
+        (((ORG, "Example GPU vendor"), (CN, "Signing key")), "Example GPU vendor: Signing key"),
+        (((ORG, "Example GPU vendor"), (CN, "Example GPU vendor key")), "Example GPU vendor key"),
+        (((ORG, "Example Corp"), (CN, "Example GPU key")), "Example GPU key"),
+        (((CN, "first"), (EMAIL, "keys@example.com"), (CN, "last")), "last"),
+    ],
+    ids=["cn", "o", "email", "none", "o-cn", "cn-begins-with-o", "first-7-shared", "last-cn"],
+)
+def test_names_are_rendered_as_the_kernel_renders_them(
+    attributes: tuple[tuple[x509.ObjectIdentifier, str], ...], rendered: str
+) -> None:
+    """The issuer of a key id reads as x509_fabricate_name renders it, the same name the
+    certificate parser gives its subject: the CN, else the O, else the email, else empty;
+    "O: CN" unless the CN begins with the O or they share 7 leading bytes; the last of a kind."""
+    der = self_signed(*attributes, serial=0x1234)
+    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    assert cert.subject == rendered
+    assert split_key_id(cert.id) == (0x1234, rendered)
+    assert describe_key_id(cert.id.hex()) == f'issuer "{rendered}" serial 0x1234'
+
+
+def test_a_serial_that_looks_like_a_set_is_kept_whole() -> None:
+    """A serial whose bytes begin like an RDN SET does not swallow the issuer: the kernel's
+    grammar reads the remainder as a whole Name only at the real boundary."""
+    der = self_signed((CN, "Signing key"), serial=0x0131_0506)
+    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    assert split_key_id(cert.id) == (0x0131_0506, "Signing key")
+
+
+def test_a_name_with_trailing_bytes_stays_hex() -> None:
+    """An issuer that is a Name followed by stray bytes is not a Name: the key id stays hex."""
+    der = self_signed((CN, "Signing key"))
+    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    assert split_key_id(cert.id + b"\x05\x00") is None

@@ -140,11 +140,7 @@ class _Ctx:
 
     def _name(self) -> str:
         names, self.names = self.names, {}
-        cn, o = names.get("commonName"), names.get("organizationName")
-        chosen = cn or o or names.get("email_address") or b""
-        if cn and o and not (cn.startswith(o) or (cn[:7] == o[:7] and len(o) >= 7)):
-            chosen = o + b": " + cn
-        return chosen.decode("utf-8", "replace")
+        return fabricate_name(names)
 
     def x509_note_issuer(self, hdr: int, tag: int, at: int, n: int) -> None:
         if self.have_issuer:
@@ -214,6 +210,52 @@ class _Ctx:
         if self.akid_issuer is None or self.cert.auth_ids[0] is not None:
             return
         self.cert.auth_ids[0] = self.value(at, n) + self.akid_issuer
+
+
+def fabricate_name(names: dict[str, bytes]) -> str:
+    """``x509_fabricate_name``: the name the kernel gives a certificate's subject or issuer.
+
+    ``names`` holds the last commonName, organizationName and email_address value of the
+    Name (``x509_extract_name_segment``). The CN, else the O, else the email, else an empty
+    name; with both CN and O it is ``"O: CN"`` unless the CN begins with the O or both share
+    their first 7 bytes. The kernel copies the bytes as they are; here they are read as UTF-8.
+    """
+    cn, o = names.get("commonName"), names.get("organizationName")
+    chosen = cn or o or names.get("email_address") or b""
+    if cn and o and not (cn.startswith(o) or (cn[:7] == o[:7] and len(o) >= 7)):
+        chosen = o + b": " + cn
+    return chosen.decode("utf-8", "replace")
+
+
+def _tlv(tag: int, content: bytes) -> bytes:
+    """DER tag, length and ``content`` (definite length, as the decoder reads it)."""
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(size)]) + size + content
+
+
+def issuer_name(serial: bytes, issuer: bytes) -> str | None:
+    """The issuer's name as the kernel renders it (:func:`fabricate_name`), or None.
+
+    ``serial`` and ``issuer`` are an INTEGER's and a Name's content octets (the two halves of
+    the key id ``serial || issuer`` the kernel gives an X.509 certificate). They are read as
+    the kernel reads them in an authorityKeyIdentifier (authorityCertIssuer's directoryName
+    and authorityCertSerialNumber): with its x509_akid grammar, whose Name is x509.asn1's
+    with the same actions. None when that grammar refuses them, as it refuses a Name that is
+    not a whole run of non-empty RDN SETs.
+    """
+    akid = _tlv(0x30, _tlv(0xA1, _tlv(0xA4, _tlv(0x30, issuer))) + _tlv(0x82, serial))
+    cert = Cert(b"")
+    ctx = _Ctx(akid, cert, (6, 1))
+    try:
+        ber_decode(X509_AKID_MACHINE, _actions(ctx, X509_AKID_ACTIONS), akid)  # type: ignore[arg-type]
+    except Asn1Error:
+        return None
+    if cert.auth_ids[0] != serial + issuer:  # x509_akid_note_serial's key id
+        return None
+    return fabricate_name(ctx.names)
 
 
 def _decode_time(tag: int, value: bytes) -> None:
