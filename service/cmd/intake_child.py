@@ -1,7 +1,7 @@
 """The child process that takes drops in for the daemon: ``python -m service.cmd.intake_child``.
 
-The daemon stays small by never importing the verification stack (cryptography,
-asn1crypto, OpenSSL's hashlib): it runs this module instead, once per scan that finds
+The daemon stays small by never importing the verification stack (``service.verify``,
+OpenSSL's hashlib, cryptography for EC keys): it runs this module instead, once per scan that finds
 work (:mod:`service.daemon.intake_runner`). This process builds its
 :class:`~service.store.intake.Intake` through the same :class:`~service.cmd.host.Host` as
 ``modstage intake``, takes the same state

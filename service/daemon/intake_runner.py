@@ -1,10 +1,11 @@
 """Intake for the daemon, run in a short-lived child process.
 
-Verifying a bundle needs cryptography, asn1crypto and OpenSSL's hashlib: about 13 MiB
-a daemon would otherwise hold for the rest of its life, and a heap grown by reading
-hundreds of MiB. :class:`ChildIntake` has the daemon-facing shape of
-:class:`~service.store.intake.Intake` (``run()``, ``tick``, ``config``) and runs
-:mod:`service.cmd.intake_child` instead, reading its progress and outcomes back.
+Verifying a bundle needs the verification stack and OpenSSL's hashlib, and cryptography
+once an EC key is used: about 8 MiB, 14 with cryptography, that a daemon would otherwise
+hold for the rest of its life, and a heap grown by reading hundreds of MiB.
+:class:`ChildIntake` has the daemon-facing shape of :class:`~service.store.intake.Intake`
+(``run()``, ``tick``, ``config``) and runs :mod:`service.cmd.intake_child` instead, reading
+its progress and outcomes back.
 
 The child takes the same state lock, so the semantics are those of ``modstage
 intake``: a child killed mid-way leaves what a killed intake leaves, and the next

@@ -46,7 +46,8 @@ NEVER = {
     "cryptography": "ECDSA keys only (service.verify.signature.pubkey); RSA is one pow() and the "
     "kernel's rsapubkey grammar; trusted certificates are read by the kernel's X.509 "
     "grammar (service.verify.signature.x509), the project's one certificate parser",
-    "asn1crypto": "ECDSA signatures, key ids in words (verify.keyid)",
+    "asn1crypto": "no longer a dependency: the kernel's grammars read ECDSA signature values "
+    "(service.verify.signature.pubkey) and key ids' issuer names (.keyid)",
     "logging": "service.logs writes its lines itself",
     "lzma": "only for .ko.xz modules",
     "gzip": "only for the running kernel's /proc/config.gz",

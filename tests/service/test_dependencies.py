@@ -1,0 +1,73 @@
+"""The product imports only what pyproject.toml declares for it.
+
+Every top-level package a module under ``stager/`` imports is the standard library's, the
+project's own, or a distribution in ``[project] dependencies`` (the container side installs
+nothing else); under ``service/`` it may also be one of the ``host`` extra. A library the
+tests alone use (asn1crypto builds their deliberately odd CMS blobs) stays out of the product.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN = {"service", "stager"}
+
+
+def normalized(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared(*extras: str) -> set[str]:
+    """Distribution names in ``[project] dependencies`` and in each of ``extras``."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in extras:
+        requirements += project["optional-dependencies"][extra]
+    return {normalized(re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0]) for r in requirements}
+
+
+def imported(package: str) -> dict[str, set[str]]:
+    """Top-level names outside the standard library and the project that modules under
+    ``package`` import (anywhere in the module, deferred imports too), with the files."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in OWN:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize(("package", "extras"), [("stager", ()), ("service", ("host",))])
+def test_every_third_party_import_is_declared(package: str, extras: tuple[str, ...]) -> None:
+    """Each third-party package the product imports comes from a declared distribution."""
+    distributions = importlib.metadata.packages_distributions()
+    allowed = declared(*extras)
+    undeclared = {
+        name: sorted(files)
+        for name, files in imported(package).items()
+        if not {normalized(d) for d in distributions.get(name, [name])} & allowed
+    }
+    assert not undeclared, f"imported but not declared for {package}: {undeclared}"
+
+
+def test_asn1crypto_is_a_test_dependency_only() -> None:
+    """asn1crypto is declared for the tests and imported by no product module."""
+    assert "asn1crypto" in declared("test") - declared("host")
+    assert "asn1crypto" not in imported("service") | imported("stager")
