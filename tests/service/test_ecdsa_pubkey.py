@@ -14,6 +14,8 @@ import hashlib
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.verify.signature.pubkey import PublicKey, SigParams, ecdsa_rs, verify_signature
 
@@ -67,6 +69,20 @@ def verify(value: bytes, digest: bytes) -> int:
     """The errno ``public_key_verify_signature`` gives this value and digest (0 accepts)."""
     sig = SigParams("ecdsa", "x962", "sha256", value, digest)
     return verify_signature(public(p256_key()), sig, have_ecdsa=True)
+
+
+@given(
+    st.sampled_from((24, 32, 48)),
+    st.integers(min_value=1, max_value=2**384 - 1),
+    st.integers(min_value=1, max_value=2**384 - 1),
+)
+def test_der_numbers_that_fit_the_curve_read_back_and_others_are_einval(
+    size: int, r: int, s: int
+) -> None:
+    """Any DER (r, s) reads back as the same numbers when both fit ``size`` bytes, and is
+    EINVAL when one does not (cryptography writes the DER, with its sign bytes)."""
+    fits = max(r, s) < 2 ** (8 * size)
+    assert ecdsa_rs(utils.encode_dss_signature(r, s), size) == ((r, s) if fits else errno.EINVAL)
 
 
 def test_a_sign_byte_in_front_of_r_is_skipped() -> None:
