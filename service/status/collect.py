@@ -19,7 +19,7 @@ from service.errors import ConfigError, StateError
 from service.kernel import pci
 from service.layout import Layout
 from service.reboot import sentinel_path
-from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
+from service.status.glance import Heartbeat, iso, read_heartbeat, why_no_reboot
 from service.status.hardware import (
     PciView,
     devices_row,
@@ -223,7 +223,7 @@ def _reboot(
     waiting = state.awaiting_reboot(kernel or "")
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None
-    opens = next_open(window, moment) if window is not None else None
+    opens = window.next_open(moment) if window is not None else None
     backend = config.reboot.backend if config is not None else None
     why = why_no_reboot(
         required=bool(waiting),
