@@ -111,7 +111,7 @@ def _boot(sub: Subparsers) -> None:
 def _serve_status(sub: Subparsers) -> None:
     """`serve` and `status`: the daemon and the admin's view."""
     _host(sub, "serve", "service.cmd.serve", "watch for drops, schedule reboots, online memory")
-    status = _host(sub, "status", "service.status.collect", "show bundles, generations and phases")
+    status = _host(sub, "status", "service.cmd.status", "show bundles, generations and phases")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.add_argument(
         "--reboot-required",

@@ -1,6 +1,7 @@
-"""When a reboot is due, and asking for one through the cluster's machinery.
+"""Asking for a reboot through the cluster's machinery: one backend each.
 
-Decisions are pure functions of state, config and time; backends act.
+Whether one is due is decided elsewhere, from plain values: which bundles wait for it
+(``State.awaiting_reboot``) and when (:func:`service.window.reboot_due`); backends act.
 """
 
 from __future__ import annotations
@@ -16,13 +17,7 @@ from service.backends import BACKENDS
 from service.config import RebootConfig
 from service.errors import RebootError
 from service.layout import Layout
-from service.store.state import State
 from stager.atomic import write_atomic
-
-
-def reboot_required(state: State, kernel: str) -> list[str]:
-    """Bundles whose pending generation waits for a reboot into ``kernel`` (empty: none)."""
-    return state.awaiting_reboot(kernel)
 
 
 class Rebooter(Protocol):

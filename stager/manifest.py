@@ -28,7 +28,8 @@ from stager.paths import (
     module_name,
     relpath_problem,
 )
-from stager.record import Loader, Problems, RecordError, dump, kind, load, spec
+from stager.record import Loader, Problems, RecordError, describe, dump, kind, load, spec
+from stager.validate import across_fields, bounded
 
 SCHEMA = 1
 MAX_MANIFEST_BYTES = 1 << 20
@@ -166,6 +167,20 @@ def _load_memory(value: Any, at: str, problems: Problems) -> MemoryPolicy | None
         return None
 
 
+def _schema_problems(data: dict[str, Any], source: str) -> list[str]:
+    """``schema``: missing or not an integer is a problem among the others; a number this
+    reader does not know raises at once (a newer writer: its other keys mean nothing here)."""
+    if "schema" not in data:
+        return ["schema: missing"]
+    schema = data["schema"]
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        return [f"schema: must be {describe(int)}, not {kind(schema)}"]
+    if schema != SCHEMA:
+        why = f"schema: unknown schema {schema} (this modstage reads schema {SCHEMA})"
+        raise ManifestError(bounded([why]), source)
+    return []
+
+
 def _no_modules(modules: tuple[ModuleEntry, ...]) -> str | None:
     return None if modules else "empty (a bundle loads at least one module)"
 
@@ -175,8 +190,7 @@ class Manifest:
     """A bundle's manifest: what to load, in which order, with which firmware.
 
     Each field's checks sit beside it (``stager.record``); the checks across fields
-    (a file listed twice, a bundle after itself) and the top-level ``schema`` are
-    :mod:`stager.validate`'s.
+    (a file listed twice, a bundle after itself) are :mod:`stager.validate`'s.
     """
 
     bundle: str = field(metadata=spec(check=bundle_problem))
@@ -231,10 +245,27 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "manifest.toml") -> Manifest:
-        """Validate a parsed manifest table; raises :class:`ManifestError`."""
-        from stager.validate import validate  # the checks live beside their messages
+        """Validate a parsed manifest table; raises :class:`ManifestError` listing every problem.
 
-        return validate(data, source)
+        The fields are read with the checks declared beside them, the checks across
+        fields are :mod:`stager.validate`'s. The canonical form is bounded too: it is what
+        the store keeps and boot reads back.
+        """
+        problems = _schema_problems(data, source)
+        fields = {key: value for key, value in data.items() if key != "schema"}
+        manifest = None
+        try:
+            manifest = load(cls, fields)
+        except RecordError as exc:
+            problems += exc.problems
+        problems += across_fields(fields)
+        if problems or manifest is None:
+            raise ManifestError(bounded(problems), source)
+        canonical = len(manifest.to_toml())
+        if canonical > MAX_MANIFEST_BYTES:
+            why = f"manifest: canonical form is {canonical} bytes, over {MAX_MANIFEST_BYTES}"
+            raise ManifestError([why], source)
+        return manifest
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as a TOML-ready table, keys in canonical order."""

@@ -1,74 +1,39 @@
-"""Schema 1 validation: every problem collected, each naming its key, raised once.
+"""Schema 1 checks across fields, and the bound on what a manifest's problems may cost.
 
 The fields are read by the record converter (:mod:`stager.record`), each with the checks
-:class:`~stager.manifest.Manifest` declares beside it. What is left here is what no one
-field can say: the ``schema`` that decides how the rest is read, a file listed twice or a
-module name loaded twice, a bundle after itself, and the size of the canonical form.
+:class:`~stager.manifest.Manifest` declares beside it, and the manifest reads its own
+``schema``. What is left here works on the parsed table before any field is trusted: what
+no one field can say (a file listed twice or a module name loaded twice, a bundle after
+itself), and :func:`bounded`, which keeps a container's garbage from becoming a
+megabyte-long error.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from stager.errors import ManifestError
-from stager.manifest import MAX_MANIFEST_BYTES, SCHEMA, Manifest
 from stager.paths import module_name
-from stager.record import RecordError, describe, kind, load
 from stager.shown import shown
 
 MAX_PROBLEMS = 50
 MAX_PROBLEM_CHARS = 512
 
 
-class _Problems:
-    """Problems found so far: at most :data:`MAX_PROBLEMS` kept, each escaped and bounded.
+def bounded(problems: list[str]) -> list[str]:
+    """At most :data:`MAX_PROBLEMS` problems, each escaped and cut to :data:`MAX_PROBLEM_CHARS`.
 
     A manifest is written by a container: a megabyte of unknown keys must not become a
-    megabyte-long error in a status file, a log line or a terminal.
+    megabyte-long error in a status file, a log line or a terminal. The problems left out
+    are counted in a last line.
     """
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self.dropped = 0
-
-    def add(self, problem: str) -> None:
-        if len(self.items) >= MAX_PROBLEMS:
-            self.dropped += 1
-            return
-        self.items.append(shown(problem, MAX_PROBLEM_CHARS))
-
-    def all(self) -> list[str]:
-        more = [f"... and {self.dropped} more problems"] if self.dropped else []
-        return self.items + more
+    kept = [shown(problem, MAX_PROBLEM_CHARS) for problem in problems[:MAX_PROBLEMS]]
+    dropped = len(problems) - len(kept)
+    return kept + ([f"... and {dropped} more problems"] if dropped else [])
 
 
-def validate(data: dict[str, Any], source: str) -> Manifest:
-    """Build a :class:`Manifest` from a parsed table or raise every problem at once."""
-    p = _Problems()
-    schema = data.get("schema")
-    if "schema" not in data:
-        p.add("schema: missing")
-    elif not isinstance(schema, int) or isinstance(schema, bool):
-        p.add(f"schema: must be {describe(int)}, not {kind(schema)}")
-    elif schema != SCHEMA:  # a newer writer: its other keys mean nothing to this reader
-        p.add(f"schema: unknown schema {schema} (this modstage reads schema {SCHEMA})")
-        raise ManifestError(p.all(), source)
-    fields = {key: value for key, value in data.items() if key != "schema"}
-    manifest = None
-    try:
-        manifest = load(Manifest, fields)
-    except RecordError as exc:
-        for problem in exc.problems:
-            p.add(problem)
-    _itself(p, fields)
-    _duplicates(p, fields)
-    if p.items or manifest is None:
-        raise ManifestError(p.all(), source)
-    canonical = len(manifest.to_toml())
-    if canonical > MAX_MANIFEST_BYTES:  # what the store keeps, and boot reads back
-        p.add(f"manifest: canonical form is {canonical} bytes, over {MAX_MANIFEST_BYTES}")
-        raise ManifestError(p.all(), source)
-    return manifest
+def across_fields(fields: dict[str, Any]) -> list[str]:
+    """What no one field can say: a bundle after itself, a file or a module name twice."""
+    return _itself(fields) + _duplicates(fields)
 
 
 def _files(fields: dict[str, Any], key: str) -> list[tuple[str, str]]:
@@ -83,26 +48,31 @@ def _files(fields: dict[str, Any], key: str) -> list[tuple[str, str]]:
     ]
 
 
-def _duplicates(p: _Problems, fields: dict[str, Any]) -> None:
+def _duplicates(fields: dict[str, Any]) -> list[str]:
     """A file listed twice (module or firmware), a module name loaded twice."""
+    problems = []
     modules = _files(fields, "module")
     seen: dict[str, str] = {}
     for key, file in modules + _files(fields, "firmware"):
         if file in seen:
-            p.add(f"{key}.file: {file!r} is already listed as {seen[file]}.file")
+            problems.append(f"{key}.file: {file!r} is already listed as {seen[file]}.file")
         seen.setdefault(file, key)
     names: dict[str, str] = {}
     for key, file in modules:
         name = module_name(file)
         if name in names:
-            p.add(f"{key}.file: module name {name!r} is already loaded by {names[name]}")
+            problems.append(f"{key}.file: module name {name!r} is already loaded by {names[name]}")
         names.setdefault(name, key)
+    return problems
 
 
-def _itself(p: _Problems, fields: dict[str, Any]) -> None:
+def _itself(fields: dict[str, Any]) -> list[str]:
     """A bundle named in its own ``after``."""
     after, bundle = fields.get("after"), fields.get("bundle")
-    if isinstance(after, list) and isinstance(bundle, str):
-        for i, name in enumerate(after):
-            if name == bundle:
-                p.add(f"after[{i}]: a bundle cannot load after itself")
+    if not (isinstance(after, list) and isinstance(bundle, str)):
+        return []
+    return [
+        f"after[{i}]: a bundle cannot load after itself"
+        for i, name in enumerate(after)
+        if name == bundle
+    ]

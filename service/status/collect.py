@@ -1,4 +1,4 @@
-"""``modstage status``: what an admin (or a monitor) needs to know, read without a daemon.
+"""What an admin (or a monitor) needs to know, read without a daemon (``modstage status``).
 
 :func:`collect` reads ``state.json``, the status files, the host config and
 sysfs, and returns the :class:`~service.status.report.Report` that ``status``
@@ -9,20 +9,17 @@ nothing here writes anything, so a corrupt state file is reported, not moved asi
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 
 from service.config import Config
 from service.errors import ConfigError, StateError
 from service.kernel import pci
 from service.layout import Layout
 from service.reboot import sentinel_path
-from service.status.glance import Heartbeat, iso, next_open, read_heartbeat, why_no_reboot
+from service.status.glance import Heartbeat, iso, read_heartbeat, why_no_reboot
 from service.status.hardware import (
     PciView,
     devices_row,
@@ -226,7 +223,7 @@ def _reboot(
     waiting = state.awaiting_reboot(kernel or "")
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None
-    opens = next_open(window, moment) if window is not None else None
+    opens = window.next_open(moment) if window is not None else None
     backend = config.reboot.backend if config is not None else None
     why = why_no_reboot(
         required=bool(waiting),
@@ -288,22 +285,3 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
         memory=memory_summary(layout.sys),
         quarantine=tuple(quarantine.records(layout)),
     )
-
-
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    """``modstage status``: print the status; exit 0 healthy, 1 degraded, 2 failed."""
-    layout = Layout(args.root)
-    if args.reboot_required:  # kured's sentinel command: exit 0, 1, or 3 on any error
-        import sys
-
-        from service.status import required
-
-        return required.run(layout, out, sys.stderr)
-    report = collect(layout)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)
-    else:
-        from service.status.view import render
-
-        render(report, out)
-    return report.exit_code

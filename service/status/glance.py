@@ -1,5 +1,6 @@
-"""At a glance: times in UTC, the daemon's heartbeat, when the reboot window opens next,
-and why no reboot was asked for yet. Pure functions except the heartbeat file's I/O.
+"""At a glance: times in UTC, the daemon's heartbeat, and why no reboot was asked for yet.
+
+Pure functions except the heartbeat file's I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pathlib import Path
 
 from service.backends import admin_reboots
 from service.store.records import RebootIntent
-from service.window import Window
 from stager.atomic import write_atomic
 
 HEARTBEAT_EVERY = 30.0  # seconds between the daemon's heartbeats
@@ -24,11 +24,6 @@ def iso(epoch: float | None) -> str | None:
     if not epoch:
         return None
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def next_open(window: Window, now: datetime) -> datetime | None:
-    """``now`` if the window is open, else the next moment it opens (within 8 days)."""
-    return window.next_open(now)
 
 
 def write_heartbeat(path: Path, *, decision: str, at: float) -> None:

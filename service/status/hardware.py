@@ -18,6 +18,7 @@ from service.status.report import DeviceRow, DevicesRow, MemoryRow, Problem, Sig
 from service.store.generations import Store
 from service.store.state import BundleState, State
 from service.verify.signature.keyring import KernelKeyring, signer_key_id
+from stager.manifest import MemoryPolicy
 
 
 def devices_row(devices: pci.Devices | None) -> DevicesRow | None:
@@ -90,8 +91,6 @@ def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:
 def misplaced_memory(layout: Layout, state: State, config: Config | None) -> list[Problem]:
     """Hot-added blocks online in a zone the host's or an active bundle's policy rules out
     (the kernel onlined them before the policy was set, and they could not be moved)."""
-    from stager.manifest import MemoryPolicy
-
     policies: dict[MemoryPolicy, str] = {}
     if config is not None and config.hotplug_policy != "kernel":
         policies[MemoryPolicy(config.hotplug_policy)] = "the host's hotplug_policy"

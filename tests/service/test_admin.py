@@ -14,7 +14,6 @@ import pytest
 from service.cli import main
 from service.layout import Layout
 from service.parser import build_parser
-from service.reboot import reboot_required
 from service.store.generations import Store
 from service.store.phase import Phase
 from service.store.state import BundleState, Generation, State
@@ -95,7 +94,7 @@ def test_retry_clears_the_failure_and_makes_it_pending(layout: Layout) -> None:
     assert b.phase is Phase.PENDING and b.pending == v3 and b.active == v2
     assert b.generations[v3].failed is None and b.generations[v3].attempts == 0
     assert b.history[-1].note.startswith(f"admin: retry {v3[:12]}")
-    assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
+    assert load(layout.state).awaiting_reboot(KERNEL) == ["nvidia"]
     status = json.loads((layout.status / "nvidia.json").read_text())
     assert status["pending"] == v3 and status["failed"] == {}
     assert cli(layout, "retry", "nvidia")[0] == 1  # nothing failed any more
@@ -127,12 +126,12 @@ def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -
     _v1, _v2, _v3 = failed_upgrade(layout)
     assert cli(layout, "retry", "nvidia")[0] == 0
     assert cli(layout, "hold", "nvidia", "--json")[0] == 0
-    assert reboot_required(load(layout.state), KERNEL) == []
+    assert load(layout.state).awaiting_reboot(KERNEL) == []
     assert cli(layout, "hold", "nvidia")[0] == 1  # already held
     b = load(layout.state).bundle("nvidia")
     assert b.held and b.history[-1].note == "admin: hold" and b.phase is Phase.PENDING
     assert cli(layout, "release", "nvidia")[0] == 0
-    assert reboot_required(load(layout.state), KERNEL) == ["nvidia"]
+    assert load(layout.state).awaiting_reboot(KERNEL) == ["nvidia"]
     assert load(layout.state).bundle("nvidia").history[-1].note == "admin: release"
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
-    "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
+    "tomli_w": "stager.manifest bounds a manifest's canonical (written) size when reading it",
 }
 #: Standard-library packages that must stay off the boot path (each was on it once).
 NEVER = {
