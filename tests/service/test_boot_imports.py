@@ -39,14 +39,16 @@ NEVER = {
     "concurrent": "parallel verification of several files (intake, not boot)",
     "prometheus_client": "the metrics textfile has a built-in writer",
     "zstandard": "only for .ko.zst modules",
-    "pyudev": "the daemon's memory watcher",
+    "pyudev": "test-only, the reference the hotplug tests compare with (service.daemon.uevents "
+    "reads the kernel's uevents itself, and only in the daemon)",
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
     "urllib": "via prometheus_client",
     "cryptography": "ECDSA keys only (service.verify.signature.pubkey); RSA is one pow() and the "
-    "kernel's rsapubkey grammar; trusted certificates are read by the kernel's X.509 "
-    "grammar (service.verify.signature.x509), the project's one certificate parser",
-    "asn1crypto": "ECDSA signatures, key ids in words (verify.keyid)",
+    "kernel's rsapubkey grammar; every certificate, trusted or carried by a signature, is read "
+    "by the kernel's X.509 grammar (service.verify.signature.x509)",
+    "asn1crypto": "no longer a dependency: the kernel's own ASN.1 grammars read every value "
+    "(service.verify.signature.asn1), ECDSA signature values and names in key ids included",
     "logging": "service.logs writes its lines itself",
     "lzma": "only for .ko.xz modules",
     "gzip": "only for the running kernel's /proc/config.gz",
