@@ -1,8 +1,8 @@
 """A signer's kernel key id in words: the issuer's name and the serial, when it has them.
 
 For a SignerInfo v1 the kernel's key id is the raw serial INTEGER content octets
-followed by the raw issuer Name content octets (see KERNEL-FACTS.md §2); for v3 it
-is the subjectKeyIdentifier. :func:`describe_key_id` recovers the issuer and serial
+followed by the raw issuer Name content octets (docs/kernel.md, "The PKCS#7 message");
+for v3 it is the subjectKeyIdentifier. :func:`describe_key_id` recovers the issuer and serial
 from the first form so that an admin reads ``issuer "CN=…" serial 0x…`` instead of
 hex, and falls back to ``key id <hex>`` (an SKID, or anything it cannot split).
 """
