@@ -1,10 +1,12 @@
 """The ``modstage`` argument parser: every command's options, help and exit codes.
 
-:mod:`service.cli` imports this only when a command line is not the boot unit's own
-(``modstage boot [--root PREFIX] [--dry-run]``, read without argparse). Each
-subcommand names the module that runs it (``command``), imported by the CLI only
-when it runs. The container commands' arguments live beside their code, in
-:mod:`stager.args`.
+:mod:`service.cli` builds the parser on every run, ``modstage boot`` included, through
+:func:`build_parser`: given the command word it builds only that command's group (the
+whole parser, fifteen subcommand parsers, only for ``--help`` or a word it does not
+know), which keeps argparse's cost off the boot path. Each subcommand names the module
+that runs it (``command``), imported by the CLI only when it runs. Each command's exit
+codes are in :data:`EXIT_CODES` and in its ``--help``. The container commands'
+arguments live beside their code, in :mod:`stager.args`.
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``modstage`` argument parser; with ``command``, only that command's group.
 
     Parsing ``modstage COMMAND ...`` needs only COMMAND's parser, and building all
-    eighteen costs ``modstage boot`` (on every node's boot path) a few milliseconds of
+    fifteen costs ``modstage boot`` (on every node's boot path) a few milliseconds of
     gettext lookups; ``modstage --help`` and anything else get the whole parser.
     """
     parser = argparse.ArgumentParser(

@@ -1,8 +1,8 @@
 """Rebuild a minimal state when ``state.json`` is corrupt, so a boot never loads less.
 
-``state.save`` keeps ``last-good.json`` beside ``state.json``: each bundle's last
+``statefile.save`` keeps ``last-good.json`` beside ``state.json``: each bundle's last
 known good generation. When ``state.json`` cannot be read (it is moved aside by
-:func:`service.store.state.load`), :func:`load_or_rebuild` rebuilds a state from that
+:func:`service.store.statefile.load`), :func:`load_or_rebuild` rebuilds a state from that
 pointer and the store: each pointed-to generation still in the store becomes the
 bundle's active one, every other stored generation of the bundle is remembered as
 retained (an admin may roll back to it). The corrupt file stays set aside for an

@@ -4,10 +4,10 @@
 digest (over the signed bytes) and the sha256 of the whole file (the manifest's digest);
 when the signature uses sha256 the two share one hasher. A compressed module is
 decompressed into an unnamed temporary file (in the drop's private directory, see
-:func:`service.verify.budget.per_drop`) and checked from there: its image is never held
-in memory, the decompressor's window waits for :data:`~service.verify.budget.GATE`, and
-a size its header states over the cap (or over what the drop has left) is refused before
-anything is decompressed.
+:func:`service.verify.compressed.budget.per_drop`) and checked from there: its image is
+never held in memory, the decompressor's window waits for
+:data:`~service.verify.compressed.budget.GATE`, and a size its header states over the cap
+(or over what the drop has left) is refused before anything is decompressed.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
-    "tomli_w": "stager.manifest bounds a manifest's canonical (written) size when reading it",
+    "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
 }
 #: Standard-library packages that must stay off the boot path (each was on it once).
 NEVER = {
@@ -39,15 +39,16 @@ NEVER = {
     "concurrent": "parallel verification of several files (intake, not boot)",
     "prometheus_client": "the metrics textfile has a built-in writer",
     "zstandard": "only for .ko.zst modules",
-    "pyudev": "the daemon's memory watcher",
+    "pyudev": "test-only, the reference the hotplug tests compare with (service.daemon.uevents "
+    "reads the kernel's uevents itself, and only in the daemon)",
     "watchdog": "the daemon's drop watcher",
     "http": "via prometheus_client",
     "urllib": "via prometheus_client",
     "cryptography": "ECDSA keys only (service.verify.signature.pubkey); RSA is one pow() and the "
-    "kernel's rsapubkey grammar; trusted certificates are read by the kernel's X.509 "
-    "grammar (service.verify.signature.x509), the project's one certificate parser",
-    "asn1crypto": "no longer a dependency: the kernel's grammars read ECDSA signature values "
-    "(service.verify.signature.pubkey) and key ids' issuer names (.keyid)",
+    "kernel's rsapubkey grammar; every certificate, trusted or carried by a signature, is read "
+    "by the kernel's X.509 grammar (service.verify.signature.x509)",
+    "asn1crypto": "no longer a dependency: the kernel's own ASN.1 grammars read every value "
+    "(service.verify.signature.asn1), ECDSA signature values and names in key ids included",
     "logging": "service.logs writes its lines itself",
     "lzma": "only for .ko.xz modules",
     "gzip": "only for the running kernel's /proc/config.gz",

@@ -239,7 +239,7 @@ def test_panicking_generation_falls_back_after_max_attempts(
 
 # auto_online_blocks as each kernel boots: Debian 12's 6.1 leaves hot-added memory offline;
 # Debian 13's 6.12 (CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y) onlines it itself, into
-# ZONE_NORMAL, before any uevent (KERNEL-FACTS.md §13)
+# ZONE_NORMAL, before user space sees its uevent (docs/kernel.md, "Memory hotplug")
 BOOT_POLICY = {"6.1": "offline", "6.12": "online"}
 
 

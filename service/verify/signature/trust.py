@@ -43,8 +43,9 @@ class TrustedKey(NamedTuple):
 
     @classmethod
     def from_der(cls, der: bytes, source: str) -> TrustedKey:
-        """Parse one DER certificate as the kernel does (:func:`service.verify.x509.
-        parse_certificate`, the project's one certificate parser); raises :class:`TrustError`.
+        """Parse one DER certificate as the kernel does
+        (:func:`~service.verify.signature.x509.parse_certificate`, the parser verification
+        also runs over a signature's certificates); raises :class:`TrustError`.
 
         The key ids are the kernel's own (``serial || issuer``, the subjectKeyIdentifier);
         a certificate the kernel could not load with every feature enabled (an unknown

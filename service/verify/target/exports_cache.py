@@ -2,7 +2,7 @@
 
 :class:`Table` is what is read from the target's files (and what the cache holds); the
 cache is keyed by those files' paths, sizes and modification times
-(:meth:`service.verify.exports.Sources.key`). The file is a format line, the SHA-256 of
+(:meth:`service.verify.target.exports.Sources.key`). The file is a format line, the SHA-256 of
 the body and the body, marshalled: the symbols in :data:`BUCKETS` buckets, each
 unmarshalled when a name in it is first looked up (:class:`Packed`). A file that is
 damaged, truncated, of another format or keyed to other files is not used

@@ -4,8 +4,8 @@
     with SecureBootVm.boot(state_dir, vars_store=store, kernel=kernel) as vm:   # 6.1 or 6.12
         vm.read("/sys/kernel/security/lockdown")               # none [integrity] confidentiality
 
-The chain is a real host's (../KERNEL-FACTS.md §14): `OVMF_CODE_4M.secboot.fd` from `ovmf` on
-pflash unit 0 (read-only), a vars store made from `OVMF_VARS_4M.ms.fd` (Microsoft's keys, Secure
+The chain is a real Debian host's (the keyrings it fills: docs/kernel.md, "Keyrings and
+Secure Boot"): `OVMF_CODE_4M.secboot.fd` from `ovmf` on pflash unit 0 (read-only), a vars store made from `OVMF_VARS_4M.ms.fd` (Microsoft's keys, Secure
 Boot on) on unit 1, and a FAT ESP built without loop mounts (`sfdisk`, then mtools' `mformat`,
 `mmd`, `mcopy` at the partition's offset) holding `shimx64.efi.signed` as `EFI/BOOT/BOOTX64.EFI`,
 `grubx64.efi.signed` beside it, `EFI/debian/grub.cfg` (which the signed grub reads), the signed
