@@ -1,6 +1,7 @@
-"""Fixtures for the hardening tests: a host tree, signed modules, canaries, tmpfs mounts.
+"""Fixtures for the hardening tests: a host tree, canaries, tmpfs mounts.
 
-The session fixtures (kbuild modules, sign-file keys) are the service tests' own.
+The session fixtures (kbuild modules, sign-file keys, the signed modules), the host tree
+factory and ``make_intake`` are the service tests' own.
 """
 
 from __future__ import annotations
@@ -12,31 +13,36 @@ from pathlib import Path
 
 import pytest
 
-from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
-from tests.service.conftest import kernel, keydir, modules, other_key, rsa_key
-from tests.service.fakes import FakeKeyring, make_host
+from tests.service.conftest import (
+    HostTree,
+    host_tree,
+    kernel,
+    keydir,
+    modules,
+    other_key,
+    rsa_key,
+    signed,
+)
+from tests.service.fakes import make_intake
 
-__all__ = ["kernel", "keydir", "modules", "other_key", "rsa_key"]
-
-
-@pytest.fixture(scope="session")
-def signed(
-    modules: dict[str, Path], rsa_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
-    """Every test module signed with the trusted RSA key (once per session)."""
-    out = tmp_path_factory.mktemp("signed")
-    return {n: sign(p, rsa_key, out / f"{n}.ko") for n, p in modules.items()}
+__all__ = [
+    "host_tree",
+    "kernel",
+    "keydir",
+    "make_intake",
+    "modules",
+    "other_key",
+    "rsa_key",
+    "signed",
+]
 
 
 @pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree whose running kernel is the test modules' kernel."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem, {0: "online", 1: "offline"})
+def host(host_tree: HostTree) -> Layout:
+    """A host tree whose running kernel is the test modules' kernel, one memory block offline."""
+    return host_tree({0: "online", 1: "offline"})
 
 
 @pytest.fixture
@@ -46,13 +52,6 @@ def firmware_dir(tmp_path: Path) -> Path:
     (root / "fw").mkdir(parents=True)
     (root / "fw/blob.bin").write_bytes(b"firmware blob " * 64)
     return root
-
-
-def make_intake(layout: Layout, config: Config | None = None) -> Intake:
-    """An in-process intake with a keyring that trusts nothing (never asked: not enforcing)."""
-    return Intake(
-        layout, config or Config(), TrustStore.from_directory(layout.trusted), FakeKeyring(set())
-    )
 
 
 def stage_drop(

@@ -9,6 +9,7 @@ Classes: structure, sizes, names, TOML shapes, filesystem object types, and race
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,7 +24,10 @@ from pathlib import Path
 
 import tomli_w
 
-from stager.paths import MANIFEST_NAME, drop_name
+from service.layout import Layout
+from service.store import quarantine
+from service.store.dropfs import remove_tree
+from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name
 from tests.hardening.conftest import chain
 from tests.hardening.watch import AccessWatch
 
@@ -340,3 +344,43 @@ GENERATORS: list[Gen] = [
     odd_objects,
     racing,
 ]
+
+
+# after a round ---------------------------------------------------------------------------
+
+
+def pending(host: Layout, bundle: str, generation: str) -> bool:
+    """Whether ``bundle``'s status file names ``generation`` as pending."""
+    try:
+        doc = json.loads((host.status / f"{bundle}.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return bool(doc.get("pending") == generation)
+
+
+def drops_left(host: Layout) -> list[str]:
+    """Complete drops the daemon has still to handle (incomplete ones it rightly leaves)."""
+    return [
+        n
+        for n in os.listdir(host.incoming)
+        if parse_drop_name(n)
+        and os.path.lexists(host.incoming / n / MANIFEST_NAME)
+        and not quarantine.left_in_place(host, host.incoming / n)
+    ]
+
+
+def clear_non_drops(host: Layout, seen_before: set[str]) -> set[str]:
+    """Remove what the daemon rightly leaves alone (odd names, incomplete drops).
+
+    Only entries already left alone at the previous check are removed: one that just
+    became incomplete may be a drop the daemon is removing right now.
+    """
+    left = {
+        n
+        for n in os.listdir(host.incoming)
+        if parse_drop_name(n) is None or not os.path.lexists(host.incoming / n / MANIFEST_NAME)
+    }
+    for name in left & seen_before:
+        with contextlib.suppress(OSError):
+            remove_tree(host.incoming, name, max_entries=1 << 20)
+    return left - seen_before

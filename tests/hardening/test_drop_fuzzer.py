@@ -2,9 +2,10 @@
 
 Each round plants ``MODSTAGE_FUZZ_PER_ROUND`` hostile drops (tests/hardening/fuzz_drops.py)
 and stages one good drop of another bundle, then checks: the daemon is alive and has fed
-its watchdog (``NOTIFY_SOCKET`` is a socket of this test), the good drop became pending
-within 2 s (or, on a host that is itself slower at that moment, within three times the
-slower of the two quiet rounds around it), nothing outside the drop was opened (inotify on
+its watchdog within the unit's ``WatchdogSec`` (``NOTIFY_SOCKET`` is a socket of this
+test), the good drop became pending (within 30 s: only a stuck daemon misses that; what an
+attack costs a good drop is measured by ``bench/attacked``, not here, since a test's wall
+time on a shared machine says nothing), nothing outside the drop was opened (inotify on
 the canaries and on every FIFO, device node and socket planted), nothing was written
 outside the places the daemon may write (every other path of the test's tree, the host
 root and the canaries included, keeps its inode, mode, size and mtime; the default paths
@@ -24,7 +25,6 @@ import random
 import signal
 import socket
 import stat
-import statistics
 import subprocess
 import sys
 import threading
@@ -39,23 +39,20 @@ import pytest
 from service.config import Limits
 from service.layout import Layout
 from service.store import quarantine
-from service.store.dropfs import remove_tree
 from service.store.rejection import MAX_STATUS_FILES
 from stager.drop import ModuleSpec, stage
 from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.paths import MANIFEST_NAME
 from tests.hardening.fuzz_bombs import BOMBS
-from tests.hardening.fuzz_drops import GENERATORS, World
+from tests.hardening.fuzz_drops import GENERATORS, World, clear_non_drops, drops_left, pending
 from tests.hardening.invariants import published_problems, state_of
 from tests.hardening.watch import AccessWatch
 
 CASES = int(os.environ.get("MODSTAGE_FUZZ_CASES", "1000"))
 SEED = int(os.environ.get("MODSTAGE_FUZZ_SEED", "17"))
 PER_ROUND = int(os.environ.get("MODSTAGE_FUZZ_PER_ROUND", "6"))
-GOOD_WITHIN = 2.0
-MEDIAN_SLACK = 0.5  # s an attack may add to the median good drop (measured: -0.4 to -0.3)
-QUIET_EVERY = 5  # every 5th round stages the good drop alone
-WATCHDOG_USEC = 10_000_000  # systemd's unit says 30 s; a loaded CI machine needs slack
+GOOD_WITHIN = 30.0  # s: a bound for a stuck daemon, not a latency figure (bench/attacked)
+WATCHDOG_USEC = 30_000_000  # deploy/systemd/modstage.service: WatchdogSec=30s
 MAX_STATUS_BYTES = 64 << 10
 MAX_LOG_LINE = 64 << 10
 MAX_LOG_PER_CASE = 64 << 10
@@ -243,52 +240,9 @@ def _writable(host: Layout, tmp_path: Path, log: Path) -> list[Path]:
     ]
 
 
-def _bracketing_quiet(quiet: dict[int, float], rnd: int) -> float:
-    """The slower of the quiet rounds just before and just after attacked round ``rnd``."""
-    before = max(r for r in quiet if r < rnd)
-    after = min(r for r in quiet if r > rnd)
-    return max(quiet[before], quiet[after])
-
-
 def _tail(log: Path) -> str:
     lines = log.read_bytes().splitlines()[-12:]
     return "\n".join(line[:300].decode(errors="replace") for line in lines)
-
-
-def _pending(host: Layout, generation: str) -> bool:
-    try:
-        doc = json.loads((host.status / "good.json").read_bytes())
-    except (OSError, ValueError):
-        return False
-    return bool(doc.get("pending") == generation)
-
-
-def _drops_left(host: Layout) -> list[str]:
-    """Complete drops the daemon has still to handle (incomplete ones it rightly leaves)."""
-    return [
-        n
-        for n in os.listdir(host.incoming)
-        if parse_drop_name(n)
-        and os.path.lexists(host.incoming / n / MANIFEST_NAME)
-        and not quarantine.left_in_place(host, host.incoming / n)
-    ]
-
-
-def _clear_non_drops(host: Layout, seen_before: set[str]) -> set[str]:
-    """Remove what the daemon rightly leaves alone (odd names, incomplete drops).
-
-    Only entries already left alone at the previous check are removed: one that just
-    became incomplete may be a drop the daemon is removing right now.
-    """
-    left = {
-        n
-        for n in os.listdir(host.incoming)
-        if parse_drop_name(n) is None or not os.path.lexists(host.incoming / n / MANIFEST_NAME)
-    }
-    for name in left & seen_before:
-        with contextlib.suppress(OSError):
-            remove_tree(host.incoming, name, max_entries=1 << 20)
-    return left - seen_before
 
 
 def _bounded(host: Layout, log: Path, cases: int) -> list[str]:
@@ -328,8 +282,9 @@ def test_hostile_drops_against_running_daemon(
     signed: dict[str, Path],
     served: tuple[subprocess.Popen[bytes], Notifications, Path],
 ) -> None:
-    """Thousands of hostile drops: the daemon lives, feeds its watchdog, takes good drops fast,
-    opens no planted node nor canary, and writes nowhere but its own places."""
+    """Thousands of hostile drops: the daemon lives, feeds its watchdog, takes in every good
+    drop staged meanwhile, opens no planted node nor canary, and writes nowhere but its own
+    places."""
     proc, notes, log = served
     before_root = {p: p.exists() for p in ROOT_PATHS}
     outside = _outside(tmp_path)
@@ -341,23 +296,17 @@ def test_hostile_drops_against_running_daemon(
     world = World(host.incoming, _template(tmp_path, kernel, signed), outside, [], nodes)
     writable = _writable(host, tmp_path, log)
     untouched = _untouched(tmp_path, writable, canaries)
-    latencies: dict[int, float] = {}
-    quiet_latencies: dict[int, float] = {}
     kinds: dict[str, int] = {}
-    slow: list[tuple[float, list[str]]] = []
     cases = 0
     left_alone: set[str] = set()
     try:
         for rnd in itertools.count():
-            planted: list[str] = []
-            quiet = rnd % QUIET_EVERY == 0  # no attack: what a good drop takes on this host now
-            for _ in range(0 if quiet else PER_ROUND):
+            for _ in range(PER_ROUND):
                 try:
                     kind = rng.choice(GENERATORS + BOMBS)(rng, world).split(":")[0]
                 except OSError as exc:  # the fuzzer's own setup lost a race with the daemon
                     kind = f"setup-failed {exc.strerror}"
                 kinds[kind] = kinds.get(kind, 0) + 1
-                planted.append(kind)
                 cases += 1
             good = stage(
                 host.incoming,
@@ -367,23 +316,20 @@ def test_hostile_drops_against_running_daemon(
                 modules=[ModuleSpec(signed["ms_exporter"], "")],
             )
             generation = Manifest.from_toml((good / MANIFEST_NAME).read_bytes()).digest
-            started = time.monotonic()
-            while not _pending(host, generation):
+            deadline = time.monotonic() + GOOD_WITHIN
+            while not pending(host, "good", generation):
                 assert proc.poll() is None, f"daemon died in round {rnd}: {log.read_text()[-3000:]}"
-                assert time.monotonic() - started < 30, f"round {rnd}: good drop never pending"
+                assert time.monotonic() < deadline, f"round {rnd}: good drop never pending"
                 time.sleep(0.005)
-            (quiet_latencies if quiet else latencies)[rnd] = time.monotonic() - started
-            if not quiet and latencies[rnd] > GOOD_WITHIN / 2:
-                slow.append((round(latencies[rnd], 3), planted))
             for thread in world.races:
                 thread.join(timeout=5)
             world.races.clear()
             deadline = time.monotonic() + 30
-            while _drops_left(host):
+            while drops_left(host):
                 assert proc.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, f"round {rnd}: left {_drops_left(host)}"
+                assert time.monotonic() < deadline, f"round {rnd}: left {drops_left(host)}"
                 time.sleep(0.02)
-            left_alone = _clear_non_drops(host, left_alone)
+            left_alone = clear_non_drops(host, left_alone)
             assert proc.poll() is None
             gap = notes.widest_gap("WATCHDOG=1")
             assert gap < WATCHDOG_USEC / 1e6, (
@@ -399,7 +345,7 @@ def test_hostile_drops_against_running_daemon(
             changed = _changed(untouched, _untouched(tmp_path, writable, canaries))
             assert changed == [], f"round {rnd}: wrote outside its own places: {changed[:20]}"
             assert _bounded(host, log, cases) == [], f"round {rnd}"
-            if quiet and cases >= CASES:  # every attacked round has a quiet round on each side
+            if cases >= CASES:
                 break
     except BaseException:
         if proc.poll() is None:  # where was it? faulthandler writes every thread's stack
@@ -413,37 +359,16 @@ def test_hostile_drops_against_running_daemon(
             thread.join(timeout=5)
     assert _digest_tree(outside) == outside_digest
     assert published_problems(host) == []
-    # 2 s on an idle host; on a loaded one (CI shares its cores) a good drop alone is
-    # slower too: each attacked round is held to the quiet rounds on either side of it,
-    # so one slow moment of the host widens the bound for its neighbours only
-    over = {
-        rnd: (round(took, 3), round(bound, 3))
-        for rnd, took in latencies.items()
-        if took >= (bound := max(GOOD_WITHIN, 3 * _bracketing_quiet(quiet_latencies, rnd)))
-    }
-    median = statistics.median(latencies.values())
-    quiet_median = statistics.median(quiet_latencies.values())
     summary = {
         "cases": cases,
-        "rounds": len(latencies),
+        "rounds": rnd + 1,
         "seed": SEED,
-        "worst_good_latency_s": round(max(latencies.values()), 3),
-        "median_good_latency_s": round(median, 3),
-        "worst_quiet_latency_s": round(max(quiet_latencies.values()), 3),
-        "median_quiet_latency_s": round(quiet_median, 3),
         "kinds": dict(sorted(kinds.items())),
-        "slow_rounds": slow,
-        "over_bound": over,
+        "widest_watchdog_gap_s": round(notes.widest_gap("WATCHDOG=1"), 3),
+        "widest_gap_from": datetime.fromtimestamp(notes.gap_at("WATCHDOG=1"), UTC).isoformat(),
     }
     print("fuzz:", json.dumps(summary))
-    summary["widest_watchdog_gap_s"] = round(notes.widest_gap("WATCHDOG=1"), 3)
-    summary["widest_gap_from"] = datetime.fromtimestamp(notes.gap_at("WATCHDOG=1"), UTC).isoformat()
-    print("fuzz:", json.dumps(summary))
-    assert over == {}, summary
-    # and typically an attack costs a good drop little: a stall per hostile drop, which
-    # each round's bound absorbs on a slow host, still shows in the median
-    assert median < quiet_median + MEDIAN_SLACK, summary
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     with contextlib.suppress(FileNotFoundError):
-        assert os.listdir(host.incoming) == [] or _drops_left(host) == []
+        assert os.listdir(host.incoming) == [] or drops_left(host) == []

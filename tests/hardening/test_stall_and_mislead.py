@@ -129,13 +129,12 @@ def test_unremovable_drop_goes_to_quarantine_once(
 
 
 def test_after_list_at_its_limit_is_accepted() -> None:
-    """256 ``after`` names (the limit) are valid and validated quickly."""
+    """256 ``after`` names (the limit) are valid (what they cost: the next test)."""
     text = tomli_w.dumps(
         {"schema": 1, "bundle": "a", "version": "1", "kernel": "k", "after": _names(256)}
     )
-    started = time.monotonic()
     manifest = Manifest.from_toml(text + _MODULE)
-    assert len(manifest.after) == 256 and time.monotonic() - started < 1.0
+    assert len(manifest.after) == 256
 
 
 _MODULE = '[[module]]\nfile = "modules/a.ko"\nsha256 = "' + "0" * 64 + '"\n'
@@ -146,15 +145,16 @@ def _names(n: int) -> list[str]:
 
 
 def test_after_list_over_limit() -> None:
-    """Over 256 ``after`` names: one problem, in well under a second (was quadratic)."""
+    """Over 256 ``after`` names: one problem, in well under a second of CPU time (was
+    quadratic); CPU time, which the machine's other load barely moves, not wall time."""
     text = tomli_w.dumps(
         {"schema": 1, "bundle": "a", "version": "1", "kernel": "k", "after": _names(40_000)}
     )
     text += _MODULE
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(ManifestError) as err:
         Manifest.from_toml(text)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert err.value.problems == ("after: 40000 entries, more than 256",)
 
 
@@ -485,11 +485,13 @@ def test_long_step_feeds_the_watchdog_only_while_it_progresses(
         reader = threading.Thread(target=read)
         reader.start()
         with daemon.feeding():
-            time.sleep(2.5)  # progresses for 1 s (max_seconds), then looks stuck
+            time.sleep(4.0)  # progresses for 1 s (max_seconds), then looks stuck
         done.set()
         reader.join()
     assert len(seen) >= 4, seen
-    assert max(seen) < 1.5, seen  # nothing once the step was stuck past max_seconds
+    # nothing once the step was stuck past max_seconds: the last ping came at about 1 s,
+    # 1.5 s of slack for a reader thread delayed on a loaded machine, 1.5 s to the end
+    assert max(seen) < 2.5, seen
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ every test that changes bytes works on its own copy under ``tmp_path``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -14,6 +16,7 @@ from service.layout import Layout
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
 from tests.kmod import SigningKey, build_modules, install_target, kernel_release, make_key, sign
+from tests.service.fakes import make_host
 
 
 @pytest.fixture(scope="session")
@@ -86,24 +89,52 @@ def signed_ec(modules: dict[str, Path], ec_key: SigningKey, keydir: Path) -> Pat
     return sign(modules["ms_params"], ec_key, keydir / "ec.ko", hash="sha384", skid=True)
 
 
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree (``fakes.make_host``) with memory blocks 0-1 online and 2-4 offline.
+class HostTree(Protocol):
+    """Builds the test's host tree: memory blocks as given, ``sig_enforce`` set if asked."""
 
-    Test modules that need another host define their own ``host``.
+    def __call__(
+        self, blocks: Mapping[int, str] | None = None, *, enforcing: bool = False
+    ) -> Layout:
+        """A host tree under ``tmp_path / "root"`` (one per test)."""
+        ...
+
+
+@pytest.fixture
+def host_tree(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> HostTree:
+    """Builds a host tree (``fakes.make_host``) trusting the RSA key, whose running kernel is
+    the test modules' kernel: ``blocks`` its memory blocks (none by default), ``enforcing``
+    writes ``Y`` to ``module.sig_enforce``. The one way test modules make their ``host``."""
+
+    def build(blocks: Mapping[int, str] | None = None, *, enforcing: bool = False) -> Layout:
+        layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem, dict(blocks or {}))
+        if enforcing:
+            layout.sig_enforce.parent.mkdir(parents=True)
+            layout.sig_enforce.write_text("Y\n")
+        return layout
+
+    return build
+
+
+@pytest.fixture
+def host(host_tree: HostTree) -> Layout:
+    """A host tree with memory blocks 0-1 online and 2-4 offline.
+
+    A test module that needs another host defines its own ``host`` from ``host_tree``.
     """
-    from tests.service.fakes import make_host
+    return host_tree({0: "online", 1: "online", 2: "offline", 3: "offline", 4: "offline"})
 
-    return make_host(
-        tmp_path / "root",
-        kernel,
-        rsa_key.cert_pem,
-        {0: "online", 1: "online", 2: "offline", 3: "offline", 4: "offline"},
-    )
+
+@pytest.fixture(scope="session")
+def signed(
+    modules: dict[str, Path], rsa_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Every test module signed with the trusted RSA key, by module name (once per session:
+    tests copy, never change, these files)."""
+    out = tmp_path_factory.mktemp("signed")
+    return {n: sign(p, rsa_key, out / f"{n}.ko") for n, p in modules.items()}
 
 
 @pytest.fixture
-def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
-    """All test modules signed with the trusted RSA key."""
-    (tmp_path / "signed").mkdir()
-    return {n: sign(p, rsa_key, tmp_path / "signed" / f"{n}.ko") for n, p in modules.items()}
+def module(signed: dict[str, Path]) -> Path:
+    """ms_params signed with the trusted key: the module a test stages when any one will do."""
+    return signed["ms_params"]

@@ -24,6 +24,9 @@ from tests.kmod.target import install_target
 
 if TYPE_CHECKING:
     from service.boot.loader import Boot
+    from service.config import Config
+    from service.store.intake import Intake
+    from service.verify.signature.keyring import Keyring
 
 
 def module_identity(read_at: ReadAt, size: int, fallback: str) -> ModInfo:
@@ -259,6 +262,24 @@ def make_host(
     return layout
 
 
+def make_intake(
+    layout: Layout, config: Config | None = None, keyring: Keyring | None = None
+) -> Intake:
+    """An in-process intake on ``layout`` trusting its ``trusted.d``, with ``config`` (the
+    defaults if none) and ``keyring`` (by default one that trusts nothing, never asked while
+    the kernel does not enforce)."""
+    from service.config import Config
+    from service.store.intake import Intake
+    from service.verify.signature.trust import TrustStore
+
+    return Intake(
+        layout,
+        config or Config(),
+        TrustStore.from_directory(layout.trusted),
+        keyring or FakeKeyring(set()),
+    )
+
+
 def pending(
     host: Layout,
     kernel: str,
@@ -268,9 +289,6 @@ def pending(
     **kw: Any,
 ) -> str:
     """Stage ``mods`` (file, parameters) as a bundle and take it in; the pending generation."""
-    from service.config import Config
-    from service.store.intake import Intake
-    from service.verify.signature.trust import TrustStore
     from stager.drop import ModuleSpec, stage
 
     stage(
@@ -281,8 +299,7 @@ def pending(
         modules=[ModuleSpec(p, params) for p, params in mods],
         **kw,
     )
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
-    [outcome] = intake.run()
+    [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
     return str(outcome.generation)
 

@@ -29,23 +29,15 @@ from service.store.statefile import load
 from service.verify.signature.trust import TrustStore
 from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
+from tests.service.conftest import HostTree
 from tests.service.fake_clock import FakeClock
-from tests.service.fakes import FakeKeyring, FakeSysfs, make_host
+from tests.service.fakes import FakeKeyring, FakeSysfs
 
 
 @pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+def host(host_tree: HostTree) -> Layout:
     """A host tree with two offline memory blocks."""
-    return make_host(
-        tmp_path / "root", kernel, rsa_key.cert_pem, {0: "online", 1: "offline", 2: "offline"}
-    )
-
-
-@pytest.fixture
-def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
-    """ms_params signed with the trusted key."""
-    return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
+    return host_tree({0: "online", 1: "offline", 2: "offline"})
 
 
 class CountingIntake(Intake):

@@ -15,16 +15,9 @@ from service.kernel.recording import RecordingKernel
 from service.layout import Layout
 from service.reboot import KuredSentinel, NoRebooter
 from service.store.intake import Intake
-from tests.kmod import SigningKey
-from tests.service.fakes import FakeKernel, make_host
+from tests.service.fakes import FakeKernel
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree trusting the RSA test key."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
 
 
 def test_each_part_is_built_once_from_the_layout(host: Layout) -> None:

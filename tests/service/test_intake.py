@@ -4,52 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.statefile import load
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, install_target, sign
-from tests.service.fakes import FakeKeyring
-
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host root: the RSA test certificate trusted, the running kernel = the test kernel."""
-    layout = Layout(tmp_path / "root")
-    layout.trusted.mkdir(parents=True)
-    shutil.copy(rsa_key.cert_pem, layout.trusted / "test.pem")
-    (layout.proc / "sys/kernel").mkdir(parents=True)
-    layout.os_release.write_text(kernel + "\n")
-    layout.incoming.mkdir(parents=True)
-    install_target(layout.root, kernel)  # the target's vermagic and config
-    return layout
-
-
-@pytest.fixture
-def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
-    """ms_exporter and ms_consumer signed with the trusted RSA key."""
-    out = tmp_path / "signed"
-    out.mkdir()
-    return {n: sign(modules[n], rsa_key, out / f"{n}.ko") for n in ("ms_exporter", "ms_consumer")}
-
-
-def _intake(
-    layout: Layout, config: Config | None = None, keyring: FakeKeyring | None = None
-) -> Intake:
-    return Intake(
-        layout,
-        config or Config(),
-        TrustStore.from_directory(layout.trusted),
-        keyring or FakeKeyring(set()),
-    )
+from tests.kmod import SigningKey, sign
+from tests.service.fakes import FakeKeyring, make_intake
 
 
 def _stage(
@@ -74,7 +39,7 @@ def test_drop_becomes_a_pending_read_only_generation(
 ) -> None:
     """A good drop is copied, verified, published read-only, recorded pending, and removed."""
     drop = _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
     state = load(host.state).bundle("test")
     assert state.phase is Phase.PENDING and state.pending == outcome.generation
@@ -94,9 +59,9 @@ def test_same_drop_twice_is_the_same_generation(
 ) -> None:
     """Taking in identical drops yields one generation and one history entry."""
     _stage(host, [signed["ms_exporter"]], kernel)
-    [first] = _intake(host).run()
+    [first] = make_intake(host).run()
     _stage(host, [signed["ms_exporter"]], kernel)
-    [second] = _intake(host).run()
+    [second] = make_intake(host).run()
     assert first.generation == second.generation
     assert len(load(host.state).bundle("test").history) == 1
 
@@ -111,12 +76,12 @@ def test_untrusted_signature_is_rejected_and_changes_nothing(
 ) -> None:
     """A module signed by an unknown key: rejected with the reason; state and store untouched."""
     _stage(host, [signed["ms_exporter"]], kernel)
-    _intake(host).run()
+    make_intake(host).run()
     before = host.state.read_bytes()
     store_before = sorted(host.store.iterdir())
     bad = sign(modules["ms_params"], other_key, tmp_path / "ms_params.ko")
     drop = _stage(host, [bad], kernel, version="2")
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host).run()
     assert not outcome.accepted
     assert (
         outcome.reasons
@@ -136,7 +101,7 @@ def test_untrusted_signature_is_rejected_and_changes_nothing(
 def test_vermagic_for_another_kernel_is_rejected(host: Layout, signed: dict[str, Path]) -> None:
     """A manifest claiming another kernel than the modules' vermagic is refused."""
     _stage(host, [signed["ms_exporter"]], "6.12.0-1-amd64")
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host).run()
     assert not outcome.accepted
     assert any("vermagic" in r for r in outcome.reasons), outcome.reasons
 
@@ -156,7 +121,7 @@ def test_unsafe_files_are_rejected(
     """Symlinks, FIFOs and hard-linked files in a drop are refused, naming the file."""
     drop = _stage(host, [signed["ms_exporter"]], kernel)
     plant(drop / "modules" / "ms_exporter.ko")  # type: ignore[operator]
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host).run()
     assert outcome.reasons[0].startswith(f"{drop}/modules/ms_exporter.ko: {reason}")
     assert not host.state.exists()
 
@@ -176,7 +141,7 @@ def test_host_policy_narrows_what_a_bundle_may_ask(
         memory="online",
         modules=[ModuleSpec(signed["ms_exporter"], "NVreg-Debug=1")],
     )
-    [outcome] = _intake(host, config).run()
+    [outcome] = make_intake(host, config).run()
     assert outcome.reasons == (
         "bundle 'test' is not allowed on this host",
         "memory policy 'online' is not allowed on this host",
@@ -194,7 +159,7 @@ def test_preflight_asks_the_enforcing_kernel(
     enforce.write_text("Y\n")
     _stage(host, [signed["ms_exporter"]], kernel)
     keyring = FakeKeyring(set())
-    [outcome] = _intake(host, keyring=keyring).run()
+    [outcome] = make_intake(host, keyring=keyring).run()
     assert not outcome.accepted
     [reason] = outcome.reasons
     [certificate] = [p for p in host.trusted.iterdir() if p.suffix == ".pem"]
@@ -204,7 +169,7 @@ def test_preflight_asks_the_enforcing_kernel(
     )
     assert f"): enroll it as a MOK: mokutil --import {certificate}, then reboot" in reason
     _stage(host, [signed["ms_exporter"]], kernel)
-    [outcome] = _intake(host, keyring=FakeKeyring(set(keyring.asked))).run()
+    [outcome] = make_intake(host, keyring=FakeKeyring(set(keyring.asked))).run()
     assert outcome.accepted
 
 
@@ -219,7 +184,7 @@ def test_old_generations_are_collected_but_not_active_or_pending(
     ids = []
     for version in "12345":
         _stage(host, [signed["ms_exporter"]], kernel, version=version)
-        [o] = _intake(host, Config(retain=2)).run()
+        [o] = make_intake(host, Config(retain=2)).run()
         ids.append(o.generation)
         if version == "1":  # pretend generation 1 booted fine: it is the last known good
             state = load(host.state)
@@ -241,7 +206,7 @@ def test_without_any_export_list_the_config_decides_about_unknown_crcs(
     assert not host.kernel_image(kernel).exists()
     (host.root / "lib/modules" / kernel / "build/Module.symvers").unlink()
     _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
-    [outcome] = _intake(host, Config(require_symbol_crcs=require)).run()
+    [outcome] = make_intake(host, Config(require_symbol_crcs=require)).run()
     if require:
         assert not outcome.accepted
         assert any("(policy)" in r and "known exports" in r for r in outcome.reasons), outcome
@@ -273,7 +238,7 @@ def test_a_drop_that_cannot_be_removed_is_taken_in_once(
     subprocess.run(["mount", "--bind", str(drop), str(drop)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(drop)], check=True)
-        intake = _intake(host)
+        intake = make_intake(host)
         with capture_logs() as logs:
             [first] = intake.run()
             again = intake.run()

@@ -12,25 +12,17 @@ import zstandard
 
 from service.config import Config, Limits
 from service.layout import Layout
-from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.statefile import load
 from service.verify.compressed import budget
 from service.verify.compressed.decompress import CHUNK
 from service.verify.compressed.stated import MAX_WINDOW
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
-from tests.service.fakes import FakeKeyring, make_host
+from tests.service.fakes import make_intake
 
 MiB = 1 << 20
 SMALL = Config(limits=replace(Limits(), max_decompressed_bytes=256 * MiB))  # a faster test
-
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree whose trusted key signed ``good``."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
 
 
 @pytest.fixture
@@ -40,11 +32,6 @@ def good(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
     out = tmp_path / "ms_params.ko.xz"
     out.write_bytes(compress(signed.read_bytes(), "xz"))
     return out
-
-
-def _intake(host: Layout, config: Config | None = None) -> Intake:
-    keyring = FakeKeyring(set())
-    return Intake(host, config or Config(), TrustStore.from_directory(host.trusted), keyring)
 
 
 def _bombs(where: Path, count: int, size: int) -> list[Path]:
@@ -78,7 +65,7 @@ def test_many_bombs_with_forced_workers_stay_within_the_gate(
         kernel=kernel,
         modules=[ModuleSpec(good), *(ModuleSpec(b) for b in bombs)],
     )
-    [outcome] = _intake(host, SMALL).run()
+    [outcome] = make_intake(host, SMALL).run()
     assert not outcome.accepted
     refused = [r for r in outcome.reasons if "bomb" in r]
     assert len(refused) == 16, outcome.reasons
@@ -103,7 +90,7 @@ def test_the_drops_decompressed_bytes_are_bounded_by_the_config(
         kernel=kernel,
         modules=[ModuleSpec(b) for b in bombs],
     )
-    [outcome] = _intake(host, Config(limits=limits)).run()
+    [outcome] = make_intake(host, Config(limits=limits)).run()
     assert not outcome.accepted
     assert any("limits.max_decompressed_bytes" in r for r in outcome.reasons), outcome.reasons
     assert list(host.store.iterdir()) == []
@@ -122,7 +109,7 @@ def test_the_limit_is_per_drop(host: Layout, good: Path, kernel: str) -> None:
             kernel=kernel,
             modules=[ModuleSpec(good)],
         )
-    outcomes = _intake(host, config).run()
+    outcomes = make_intake(host, config).run()
     assert len(outcomes) == 3 and all(o.accepted for o in outcomes), outcomes
 
 
@@ -139,7 +126,7 @@ def test_bombs_next_to_a_good_bundle_leave_it_taken_in(
         modules=[ModuleSpec(b) for b in _bombs(tmp_path / "bombs", 8, 600 * MiB)],
     )
     stage(host.incoming, bundle="nvidia", version="1", kernel=kernel, modules=[ModuleSpec(good)])
-    outcomes = {o.bundle: o for o in _intake(host, SMALL).run()}
+    outcomes = {o.bundle: o for o in make_intake(host, SMALL).run()}
     assert outcomes["nvidia"].accepted, outcomes["nvidia"].reasons
     assert not outcomes["evil"].accepted
     state = load(host.state)

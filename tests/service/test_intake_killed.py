@@ -22,9 +22,6 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from tests.service.test_intake_runner import host, module  # the same host and module
-
-__all__ = ["host", "module"]  # fixtures, shared with the intake runner's tests
 
 
 def _quarantined(host: Layout) -> list[Path]:

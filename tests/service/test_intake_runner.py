@@ -20,22 +20,8 @@ from service.store.outcome import Outcome
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree whose trusted key signed ``module``."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
-
-
-@pytest.fixture
-def module(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
-    """ms_params signed with the trusted key."""
-    return sign(modules["ms_params"], rsa_key, tmp_path / "ms_params.ko")
 
 
 def _work(host: Layout) -> None:

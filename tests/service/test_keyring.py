@@ -6,14 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
 from service.verify.signature.keyring import enforcing
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import make_host
+from tests.service.fakes import make_intake
 
 
 class NeverAsked:
@@ -24,12 +21,6 @@ class NeverAsked:
 
     def blacklisted(self, sha256: str) -> bool:
         raise AssertionError(f"asked about hash {sha256}")
-
-
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree trusting the RSA test key; the running kernel is the target."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
 
 
 def _sig_enforce(layout: Layout) -> Path:
@@ -68,7 +59,7 @@ def test_intake_keeps_the_drop_while_enforcement_is_unknown(
         host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)]
     )
     _sig_enforce(host).mkdir()
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), NeverAsked())
+    intake = make_intake(host, keyring=NeverAsked())
     [outcome] = intake.run()
     assert outcome.deferred and not outcome.accepted
     assert "sig_enforce" in outcome.reasons[0] and "cannot tell" in outcome.reasons[0]

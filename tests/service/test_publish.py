@@ -18,15 +18,14 @@ from service.daemon.loop import Daemon
 from service.errors import ConfigError
 from service.layout import Layout
 from service.reboot import CommandRebooter
-from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.publish import incoming_dirs
 from service.store.statefile import load
 from service.verify.signature.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
-from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeKernel, FakeKeyring, make_host
+from tests.service.conftest import HostTree
+from tests.service.fakes import FakeKernel, make_intake
 
 POD_IN = "/run/nvidia/modstage/incoming"
 POD_STATUS = "/run/nvidia/modstage/status"
@@ -38,22 +37,20 @@ OPERATOR = Config(
 
 
 @pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+def host(host_tree: HostTree) -> Layout:
     """A host tree whose pod incoming directory exists (the daemon creates it)."""
-    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
+    layout = host_tree()
     layout.host(POD_IN).mkdir(parents=True)
     return layout
 
 
 @pytest.fixture
-def signed(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> dict[str, Path]:
-    """Two test modules signed with the trusted key, under NVIDIA's file names."""
-    out = tmp_path / "signed"
-    out.mkdir()
+def signed(signed: dict[str, Path]) -> dict[str, Path]:
+    """The signed test modules by the part they play: NVIDIA's two modules, and a bad one."""
     return {
-        "nvidia": sign(modules["ms_exporter"], rsa_key, out / "ms_exporter.ko"),
-        "uvm": sign(modules["ms_params"], rsa_key, out / "ms_params.ko"),
-        "bad": sign(modules["ms_firmware"], rsa_key, out / "ms_firmware.ko"),
+        "nvidia": signed["ms_exporter"],
+        "uvm": signed["ms_params"],
+        "bad": signed["ms_firmware"],
     }
 
 
@@ -75,10 +72,6 @@ def _drop(
         modules=[ModuleSpec(signed["nvidia"]), second],
         **kw,
     )  # type: ignore[arg-type]
-
-
-def _intake(host: Layout, config: Config = OPERATOR) -> Intake:
-    return Intake(host, config, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
 
 
 def _boot(host: Layout, kernel: FakeKernel) -> Boot:
@@ -127,7 +120,7 @@ def test_drop_in_the_pod_directory_is_taken_with_its_digest(
     """A drop under /run/nvidia is taken in; its digest recorded; the pod's status copy has it."""
     drop = _drop(host, signed, kernel, "1", config_digest="1234abcd")
     assert (drop / DIGEST_NAME).read_text() == "1234abcd\n"
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host, OPERATOR).run()
     assert outcome.accepted, outcome.reasons
     assert not drop.exists()
     assert (host.config_digests / str(outcome.generation)).read_text() == "1234abcd\n"
@@ -146,7 +139,7 @@ def test_a_directory_not_configured_is_not_read(
 ) -> None:
     """With the default config the pod directory is not an incoming directory at all."""
     drop = _drop(host, signed, kernel, "1")
-    assert _intake(host, Config()).run() == []
+    assert make_intake(host, Config()).run() == []
     assert drop.exists()
 
 
@@ -164,7 +157,7 @@ def test_a_bad_digest_rejects_the_drop(
     """A digest file that is not one short printable word rejects the drop, naming the file."""
     drop = _drop(host, signed, kernel, "1", config_digest="ok")
     (drop / DIGEST_NAME).write_bytes(content)
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host, OPERATOR).run()
     assert not outcome.accepted
     assert f"{drop / DIGEST_NAME}:" in outcome.reasons[0] and reason in outcome.reasons[0]
     assert load(host.state).bundle("nvidia").phase is Phase.NONE
@@ -174,7 +167,7 @@ def test_a_symlinked_digest_is_refused(host: Layout, signed: dict[str, Path], ke
     """The digest file is read like every drop file: a symlink out of the drop is refused."""
     drop = _drop(host, signed, kernel, "1")
     (drop / DIGEST_NAME).symlink_to("/etc/hostname")
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host, OPERATOR).run()
     assert not outcome.accepted and "is a symbolic link" in outcome.reasons[0]
 
 
@@ -183,7 +176,7 @@ def test_boot_writes_the_digest_of_the_live_generation(
 ) -> None:
     """Once live, the generation's digest is the state file's exact content (no newline)."""
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host, OPERATOR).run()
     state = _boot(host, FakeKernel()).run()
     assert state.bundle("nvidia").active == outcome.generation
     assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
@@ -201,10 +194,10 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
     v1's digest again, and a plain reboot keeps it: no reboot loop."""
     kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    [first] = _intake(host).run()
+    [first] = make_intake(host, OPERATOR).run()
     _boot(host, kernel_view).run()
     _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
-    [second] = _intake(host).run()
+    [second] = make_intake(host, OPERATOR).run()
 
     def reboot(fail: dict[str, int] | None = None) -> None:
         host.host(STATE_FILE).unlink(missing_ok=True)  # /run is empty after a reboot
@@ -227,7 +220,7 @@ def test_after_a_failure_the_fallback_is_kept_under_the_failed_pods_digest(
     for name in list(kernel_view.live):  # the reverted v1 pod's init container unloads v1
         kernel_view.unload(name)
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    [again] = _intake(host).run()
+    [again] = make_intake(host, OPERATOR).run()
     assert again.generation == first.generation
     assert load(host.state).bundle("nvidia").pending == first.generation
     for _ in range(2):  # the reboot it asks, then a plain one
@@ -243,10 +236,10 @@ def test_a_failed_generation_without_a_digest_leaves_the_fallbacks_digest(
     """v2, staged by hand (its drop carried no digest), fails and v1 comes back: the file
     names v1's digest, so the v1 driver pod still deployed keeps v1."""
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    _intake(host).run()
+    make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel()).run()
     _drop(host, signed, kernel, "2", bad=True)
-    [second] = _intake(host).run()
+    [second] = make_intake(host, OPERATOR).run()
     host.host(STATE_FILE).unlink()  # /run is empty after the reboot
     state = _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
     assert state.bundle("nvidia").deployed == second.generation
@@ -260,7 +253,7 @@ def test_generation_without_digest_leaves_no_state_file(
     host.host(STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
     host.host(STATE_FILE).write_text("stale")
     _drop(host, signed, kernel, "1")
-    _intake(host).run()
+    make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel()).run()
     assert not host.host(STATE_FILE).exists()
 
@@ -277,7 +270,7 @@ def test_digests_of_forgotten_generations_are_removed(
     ids = []
     for version in ("1", "2", "3"):
         _drop(host, signed, kernel, version, config_digest=f"d{version}")
-        [outcome] = _intake(host, cfg).run()
+        [outcome] = make_intake(host, cfg).run()
         ids.append(outcome.generation)
     assert sorted(p.name for p in host.config_digests.iterdir()) == [ids[2]]
 
@@ -291,7 +284,7 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         OPERATOR,
         reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 3600)),
     )
-    intake = Intake(host, cfg, TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    intake = make_intake(host, cfg)
     daemon = Daemon(
         host, cfg, intake, CommandRebooter(lambda: [["reboot-now"]], runner=asked.append)
     )
@@ -337,18 +330,18 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
 
     kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-a")
-    [first] = _intake(host).run()
+    [first] = make_intake(host, OPERATOR).run()
     _boot(host, kernel_view).run()
     gen = str(first.generation)
     _drop(host, signed, kernel, "1", config_digest="digest-a")
-    [same] = _intake(host).run()  # a pod restart: still loaded, nothing to do
+    [same] = make_intake(host, OPERATOR).run()  # a pod restart: still loaded, nothing to do
     b = load(host.state).bundle("nvidia")
     assert same.generation == gen and (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
 
     for name in list(kernel_view.live):  # k8s-driver-manager: the digest differs, unload
         kernel_view.unload(name)
     drop = _drop(host, signed, kernel, "1", config_digest="digest-b")
-    [again] = _intake(host).run()
+    [again] = make_intake(host, OPERATOR).run()
     b = load(host.state).bundle("nvidia")
     assert again.generation == gen and (b.phase, b.active, b.pending) == (Phase.PENDING, gen, gen)
     assert load(host.state).awaiting_reboot(kernel) == ["nvidia"]
@@ -370,12 +363,12 @@ def test_a_reloaded_generation_that_fails_at_boot_is_not_tried_twice(
     (the fallback would be itself), loaded once, and no digest claims a config."""
     kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-a")
-    [first] = _intake(host).run()
+    [first] = make_intake(host, OPERATOR).run()
     _boot(host, kernel_view).run()
     for name in list(kernel_view.live):
         kernel_view.unload(name)
     _drop(host, signed, kernel, "1", config_digest="digest-b")
-    _intake(host).run()
+    make_intake(host, OPERATOR).run()
     host.host(STATE_FILE).unlink()
     failing = FakeKernel(fail={"ms_exporter": errno.ENODEV}, sys=host.sys)
     state = _boot(host, failing).run()

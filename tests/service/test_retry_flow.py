@@ -7,14 +7,11 @@ import io
 from pathlib import Path
 
 from service.cli import main
-from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
 from service.store.phase import Phase
 from service.store.statefile import load
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
-from tests.service.fakes import FakeKernel, FakeKeyring
+from tests.service.fakes import FakeKernel, make_intake
 from tests.service.fakes import boot_with as _boot
 from tests.service.fakes import pending as _pending
 
@@ -23,7 +20,7 @@ def _stage_again(host: Layout, kernel: str, module: Path, version: str) -> list[
     stage(
         host.incoming, bundle="test", version=version, kernel=kernel, modules=[ModuleSpec(module)]
     )
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    intake = make_intake(host)
     return [r for o in intake.run() for r in o.reasons]
 
 

@@ -33,15 +33,16 @@ from service.store.statefile import load, read
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.mountns import SETUP_FAILED, Overlay, run
+from tests.service.conftest import HostTree
 from tests.service.fakes import make_host
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A sandbox host tree with two offline memory blocks."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem, {0: "online", 1: "offline"})
+def host(host_tree: HostTree) -> Layout:
+    """A sandbox host tree with one offline memory block (``memory1``)."""
+    return host_tree({0: "online", 1: "offline"})
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ import pytest
 from service.boot.loader import Boot
 from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
-from tests.service.fakes import FakeKernel, FakeKeyring, make_host
+from tests.service.fakes import FakeKernel, make_intake
 
 
 class ImageKernel(FakeKernel):
@@ -35,15 +34,9 @@ class ImageKernel(FakeKernel):
         super().load_image(image, name, params)
 
 
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree whose target is the installed Debian kernel (no in-kernel decompression)."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
-
-
 def pending(host: Layout, kernel: str, module: Path) -> None:
     stage(host.incoming, bundle="z", version="1", kernel=kernel, modules=[ModuleSpec(module, "")])
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    intake = make_intake(host)
     [outcome] = intake.run()
     assert outcome.accepted, outcome.reasons
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
-from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
 from service.verify.bundle import order_problems
-from service.verify.signature.trust import TrustStore
 from service.verify.verdict import Verdict
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeKeyring, make_host
+from tests.service.fakes import make_intake
 
 
 def v(file: str, name: str, *depends: str) -> Verdict:
@@ -41,12 +36,6 @@ def test_members_are_matched_by_elf_name_not_file_name() -> None:
     )
 
 
-@pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
-    """A host tree targeting the installed Debian kernel."""
-    return make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
-
-
 def take(host: Layout, kernel: str, files: list[Path]) -> tuple[bool, tuple[str, ...]]:
     stage(
         host.incoming,
@@ -55,7 +44,7 @@ def take(host: Layout, kernel: str, files: list[Path]) -> tuple[bool, tuple[str,
         kernel=kernel,
         modules=[ModuleSpec(f, "") for f in files],
     )
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), FakeKeyring(set()))
+    intake = make_intake(host)
     [outcome] = intake.run()
     return outcome.accepted, outcome.reasons
 

@@ -7,23 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from service.config import Config
 from service.layout import Layout
-from service.store.intake import Intake
-from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeKeyring, make_host
+from tests.service.conftest import HostTree
+from tests.service.fakes import FakeKeyring, make_intake
 
 
 @pytest.fixture
-def host(tmp_path: Path, kernel: str, rsa_key: SigningKey) -> Layout:
+def host(host_tree: HostTree) -> Layout:
     """The target is the running kernel (Debian's config: .platform fallback), enforcing."""
-    layout = make_host(tmp_path / "root", kernel, rsa_key.cert_pem)
-    enforce = layout.sys / "module/module/parameters/sig_enforce"
-    enforce.parent.mkdir(parents=True)
-    enforce.write_text("Y\n")
-    return layout
+    return host_tree(enforcing=True)
 
 
 def take(
@@ -31,7 +25,7 @@ def take(
 ) -> tuple[str, ...]:
     specs = [ModuleSpec(module, "")]
     stage(host.incoming, bundle="p", version=version, kernel=kernel, modules=specs)
-    intake = Intake(host, Config(), TrustStore.from_directory(host.trusted), keyring)
+    intake = make_intake(host, keyring=keyring)
     [outcome] = intake.run()
     return outcome.reasons
 
