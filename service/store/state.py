@@ -1,4 +1,4 @@
-"""Per-bundle state: the phase machine and its one persisted file, ``state.json``.
+"""Per-bundle state: the records of ``state.json`` and the phase machine over them.
 
 ::
 
@@ -10,8 +10,12 @@ Every change of a bundle is a named, pure transition of :class:`BundleState` or
 otherwise): :meth:`BundleState.staged` (intake), :meth:`State.reboot_asked` and
 :meth:`State.rebooted` (the daemon), :meth:`BundleState.booting`,
 :meth:`BundleState.went_live`, :meth:`BundleState.failed` and
-:meth:`BundleState.expired` (boot), and the admin verbs (:mod:`service.store.verbs`).
-Callers do the effect, take the transition, then save.
+:meth:`BundleState.expired` (boot). Callers do the effect, take the transition, then save.
+
+This module is the bottom of the store's state: the admin's verbs
+(:mod:`service.store.verbs`) are transitions built on these records, and the file
+(:mod:`service.store.statefile`) parses and writes them; both import this module, never
+the other way round.
 
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
 in the bundle's status file but never recorded here, so a rejected drop leaves
@@ -26,10 +30,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.errors import IllegalTransition
-from service.store import verbs
 from service.store.phase import Phase, next_phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
-from service.store.verbs import added
 from stager.record import is_none, spec
 
 FORMAT = 1
@@ -47,6 +49,11 @@ class Generation:
     added: float = 0.0
     attempts: int = 0
     failed: str | None = None
+
+
+def added(gen: Generation) -> float:
+    """When a generation was added (the order of "newest")."""
+    return gen.added
 
 
 @dataclass(frozen=True)
@@ -211,28 +218,6 @@ class BundleState:
             Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
-    # -- the admin's verbs (service.store.verbs) -------------------------------------------
-
-    def retry(self, generation: str | None = None) -> BundleState:
-        """A failed generation pending again, its failure cleared (default: the newest)."""
-        return verbs.retry(self, generation)
-
-    def rollback(self, generation: str | None = None) -> BundleState:
-        """An earlier generation pending (default: the newest before the active one)."""
-        return verbs.rollback(self, generation)
-
-    def hold(self) -> BundleState:
-        """No new generation and no reboot until :meth:`release`."""
-        return verbs.hold(self)
-
-    def release(self) -> BundleState:
-        """Undo :meth:`hold`."""
-        return verbs.release(self)
-
-    def prune(self, retain: int) -> tuple[BundleState, list[str]]:
-        """Forget generations beyond the newest ``retain`` (never active or pending)."""
-        return verbs.prune(self, retain)
-
     def _refuse(self, verb: str, refused: bool, reason: str) -> None:
         """Raise :class:`IllegalTransition` for ``verb`` when ``refused``."""
         if refused:
@@ -288,16 +273,3 @@ class State:
             why = "no reboot was asked" if self.reboot is None else "asked in this boot"
             raise IllegalTransition("rebooted", "-", why)
         return replace(self, reboot=None)
-
-    def to_json(self) -> bytes:
-        """The persisted form (see :func:`service.store.statefile.encode`)."""
-        from service.store.statefile import encode
-
-        return encode(self)
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> State:
-        """Parse the persisted form; raises :class:`StateError` on anything unexpected."""
-        from service.store.statefile import decode
-
-        return decode(raw)

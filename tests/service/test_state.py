@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import IllegalTransition, StateCorrupt, StateError
+from service.store import verbs
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
 from service.store.state import HISTORY_LIMIT, BundleState, Generation, State
-from service.store.statefile import load, read, save
+from service.store.statefile import decode, encode, load, read, save
 
 K = "6.1.0-57-amd64"
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -104,7 +105,7 @@ def test_the_active_generation_unloaded_from_outside_is_pending_again() -> None:
     with pytest.raises(IllegalTransition):
         live(A).reloading(A).reloading(A)
     with pytest.raises(IllegalTransition):
-        live(A).hold().reloading(A)
+        verbs.hold(live(A)).reloading(A)
 
 
 def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
@@ -119,7 +120,7 @@ def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
     ("make", "verb"),
     [
         (lambda: live(A).booting(A).staged(gen(B), 3), "staged"),  # while loading
-        (lambda: live(A).hold().staged(gen(B), 3), "staged"),
+        (lambda: verbs.hold(live(A)).staged(gen(B), 3), "staged"),
         (lambda: live(A).staged(gen(B), 3).booting(B).failed(B, "x").staged(gen(B), 3), "staged"),
         (lambda: live(A).reboot_asked("n"), "reboot_asked"),  # nothing pending
         (lambda: live(A).went_live(A, ()), "went_live"),  # nothing being loaded
@@ -157,7 +158,7 @@ def test_the_daemon_records_its_intent_and_clears_it_after_the_reboot() -> None:
 
 def test_a_held_bundle_does_not_wait_for_a_reboot() -> None:
     """A hold keeps the pending generation but no reboot is wanted for it."""
-    state = State({"nvidia": BundleState().staged(gen(A), 3).hold()})
+    state = State({"nvidia": verbs.hold(BundleState().staged(gen(A), 3))})
     assert state.awaiting_reboot(K) == []
 
 
@@ -299,13 +300,13 @@ def test_a_state_file_written_before_the_records_reads_and_is_rewritten_identica
     assert state.reboot == RebootIntent(
         1700000000.5, "boot-1", "kured", ("nvidia",), "new generation pending for nvidia"
     )
-    assert state.to_json() == raw
+    assert encode(state) == raw
 
 
 def test_an_old_reboot_intent_with_only_time_and_boot_reads() -> None:
     """An intent recorded with just ``at`` and ``boot_id`` is still a valid intent."""
     doc = {**OLD_FORMAT, "reboot": {"at": 3, "boot_id": None}}
-    state = State.from_json(json.dumps(doc).encode())
+    state = decode(json.dumps(doc).encode())
     assert state.reboot == RebootIntent(3.0, None)
 
 
