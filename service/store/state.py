@@ -26,6 +26,7 @@ the one crash-safe write; an unreadable file is moved aside, never reset.
 from __future__ import annotations
 
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,7 +61,8 @@ def added(gen: Generation) -> float:
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    # every key but ``held`` and ``deployed`` (added later) is required in state.json
+    # every key but ``held`` and ``deployed`` (added later) is required in state.json; a
+    # state saved before ``deployed`` existed gets it when read (statefile.decode)
     phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
     active: str | None = field(default=None, metadata=_REQUIRED)
     pending: str | None = field(default=None, metadata=_REQUIRED)
@@ -70,13 +72,32 @@ class BundleState:
     held: bool = False  # an admin's hold: no new generation, no reboot asked
     # the generation last deployed here that a boot took up: a pending one that went live,
     # or one that failed or expired at boot (its driver pod is still the one deployed: the
-    # boot publishes its config digest, the labels its failure; see :meth:`went_live`)
+    # boot publishes its config digest, the labels its failure; see :meth:`went_live`,
+    # :meth:`digest_generation` and :meth:`deployed_failure`)
     deployed: str | None = field(default=None, metadata=spec(omit=is_none))
 
     @property
     def last_known_good(self) -> str | None:
         """The generation that last came up (the boot falls back to it)."""
         return self.active
+
+    def digest_generation(self, recorded: Container[str]) -> str | None:
+        """The generation whose config digest is published for this bundle (the digest file
+        the driver pod's init container compares before it keeps the loaded driver).
+
+        The one deployed (:attr:`deployed`: the one that went live, or one that failed at
+        boot whose driver pod is still the one deployed, so that its init container keeps
+        the fallback) when a digest was recorded for it (``recorded``: the generations whose
+        drop carried one); otherwise the active one, whose modules are loaded. None while
+        nothing is active or deployed.
+        """
+        return self.deployed if self.deployed in recorded else self.active
+
+    def deployed_failure(self) -> Generation | None:
+        """The generation deployed if it failed at boot (its failure stands until a newer
+        generation comes up, or a revert brings one back), else None."""
+        gen = self.generations.get(self.deployed) if self.deployed else None
+        return gen if gen is not None and gen.failed else None
 
     def move(self, target: Phase, note: str = "", **changes: Any) -> BundleState:
         """A copy in phase ``target`` with ``changes``, the move appended to history.
