@@ -175,10 +175,11 @@ NEEDS_REBOOT = "*** System restart required ***\n"
 def _pending_state(kernel: str) -> str:
     from service.store.phase import Phase
     from service.store.state import BundleState, Generation, State
+    from service.store.statefile import encode
 
     gen = Generation("b" * 64, "2.0", kernel, added=1.0)
     bundle = BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)
-    return State({"nvidia": bundle}).to_json().decode()
+    return encode(State({"nvidia": bundle})).decode()
 
 
 SENTINEL_CASES = [

@@ -174,7 +174,7 @@ class Boot:
         bound.info("generation.active", generation=gid, modules=len(loads))
         state = self._save(state, name, state.bundle(name).went_live(gid, loads), generation=gid)
         try:  # the digest the deployed driver pod carries (a failed one's, after a fallback)
-            self.persist.live(name, gid, state.bundle(name).deployed)
+            self.persist.publish_digest(name, state.bundle(name))
         except OSError as exc:  # the modules are live; a digest file must not fail the boot
             bound.error("digest.unwritable", error=str(exc))
         return state

@@ -33,9 +33,9 @@ class Persist(Protocol):
     def status(self, name: str, bundle: BundleState, **status: Any) -> None:
         """Publish ``bundle``'s status file."""
 
-    def live(self, name: str, generation: str, deployed: str | None) -> None:
-        """``generation`` of bundle ``name`` went live: write the digest file (``deployed``'s
-        digest when that is a failed generation whose pod is still deployed)."""
+    def publish_digest(self, name: str, bundle: BundleState) -> None:
+        """A generation of bundle ``name`` went live: write its digest file (the digest of
+        :meth:`~service.store.state.BundleState.digest_generation`)."""
 
     def mirror(self, state: State) -> None:
         """Publish ``state`` (the saved one) to the node labels and the status mirrors."""
@@ -71,11 +71,11 @@ class Durable:
 
         write_status(self.layout, name, bundle, **status)
 
-    def live(self, name: str, generation: str, deployed: str | None) -> None:
+    def publish_digest(self, name: str, bundle: BundleState) -> None:
         """The bundle's digest file, if the config names one."""
-        from service.store.publish import publish_live
+        from service.store.publish import publish_digest
 
-        publish_live(self.layout, self.config, name, generation, deployed)
+        publish_digest(self.layout, self.config, name, bundle)
 
     def mirror(self, state: State) -> None:
         """The node labels and the status mirrors the config names."""
@@ -114,7 +114,7 @@ class Recorded:
         note = "; ".join(errors) if errors else bundle.history[-1].note if bundle.history else ""
         self.events.append(("state", name, bundle.phase.value, note))
 
-    def live(self, name: str, generation: str, deployed: str | None) -> None:
+    def publish_digest(self, name: str, bundle: BundleState) -> None:
         """Nothing is written."""
 
     def mirror(self, state: State) -> None:

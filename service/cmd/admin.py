@@ -1,7 +1,7 @@
 """The admin's verbs: ``generations``, ``retry``, ``rollback``, ``hold``, ``release``, ``prune``.
 
 Every verb that changes something runs under the state lock (so it is safe while the
-daemon runs), goes through a named transition of :class:`~service.store.state.BundleState`
+daemon runs), goes through a named transition of a bundle (:mod:`service.store.verbs`)
 (recorded in the bundle's history), saves with the one crash-safe write, and rewrites
 the bundle's status file so the container sees it. ``generations`` only reads.
 Exit codes: 0 done, 1 refused (the message says why), 2 usage.
@@ -19,6 +19,7 @@ from service.errors import ServiceError, StateError, UsageError
 from service.layout import Layout
 from service.status.collect import read_state
 from service.status.glance import iso
+from service.store import verbs
 from service.store.generations import Store
 from service.store.publish import mirror_status
 from service.store.state import BundleState, State
@@ -152,10 +153,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return prune(layout, args, out)
     gen = getattr(args, "generation", None)
     transitions: dict[str, Change] = {
-        "retry": lambda b: b.retry(gen),
-        "rollback": lambda b: b.rollback(gen),
-        "hold": BundleState.hold,
-        "release": BundleState.release,
+        "retry": lambda b: verbs.retry(b, gen),
+        "rollback": lambda b: verbs.rollback(b, gen),
+        "hold": verbs.hold,
+        "release": verbs.release,
     }
     step = transitions[verb]
 
@@ -182,7 +183,7 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
     with locked(layout.var):
         state = current(layout)
         for name, b in sorted(state.bundles.items()):
-            pruned, gone = b.prune(keep)
+            pruned, gone = verbs.prune(b, keep)
             if gone:
                 state = state.with_bundle(name, pruned)
                 removed[name] = gone

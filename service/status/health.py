@@ -91,21 +91,17 @@ def last_note(bundle: BundleState) -> str | None:
 
 
 def _failures(bundle: BundleState) -> list[Finding]:
-    """A failed bundle, and the generation last deployed if it failed (in a state from
-    before ``deployed`` was recorded: those that failed since the active one was added)."""
+    """A failed bundle, and the generation deployed if it failed at boot
+    (:meth:`~service.store.state.BundleState.deployed_failure`)."""
     found: list[Finding] = []
     active = _active(bundle)
     if bundle.phase is Phase.FAILED:
         note = last_note(bundle)
         found.append((Health.FAILED, f"nothing is loaded: {note or 'the last load failed'}"))
-    since = active.added if active is not None else float("-inf")
-    runs = f"running {active.id[:12]}" if active else "no generation is active"
-    for gen in sorted(bundle.generations.values(), key=lambda g: g.added):
-        if bundle.deployed and gen.id != bundle.deployed:
-            continue  # a failure that a newer generation coming up has put behind
-        if gen.failed and gen.added >= since and gen.id != bundle.active:
-            why = f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
-            found.append((Health.DEGRADED, why))
+    if gen := bundle.deployed_failure():
+        runs = f"running {active.id[:12]}" if active else "no generation is active"
+        why = f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
+        found.append((Health.DEGRADED, why))
     return found
 
 

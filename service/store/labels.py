@@ -58,10 +58,8 @@ def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
         _name(name, "active"): version(bundle.active),
         _name(name, "pending"): version(bundle.pending),
     }
-    newest = max(bundle.generations.values(), key=lambda g: g.added, default=None)
-    tried = bundle.generations.get(bundle.deployed) if bundle.deployed else newest
-    if tried is not None and tried.failed:  # until another new generation comes up
-        out[_name(name, "failed")] = label_value(tried.failed) or "failed"
+    if failed := bundle.deployed_failure():  # until another new generation comes up
+        out[_name(name, "failed")] = label_value(failed.failed or "") or "failed"
     if bundle.held:
         out[_name(name, "held")] = "true"
     return out

@@ -26,7 +26,7 @@ from service.layout import Layout
 from service.logs import get_logger
 from service.store.dropfs import read_small
 from service.store.labels import write_labels
-from service.store.state import State
+from service.store.state import BundleState, State
 from service.store.statefile import read
 from stager.atomic import write_atomic
 from stager.paths import DIGEST_NAME
@@ -88,31 +88,28 @@ def forget_digests(layout: Layout, state: State) -> None:
                 entry.unlink(missing_ok=True)
 
 
-def publish_live(
-    layout: Layout, config: Config, bundle: str, live: str, deployed: str | None = None
-) -> str | None:
-    """``bundle``'s generation ``live`` is up: write a config digest to the admin's file;
-    return the path.
+def publish_digest(layout: Layout, config: Config, name: str, bundle: BundleState) -> str | None:
+    """Write bundle ``name``'s config digest to the admin's file once a generation of it
+    is live; return the path (None when the config names no file for the bundle).
 
-    The digest is that of ``deployed`` when it differs from ``live`` (a failed generation
-    whose driver pod is still deployed: :meth:`~service.store.state.BundleState.went_live`)
-    and one was recorded for it; otherwise ``live``'s. Without a recorded digest the file is
-    removed, so no stale digest claims a config.
+    The digest is that of :meth:`~service.store.state.BundleState.digest_generation`.
+    Without a recorded digest the file is removed, so no stale digest claims a config.
     """
-    target = config.publish.digest_file(bundle)
+    target = config.publish.digest_file(name)
     if target is None:
         return None
     path = layout.host(target)
-    of = deployed if deployed and recorded_digest(layout, deployed) else live
-    digest = recorded_digest(layout, of)
+    recorded = {g: d for g in bundle.generations if (d := recorded_digest(layout, g))}
+    of = bundle.digest_generation(recorded)
+    digest = recorded.get(of) if of else None
     if digest is None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        log.info("digest.cleared", bundle=bundle, path=str(path))
+        log.info("digest.cleared", bundle=name, path=str(path))
         return str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, digest.encode())  # no newline: the init container compares exactly
-    log.info("digest.published", bundle=bundle, path=str(path), digest=digest, of=of)
+    log.info("digest.published", bundle=name, path=str(path), digest=digest, of=of)
     return str(path)
 
 

@@ -1,4 +1,4 @@
-"""Per-bundle state: the phase machine and its one persisted file, ``state.json``.
+"""Per-bundle state: the records of ``state.json`` and the phase machine over them.
 
 ::
 
@@ -10,8 +10,12 @@ Every change of a bundle is a named, pure transition of :class:`BundleState` or
 otherwise): :meth:`BundleState.staged` (intake), :meth:`State.reboot_asked` and
 :meth:`State.rebooted` (the daemon), :meth:`BundleState.booting`,
 :meth:`BundleState.went_live`, :meth:`BundleState.failed` and
-:meth:`BundleState.expired` (boot), and the admin verbs (:mod:`service.store.verbs`).
-Callers do the effect, take the transition, then save.
+:meth:`BundleState.expired` (boot). Callers do the effect, take the transition, then save.
+
+This module is the bottom of the store's state: the admin's verbs
+(:mod:`service.store.verbs`) are transitions built on these records, and the file
+(:mod:`service.store.statefile`) parses and writes them; both import this module, never
+the other way round.
 
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
 in the bundle's status file but never recorded here, so a rejected drop leaves
@@ -22,14 +26,13 @@ the one crash-safe write; an unreadable file is moved aside, never reset.
 from __future__ import annotations
 
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.errors import IllegalTransition
-from service.store import verbs
 from service.store.phase import Phase, next_phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
-from service.store.verbs import added
 from stager.record import is_none, spec
 
 FORMAT = 1
@@ -49,11 +52,17 @@ class Generation:
     failed: str | None = None
 
 
+def added(gen: Generation) -> float:
+    """When a generation was added (the order of "newest")."""
+    return gen.added
+
+
 @dataclass(frozen=True)
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    # every key but ``held`` and ``deployed`` (added later) is required in state.json
+    # every key but ``held`` and ``deployed`` (added later) is required in state.json; a
+    # state saved before ``deployed`` existed gets it when read (statefile.decode)
     phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
     active: str | None = field(default=None, metadata=_REQUIRED)
     pending: str | None = field(default=None, metadata=_REQUIRED)
@@ -63,13 +72,32 @@ class BundleState:
     held: bool = False  # an admin's hold: no new generation, no reboot asked
     # the generation last deployed here that a boot took up: a pending one that went live,
     # or one that failed or expired at boot (its driver pod is still the one deployed: the
-    # boot publishes its config digest, the labels its failure; see :meth:`went_live`)
+    # boot publishes its config digest, the labels its failure; see :meth:`went_live`,
+    # :meth:`digest_generation` and :meth:`deployed_failure`)
     deployed: str | None = field(default=None, metadata=spec(omit=is_none))
 
     @property
     def last_known_good(self) -> str | None:
         """The generation that last came up (the boot falls back to it)."""
         return self.active
+
+    def digest_generation(self, recorded: Container[str]) -> str | None:
+        """The generation whose config digest is published for this bundle (the digest file
+        the driver pod's init container compares before it keeps the loaded driver).
+
+        The one deployed (:attr:`deployed`: the one that went live, or one that failed at
+        boot whose driver pod is still the one deployed, so that its init container keeps
+        the fallback) when a digest was recorded for it (``recorded``: the generations whose
+        drop carried one); otherwise the active one, whose modules are loaded. None while
+        nothing is active or deployed.
+        """
+        return self.deployed if self.deployed in recorded else self.active
+
+    def deployed_failure(self) -> Generation | None:
+        """The generation deployed if it failed at boot (its failure stands until a newer
+        generation comes up, or a revert brings one back), else None."""
+        gen = self.generations.get(self.deployed) if self.deployed else None
+        return gen if gen is not None and gen.failed else None
 
     def move(self, target: Phase, note: str = "", **changes: Any) -> BundleState:
         """A copy in phase ``target`` with ``changes``, the move appended to history.
@@ -211,28 +239,6 @@ class BundleState:
             Phase.FAILED, pending=None, deployed=gen.id, note=reason
         )
 
-    # -- the admin's verbs (service.store.verbs) -------------------------------------------
-
-    def retry(self, generation: str | None = None) -> BundleState:
-        """A failed generation pending again, its failure cleared (default: the newest)."""
-        return verbs.retry(self, generation)
-
-    def rollback(self, generation: str | None = None) -> BundleState:
-        """An earlier generation pending (default: the newest before the active one)."""
-        return verbs.rollback(self, generation)
-
-    def hold(self) -> BundleState:
-        """No new generation and no reboot until :meth:`release`."""
-        return verbs.hold(self)
-
-    def release(self) -> BundleState:
-        """Undo :meth:`hold`."""
-        return verbs.release(self)
-
-    def prune(self, retain: int) -> tuple[BundleState, list[str]]:
-        """Forget generations beyond the newest ``retain`` (never active or pending)."""
-        return verbs.prune(self, retain)
-
     def _refuse(self, verb: str, refused: bool, reason: str) -> None:
         """Raise :class:`IllegalTransition` for ``verb`` when ``refused``."""
         if refused:
@@ -288,16 +294,3 @@ class State:
             why = "no reboot was asked" if self.reboot is None else "asked in this boot"
             raise IllegalTransition("rebooted", "-", why)
         return replace(self, reboot=None)
-
-    def to_json(self) -> bytes:
-        """The persisted form (see :func:`service.store.statefile.encode`)."""
-        from service.store.statefile import encode
-
-        return encode(self)
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> State:
-        """Parse the persisted form; raises :class:`StateError` on anything unexpected."""
-        from service.store.statefile import decode
-
-        return decode(raw)

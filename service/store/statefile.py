@@ -1,7 +1,8 @@
 """``state.json`` on disk: its JSON form, the crash-safe save, the lock, the last-good pointer.
 
 The records and their transitions are in :mod:`service.store.state`; this module
-is the file's edge: every field is type-checked on read (:func:`decode`), every
+is the file's edge: every field is type-checked on read (:func:`decode`), a state saved
+by an earlier version is brought up to date once, there (:func:`migrated`), every
 write goes through the one crash-safe write (:func:`save`), and a corrupt file
 is set aside, never reset (:func:`load`).
 """
@@ -14,12 +15,13 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from service import faults
 from service.errors import StateCorrupt, StateError
-from service.store.state import FORMAT, State
+from service.store.state import FORMAT, BundleState, State, added
 from stager import record
 from stager.atomic import fsync_dir, write_atomic
 
@@ -36,7 +38,8 @@ def decode(raw: bytes) -> State:
     """Parse the persisted form; raises :class:`StateError` on anything unexpected.
 
     Every field is type-checked here (:func:`stager.record.load`), so that a hand-edited
-    or damaged file is refused on read rather than failing later, half-way through a boot.
+    or damaged file is refused on read rather than failing later, half-way through a boot;
+    a state saved before a field existed is brought up to date here (:func:`migrated`).
     """
     try:
         doc = json.loads(raw)
@@ -58,7 +61,31 @@ def decode(raw: bytes) -> State:
                 raise StateError(f"state file is corrupt: {why}")
         if any(g not in bundle.generations for g in bundle.keep()):
             raise StateError(f"state file is corrupt: {where} names an unknown generation")
-    return state
+    return replace(state, bundles={n: migrated(b) for n, b in state.bundles.items()})
+
+
+def migrated(bundle: BundleState) -> BundleState:
+    """``bundle`` as read from a state saved before ``deployed`` was recorded: the newest
+    generation that failed at boot since the active one was added is ``deployed`` (its
+    driver pod is the one still deployed, so its digest is published and its failure
+    shown); without such a failure the bundle is returned as it is (the active one's
+    digest is published).
+
+    A bundle that records ``deployed`` is returned as it is, and the transitions never
+    leave such a failure without recording ``deployed``, so reading a file again changes
+    nothing; the next save persists the migrated value.
+    """
+    if bundle.deployed is not None:
+        return bundle
+    since = bundle.generations[bundle.active].added if bundle.active else float("-inf")
+    failed = [
+        g
+        for g in bundle.generations.values()
+        if g.failed and g.added >= since and g.id != bundle.active
+    ]
+    if not failed:
+        return bundle
+    return replace(bundle, deployed=max(failed, key=added).id)
 
 
 def read(path: Path) -> State:

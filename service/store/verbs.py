@@ -1,25 +1,17 @@
 """The admin's verbs on a bundle: retry, rollback, hold, release, prune.
 
-Each is a pure transition of a :class:`~service.store.state.BundleState` (whose methods of
-the same names call these), refused with :class:`StateError` when it cannot apply; the
-callers (``service.cmd.admin``) take the state lock, apply one, and save.
+Each is a pure transition of a :class:`~service.store.state.BundleState`, built on its
+records and refused with :class:`StateError` when it cannot apply; the callers
+(``service.cmd.admin``) take the state lock, apply one, and save.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from service.errors import StateError
 from service.store.phase import Phase
-
-if TYPE_CHECKING:
-    from service.store.state import BundleState, Generation
-
-
-def added(gen: Generation) -> float:
-    """When a generation was added (the order of "newest")."""
-    return gen.added
+from service.store.state import BundleState, Generation, added
 
 
 def resolve(bundle: BundleState, generation: str) -> Generation:
@@ -88,14 +80,14 @@ def _earlier(bundle: BundleState) -> Generation:
 
 
 def hold(bundle: BundleState) -> BundleState:
-    """Take no new generation and ask for no reboot until :meth:`release`."""
+    """Take no new generation and ask for no reboot until :func:`release`."""
     if bundle.held:
         raise StateError("already held")
     return replace(bundle, held=True).record("admin: hold")
 
 
 def release(bundle: BundleState) -> BundleState:
-    """Undo :meth:`hold`."""
+    """Undo :func:`hold`."""
     if not bundle.held:
         raise StateError("not held")
     return replace(bundle, held=False).record("admin: release")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from service.layout import Layout
 from service.store.state import State
+from service.store.statefile import decode
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
 
@@ -16,7 +17,7 @@ def state_of(layout: Layout) -> State:
     """state.json parsed (empty if absent); fails the test if it does not parse."""
     if not layout.state.exists():
         return State()
-    return State.from_json(layout.state.read_bytes())
+    return decode(layout.state.read_bytes())
 
 
 def published_problems(layout: Layout) -> list[str]:

@@ -17,7 +17,14 @@ from service.config import Config, NodeLabels
 from service.errors import ConfigError
 from service.layout import Layout
 from service.store.intake import Intake
-from service.store.labels import MAX_FILE_BYTES, features_file, render, write_labels
+from service.store.labels import (
+    MAX_FILE_BYTES,
+    bundle_labels,
+    features_file,
+    label_value,
+    render,
+    write_labels,
+)
 from service.store.phase import Phase
 from service.store.state import BundleState, Generation, State
 from service.verify.signature.trust import TrustStore
@@ -65,6 +72,7 @@ def bundles(draw: st.DrawFn) -> BundleState:
         active=draw(st.sampled_from([None, *ids])),
         pending=draw(st.sampled_from([None, *ids])),
         generations=gens,
+        deployed=draw(st.sampled_from([None, "gone", *ids])),
     )
 
 
@@ -81,6 +89,17 @@ def test_every_key_and_value_is_a_valid_kubernetes_label(found: dict[str, Bundle
         assert_valid_label(key, value)
 
 
+@given(bundles())
+def test_the_failed_label_is_the_deployed_generations_failure(bundle: BundleState) -> None:
+    """Whatever is active, pending and deployed, ``<bundle>.failed`` is there exactly when
+    :meth:`BundleState.deployed_failure` names a generation, and carries its reason."""
+    labels = bundle_labels("nvidia", bundle)
+    failed = bundle.deployed_failure()
+    assert ("nvidia.failed" in labels) == (failed is not None)
+    if failed is not None:
+        assert labels["nvidia.failed"] == (label_value(str(failed.failed)) or "failed")
+
+
 def _bundle(phase: Phase, *versions: tuple[str, str | None]) -> BundleState:
     gens = {
         f"g{i}": Generation(f"g{i}", v, "k", added=float(i), failed=f)
@@ -95,6 +114,7 @@ def test_a_bundles_phase_versions_and_failure_are_its_labels() -> None:
     failing = BundleState(
         phase=Phase.ACTIVE,
         active="g0",
+        deployed="g1",
         generations={
             "g0": Generation("g0", "550.163.01", "k", added=1.0),
             "g1": Generation("g1", "1:2.0+deb13", "k", added=2.0, failed="nvidia: ENOEXEC: bad"),

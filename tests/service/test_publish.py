@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.boot.loader import Boot
+from service.boot.persist import Durable, Recorded
 from service.config import Config, Publish, RebootConfig
 from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
@@ -19,14 +20,16 @@ from service.errors import ConfigError
 from service.layout import Layout
 from service.reboot import CommandRebooter
 from service.store.phase import Phase
-from service.store.publish import incoming_dirs
-from service.store.statefile import load
+from service.store.publish import incoming_dirs, publish_digest, record_digest
+from service.store.state import BundleState, Generation
+from service.store.statefile import load, save
 from service.verify.signature.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKernel, make_intake
 
+A, B, C = "a" * 64, "b" * 64, "c" * 64
 POD_IN = "/run/nvidia/modstage/incoming"
 POD_STATUS = "/run/nvidia/modstage/status"
 STATE_FILE = "/run/nvidia/nvidia-driver.state"
@@ -244,6 +247,101 @@ def test_a_failed_generation_without_a_digest_leaves_the_fallbacks_digest(
     state = _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
     assert state.bundle("nvidia").deployed == second.generation
     assert host.host(STATE_FILE).read_bytes() == b"digest-v1"
+
+
+def _three_ways(layout: Layout) -> BundleState:
+    """A active, C pending, B deployed (B failed at boot and A came back), each with a
+    recorded digest (``digest-a``, ...)."""
+    gens = {g: Generation(g, g[0], "k", added=n) for n, g in enumerate((A, B, C))}
+    gens[B] = replace(gens[B], failed="ENODEV")
+    for g in gens:
+        record_digest(layout, g, f"digest-{g[0]}")
+    bundle = BundleState(Phase.ACTIVE, active=A, pending=C, generations=gens, deployed=B)
+    assert bundle.digest_generation(set(gens)) == B
+    return bundle
+
+
+def test_publish_digest_writes_the_digest_of_the_generation_the_state_names(
+    tmp_path: Path,
+) -> None:
+    """With active, pending and deployed all different, the file holds the digest of
+    :meth:`BundleState.digest_generation`: the deployed B's, and once B's digest is gone
+    the active A's; never the pending C's."""
+    layout = Layout(tmp_path)
+    bundle = _three_ways(layout)
+    assert publish_digest(layout, OPERATOR, "nvidia", bundle) == str(layout.host(STATE_FILE))
+    assert layout.host(STATE_FILE).read_bytes() == b"digest-b"
+    record_digest(layout, B, None)
+    publish_digest(layout, OPERATOR, "nvidia", bundle)
+    assert layout.host(STATE_FILE).read_bytes() == b"digest-a"
+    assert publish_digest(layout, OPERATOR, "other", bundle) is None
+
+
+def test_a_durable_boot_publishes_the_digest_the_state_names_a_dry_run_none(
+    tmp_path: Path,
+) -> None:
+    """A real boot's :class:`Durable` writes the same digest as the state's method names
+    (the deployed B's, with A active and C pending); a dry run's :class:`Recorded` writes
+    nothing."""
+    layout = Layout(tmp_path)
+    bundle = _three_ways(layout)
+    Recorded(layout, []).publish_digest("nvidia", bundle)
+    assert not layout.host(STATE_FILE).exists()
+    Durable(layout, OPERATOR).publish_digest("nvidia", bundle)
+    assert layout.host(STATE_FILE).read_bytes() == b"digest-b"
+
+
+def test_boot_publishes_the_deployed_digest_while_another_generation_is_pending(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 active, v2 failed at boot (its pod still deployed), v3 pending for another
+    kernel: a reboot loads v1 and publishes v2's digest, as the state's method names, with
+    active, pending and deployed all different."""
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    [first] = _intake(host).run()
+    _boot(host, FakeKernel()).run()
+    _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
+    [second] = _intake(host).run()
+    _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
+    _drop(host, signed, kernel, "3", config_digest="digest-v3")
+    [third] = _intake(host).run()
+    state = load(host.state)
+    b = state.bundle("nvidia")
+    later = replace(b.generations[str(third.generation)], kernel="6.12.0-9-amd64")
+    save(host.state, state.with_bundle("nvidia", b.with_generation(later)))
+    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
+    b = _boot(host, FakeKernel()).run().bundle("nvidia")
+    assert (b.active, b.pending, b.deployed) == (
+        first.generation,
+        third.generation,
+        second.generation,
+    )
+    assert b.digest_generation({first.generation, second.generation, third.generation}) == (
+        second.generation
+    )
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
+
+
+def test_a_node_upgraded_after_a_failure_keeps_the_failed_pods_digest(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 failed at boot and v1 came back under a version that did not record
+    ``deployed``: the state file is read with v2 deployed, so the next plain reboot
+    publishes v2's digest (the v2 pod is still the one deployed) and records it."""
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    _intake(host).run()
+    _boot(host, FakeKernel()).run()
+    _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
+    [second] = _intake(host).run()
+    _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
+    doc = json.loads(host.state.read_bytes())
+    del doc["bundles"]["nvidia"]["deployed"]  # as saved before ``deployed`` existed
+    host.state.write_text(json.dumps(doc))
+    host.host(STATE_FILE).unlink()  # /run is empty after the reboot
+    _boot(host, FakeKernel()).run()
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
+    saved = json.loads(host.state.read_bytes())["bundles"]["nvidia"]
+    assert saved["deployed"] == second.generation
 
 
 def test_generation_without_digest_leaves_no_state_file(

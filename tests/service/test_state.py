@@ -3,18 +3,21 @@ the persisted state file (typed records, old files, corrupt files)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import IllegalTransition, StateCorrupt, StateError
+from service.store import verbs
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
 from service.store.state import HISTORY_LIMIT, BundleState, Generation, State
-from service.store.statefile import load, read, save
+from service.store.statefile import decode, encode, load, migrated, read, save
 
 K = "6.1.0-57-amd64"
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -104,7 +107,7 @@ def test_the_active_generation_unloaded_from_outside_is_pending_again() -> None:
     with pytest.raises(IllegalTransition):
         live(A).reloading(A).reloading(A)
     with pytest.raises(IllegalTransition):
-        live(A).hold().reloading(A)
+        verbs.hold(live(A)).reloading(A)
 
 
 def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
@@ -119,7 +122,7 @@ def test_staged_forgets_past_retain_but_never_active_or_pending() -> None:
     ("make", "verb"),
     [
         (lambda: live(A).booting(A).staged(gen(B), 3), "staged"),  # while loading
-        (lambda: live(A).hold().staged(gen(B), 3), "staged"),
+        (lambda: verbs.hold(live(A)).staged(gen(B), 3), "staged"),
         (lambda: live(A).staged(gen(B), 3).booting(B).failed(B, "x").staged(gen(B), 3), "staged"),
         (lambda: live(A).reboot_asked("n"), "reboot_asked"),  # nothing pending
         (lambda: live(A).went_live(A, ()), "went_live"),  # nothing being loaded
@@ -157,7 +160,7 @@ def test_the_daemon_records_its_intent_and_clears_it_after_the_reboot() -> None:
 
 def test_a_held_bundle_does_not_wait_for_a_reboot() -> None:
     """A hold keeps the pending generation but no reboot is wanted for it."""
-    state = State({"nvidia": BundleState().staged(gen(A), 3).hold()})
+    state = State({"nvidia": verbs.hold(BundleState().staged(gen(A), 3))})
     assert state.awaiting_reboot(K) == []
 
 
@@ -219,6 +222,7 @@ def test_any_sequence_of_transitions_keeps_the_state_sound(steps: list[tuple[str
         assert len(b.history) <= HISTORY_LIMIT
         if b.phase is Phase.ACTIVE and before.phase is not Phase.ACTIVE:
             assert verb == "went_live" and b.active == gid
+        assert migrated(b) == b  # reading a file the transitions wrote changes nothing
         if verb == "went_live":  # the digest published: the live one's, or a failed one's
             named = b.generations.get(b.deployed or "")
             assert b.deployed == gid or (named is not None and named.failed)
@@ -299,13 +303,73 @@ def test_a_state_file_written_before_the_records_reads_and_is_rewritten_identica
     assert state.reboot == RebootIntent(
         1700000000.5, "boot-1", "kured", ("nvidia",), "new generation pending for nvidia"
     )
-    assert state.to_json() == raw
+    assert encode(state) == raw
+
+
+def _saved_before_deployed(failed_added: float | None) -> dict[str, Any]:
+    """:data:`OLD_FORMAT` with A active and B, added at ``failed_added``, failed at boot
+    (None: B never failed), as a version without ``deployed`` saved it."""
+    doc = copy.deepcopy(OLD_FORMAT)
+    nvidia = doc["bundles"]["nvidia"]
+    nvidia.update(phase="active", pending=None)
+    if failed_added is not None:
+        nvidia["generations"][B].update(added=failed_added, attempts=1, failed="ENODEV")
+    assert "deployed" not in nvidia
+    return doc
+
+
+def test_a_state_saved_before_deployed_existed_is_migrated_once_when_read(
+    tmp_path: Path,
+) -> None:
+    """B failed at boot after A, the active one, was added, in a file saved before
+    ``deployed`` was recorded: read, B is the generation deployed (its driver pod is the one
+    still deployed), so B's digest is the one published and B's failure the one shown;
+    saved, the key is written, and reading that file again changes nothing."""
+    path = tmp_path / "state.json"
+    path.write_bytes(json.dumps(_saved_before_deployed(failed_added=2.0)).encode())
+    state = read(path)
+    b = state.bundle("nvidia")
+    assert (b.active, b.pending, b.deployed) == (A, None, B)
+    assert b.digest_generation({A, B}) == B
+    assert b.deployed_failure() == b.generations[B]
+    save(path, state)
+    assert json.loads(path.read_bytes())["bundles"]["nvidia"]["deployed"] == B
+    assert read(path) == state
+
+
+@pytest.mark.parametrize(
+    "failed_added",
+    [pytest.param(None, id="nothing-failed"), pytest.param(0.5, id="failed-before-active")],
+)
+def test_an_old_state_without_a_failure_since_the_active_one_publishes_the_active(
+    failed_added: float | None,
+) -> None:
+    """Saved before ``deployed`` existed, with no generation failed since the active one was
+    added (none failed, or B failed before A was added and A came up since): nothing is
+    deployed but the active one, whose digest is published, and no failure stands."""
+    b = decode(json.dumps(_saved_before_deployed(failed_added)).encode()).bundle("nvidia")
+    assert b.deployed is None
+    assert b.digest_generation({A, B}) == A
+    assert b.deployed_failure() is None
+
+
+def test_the_digest_published_is_the_deployed_generations_when_one_was_recorded() -> None:
+    """A active, C pending and B deployed (B failed at boot, A came back, C was staged
+    since): B's digest is published when one was recorded for it, else the active A's; the
+    pending C's never is, and B's failure stands."""
+    b = live(A).staged(gen(B, added=2.0), retain=3).booting(B).failed(B, "ENODEV")
+    b = b.booting(A).went_live(A, ()).staged(gen(C, added=3.0), retain=3)
+    assert (b.active, b.pending, b.deployed) == (A, C, B)
+    assert b.digest_generation({A, B, C}) == B
+    assert b.digest_generation({A, C}) == A
+    assert b.deployed_failure() == b.generations[B]
+    assert BundleState().digest_generation({A}) is None
 
 
 def test_an_old_reboot_intent_with_only_time_and_boot_reads() -> None:
     """An intent recorded with just ``at`` and ``boot_id`` is still a valid intent."""
     doc = {**OLD_FORMAT, "reboot": {"at": 3, "boot_id": None}}
-    state = State.from_json(json.dumps(doc).encode())
+    state = decode(json.dumps(doc).encode())
     assert state.reboot == RebootIntent(3.0, None)
 
 

@@ -40,7 +40,9 @@ def failed_new(fallback: bool) -> BundleState:
     b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     b = b.move(Phase.PENDING, pending=NEW).move(Phase.LOADING)
     gen = Generation(NEW, "2.0", KERNEL, added=200.0, attempts=1, failed="ENOKEY: unsigned")
-    b = b.with_generation(gen).move(Phase.FAILED, pending=None, note="ENOKEY: unsigned")
+    b = b.with_generation(gen).move(
+        Phase.FAILED, pending=None, deployed=NEW, note="ENOKEY: unsigned"
+    )
     if fallback:
         b = b.move(Phase.LOADING).move(Phase.ACTIVE, active=OLD)
     else:
@@ -108,12 +110,29 @@ def test_no_active_generation_after_a_failure_is_failed() -> None:
 
 
 def test_an_old_failure_before_the_active_generation_is_forgotten() -> None:
-    """A generation that failed before the active one was added no longer degrades the bundle."""
+    """A generation that failed before a newer one came up no longer degrades the bundle."""
     b = failed_new(fallback=True)
     newer = Generation("c" * 64, "3.0", KERNEL, added=300.0)
-    b = b.with_generation(newer).move(Phase.PENDING, pending=newer.id).move(Phase.LOADING)
-    b = b.move(Phase.ACTIVE, active=newer.id, pending=None)
+    b = b.with_generation(newer).move(Phase.PENDING, pending=newer.id).booting(newer.id)
+    b = b.went_live(newer.id, ())
     assert bundle_health(b, None, kernel=KERNEL).health is Health.HEALTHY
+
+
+def test_the_failure_shown_is_the_deployed_generations() -> None:
+    """OLD active, a newer C pending, NEW deployed and failed: the bundle is degraded by
+    NEW's failure (the one :meth:`BundleState.deployed_failure` names), and by no other
+    failed generation, newer or older."""
+    b = failed_new(fallback=True)
+    newer = Generation("c" * 64, "3.0", KERNEL, added=300.0)
+    other = Generation("d" * 64, "0.9", KERNEL, added=50.0, failed="ENOEXEC: old")
+    b = b.with_generation(other).with_generation(newer).move(Phase.PENDING, pending=newer.id)
+    assert (b.active, b.pending, b.deployed) == (OLD, newer.id, NEW)
+    assert b.deployed_failure() == b.generations[NEW]
+    verdict = bundle_health(b, None, kernel=KERNEL)
+    assert verdict.health is Health.DEGRADED
+    assert [r for r in verdict.reasons if "failed" in r] == [
+        f"generation {NEW[:12]} (2.0) failed: ENOKEY: unsigned; running {OLD[:12]}"
+    ]
 
 
 def test_a_rejected_drop_is_degraded_with_its_reasons() -> None:

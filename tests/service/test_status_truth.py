@@ -16,6 +16,7 @@ from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.health import Health
 from service.status.view import lines, render_rich
+from service.store import verbs
 from service.store.phase import Phase
 from service.store.records import RebootIntent
 from service.store.state import Generation, State
@@ -205,7 +206,7 @@ def test_a_held_bundle_is_marked_and_its_heartbeat_age_is_a_metric(tmp_path: Pat
     from service.status.metrics import families
 
     b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
-    b = b.move(Phase.PENDING, pending=NEW).hold()
+    b = verbs.hold(b.move(Phase.PENDING, pending=NEW))
     layout = host(tmp_path, State({"nvidia": b}, boot_id="boot-2"))
     write_heartbeat(layout.heartbeat, decision="no generation waits for a reboot", at=NOON - 5)
     doc = collect(layout, now=NOON)
