@@ -298,13 +298,13 @@ def test_boot_publishes_the_deployed_digest_while_another_generation_is_pending(
     kernel: a reboot loads v1 and publishes v2's digest, as the state's method names, with
     active, pending and deployed all different."""
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    [first] = _intake(host).run()
+    [first] = make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel()).run()
     _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
-    [second] = _intake(host).run()
+    [second] = make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
     _drop(host, signed, kernel, "3", config_digest="digest-v3")
-    [third] = _intake(host).run()
+    [third] = make_intake(host, OPERATOR).run()
     state = load(host.state)
     b = state.bundle("nvidia")
     later = replace(b.generations[str(third.generation)], kernel="6.12.0-9-amd64")
@@ -329,10 +329,10 @@ def test_a_node_upgraded_after_a_failure_keeps_the_failed_pods_digest(
     ``deployed``: the state file is read with v2 deployed, so the next plain reboot
     publishes v2's digest (the v2 pod is still the one deployed) and records it."""
     _drop(host, signed, kernel, "1", config_digest="digest-v1")
-    _intake(host).run()
+    make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel()).run()
     _drop(host, signed, kernel, "2", bad=True, config_digest="digest-v2")
-    [second] = _intake(host).run()
+    [second] = make_intake(host, OPERATOR).run()
     _boot(host, FakeKernel(fail={"ms_firmware": errno.ENODEV})).run()
     doc = json.loads(host.state.read_bytes())
     del doc["bundles"]["nvidia"]["deployed"]  # as saved before ``deployed`` existed
