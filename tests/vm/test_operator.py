@@ -44,8 +44,8 @@ before leaves, says so, and fails at once naming that path when it did not pass:
 
 Each path's upgrade state and driver-less time are printed as a table once the node is done
 and written to ``<state share>/rollout.json`` (the paths that passed), and on 6.1 to
-``$MODSTAGE_ROLLOUT_RESULTS`` when set and every path passed, for bench/rollout (bench/rollout-measured.json is a 6.1 run's: the 6.12 run's figures stay on its
-share).
+``$MODSTAGE_ROLLOUT_RESULTS`` when set and every path passed, for bench/rollout
+(bench/rollout-measured.json is a 6.1 run's: the 6.12 run's figures stay on its share).
 
 On both kernels (Debian 12's 6.1; Debian 13's 6.12 in its own root): the fake NVIDIA modules
 are built against the node kernel's headers and signed with its sign-file, and the driver
