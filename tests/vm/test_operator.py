@@ -347,7 +347,7 @@ class Rollout:
         if path not in self.passed:
             pytest.fail(
                 f"this path starts from the node that {path!r} leaves, and {path!r} did not "
-                "pass on this node (its own failure or skip says why)",
+                "pass on this node: it failed, or it did not run",
                 pytrace=False,
             )
 
@@ -379,7 +379,7 @@ def rollout(node: Vm, rootfs: Path) -> Iterator[Rollout]:
     yield paths
     _print_and_write(paths, node)
     took = time.monotonic() - started
-    print(f"operator scenario ({node.kernel.series}): {node.boots} boots, {took:.0f} s")
+    print(f"operator scenario ({node.kernel.series}): {took:.0f} s, boots: {node.boots}")
 
 
 def _pending(vm: Vm, version: str) -> None:
