@@ -9,35 +9,43 @@ test sees of the pod (revision, readiness, restarts); the test carries out what 
 (deleting the driver pod; the DaemonSet's OnDelete strategy then starts the new one). The
 host runs ``modstage serve`` with the pod's directory in ``incoming_dirs``, ``modstage
 boot`` at every boot, and node-feature-discovery's ``features.d`` exists (the labels are
-read after every step). Seven boots, one path after another:
+read after every step). One test per rollout path, in this order, over one node (a
+module-scoped fixture) that boots seven times in all; each path starts from the node the one
+before leaves, says so, and fails at once naming that path when it did not pass:
 
-1. fresh node: an image for another kernel is refused at once; v1 is staged; reboot.
-2. v1 live. A pod restart with no change unloads nothing and is ready within seconds.
-   v1 -> v2: the controller walks to pod-restart-required and deletes the pod; the new
-   pod's init container unloads v1 (the driver-less time starts), v2 is staged; reboot.
-3. v2 live, the pod ready: upgrade-done. Then the node reboots with no change.
-4. v2 loaded by ``modstage boot``, the init container keeps it, ready within seconds. A
-   digest-only change (same modules and parameters) while the reboot window is closed
-   (kured backend, the window opening in 5 hours): the init container unloads v2, the
-   pod drops the same generation, the host makes it pending again and asks no reboot
-   (kured's sentinel says "not required"); the pod waits unready, the controller stays
-   pod-restart-required; the startup probe's restarts over that wait are none with the
-   probe deploy/README.md sizes and over 10 (upgrade-failed) with the default. The window
-   opens (the admin's config here) and the host asks the reboot.
-5. v2 loaded again with the new digest, kept, ready: upgrade-done. v2 -> v3 (whose
-   nvidia-uvm fails at init) is staged; reboot.
-6. v3 fails and v2 is loaded again, with v3's digest published: the v3 pod's init
-   container keeps v2. The v3 container fails twice, says why, asks no reboot, is never
-   ready; the controller marks the node upgrade-failed on the 11th restart. The labels
-   and ``status`` name the failure. The admin reverts: ClusterPolicy back at v2, the
-   failed node's pod deleted by hand (the controller deletes none in upgrade-failed);
-   the v2 pod's init container unloads v2 (the digest is v3's) and the host asks a reboot.
-7. v2 loaded with its own digest, kept, ready: upgrade-done (no reboot loop).
+1. ``test_first_install``: a fresh node refuses an image for another kernel at once,
+   stages v1 and reboots (boot 2); v1 is live and its pod ready.
+2. ``test_pod_restart_with_no_change``: nothing is unloaded, the pod is ready within
+   seconds.
+3. ``test_v1_to_v2``: the controller walks to pod-restart-required and deletes the pod;
+   the new pod's init container unloads v1 (the driver-less time starts), v2 is staged;
+   reboot (boot 3): v2 live, the pod ready, upgrade-done.
+4. ``test_node_reboot_with_no_change`` (boot 4): v2 loaded by ``modstage boot``, the init
+   container keeps it, ready within seconds.
+5. ``test_closed_window_holds_a_digest_only_change``: a digest-only change (same modules
+   and parameters) while the reboot window is closed (kured backend, the window opening in
+   5 hours): the init container unloads v2, the pod drops the same generation, the host
+   makes it pending again and asks no reboot (kured's sentinel says "not required"); the
+   pod waits unready, the controller stays pod-restart-required; the startup probe's
+   restarts over that wait are none with the probe deploy/README.md sizes and over 10
+   (upgrade-failed) with the default. The window opens (the admin's config here) and the
+   host asks the reboot.
+6. ``test_digest_only_change`` (boot 5): v2 loaded again with the new digest, kept, ready:
+   upgrade-done.
+7. ``test_v3_failing_at_boot_falls_back_to_v2``: v2 -> v3 (whose nvidia-uvm fails at
+   init) is staged; reboot (boot 6): v3 fails and v2 is loaded again, with v3's digest
+   published, so the v3 pod's init container keeps v2. The v3 container fails twice, says
+   why, asks no reboot, is never ready; the controller marks the node upgrade-failed on
+   the 11th restart. The labels and ``status`` name the failure.
+8. ``test_revert_to_v2_after_v3_failed``: ClusterPolicy back at v2, the failed node's pod
+   deleted by hand (the controller deletes none in upgrade-failed); the v2 pod's init
+   container unloads v2 (the digest is v3's) and the host asks a reboot (boot 7): v2 loaded
+   with its own digest, kept, ready: upgrade-done (no reboot loop).
 
-Each path's upgrade state and driver-less time are printed as a table and written to
-``<state share>/rollout.json``, and on 6.1 to ``$MODSTAGE_ROLLOUT_RESULTS`` when set, for
-bench/rollout (bench/rollout-measured.json is a 6.1 run's: the 6.12 run's figures stay on its
-share).
+Each path's upgrade state and driver-less time are printed as a table once the node is done
+and written to ``<state share>/rollout.json`` (the paths that passed), and on 6.1 to
+``$MODSTAGE_ROLLOUT_RESULTS`` when set and every path passed, for bench/rollout
+(bench/rollout-measured.json is a 6.1 run's: the 6.12 run's figures stay on its share).
 
 On both kernels (Debian 12's 6.1; Debian 13's 6.12 in its own root): the fake NVIDIA modules
 are built against the node kernel's headers and signed with its sign-file, and the driver
@@ -56,6 +64,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -206,8 +215,17 @@ def _ready(vm: Vm) -> bool:
     return bool(vm.eval("os.path.exists('/run/nvidia/validations/.driver-ctr-ready')"))
 
 
-class Node:
-    """The node's driver pod as the kubelet runs it, and the upgrade controller over it."""
+class Held(NamedTuple):
+    """The digest-only change as the closed window leaves it, for the path that reboots."""
+
+    unloaded: float  # time.monotonic() when the init container unloaded v2
+    asked: float  # when the host asked the reboot, the window's hold taken out
+    held: float  # seconds the closed window held the reboot
+
+
+class Rollout:
+    """The node's driver pod as the kubelet runs it, the upgrade controller over it, and
+    what each rollout path leaves for the next (the paths that passed, the table's rows)."""
 
     def __init__(self, vm: Vm, rootfs: Path) -> None:
         self.vm, self.rootfs = vm, rootfs
@@ -217,7 +235,9 @@ class Node:
         self.controller = UpgradeController("1.0")
         self.clock = 0.0  # the controller's time: one requeue period per reconcile
         self.pods = 0
-        self.results: list[dict[str, object]] = []
+        self.results: list[dict[str, object]] = []  # the table's rows
+        self.passed: list[str] = []  # the paths that passed, in order
+        self.window: Held | None = None  # the closed window's hold, for the digest-only change
 
     # -- the kubelet ------------------------------------------------------------------------
     def init_container(self) -> str:
@@ -321,8 +341,45 @@ class Node:
                 break
         return self.controller.state
 
+    def after(self, path: str) -> None:
+        """Fail at once, naming ``path``, unless it passed: the calling path starts from the
+        node that ``path`` leaves, and on any other node its assertions would mislead."""
+        if path not in self.passed:
+            pytest.fail(
+                f"this path starts from the node that {path!r} leaves, and {path!r} did not "
+                "pass on this node: it failed, or it did not run",
+                pytrace=False,
+            )
+
     def record(self, path: str, state: State, driverless: float | None, **more: object) -> None:
+        """The path's row of the table, recorded as its last step: the path passed."""
         self.results.append({"path": path, "state": str(state), "driverless_s": driverless, **more})
+        self.passed.append(path)
+
+
+FIRST_INSTALL = "first install"  # not a row of the table: the node's start
+PATHS = (
+    FIRST_INSTALL,
+    "pod restart, no change",
+    "v1 -> v2",
+    "node reboot, no change",
+    "waiting for a closed window",
+    "digest-only change",
+    "v2 -> v3 failing at boot",
+    "revert to v2 after v3 failed",
+)
+
+
+@pytest.fixture(scope="module")
+def rollout(node: Vm, rootfs: Path) -> Iterator[Rollout]:
+    """The node's driver pod and the upgrade controller over it, carried from one path to
+    the next (in the order of ``PATHS``); afterwards the table of the paths that passed."""
+    started = time.monotonic()
+    paths = Rollout(node, rootfs)
+    yield paths
+    _print_and_write(paths, node)
+    took = time.monotonic() - started
+    print(f"operator scenario ({node.kernel.series}): {took:.0f} s, boots: {node.boots}")
 
 
 def _pending(vm: Vm, version: str) -> None:
@@ -350,9 +407,10 @@ def _waiting_for_window(vm: Vm, version: str) -> float:
     return since
 
 
-def _print_and_write(n: Node, vm: Vm) -> None:
-    """The table, and the JSON for bench/rollout (``$MODSTAGE_ROLLOUT_RESULTS`` is filled by
-    the 6.1 run only: bench/rollout-measured.json is 6.1's; 6.12's stays on its share)."""
+def _print_and_write(n: Rollout, vm: Vm) -> None:
+    """The table of the paths that passed, as JSON on the state share; and to
+    ``$MODSTAGE_ROLLOUT_RESULTS`` for bench/rollout when every path passed (the 6.1 run
+    only: bench/rollout-measured.json is 6.1's; 6.12's stays on its share)."""
     kernel = vm.kernel
     accel = vm.machine.accel.upper()
     print(
@@ -365,122 +423,155 @@ def _print_and_write(n: Node, vm: Vm) -> None:
         print(f"{r['path']:<34} {r['state']:<22} {shown:>12}  {r.get('note', '')}")
     doc = {"kernel": kernel.release, "kured_period_s": KURED_PERIOD, "paths": n.results}
     targets = [vm.state_dir / "rollout.json"]
-    if kernel.series == "6.1" and "MODSTAGE_ROLLOUT_RESULTS" in os.environ:
+    complete = n.passed == list(PATHS)
+    if kernel.series == "6.1" and "MODSTAGE_ROLLOUT_RESULTS" in os.environ and complete:
         targets.append(Path(os.environ["MODSTAGE_ROLLOUT_RESULTS"]))
+    elif not complete:
+        print(f"not every path passed (passed: {', '.join(n.passed) or 'none'}): partial table")
     for target in targets:
         target.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"rollout results: {target}")
 
 
-def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs: Path) -> None:
-    """Each rollout path ends in its upgrade state: v1 -> v2 and a digest-only change are
-    upgrade-done after one reboot the host asks for; a pod restart and a node reboot with no
-    change unload nothing and are ready within seconds; a closed window holds the reboot with
-    no upgrade-failed under the sized startup probe; v3 failing at boot is never ready
-    (never upgrade-done), says why and leaves v2 loaded; the revert to v2 is upgrade-done
-    after one reboot; the labels follow each step."""
-    started = time.monotonic()
-    n = Node(node, rootfs)
-    # -- boot 1: nothing loaded yet ---------------------------------------------------------
+def test_first_install(rollout: Rollout, node: Vm, key: SigningKey, rootfs: Path) -> None:
+    """A fresh node (boot 1): an image for another kernel is refused at once; the v1 pod's
+    init container finds no driver, its container stages v1 and the host asks a reboot
+    (the pod in sync on a new node: upgrade-done, nothing to upgrade); the drop is copied
+    out of the pod's directory. After the reboot (boot 2) v1 is live with its digest,
+    parameters and firmware, the init container keeps it and the pod is ready on it, the
+    image's root (Debian 12) mounted for the operands."""
     _host_up(node, key)
     result = node.run(_driver(node, rootfs, "1.0", KERNEL_VERSION="6.99.0-other"), timeout=60)
     assert result.rc == 1 and "built for kernel 6.99.0-other, the node runs" in result.stderr
-    assert "no nvidia driver loaded: uncordoning" in n.init_container()
-    n.start()
+    assert "no nvidia driver loaded: uncordoning" in rollout.init_container()
+    rollout.start()
     _pending(node, "1.0")
     _labels_are(node, {"phase": "reboot_scheduled", "active": "", "pending": "1.0"})
-    assert n.settle() is State.DONE  # a pod in sync on a new node: no upgrade to run
+    assert rollout.settle() is State.DONE  # a pod in sync on a new node: no upgrade to run
     assert node.eval("os.listdir('/run/nvidia/modstage/incoming')") == []  # copied out
 
-    print(f"operator: {time.monotonic() - started:.0f} s before boot 2")
-    # -- boot 2: v1 live; a pod restart with no change; then v1 -> v2 ------------------------
-    n.stop()
+    rollout.stop()
     node.reboot()
     _host_up(node, key)
     assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["1.0"]
     assert node.read("/sys/module/nvidia/parameters/fail") == "N"
     assert node.read("/run/modstage/firmware/nvidia/1.0/gsp_test.bin") == "gsp firmware 1.0"
     _labels_are(node, {"phase": "active", "active": "1.0", "pending": ""})
-    assert "skipping the unload" in n.init_container()
-    n.ready_after(n.start())
-    assert "nvidia 1.0 is loaded (by the host)" in n.log()
+    assert "skipping the unload" in rollout.init_container()
+    rollout.ready_after(rollout.start())
+    assert "nvidia 1.0 is loaded (by the host)" in rollout.log()
     root = node.run("mountpoint -q /run/nvidia/driver && cat /run/nvidia/driver/etc/debian_version")
     # the image's root (Debian 12 on both kernels, also on 6.12's Debian 13 node), for the operands
     assert root.rc == 0 and root.stdout.startswith("12."), root
+    rollout.passed.append(FIRST_INSTALL)
 
-    loaded_since = node.read("/sys/module/nvidia/refcnt")  # the pod restarts, no change
-    n.stop()
-    assert "the nvidia modules stay loaded" in n.log()
-    kept = n.init_container()
+
+def test_pod_restart_with_no_change(rollout: Rollout, node: Vm) -> None:
+    """A driver pod restart with no change unloads nothing (the modules and their users stay)
+    and the new container is ready within seconds: upgrade-done.
+
+    Starts from the node test_first_install leaves: v1 live, its pod ready."""
+    rollout.after(FIRST_INSTALL)
+    loaded_since = node.read("/sys/module/nvidia/refcnt")
+    rollout.stop()
+    assert "the nvidia modules stay loaded" in rollout.log()
+    kept = rollout.init_container()
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
-    ready = n.ready_after(n.start())
+    ready = rollout.ready_after(rollout.start())
     assert (
         set(NV) <= set(live_modules(node))
         and node.read("/sys/module/nvidia/refcnt") == loaded_since
     )
-    assert n.settle() is State.DONE
-    n.record("pod restart, no change", n.controller.state, 0.0, ready_s=round(ready, 1))
+    assert rollout.settle() is State.DONE
+    rollout.record("pod restart, no change", rollout.controller.state, 0.0, ready_s=round(ready, 1))
 
-    n.roll_to("2.0")  # v1 -> v2
-    changed = n.init_container()
+
+def test_v1_to_v2(rollout: Rollout, node: Vm, key: SigningKey) -> None:
+    """v1 -> v2 is upgrade-done after one reboot that the host asks for: the controller
+    deletes the pod, the new pod's init container unloads v1, its container stages v2 within
+    a minute and waits unready (pod-restart-required); at boot 3 v2 is loaded with its
+    digest, kept, the pod is ready and the node uncordoned.
+
+    Starts from the node test_pod_restart_with_no_change leaves: v1 live, its pod ready."""
+    rollout.after("pod restart, no change")
+    rollout.roll_to("2.0")
+    changed = rollout.init_container()
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     t_unload = time.monotonic()
     assert _loaded(node) is None
-    n.start()
+    rollout.start()
     _pending(node, "2.0")
     t_asked = time.monotonic()
     _labels_are(node, {"phase": "reboot_scheduled", "active": "1.0", "pending": "2.0"})
-    assert n.settle() is State.POD_RESTART_REQUIRED  # waiting, not ready: no timeout
+    assert rollout.settle() is State.POD_RESTART_REQUIRED  # waiting, not ready: no timeout
 
-    print(f"operator: {time.monotonic() - started:.0f} s before boot 3")
-    # -- boot 3: v2 live, upgrade-done; then a node reboot with no change -------------------
-    n.stop()
+    rollout.stop()
     t_down = time.monotonic()
     node.reboot()
     _host_up(node, key)
     t_loaded = time.monotonic()
     assert _loaded(node) == "2.0" and node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0"]
-    assert "skipping the unload" in n.init_container()
-    ready = n.ready_after(n.start())
-    assert n.settle() is State.DONE and not n.controller.cordoned
+    assert "skipping the unload" in rollout.init_container()
+    ready = rollout.ready_after(rollout.start())
+    assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
-    n.record(
+    assert t_asked - t_unload < 60, "staging takes seconds: the reboot is the driver-less time"
+    rollout.record(
         "v1 -> v2",
-        n.controller.state,
+        rollout.controller.state,
         round(t_loaded - t_unload, 1),
         staging_s=round(t_asked - t_unload, 1),
         reboot_s=round(t_loaded - t_down, 1),
         ready_s=round(ready, 1),
         note=f"+ up to kured's period ({KURED_PERIOD:.0f} s) before the reboot in the field",
     )
-    assert t_asked - t_unload < 60, "staging takes seconds: the reboot is the driver-less time"
 
-    n.stop()  # the node reboots with no change
+
+def test_node_reboot_with_no_change(rollout: Rollout, node: Vm, key: SigningKey) -> None:
+    """A node reboot with no change (boot 4): ``modstage boot`` loads v2 again, the init
+    container unloads nothing and the pod is ready within a minute: upgrade-done.
+
+    Starts from the node test_v1_to_v2 leaves: v2 live, its pod ready."""
+    rollout.after("v1 -> v2")
+    rollout.stop()
     t_down = time.monotonic()
     node.reboot()
     _host_up(node, key)
     t_loaded = time.monotonic()
     assert _loaded(node) == "2.0"
-    kept = n.init_container()
+    kept = rollout.init_container()
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
-    ready = n.ready_after(n.start())
-    assert ready < 60 and n.settle() is State.DONE  # seconds of work; tens under loaded TCG
+    ready = rollout.ready_after(rollout.start())
+    assert ready < 60 and rollout.settle() is State.DONE  # seconds of work; tens under loaded TCG
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
-    n.record(
+    rollout.record(
         "node reboot, no change",
-        n.controller.state,
+        rollout.controller.state,
         round(t_loaded - t_down, 1),
         ready_s=round(ready, 1),
         note="the reboot only; the pod unloads nothing",
     )
 
-    # -- a digest-only change (same modules and parameters), the reboot window closed ------
+
+def test_closed_window_holds_a_digest_only_change(
+    rollout: Rollout, node: Vm, key: SigningKey
+) -> None:
+    """A digest-only change (same modules and parameters) while the reboot window is closed
+    (kured backend, the window opening in 5 hours): the init container unloads v2, the pod
+    drops the same generation, the host makes it pending again and asks no reboot (kured's
+    sentinel says "not required"); the pod waits unready, the controller stays
+    pod-restart-required; over that wait the startup probe restarts the container never with
+    the probe deploy/README.md sizes and over 10 times (upgrade-failed) with the default
+    one. When the window opens the host asks the reboot and the pod still waits.
+
+    Starts from the node test_node_reboot_with_no_change leaves: v2 live, its pod ready."""
+    rollout.after("node reboot, no change")
     _restart_daemon(node, key, _closed_window(), "closed")
-    n.roll_to("2.0-b")
-    changed = n.init_container()
+    rollout.roll_to("2.0-b")
+    changed = rollout.init_container()
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     t_unload = time.monotonic()
-    n.start()
+    rollout.start()
     t_held = _waiting_for_window(node, "2.0")  # pending again, no reboot asked: window shut
     rc, said = modstage(node, "status", "--reboot-required")
     assert rc == 1, said  # kured's sentinel: no reboot outside the window
@@ -489,20 +580,34 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     assert reboot["required"] and not reboot["window_open"] and reboot["next_window"], reboot
     wait = datetime.fromisoformat(reboot["next_window"]) - datetime.now(UTC)
     for _ in range(3):  # the container waits, unready, through the controller's reconciles
-        assert n.exited() is None and not _ready(node) and n.reconcile() == []
-    assert n.controller.state is State.POD_RESTART_REQUIRED
+        assert rollout.exited() is None and not _ready(node) and rollout.reconcile() == []
+    assert rollout.controller.state is State.POD_RESTART_REQUIRED
     # the kubelet's restarts over that wait (the startup probe gives up after one budget),
     # and the controller's verdict on them: the probe deploy/README.md sizes, the default
     waited = {}
     for probe, budget in (("sized", (60, 60, 5640)), ("default", (60, 10, 120))):
         restarts = restarts_while_waiting(wait.total_seconds(), *budget)
-        judged = copy.deepcopy(n.controller)
+        judged = copy.deepcopy(rollout.controller)
         unready = (Container("nvidia-driver-ctr", False, restarts),)
-        judged.reconcile(n.clock, Pod(n.revision, True, unready, n.pod().init_containers), False)
+        judged.reconcile(
+            rollout.clock,
+            Pod(rollout.revision, True, unready, rollout.pod().init_containers),
+            False,
+        )
         waited[probe] = (restarts, judged.state)
     assert waited["sized"] == (0, State.POD_RESTART_REQUIRED), waited
     assert waited["default"][0] > 10 and waited["default"][1] is State.FAILED, waited
-    n.record(
+
+    _restart_daemon(node, key, CONFIG, "open")  # the window opens (here: the admin's config)
+    held = time.monotonic() - t_held
+    _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
+    t_asked = time.monotonic() - held
+    b = state(node).bundle("nvidia")
+    assert b.pending == b.active and rollout.exited() is None  # the pod waits, it does not fail
+    _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
+    assert rollout.settle() is State.POD_RESTART_REQUIRED
+    rollout.window = Held(t_unload, t_asked, held)
+    rollout.record(
         "waiting for a closed window",
         waited["sized"][1],
         None,
@@ -511,50 +616,60 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
         note=f"sized probe: no restart; default probe: {waited['default'][0]} restarts, "
         "upgrade-failed",
     )
-    _restart_daemon(node, key, CONFIG, "open")  # the window opens (here: the admin's config)
-    held = time.monotonic() - t_held
-    _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
-    t_asked = time.monotonic() - held
-    b = state(node).bundle("nvidia")
-    assert b.pending == b.active and n.exited() is None  # the pod waits, it does not fail
-    _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"})
-    assert n.settle() is State.POD_RESTART_REQUIRED
 
-    print(f"operator: {time.monotonic() - started:.0f} s before boot 5")
-    # -- boot 5: the same v2 loaded again with the new digest; then v2 -> v3 ----------------
-    n.stop()
+
+def test_digest_only_change(rollout: Rollout, node: Vm, key: SigningKey) -> None:
+    """A digest-only change is upgrade-done after the one reboot the host asked (boot 5):
+    the same v2 is loaded again with the new digest, kept, the pod ready, the node
+    uncordoned.
+
+    Starts from the node test_closed_window_holds_a_digest_only_change leaves: the same v2
+    pending again with the new digest's pod waiting, a reboot asked; its driver-less time
+    starts there (the window's hold left out)."""
+    rollout.after("waiting for a closed window")
+    assert rollout.window is not None
+    rollout.stop()
     t_down = time.monotonic()
     node.reboot()
     _host_up(node, key)
     t_loaded = time.monotonic()
     assert _loaded(node) == "2.0"
     assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0-b"]
-    assert "skipping the unload" in n.init_container()
-    ready = n.ready_after(n.start())
-    assert n.settle() is State.DONE and not n.controller.cordoned
+    assert "skipping the unload" in rollout.init_container()
+    ready = rollout.ready_after(rollout.start())
+    assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
-    n.record(
+    rollout.record(
         "digest-only change",
-        n.controller.state,
-        round(t_loaded - t_unload - held, 1),
-        staging_s=round(t_asked - t_unload, 1),
+        rollout.controller.state,
+        round(t_loaded - rollout.window.unloaded - rollout.window.held, 1),
+        staging_s=round(rollout.window.asked - rollout.window.unloaded, 1),
         reboot_s=round(t_loaded - t_down, 1),
         ready_s=round(ready, 1),
-        window_held_s=round(held, 1),
+        window_held_s=round(rollout.window.held, 1),
         note="the host asks the reboot itself (the closed window's hold not counted)",
     )
 
-    n.roll_to("3.0")
-    unloaded = n.init_container()
+
+def test_v3_failing_at_boot_falls_back_to_v2(rollout: Rollout, node: Vm, key: SigningKey) -> None:
+    """v2 -> v3, whose nvidia-uvm fails at init, is staged; at boot 6 v3 fails and v2 (the
+    last known good) is loaded again with v3's digest published, so the v3 pod's init
+    container keeps v2; labels and ``status`` name the failure (ENODEV). The v3 container
+    fails, says why and asks no reboot, is never ready; the controller marks the node
+    upgrade-failed (cordoned) on the 11th restart.
+
+    Starts from the node test_digest_only_change leaves: v2 live with its new digest, its
+    pod ready."""
+    rollout.after("digest-only change")
+    rollout.roll_to("3.0")
+    unloaded = rollout.init_container()
     assert "driver config changed" in unloaded and "unloaded nvidia" in unloaded, unloaded
     t_unload = time.monotonic()
-    n.start()
+    rollout.start()
     _pending(node, "3.0")
     _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "3.0"})
 
-    print(f"operator: {time.monotonic() - started:.0f} s before boot 6")
-    # -- boot 6: v3 fails, v2 is loaded again and kept; the v3 pod is never ready ----------
-    n.stop()
+    rollout.stop()
     t_down = time.monotonic()
     node.reboot()
     _host_up(node, key)
@@ -572,64 +687,75 @@ def test_rollouts_under_the_upgrade_controller(node: Vm, key: SigningKey, rootfs
     assert "ENODEV" in labels["failed"], labels
     _rc, status = modstage(node, "status")
     assert "ENODEV" in status, status
-    kept = n.init_container()  # the v3 pod's init container, after the reboot
+    kept = rollout.init_container()  # the v3 pod's init container, after the reboot
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
     runs = []
     for restart in (1, 2):  # the kubelet restarts the container (not the init container)
-        runs.append(n.start())
-        _wait_until(lambda: n.exited() is not None, 120, f"the v3 pod ends: {n.log()}")
-        assert n.exited() == 1 and "failed: modules/nvidia-uvm.ko: ENODEV" in n.log(), n.log()
+        runs.append(rollout.start())
+        _wait_until(lambda: rollout.exited() is not None, 120, f"the v3 pod ends: {rollout.log()}")
+        assert rollout.exited() == 1 and "failed: modules/nvidia-uvm.ko: ENODEV" in rollout.log(), (
+            rollout.log()
+        )
         runs[-1] = time.monotonic() - runs[-1]
         assert _loaded(node) == "2.0" and not _ready(node)  # v2 kept; never ready on it
-        n.running = False
-        n.restarts = restart
-        n.reconcile()
+        rollout.running = False
+        rollout.restarts = restart
+        rollout.reconcile()
         b = state(node).bundle("nvidia")
         assert b.pending is None and b.phase is not Phase.REBOOT_SCHEDULED  # no reboot asked
-        assert n.controller.state is State.POD_RESTART_REQUIRED  # unready, <= 10 restarts
-    n.restarts = 11  # each further restart is the same run: the 11th makes the node failed
-    assert n.settle() is State.FAILED and n.controller.cordoned
-    n.record(
+        assert rollout.controller.state is State.POD_RESTART_REQUIRED  # unready, <= 10 restarts
+    rollout.restarts = 11  # each further restart is the same run: the 11th makes the node failed
+    assert rollout.settle() is State.FAILED and rollout.controller.cordoned
+    rollout.record(
         "v2 -> v3 failing at boot",
-        n.controller.state,
+        rollout.controller.state,
         round(t_fallback - t_unload, 1),
         reboot_s=round(t_fallback - t_down, 1),
         container_run_s=round(sum(runs) / len(runs), 1),
         note="never ready: the rollout halts; v2 stays loaded (the node stays cordoned)",
     )
 
-    print(f"operator: {time.monotonic() - started:.0f} s before boot 7")
-    # -- the admin reverts to v2: ClusterPolicy back, the failed node's pod deleted ---------
-    n.controller.new_revision("2.0-b")  # upgrade-failed: the controller deletes no pod
-    assert n.settle() is State.FAILED
-    n.stop()
-    n.revision, n.restarts = "2.0-b", 0
-    unloaded = n.init_container()  # the published digest is v3's: v2 is unloaded
+
+def test_revert_to_v2_after_v3_failed(rollout: Rollout, node: Vm, key: SigningKey) -> None:
+    """The admin reverts (ClusterPolicy back at v2, the failed node's pod deleted by hand:
+    the controller deletes none in upgrade-failed): the v2 pod's init container unloads v2
+    (the digest is v3's), the host asks a reboot, the labels keep the failure until then;
+    at boot 7 v2 is loaded with its own digest, kept, the pod ready: upgrade-done, with no
+    reboot loop.
+
+    Starts from the node test_v3_failing_at_boot_falls_back_to_v2 leaves: v2 loaded after
+    v3 failed, the v3 pod unready, the node upgrade-failed."""
+    rollout.after("v2 -> v3 failing at boot")
+    failed = _labels(node)["failed"]
+    assert "ENODEV" in failed, failed
+    rollout.controller.new_revision("2.0-b")  # upgrade-failed: the controller deletes no pod
+    assert rollout.settle() is State.FAILED
+    rollout.stop()
+    rollout.revision, rollout.restarts = "2.0-b", 0
+    unloaded = rollout.init_container()  # the published digest is v3's: v2 is unloaded
     assert "driver config changed" in unloaded and "unloaded nvidia" in unloaded, unloaded
     t_unload = time.monotonic()
-    n.start()
+    rollout.start()
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
     reverting = {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"}
-    _labels_are(node, {**reverting, "failed": labels["failed"]})  # until v2 is up again
-    n.stop()
+    _labels_are(node, {**reverting, "failed": failed})  # until v2 is up again
+    rollout.stop()
     t_down = time.monotonic()
-    node.reboot()  # -- boot 7 --------------------------------------------------------------
+    node.reboot()
     _host_up(node, key)
     t_loaded = time.monotonic()
     assert _loaded(node) == "2.0"
     assert node.read("/run/nvidia/nvidia-driver.state") == DIGEST["2.0-b"]  # no loop
-    kept = n.init_container()
+    kept = rollout.init_container()
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
-    ready = n.ready_after(n.start())
-    assert n.settle() is State.DONE and not n.controller.cordoned
+    ready = rollout.ready_after(rollout.start())
+    assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
-    n.record(
+    rollout.record(
         "revert to v2 after v3 failed",
-        n.controller.state,
+        rollout.controller.state,
         round(t_loaded - t_unload, 1),
         reboot_s=round(t_loaded - t_down, 1),
         ready_s=round(ready, 1),
         note="the admin deletes the failed node's pod; one reboot, asked by the host",
     )
-    _print_and_write(n, node)
-    print(f"operator scenario ({node.kernel.series}): 7 boots, {time.monotonic() - started:.0f} s")
