@@ -136,6 +136,27 @@ def test_bundles_after_each_other_load_in_name_order_and_the_cycle_is_logged(
                        "log_level": "error"}]  # fmt: skip
 
 
+def test_order_reports_only_the_bundles_a_cycle_holds() -> None:
+    """plan.order: a chain named against the alphabet (c after b after a, given in reverse)
+    is ordered with no cycle; a cycle (x and y after each other) and a bundle after one of
+    them come last in name order and are what is reported; a bundle after an absent one
+    is free."""
+    from service.boot.plan import Choice, order
+
+    names = ["z-free", "y", "x-after-y", "after-x", "c", "b", "a"]
+    choices = [Choice(n, f"gen-{n}") for n in names]
+    chain = {"a": ("b",), "b": ("c",), "z-free": ("gone",)}
+    done, cycle = order(choices, chain)
+    assert ([c.bundle for c in done], cycle) == (
+        ["after-x", "c", "x-after-y", "y", "z-free", "b", "a"],
+        (),
+    )
+    tangled = {**chain, "x-after-y": ("y",), "y": ("x-after-y",), "after-x": ("x-after-y",)}
+    done, cycle = order(choices, tangled)
+    assert [c.bundle for c in done] == ["c", "z-free", "b", "a", "after-x", "x-after-y", "y"]
+    assert cycle == ("after-x", "x-after-y", "y")
+
+
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
     """A live module with the same srcversion counts as loaded; another version is an error."""
     _pending(host, kernel, [(signed["ms_params"], "")])
