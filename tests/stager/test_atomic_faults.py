@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,33 @@ def test_a_failed_write_leaves_no_temporary_file_and_the_old_content(
         atomic.write_atomic(target, b"new", before_replace=stop)
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
     assert target.read_bytes() == b"old"
+
+
+def test_the_mode_is_exact_whatever_the_umask_and_no_descriptor_is_left(tmp_path: Path) -> None:
+    """The file gets ``mode`` (0644 unless told) under any umask, and neither the write nor
+    fsync_dir leaves a descriptor open."""
+    fds = set(os.listdir("/proc/self/fd"))
+    old = os.umask(0o077)
+    try:
+        atomic.write_atomic(tmp_path / "status.json", b"{}")
+        atomic.write_atomic(tmp_path / "manifest.toml", b"", mode=0o444)
+        atomic.fsync_dir(tmp_path)
+    finally:
+        os.umask(old)
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert stat.S_IMODE((tmp_path / "status.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "manifest.toml").stat().st_mode) == 0o444
+
+
+def test_a_file_already_at_the_temporary_name_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary file is created, never opened: a file found at its name (a hard link to
+    another file, were the random name guessed) fails the write (EEXIST) and is left as it was."""
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(n))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.link(victim, tmp_path / f".state.json.{bytes(6).hex()}.tmp")
+    with pytest.raises(FileExistsError):
+        atomic.write_atomic(tmp_path / "state.json", b"new")
+    assert victim.read_bytes() == b"precious" and not (tmp_path / "state.json").exists()
