@@ -99,6 +99,22 @@ def test_sig_len_is_bounded_only_by_the_file() -> None:
     assert parse_trailer(trailer_of(sig_len=1 << 16), 1 << 20).sig_len == 1 << 16
 
 
+@pytest.mark.parametrize("size", [0, 1, 39, 40])
+def test_a_file_shorter_than_a_trailer_is_unsigned(size: int, tmp_path: Path) -> None:
+    """A file of fewer bytes than a trailer is read from its start, not before it: unsigned
+    (ENODATA), for a file on disk as for one in memory."""
+    from service.errors import Refusal
+    from service.verify.signature.modsig import read_signature
+
+    path = tmp_path / "tiny.ko"
+    path.write_bytes(b"\x7fELF"[:size] + bytes(max(0, size - 4)))
+    problems: list[Refusal] = []
+    with path.open("rb") as f:
+        read = read_signature(f, size, problems, Target.from_spec("6.1.0-57-amd64"))
+    assert read == (size, None)
+    assert [str(p) for p in problems] == ["ENODATA: module is unsigned (no signature marker)"]
+
+
 def test_a_blob_over_the_decoders_limit_is_emsgsize_before_it_is_parsed(
     signed_rsa: Path, trust: TrustStore, target: Target
 ) -> None:
