@@ -120,11 +120,12 @@ def test_a_blob_over_the_decoders_limit_is_emsgsize_before_it_is_parsed(
 ) -> None:
     """A module whose trailer states a 70,000-byte blob is refused with EMSGSIZE, naming the
     size and the kernel's limit, even when that blob is a good signature followed by zeros
-    (which the 6.1 parser, trailing bytes ignored, would otherwise accept)."""
+    (which the 6.1 parser, trailing bytes ignored, would otherwise accept); a blob of exactly
+    65,535 bytes, the same signature padded, is accepted."""
     parts = split(signed_rsa.read_bytes())
     padded = parts.blob + bytes(70_000 - len(parts.blob))
-    control = append_signature(parts.payload, parts.blob + bytes(64))
-    assert verify_module(io.BytesIO(control), display="m.ko", trust=trust, kernel=target).ok
+    largest = append_signature(parts.payload, parts.blob + bytes(65_535 - len(parts.blob)))
+    assert verify_module(io.BytesIO(largest), display="m.ko", trust=trust, kernel=target).ok
     module = append_signature(parts.payload, padded)
     v = verify_module(io.BytesIO(module), display="m.ko", trust=trust, kernel=target)
     assert (v.ok, v.errno) == (False, "EMSGSIZE"), v.reason
