@@ -552,6 +552,25 @@ def test_a_copied_file_is_checked_again_when_opened(tree: Path, watched: AccessW
     assert watched.events() == [] and os.listdir(into) == []
 
 
+def test_a_copied_file_that_gained_a_link_is_refused_unread(
+    tree: Path, watched: AccessWatch
+) -> None:
+    """A file given a second hard link after the walk saw one (a link to a file outside the
+    drop) is refused by the copy's own check (EMLINK), before anything is read or created."""
+    into = tree.parent / "into"
+    into.mkdir()
+    assert os.lstat(tree / "hard").st_nlink == 2
+    src, dst = os.open(tree, os.O_RDONLY | os.O_DIRECTORY), os.open(into, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as err:
+            _copy_file(src, dst, "hard", 100)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (err.value.errno, err.value.strerror) == (errno.EMLINK, "has 2 hard links")
+    assert watched.events() == [] and os.listdir(into) == []
+
+
 def test_copy_tree_keeps_the_layout(tmp_path: Path) -> None:
     """Every file lands in its own directory of the copy, with its bytes, at every level."""
     src = _bushy(tmp_path / "src")

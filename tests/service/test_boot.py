@@ -136,6 +136,54 @@ def test_bundles_after_each_other_load_in_name_order_and_the_cycle_is_logged(
                        "log_level": "error"}]  # fmt: skip
 
 
+def test_order_reports_only_the_bundles_a_cycle_holds() -> None:
+    """plan.order: a chain named against the alphabet (c after b after a, given in reverse)
+    is ordered with no cycle; a cycle (x and y after each other) and a bundle after one of
+    them come last in name order and are what is reported; a bundle after an absent one
+    is free."""
+    from service.boot.plan import Choice, order
+
+    names = ["z-free", "y", "x-after-y", "after-x", "c", "b", "a"]
+    choices = [Choice(n, f"gen-{n}") for n in names]
+    chain = {"a": ("b",), "b": ("c",), "z-free": ("gone",)}
+    done, cycle = order(choices, chain)
+    assert ([c.bundle for c in done], cycle) == (
+        ["after-x", "c", "x-after-y", "y", "z-free", "b", "a"],
+        (),
+    )
+    tangled = {**chain, "x-after-y": ("y",), "y": ("x-after-y",), "after-x": ("x-after-y",)}
+    done, cycle = order(choices, tangled)
+    assert [c.bundle for c in done] == ["c", "z-free", "b", "a", "after-x", "x-after-y", "y"]
+    assert cycle == ("after-x", "x-after-y", "y")
+
+
+def test_choose_takes_the_pending_generation_only_when_it_may_run() -> None:
+    """plan.choose: a pending generation for the running kernel with attempts left is loaded
+    as pending (an attempt is counted), with the active one as its fallback (none when it is
+    the active one dropped again); without one, or when it failed, targets another kernel or
+    is out of attempts, the active generation loads and nothing is pending (out of attempts:
+    it is expired, with the reason)."""
+    from service.boot.plan import Choice, choose
+    from service.store.state import BundleState, Generation
+
+    def bundle(*, pending: Generation | None, active: str | None = "old") -> BundleState:
+        gens = {"old": Generation("old", "1", "k"), **({pending.id: pending} if pending else {})}
+        return BundleState(active=active, pending=pending.id if pending else None, generations=gens)
+
+    new = Generation("new", "2", "k", attempts=1)
+    assert choose("b", bundle(pending=new), "k", 3) == Choice("b", "new", "old", pending=True)
+    again = Generation("old", "1", "k", attempts=1)
+    assert choose("b", bundle(pending=again), "k", 3) == Choice("b", "old", None, pending=True)
+    assert choose("b", bundle(pending=None), "k", 3) == Choice("b", "old")
+    failed = replace(new, failed="modprobe: ENOEXEC")
+    assert choose("b", bundle(pending=failed), "k", 3) == Choice("b", "old")
+    other = choose("b", bundle(pending=replace(new, kernel="k2")), "k", 3)
+    assert (other.generation, other.pending) == ("old", False) and "k2" in other.note
+    spent = choose("b", bundle(pending=replace(new, attempts=3)), "k", 3)
+    assert (spent.generation, spent.pending) == ("old", False)
+    assert spent.expired == "did not complete boot in 3 attempts (max_boot_attempts)"
+
+
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
     """A live module with the same srcversion counts as loaded; another version is an error."""
     _pending(host, kernel, [(signed["ms_params"], "")])

@@ -21,6 +21,7 @@ from service.daemon.clock import SystemClock
 from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.layout import Layout
+from service.logs import capture_logs
 from service.reboot import CommandRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
 from service.store.phase import Phase
@@ -371,20 +372,28 @@ def test_failing_backend_does_not_stop_the_daemon(
         CommandRebooter(lambda: [["reboot-now"]], runner=broken),
         reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 0)),
     )
-    running(daemon)  # type: ignore[operator]
-    stage(host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
-    _wait(lambda: host.state.exists() and load(host.state).reboot is not None)
-    stage(host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)])
-    _wait(
-        lambda: (
-            not list(host.incoming.iterdir())
-            and load(host.state)
-            .bundle("test")
-            .generations[str(load(host.state).bundle("test").pending)]
-            .version
-            == "2"
+    with capture_logs() as logs:
+        running(daemon)  # type: ignore[operator]
+        stage(
+            host.incoming, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)]
         )
-    )
+        _wait(lambda: host.state.exists() and load(host.state).reboot is not None)
+        _wait(lambda: any(e["event"] == "daemon.step_failed" for e in logs))
+        stage(
+            host.incoming, bundle="test", version="2", kernel=kernel, modules=[ModuleSpec(module)]
+        )
+        _wait(
+            lambda: (
+                not list(host.incoming.iterdir())
+                and load(host.state)
+                .bundle("test")
+                .generations[str(load(host.state).bundle("test").pending)]
+                .version
+                == "2"
+            )
+        )
+    failed = [(e["step"], e["error"]) for e in logs if e["event"] == "daemon.step_failed"]
+    assert failed and set(failed) == {("maybe_reboot", "reboot-now: not found")}, failed
 
 
 def test_manifest_arriving_late_is_noticed_by_the_drop_watch(

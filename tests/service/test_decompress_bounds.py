@@ -86,6 +86,92 @@ def test_unknown_or_garbled_sizes_state_nothing() -> None:
     assert stated(io.BytesIO(b"\xfd7zXZ\x00" + b"junk" * 10), "xz").window == MAX_WINDOW
 
 
+def varint(value: int) -> bytes:
+    """xz's multibyte integer: seven bits a byte, low first, the top bit set but on the last."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+def xz_crafted(
+    records: list[tuple[int, int]],
+    *,
+    blocks: int = 100,
+    indicator: int = 0,
+    count: int | None = None,
+    magic: bytes = b"YZ",
+    backward: int | None = None,
+) -> bytes:
+    """An xz stream whose index states ``records`` (unpadded, uncompressed sizes) after
+    ``blocks`` bytes of (zero) blocks: each field may lie; no CRC is right, none is read."""
+    body = bytes([indicator]) + varint(len(records) if count is None else count)
+    body += b"".join(varint(u) + varint(n) for u, n in records)
+    index = body + bytes(-len(body) % 4) + bytes(4)
+    size_field = len(index) // 4 - 1 if backward is None else backward
+    footer = bytes(4) + struct.pack("<I", size_field) + b"\x00\x01" + magic
+    return b"\xfd7zXZ\x00\x00\x01" + bytes(4) + bytes(blocks) + index + footer
+
+
+#: Without its own check, a stream too short would still fail the index-size check, and
+#: records past the index would still run off its end: those two cases pin the outcome.
+XZ_LIES = {
+    "too short for a stream": b"\x00" * 18 + b"YZ",
+    "no stream footer": xz_crafted([(100, 5000)], magic=b"ZY"),
+    "no index indicator": xz_crafted([(100, 5000)], indicator=1),
+    "more records than the index holds": xz_crafted([(100, 5000)], count=7),
+    "blocks larger than the file": xz_crafted([(104, 5000)]),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(XZ_LIES))
+def test_an_xz_index_that_does_not_add_up_states_nothing(lie: str) -> None:
+    """The index the stated size comes from is believed only if it fits: a file too short
+    for a stream, no footer magic, no index indicator, more records than the index has
+    room for, or blocks larger than the file before the index state no size (the stream's
+    own cap then decides); the same stream with an honest index states 5000."""
+    assert stated(io.BytesIO(xz_crafted([(100, 5000)])), "xz").size == 5000
+    assert stated(io.BytesIO(XZ_LIES[lie]), "xz").size is None
+
+
+@pytest.mark.parametrize("index_size", ["past the file's start", "over 16 MiB"])
+def test_an_xz_index_larger_than_the_file_or_16_mib_is_not_read(
+    tmp_path: Path, index_size: str
+) -> None:
+    """A footer stating an index that begins before the file does (read from disk: a seek
+    before the start is an error there) or is over 16 MiB (in a file large enough: sparse,
+    of zeros, which would read as an empty index) states no size and reads no index."""
+    path = tmp_path / "lying.ko.xz"
+    if index_size == "over 16 MiB":
+        index = 16 * MiB + 4  # between the stream header and the footer, nothing else
+        with path.open("wb") as f:
+            f.write(b"\xfd7zXZ\x00\x00\x01" + bytes(4))
+            f.truncate(12 + index)
+            f.seek(0, 2)
+            f.write(bytes(4) + struct.pack("<I", index // 4 - 1) + b"\x00\x01YZ")
+    else:
+        path.write_bytes(xz_crafted([(100, 5000)], backward=64))
+    with path.open("rb") as f:
+        assert stated(f, "xz").size is None
+
+
+def test_the_dictionary_is_read_only_inside_the_block_header() -> None:
+    """The first block header's size byte counts 4-byte words (plus one): a dictionary byte
+    that is its last byte is read (4 MiB here), one just past it is not (the largest window
+    is assumed), whatever the bytes that follow."""
+
+    def head(size_byte: int, compressed: int) -> bytes:
+        block = bytes([size_byte, 0x40]) + varint(compressed) + bytes([0x21, 1, 20])
+        return b"\xfd7zXZ\x00\x00\x01" + bytes(4) + block + bytes(16)
+
+    inside, past = head(1, 1 << 14), head(1, 1 << 21)  # a 3- or 4-byte compressed size
+    assert (len(varint(1 << 14)), len(varint(1 << 21))) == (3, 4)
+    assert stated(io.BytesIO(inside), "xz").window == 4 * MiB
+    assert stated(io.BytesIO(past), "xz").window == MAX_WINDOW
+    assert stated(io.BytesIO(head(2, 1 << 21)), "xz").window == 4 * MiB
+
+
 @pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
 def test_a_bomb_that_states_its_size_is_refused_before_decompressing(
     kind: str, tmp_path: Path, trust: TrustStore, target: Target

@@ -92,3 +92,31 @@ def test_what_6_12s_elf_validation_adds_is_refused_only_on_6_12(modules: dict[st
             load_rules(info, old)
         except ModuleRejected as exc:
             assert "6.12's ELF validation" not in str(exc), what
+
+
+def test_a_this_module_of_the_wrong_size_is_the_kernels_enoexec_from_6_12(
+    modules: dict[str, Path],
+) -> None:
+    """From 6.12 the kernel checks .gnu.linkonce.this_module against sizeof(struct module)
+    (ENOEXEC, its own refusal); 6.1 does not and may crash, so there it is modstage's named
+    safety policy; the right size is no refusal of either."""
+    from dataclasses import replace
+
+    from service.errors import ModuleRejected
+    from service.verify.loadrules import load_rules
+    from service.verify.modfile.modinfo import ModInfo
+    from service.verify.target.kernel import Target
+
+    info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
+    assert info.this_module_size == 896
+    said = ".gnu.linkonce.this_module is 896 bytes, not sizeof(struct module) = 904"
+    for release, kernel_says in (("6.12.117+deb13-amd64", True), ("6.1.0-57-amd64", False)):
+        target = Target.from_spec(release)
+        with pytest.raises(ModuleRejected) as refused:
+            load_rules(info, replace(target, struct_module=904))
+        refusal = refused.value.refusal
+        assert (refusal.errno, refusal.policy) == ("ENOEXEC", not kernel_says), release
+        assert said in refusal.message and ("safety: " in refusal.message) != kernel_says
+        with pytest.raises(ModuleRejected) as other:  # the vermagic, checked after the size
+            load_rules(info, replace(target, struct_module=896))
+        assert "this_module" not in other.value.reason, release

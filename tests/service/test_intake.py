@@ -54,6 +54,42 @@ def test_drop_becomes_a_pending_read_only_generation(
     assert [p.name for p in host.store.iterdir()] == [outcome.generation]
 
 
+def test_every_file_an_intake_persists_is_fsynced_before_its_directory(
+    host: Layout, signed: dict[str, Path], kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each file an intake leaves (the copied modules, the generation's manifest, state.json,
+    the status file) was fsynced (its inode, whatever name it had then), and after it the
+    directory that holds it, up to the store itself, whose new entry is durable before the
+    state that names it: a power cut after the intake loses none, and at no moment leaves a
+    state naming a generation the store lost."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)  # the standard library's, recorded
+    _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
+    [outcome] = _intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    generation = host.store / str(outcome.generation)
+    files = sorted(p for p in generation.rglob("*") if p.is_file())
+    assert [p.relative_to(generation).as_posix() for p in files] == [
+        "manifest.toml",
+        "modules/ms_consumer.ko",
+        "modules/ms_exporter.ko",
+    ]
+    for path in [*files, host.state, host.status / "test.json", generation]:
+        assert path.stat().st_ino in synced, path
+        after = synced[synced.index(path.stat().st_ino) :]
+        assert path.parent.stat().st_ino in after, f"{path.parent} not fsynced after {path}"
+    published = synced.index(generation.stat().st_ino)
+    store = synced.index(host.store.stat().st_ino, published)
+    state = len(synced) - 1 - synced[::-1].index(host.state.stat().st_ino)  # its last write
+    assert store < state, "state.json durable before the store"
+
+
 def test_same_drop_twice_is_the_same_generation(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.errors import ModuleRejected
-from service.verify.loadrules import check_vermagic
+from service.verify.loadrules import check_vermagic, load_rules
 from service.verify.modfile.modinfo import ModInfo, same_magic
+from service.verify.modfile.symtab import Export
+from service.verify.target.exports import KernelExports
 from service.verify.target.kconfig import KernelConfig
 from service.verify.target.kernel import Target
 from tests.service.strategies_verify import mutated
@@ -158,6 +161,32 @@ def test_check_vermagic_policies_name_themselves() -> None:
         check_vermagic(info_with(None), target_with(VM, force_load=True))
     with pytest.raises(ModuleRejected, match=r"^ENOEXEC: no vermagic in .modinfo and no MODULE"):
         check_vermagic(info_with(None), target_with(VM))
+
+
+def test_boot_judges_the_known_crcs_and_built_in_modules(modules: dict[str, Path]) -> None:
+    """At boot (no symbol table read) a CRC the target is known to export and the module
+    disagrees with is EINVAL naming the symbol, and a module built into the target is EINVAL:
+    the kernel's own refusal with a /sys/module entry, a named policy without; the same
+    module against the same target with neither is accepted."""
+    info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
+    assert info.symbols is None and info.module_name == "ms_params"
+    name, crc = next((n, c) for n, c in info.versions if n == "_printk")
+    good = replace(target_with(VM), struct_module=info.this_module_size)
+    assert load_rules(info, good) is None
+    other = Export(crc ^ 1, False, "", "vmlinux")
+    with pytest.raises(ModuleRejected) as crcs:
+        load_rules(info, replace(good, exports=KernelExports.known({name: other}, "test")))
+    assert str(crcs.value.refusal) == (
+        f"EINVAL: disagrees about version of symbol {name} (module {crc:#x}, target {crc ^ 1:#x})"
+    )
+    with pytest.raises(ModuleRejected) as sysfs:
+        load_rules(info, replace(good, builtin_sysfs=frozenset({"ms_params"})))
+    assert (sysfs.value.refusal.errno, sysfs.value.refusal.policy) == ("EINVAL", False)
+    assert "built into the target kernel with a /sys/module entry" in sysfs.value.reason
+    with pytest.raises(ModuleRejected) as builtin:
+        load_rules(info, replace(good, builtin=frozenset({"ms_params"})))
+    assert (builtin.value.refusal.errno, builtin.value.refusal.policy) == ("EINVAL", True)
+    assert "built into the target kernel (modules.builtin)" in builtin.value.reason
 
 
 @pytest.fixture(scope="module")

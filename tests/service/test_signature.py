@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,11 @@ from service.errors import ModuleRejected
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pkcs7 import Message, parse_message
 from service.verify.signature.trailer import parse_trailer
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
+from service.verify.verdict import verify_module
 from tests.kmod import MARKER, SigningKey, cms_sign, split
-from tests.kmod.forge import INFO, rsa_oid_as_sha256_with_rsa
+from tests.kmod.forge import INFO, append_signature, rsa_oid_as_sha256_with_rsa
 from tests.service.strategies_verify import der, mutated, trailers
 
 
@@ -93,6 +97,39 @@ def test_non_zero_info_fields_are_ebadmsg(fields: dict[str, object]) -> None:
 def test_sig_len_is_bounded_only_by_the_file() -> None:
     """mod_check_sig has no cap of its own: a 64 KiB blob is a layout (the decoder refuses it)."""
     assert parse_trailer(trailer_of(sig_len=1 << 16), 1 << 20).sig_len == 1 << 16
+
+
+@pytest.mark.parametrize("size", [0, 1, 39, 40])
+def test_a_file_shorter_than_a_trailer_is_unsigned(size: int, tmp_path: Path) -> None:
+    """A file of fewer bytes than a trailer is read from its start, not before it: unsigned
+    (ENODATA), for a file on disk as for one in memory."""
+    from service.errors import Refusal
+    from service.verify.signature.modsig import read_signature
+
+    path = tmp_path / "tiny.ko"
+    path.write_bytes(b"\x7fELF"[:size] + bytes(max(0, size - 4)))
+    problems: list[Refusal] = []
+    with path.open("rb") as f:
+        read = read_signature(f, size, problems, Target.from_spec("6.1.0-57-amd64"))
+    assert read == (size, None)
+    assert [str(p) for p in problems] == ["ENODATA: module is unsigned (no signature marker)"]
+
+
+def test_a_blob_over_the_decoders_limit_is_emsgsize_before_it_is_parsed(
+    signed_rsa: Path, trust: TrustStore, target: Target
+) -> None:
+    """A module whose trailer states a 70,000-byte blob is refused with EMSGSIZE, naming the
+    size and the kernel's limit, even when that blob is a good signature followed by zeros
+    (which the 6.1 parser, trailing bytes ignored, would otherwise accept); a blob of exactly
+    65,535 bytes, the same signature padded, is accepted."""
+    parts = split(signed_rsa.read_bytes())
+    padded = parts.blob + bytes(70_000 - len(parts.blob))
+    largest = append_signature(parts.payload, parts.blob + bytes(65_535 - len(parts.blob)))
+    assert verify_module(io.BytesIO(largest), display="m.ko", trust=trust, kernel=target).ok
+    module = append_signature(parts.payload, padded)
+    v = verify_module(io.BytesIO(module), display="m.ko", trust=trust, kernel=target)
+    assert (v.ok, v.errno) == (False, "EMSGSIZE"), v.reason
+    assert v.reason == "EMSGSIZE: PKCS#7 blob of 70000 bytes (kernel max 65535)"
 
 
 @settings(max_examples=400)
@@ -194,13 +231,22 @@ def test_ecdsa_with_sha3_oid_is_enopkg(signed_ec: Path) -> None:
 
 
 def test_embedded_content_is_parsed_and_noted(
-    modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path
+    modules: dict[str, Path],
+    rsa_key: SigningKey,
+    tmp_path: Path,
+    trust: TrustStore,
+    target: Target,
 ) -> None:
-    """Embedded content parses; verify_pkcs7_message_sig then refuses it (EBADMSG)."""
+    """Embedded content parses; verify_pkcs7_message_sig then refuses it (EBADMSG), although
+    the module is signed by a trusted key."""
     small = tmp_path / "small"
     small.write_bytes(modules["ms_enodev"].read_bytes()[:4096])
     signed = cms_sign(small, rsa_key, tmp_path / "a.ko", attributes=False, detached=False)
     assert parse(blob(signed)).has_data
+    with signed.open("rb") as f:
+        v = verify_module(f, display="a.ko", trust=trust, kernel=target)
+    assert (v.ok, v.errno, v.policy) == (False, "EBADMSG", False), v.reason
+    assert v.reason == "EBADMSG: PKCS#7 signature with non-detached data"
 
 
 def test_signed_data_version_must_match_signer_info(signed_ec: Path) -> None:

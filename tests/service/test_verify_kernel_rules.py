@@ -169,6 +169,51 @@ def test_indefinite_length_issuer_name_is_accepted(
     assert v.ok, v.reason
 
 
+def test_pkcs7_verify_refuses_what_a_module_signature_must_not_be(
+    payload: bytes, alice: Cert
+) -> None:
+    """pkcs7_verify for VERIFYING_MODULE_SIGNATURE: content that is not pkcs7-data and
+    signed attributes are EKEYREJECTED, a message none of whose digests the target has is
+    ENOPKG, each named; the same message, unedited and with the digest, verifies."""
+    import dataclasses
+    import errno
+    import hashlib
+
+    from service.verify.signature.pkcs7 import Message, parse_message
+    from service.verify.signature.signers import Refused, pkcs7_verify
+
+    digests = {"sha256": hashlib.sha256(payload).digest()}
+
+    def message(signer: cms.SignerInfo) -> Message:
+        blob = signed_data([signer], certs=(alice.der,))
+        return parse_message(blob, hashes=frozenset(digests), have_ecdsa=False, version=(6, 1))
+
+    def refusal(msg: Message, given: dict[str, bytes] = digests) -> tuple[int, str]:
+        with pytest.raises(Refused) as refused:
+            pkcs7_verify(msg, given, False)
+        return refused.value.code, refused.value.why
+
+    plain = message(signer_info(payload, alice))
+    pkcs7_verify(plain, digests, False)
+    indirect = dataclasses.replace(plain, data_type="msIndirectData")
+    assert refusal(indirect) == (errno.EKEYREJECTED, "module signature content is not pkcs7-data")
+    attributed = signer_info(payload, alice)
+    attributed["signed_attrs"] = cms.CMSAttributes(
+        [
+            cms.CMSAttribute({"type": "content_type", "values": ["data"]}),
+            cms.CMSAttribute({"type": "message_digest", "values": [digests["sha256"]]}),
+        ]
+    )
+    assert refusal(message(attributed)) == (
+        errno.EKEYREJECTED,
+        "module signature has signed attributes",
+    )
+    assert refusal(plain, {}) == (
+        errno.ENOPKG,
+        "no signer's digest algorithm is available in the target",
+    )
+
+
 def test_rsa_key_sizes_the_kernel_cannot_use_are_not_in_its_keyring(
     payload: bytes, target: Target
 ) -> None:
