@@ -71,7 +71,7 @@ def test_every_file_an_intake_persists_is_fsynced_before_its_directory(
 
     monkeypatch.setattr(os, "fsync", fsync)  # the standard library's, recorded
     _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
-    [outcome] = _intake(host).run()
+    [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
     generation = host.store / str(outcome.generation)
     files = sorted(p for p in generation.rglob("*") if p.is_file())
