@@ -6,10 +6,13 @@ whatever moment the writer is killed at. Copied module and firmware files are
 fsynced by their copier and published by renaming their directory, once
 :func:`fsync_dir` made its entries durable.
 
-``MODSTAGE_FAULT_SKIP_FSYNC=1`` is a test-only switch: the test sets it, the product never
-does. Read once, when this module is imported, it makes :func:`write_atomic` and
-:func:`fsync_dir` skip their fsyncs (the write and the rename still happen), so the power-cut
-test (tests/vm/test_power_cut.py) can show that it catches a durable write that is not.
+Every fsync modstage makes goes through this module (:func:`fsync_file`, :func:`fsync_dir`,
+:func:`write_atomic`; ``tests/stager/test_atomic_faults.py`` checks that no other product
+module calls ``os.fsync``). ``MODSTAGE_FAULT_SKIP_FSYNC=1`` is a test-only switch: the test
+sets it, the product never does. Read once, when this module is imported, it makes all three
+skip their fsyncs (the writes and renames still happen), so the power-cut test
+(tests/vm/test_power_cut.py) can show that it catches a durable write that is not, whichever
+write it is: the state, the status files, the store's directories or the copied modules.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from pathlib import Path
 
 SKIP_FSYNC_ENV = "MODSTAGE_FAULT_SKIP_FSYNC"
 _SKIP_FSYNC = os.environ.get(SKIP_FSYNC_ENV) == "1"
+
+
+def fsync_file(fd: int) -> None:
+    """Make the data of the open file ``fd`` durable (a copied module, a drop's file)."""
+    if not _SKIP_FSYNC:
+        os.fsync(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -51,8 +60,7 @@ def write_atomic(
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
-            if not _SKIP_FSYNC:
-                os.fsync(fd)
+            fsync_file(fd)
         finally:
             os.close(fd)
         if before_replace is not None:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from stager.atomic import fsync_dir, write_atomic
+from stager.atomic import fsync_dir, fsync_file, write_atomic
 from stager.errors import ManifestError, StageError
 from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.params import ParamsError, merge_params, parse_params
@@ -124,7 +124,7 @@ def copy_hashed(source: Path, dest: Path) -> str:
                 digest.update(view[:n])
                 writer.write(view[:n])
             writer.flush()
-            os.fsync(writer.fileno())
+            fsync_file(writer.fileno())
     except OSError as exc:
         raise StageError(exc.filename or source, f"cannot copy: {exc.strerror}") from exc
     finally:

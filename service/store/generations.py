@@ -17,7 +17,7 @@ from service import faults
 from service.config import Limits
 from service.errors import DropError
 from service.store.dropfs import check_regular, open_file
-from stager.atomic import fsync_dir, write_atomic
+from stager.atomic import fsync_dir, fsync_file, write_atomic
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME
 
@@ -167,7 +167,7 @@ def _copy(
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             size = _pump(src, out, max_bytes + 1, display / rel, tick)
-            os.fsync(out)
+            fsync_file(out)
         finally:
             os.close(out)
         if size > max_bytes:

@@ -34,7 +34,11 @@ target = Path(sys.argv[1])
 atomic.write_atomic(target, b"new")
 after_write = len(calls)
 atomic.fsync_dir(target.parent)
-print(json.dumps([after_write, len(calls), sorted(p.name for p in target.parent.iterdir())]))
+after_dir = len(calls)
+with open(target, "rb") as copied:  # a copied module's descriptor
+    atomic.fsync_file(copied.fileno())
+names = sorted(p.name for p in target.parent.iterdir())
+print(json.dumps([after_write, after_dir, len(calls), names]))
 """
 
 
@@ -59,18 +63,61 @@ def _probe(tmp_path: Path, switch: str | None, later: str = "") -> list[object]:
 
 @pytest.mark.parametrize("switch", [None, "", "0", "yes"])
 def test_without_the_switch_both_functions_fsync(tmp_path: Path, switch: str | None) -> None:
-    """Unset (or not 1): the write fsyncs its file and the directory, fsync_dir the directory."""
-    assert _probe(tmp_path, switch) == [2, 3, ["state.json"]]
+    """Unset (or not 1): the write fsyncs its file and the directory, fsync_dir the
+    directory, fsync_file the file."""
+    assert _probe(tmp_path, switch) == [2, 3, 4, ["state.json"]]
 
 
 def test_the_switch_skips_every_fsync_but_still_replaces(tmp_path: Path) -> None:
-    """``=1``: no fsync at all, and the rename still happens (no temporary file left)."""
-    assert _probe(tmp_path, "1") == [0, 0, ["state.json"]]
+    """``=1``: no fsync at all, from any of the three, and the rename still happens (no
+    temporary file left)."""
+    assert _probe(tmp_path, "1") == [0, 0, 0, ["state.json"]]
 
 
 def test_the_switch_is_read_once_at_import(tmp_path: Path) -> None:
     """Setting the variable after the import changes nothing."""
-    assert _probe(tmp_path, None, later="1") == [2, 3, ["state.json"]]
+    assert _probe(tmp_path, None, later="1") == [2, 3, 4, ["state.json"]]
+
+
+def _fsync_calls(path: Path) -> list[int]:
+    """The lines of ``path`` that call ``os.fsync`` (as ``os.fsync(...)`` or a bare
+    ``fsync(...)`` imported from os)."""
+    import ast
+
+    tree = ast.parse(path.read_text(), str(path))
+    from_os = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "os"
+        for alias in node.names
+        if alias.name == "fsync"
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "fsync":
+            if isinstance(func.value, ast.Name) and func.value.id == "os":
+                lines.append(node.lineno)
+        elif isinstance(func, ast.Name) and func.id in from_os:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_fsync_of_the_product_goes_through_the_switch() -> None:
+    """No module of ``service/`` or ``stager/`` but ``stager/atomic.py`` calls ``os.fsync``:
+    every durable write (state, status files, the store's directories, copied modules, a
+    drop's files) is made durable by ``stager.atomic``, so the power-cut control's switch
+    (tests/vm/test_power_cut.py) skips all of them and the durability claim rests on each."""
+    callers = {
+        str(path.relative_to(ROOT)): lines
+        for package in ("service", "stager")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ROOT / "stager/atomic.py" and (lines := _fsync_calls(path))
+    }
+    assert callers == {}, f"os.fsync called outside stager/atomic.py: {callers}"
+    assert _fsync_calls(ROOT / "stager/atomic.py"), "the finder must see atomic.py's own fsync"
 
 
 class Fsyncs:

@@ -10,9 +10,11 @@ node boots again (the mount replays the journal) and must find: state.json parsi
 unverified file under a published generation name, the staged bundle not lost, and every
 change a finished command recorded still there.
 
-The control runs intake with ``MODSTAGE_FAULT_SKIP_FSYNC=1`` (stager/atomic.py): its record
-dies with the power, so the check that the real run passes fails there, which shows the test
-sees a missing fsync. Both tests share one node (one disk), the control second: the first
+The control runs intake with ``MODSTAGE_FAULT_SKIP_FSYNC=1`` (stager/atomic.py), which skips
+every fsync modstage makes (the state, the status files, the store's directories and the
+copied modules: tests/stager/test_atomic_faults.py checks that no other module calls
+``os.fsync``): its record dies with the power, so the check that the real run passes fails
+there, which shows the test sees a missing fsync. Both tests share one node (one disk), the control second: the first
 intake on a fresh disk builds the exports cache (minutes under TCG), and the control finds it
 built and durable (run alone, it builds it itself).
 
@@ -236,8 +238,9 @@ def test_power_cut_during_intake_and_boot(
 def test_control_intake_without_fsync_loses_its_record(
     node: Vm, kernel: Kernel, key: SigningKey, test_modules: dict[str, Path], tmp_path: Path
 ) -> None:
-    """With the fsyncs of the crash-safe write skipped, intake's record is in the guest before
-    the cut and lost (or torn) after it: the check the real run passes fails."""
+    """With every fsync modstage makes skipped (stager/atomic.py's switch), intake's record is
+    in the guest before the cut and lost (or torn) after it: the check the real run passes
+    fails."""
     certs = {"vendor.pem": key.cert_pem.read_bytes()}
     small = kmod.sign(kernel, test_modules["ms_enodev"], key, tmp_path / "ms_enodev.ko")
     if not node.running:  # the test above failed midway
