@@ -228,7 +228,7 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
     doc.write_text(
         "See `service/verify/x509.py` and\n"
         ":mod:`service.verify.x509` (`service.store.state.BundleState.nothing`),\n"
-        "then KERNEL-FACTS.md, service.cli and `docs/kernel.md`.\n"
+        "then REMOVED-NOTES.md, service.cli and `docs/kernel.md`.\n"
     )
     code = tmp_path / "stale.py"
     code.write_text('"""Read ../NOTES.md."""\n\nX = "service.nowhere"  # see service.nowhere.y\n')
@@ -247,7 +247,7 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
         ("stale.py", 3, "service.nowhere.y", False),
     ]
     assert [(m.line, m.name) for m in cited] == [
-        (3, "KERNEL-FACTS.md"),
+        (3, "REMOVED-NOTES.md"),
         (3, "docs/kernel.md"),
         (1, "../NOTES.md"),
     ]
