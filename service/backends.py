@@ -46,7 +46,8 @@ def _kexec(_: tuple[str, ...], layout: Layout) -> list[list[str]]:
     release = layout.kernel_release()
     boot = layout.root / "boot"
     initrd = f"--initrd={boot / f'initrd.img-{release}'}"
-    load = ["kexec", "-s", "-l", str(boot / f"vmlinuz-{release}"), initrd, "--reuse-cmdline"]
+    image = layout.kernel_image(release)  # /boot's, else the module tree's vmlinuz
+    load = ["kexec", "-s", "-l", str(image), initrd, "--reuse-cmdline"]
     return [load, ["systemctl", "kexec"]]
 
 

@@ -141,22 +141,40 @@ class Layout:
         """The running kernel's release, read under this layout's root."""
         return self.os_release.read_text().strip()
 
-    # the target kernel's own files (read by service.verify.target.kernel)
+    # the target kernel's own files (read by service.verify.target.kernel). Two layouts exist
+    # on real hosts: /boot/vmlinuz-<release> and /boot/config-<release> beside
+    # /lib/modules/<release> (Debian 12 and 13), or everything in /usr/lib/modules/<release>
+    # (vmlinuz, config, System.map: Debian's 7.2 packages, Fedora, Arch); /boot is read first
     def modules_dir(self, release: str) -> Path:
-        """A kernel release's module tree (in-tree modules, ``modules.builtin``)."""
-        return self._under("/lib/modules") / release
+        """A kernel release's module tree (in-tree modules, ``modules.builtin``):
+        ``/lib/modules/<release>``, else ``/usr/lib/modules/<release>`` where only that exists
+        (a root without the merged-/usr link)."""
+        legacy = self._under("/lib/modules") / release
+        merged = self._under("/usr/lib/modules") / release
+        return merged if not legacy.exists() and merged.exists() else legacy
 
     def kernel_image(self, release: str) -> Path:
-        """A kernel release's image, whose payload lists vmlinux's exports and CRCs."""
-        return self._under("/boot") / f"vmlinuz-{release}"
+        """A kernel release's image, whose payload lists vmlinux's exports and CRCs:
+        ``/boot/vmlinuz-<release>``, else ``vmlinuz`` in its module tree."""
+        return self._kernel_file(f"vmlinuz-{release}", release, "vmlinuz")
+
+    def kernel_config(self, release: str) -> Path:
+        """A kernel release's build configuration, as distributions install it:
+        ``/boot/config-<release>``, else ``config`` in its module tree."""
+        return self._kernel_file(f"config-{release}", release, "config")
+
+    def _kernel_file(self, in_boot: str, release: str, in_modules: str) -> Path:
+        """The file in /boot if it is there, else the module tree's if that one is, else the
+        /boot path (which the caller's error names)."""
+        boot = self._under("/boot") / in_boot
+        if boot.exists():
+            return boot
+        beside = self.modules_dir(release) / in_modules
+        return beside if beside.exists() else boot
 
     def exports_cache(self, release: str) -> Path:
         """The parsed exports of a kernel release (see ``service.verify.target.exports``)."""
         return self.var / "cache" / f"exports-{release}"
-
-    def kernel_config(self, release: str) -> Path:
-        """A kernel release's build configuration, as distributions install it."""
-        return self._under("/boot") / f"config-{release}"
 
     @property
     def proc_config(self) -> Path:

@@ -132,14 +132,14 @@ def wheelhouse_for(python: str) -> Path:
 
 def install_in_debian13(tree: Path, wheel: Path) -> subprocess.CompletedProcess[str]:
     """``deploy/install.sh --root TREE --from WHEEL`` run inside a fresh Debian 13 root
-    (``debian13.install_root``, with ``chroot``: its Python 3.13 builds the venv), dependencies
+    (``debian.install_root``, with ``chroot``: its Python 3.13 builds the venv), dependencies
     offline from :func:`wheelhouse_for`; the tree, which may hold files already, is copied in
     and the result copied back. Not checked: the completed process."""
     import tempfile
 
-    from tests.vm.harness import debian13
+    from tests.vm.harness import debian
 
-    root = debian13.install_root()
+    root = debian.install_root()
     scratch = Path(tempfile.mkdtemp(prefix="modstage-install-", dir=root / "tmp"))
     inside = f"/tmp/{scratch.name}"
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.installer import REPO, build_wheel, checkout, install, wheelhouse, wheelhouse_for
-from tests.vm.harness import debian13
+from tests.vm.harness import debian
 
 UNITS = ("modstage-boot.service", "modstage.service")
 UNITDIR = "usr/local/lib/systemd/system"
@@ -167,10 +167,10 @@ def test_script_is_posix_sh() -> None:
 
 @pytest.fixture(scope="module")
 def trixie(wheel: Path) -> Iterator[tuple[Path, str]]:
-    """A fresh Debian 13 root (``debian13.install_root``: python3, python3-venv, systemd;
+    """A fresh Debian 13 root (``debian.install_root``: python3, python3-venv, systemd;
     cached) and a scratch directory in it holding the checkout, the wheel and cp313 wheels
     of the dependencies: (root, scratch as seen from inside)."""
-    root = debian13.install_root()
+    root = debian.install_root()
     scratch = Path(tempfile.mkdtemp(prefix="modstage-install-", dir=root / "tmp"))
     try:
         checkout(scratch)

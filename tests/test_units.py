@@ -66,9 +66,9 @@ def test_debian_13s_systemd_scores_the_units_no_worse_than_debian_12s(
 ) -> None:
     """Debian 13's systemd (257, run in a Debian 13 root with chroot) scores each unit within
     its target and no worse than the host's Debian 12 systemd does; both scores are printed."""
-    from tests.vm.harness import debian13
+    from tests.vm.harness import debian
 
-    root = debian13.install_root()
+    root = debian.install_root()
     scratch = Path(tempfile.mkdtemp(prefix="modstage-units-", dir=root / "tmp"))
     try:
         lines = []

@@ -118,18 +118,29 @@ def _struct_module(info: ModInfo, target: Target) -> None:
 
 
 def _builtin(info: ModInfo, target: Target) -> None:
+    """``mod_sysfs_init``: a module may not take a name built-in code has under /sys/module.
+
+    The running kernel's /sys/module is the whole answer. The image's tables name the
+    entries made at boot, but not those a built-in driver adds when it registers under its
+    module name: a ``modules.builtin`` name the image does not list is refused (policy)."""
     name = normalize_module_name(info.module_name or "")
-    if name in target.builtin_sysfs:
+    names, source = target.sysfs_names()
+    if names is not None and name in names:
         raise ModuleRejected(
             "EINVAL",
-            f"module {name} is built into the target kernel with a /sys/module entry "
-            "(parameters or version in modules.builtin.modinfo): mod_sysfs_init refuses it",
+            f"module {name} has a /sys/module entry made by built-in code (read from "
+            f"{source}): mod_sysfs_init refuses it (module is already loaded)",
         )
-    if name in target.builtin:
+    if name in target.builtin and (names is None or target.builtin_sysfs is None):
         raise ModuleRejected(
             "EINVAL",
-            f"module {name} is built into the target kernel (modules.builtin); "
-            "the kernel refuses it (EINVAL) when the built-in has a /sys/module entry",
+            f"module {name} is built into the target kernel (modules.builtin); the kernel "
+            "refuses it (EINVAL) when the built-in has a /sys/module entry, which "
+            + (
+                "a built-in driver adds when it registers"
+                if names is not None
+                else "could not be read (neither the running kernel's /sys/module nor the image)"
+            ),
             policy=True,
         )
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tests.kmod.build import HEADERS, cache_root, kernel_release
 from tests.nvidia.archive import deb, extract
-from tests.vm.harness.debian13 import CHROOT_ENV
+from tests.vm.harness.debian import CHROOT_ENV
 
 # Load order: nvidia first; modeset, uvm and peermem import from it; drm from modeset.
 MODULE_NAMES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")

@@ -15,7 +15,7 @@ from service.layout import Layout
 from service.verify.target.exports import KernelExports, Sources, build, load, read_symvers
 from service.verify.target.exports_cache import CACHE_FORMAT
 from service.verify.target.kernel import Target
-from service.verify.target.kimage import read_image_exports, vmlinux
+from service.verify.target.kimage import read_image, vmlinux
 from tests.kmod.build import HEADERS
 
 REAL_IMAGE = Path("/boot")
@@ -95,7 +95,7 @@ def test_a_damaged_image_is_named_and_module_symvers_is_used(
     broken = tmp_path / "broken"
     broken.write_bytes(damage(real))  # type: ignore[operator]
     with pytest.raises(TargetFileError, match=why) as caught:
-        read_image_exports(broken)
+        read_image(broken)
     assert str(broken) in str(caught.value)
     sources = _sources(tmp_path / "root", kernel, symvers=True, image=broken)
     table = build(sources)

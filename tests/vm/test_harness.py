@@ -14,7 +14,7 @@ from tests.vm.harness.kernel import Kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 
 def test_run_returns_status_and_both_streams(vm: Vm) -> None:
@@ -51,13 +51,16 @@ def test_namespace_lives_for_the_boot(vm: Vm) -> None:
 
 def test_the_guest_runs_its_kernels_userspace_and_this_checkout(vm: Vm, kernel: Kernel) -> None:
     """The node boots the kernel of its parametrisation with that release's userspace (Debian
-    12's root and the host's Python for 6.1; Debian 13's root and its Python 3.13 for 6.12),
-    and the agent imports modstage from this checkout, not from another worktree."""
+    12's root and the host's Python for 6.1; Debian 13's root and its Python 3.13 for 6.12;
+    sid's root, which has no VERSION_ID, and its Python 3.14 for 7.2), and the agent imports
+    modstage from this checkout, not from another worktree."""
     assert vm.run("uname -r").check().stdout.strip() == kernel.release
     python = vm.eval("__import__('sys').version_info[:2]")
-    os_release = vm.run(". /etc/os-release; echo $VERSION_ID").check().stdout.strip()
+    os_release = vm.run(". /etc/os-release; echo ${VERSION_ID:-none}").check().stdout.strip()
     if kernel.series == "6.12":
         assert (python, os_release) == ([3, 13], "13")
+    elif kernel.series == "7.2":
+        assert (python, os_release) == ([3, 14], "none")
     else:
         assert os_release == "12"
     service_file = vm.python("import service; print(service.__file__)").strip()

@@ -127,16 +127,18 @@ def _in_tree(modules: Path) -> Iterator[Path]:
 def build(sources: Sources, *, kernel_files: bool = True) -> Table:
     """Read the table from the kernel's files, cross-checked with ``Module.symvers``
     (``kernel_files=False``: from ``Module.symvers`` alone, the quick way)."""
-    from service.verify.target.kimage import read_image_exports
+    from service.verify.target.kimage import read_image
 
     symbols: dict[str, Export] = {}
+    builtin_sysfs: frozenset[str] | None = None
     read: list[str] = []
     problems: list[str] = []
     complete = False
     try:
         if not kernel_files:
             raise TargetFileError(sources.image, "not read (a quick lookup)")
-        symbols.update(read_image_exports(sources.image))
+        exported, builtin_sysfs = read_image(sources.image)
+        symbols.update(exported)
         read.append(str(sources.image))
         complete = True
     except TargetFileError as exc:
@@ -171,7 +173,7 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
                         f"{where} gives CRC {mine.crc:#010x}, "
                         f"{sources.symvers} gives {export.crc:#010x}"
                     )
-    return Table(symbols, tuple(read), complete, tuple(problems), disagree)
+    return Table(symbols, tuple(read), complete, tuple(problems), disagree, builtin_sysfs)
 
 
 def load(sources: Sources, *, quick: bool = False) -> tuple[Table, str | None]:

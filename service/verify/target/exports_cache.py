@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from service.verify.modfile.symtab import Export
 
-CACHE_FORMAT = b"modstage-exports 2\n"
+CACHE_FORMAT = b"modstage-exports 3\n"
 BUCKETS = 256
 _NO_CRC = 1 << 32
 
@@ -33,6 +33,9 @@ class Table(NamedTuple):
     complete: bool  # every export is known: the image (or Module.symvers) was read
     problems: tuple[str, ...]  # files that could not be used, each with why
     disagree: dict[str, str]  # symbol -> the two files and the CRCs they give
+    # the /sys/module names the image gives built-in code (kimage.builtin_sysfs); None: the
+    # image was not read
+    builtin_sysfs: frozenset[str] | None = None
 
 
 def _bucket(name: str) -> int:
@@ -53,6 +56,7 @@ def pack(table: Table, key: tuple[object, ...]) -> bytes:
     fields: Any = (
         key, [marshal.dumps(b) for b in buckets], list(spaces), list(owners),
         list(table.sources), table.complete, list(table.problems), table.disagree,
+        None if table.builtin_sysfs is None else sorted(table.builtin_sysfs),
     )  # fmt: skip
     body = marshal.dumps(fields)  # the key holds only str, int, tuples and None
     return CACHE_FORMAT + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
@@ -65,13 +69,16 @@ def unpack(data: bytes, key: tuple[object, ...]) -> Table:
     digest, _, body = data[len(CACHE_FORMAT) :].partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (damaged or truncated)")
-    stored, buckets, spaces, owners, read, complete, problems, disagree = marshal.loads(body)
+    stored, buckets, spaces, owners, read, complete, problems, disagree, sysfs = marshal.loads(
+        body
+    )
     if tuple(stored) != key:
         raise ValueError("built from other files")
     if len(buckets) != BUCKETS:
         raise ValueError(f"{len(buckets)} buckets, not {BUCKETS}")
     symbols = Packed(buckets, spaces, owners)
-    return Table(symbols, tuple(read), complete, tuple(problems), dict(disagree))
+    builtin = None if sysfs is None else frozenset(sysfs)
+    return Table(symbols, tuple(read), complete, tuple(problems), dict(disagree), builtin)
 
 
 class Packed(Mapping[str, Export]):

@@ -13,6 +13,11 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
   ``MODULE_FORCE_LOAD``, ``STRICT_MODULE_RWX=y``, no ``.platform`` fallback, digests
   sha224/256/384/512 only.
 * built-in modules: ``<root>/lib/modules/<release>/modules.builtin``.
+* ``/sys/module`` names of built-in code (a module may not take one): the running kernel's
+  own ``<root>/sys/module`` (entries without ``initstate``) when the release is the running
+  one; else the image's ``__param`` and ``__modver`` tables, read with the exports
+  (:func:`service.verify.target.kimage.builtin_sysfs`); neither → a module named like a
+  ``modules.builtin`` entry is refused (policy).
 * exported symbols (name, CRC, GPL-only, namespace, owner): ``<root>/boot/vmlinuz-<release>``
   and the in-tree modules, cross-checked with ``build/Module.symvers`` where the headers are
   installed (see :mod:`service.verify.target.exports`), read on first lookup; none readable →
@@ -68,7 +73,9 @@ class Target:
     config: KernelConfig
     builtin: frozenset[str] = field(default_factory=frozenset)
     exports: KernelExports = field(default_factory=lambda: KernelExports(None, {}))
-    builtin_sysfs: frozenset[str] = field(default_factory=frozenset)  # have /sys/module/<name>
+    # built-ins with a /sys/module/<name> entry, read from the running kernel's /sys/module;
+    # None: read from the image with the exports (see sysfs_names)
+    builtin_sysfs: frozenset[str] | None = None
     # when the target's exports cannot all be read, refuse (policy) a module importing a
     # symbol they do not name; boot sets it False: intake judged the same kernel already
     strict_crcs: bool = True
@@ -96,7 +103,7 @@ class Target:
             _config(layout, release, running),
             _builtin(modules / "modules.builtin"),
             KernelExports(sources, probed),
-            _builtin_sysfs(modules / "modules.builtin.modinfo"),
+            _running_sysfs(layout) if release == running else None,
             struct_module=None if probe is None else probe.this_module_size,
         )
 
@@ -118,6 +125,16 @@ class Target:
         CRC (ENOEXEC) is still checked.
         """
         return replace(self, exports=self.exports.probe_only(), strict_crcs=False)
+
+    def sysfs_names(self) -> tuple[frozenset[str] | None, str]:
+        """(the names built-in code has under /sys/module, where they were read); None when
+        neither the running kernel's /sys/module nor the image could be read."""
+        if self.builtin_sysfs is not None:
+            return self.builtin_sysfs, "the running kernel's /sys/module"
+        if self.exports.sources is None:
+            return None, "not read"
+        found = self.exports.table.builtin_sysfs
+        return found, f"{self.exports.sources.image} (__param, __modver)"
 
     @property
     def links(self) -> bool:
@@ -252,15 +269,13 @@ def _builtin(path: Path) -> frozenset[str]:
     return frozenset(normalize_module_name(n.split(".ko")[0]) for n in names)
 
 
-def _builtin_sysfs(path: Path) -> frozenset[str]:
-    """Built-ins with parameters or a version: the kernel gives them a /sys/module entry."""
+def _running_sysfs(layout: Layout) -> frozenset[str] | None:
+    """The running kernel's /sys/module entries for built-in code: those without
+    ``initstate``, which only a loaded module has; None when /sys/module is not there."""
+    directory = layout.sys / "module"
     try:
-        data = path.read_bytes()
+        entries = list(os.scandir(directory))
     except OSError:
-        return frozenset()
-    names = set()
-    for entry in data.split(b"\0"):
-        name, dot, rest = entry.partition(b".")
-        if dot and rest.startswith((b"parm=", b"parmtype=", b"version=")):
-            names.add(normalize_module_name(name.decode("utf-8", "replace")))
-    return frozenset(names)
+        return None
+    names = (e.name for e in entries if not os.path.lexists(os.path.join(e.path, "initstate")))
+    return frozenset(normalize_module_name(name) for name in names)

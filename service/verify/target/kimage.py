@@ -9,6 +9,20 @@ three self-relative ``s32`` offsets (value, name, namespace; the names in
 ``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs.
 That is what ``find_symbol`` searches and ``check_version`` compares (x86-64 and arm64
 build with ``HAVE_ARCH_PREL32_RELOCATIONS``). A plain ELF vmlinux is read the same way.
+
+The same image says which ``/sys/module/<name>`` entries the kernel makes for built-in code
+at boot (:func:`builtin_sysfs`), the names a module may not take (``mod_sysfs_init``:
+"module is already loaded", EINVAL): ``param_sysfs_builtin`` walks ``__param`` (40-byte
+``struct kernel_param`` on 64-bit: name pointer first, ``perm`` at 24) and gives every
+parameter with a non-zero ``perm`` an entry named by its prefix before the first dot
+(``MODULE_PARAM_PREFIX``: kfence's parameters are ``kfence.*`` although the object is
+``core``), or ``kernel`` without a dot (``core_param``); ``version_sysfs_builtin`` walks
+``__modver`` (``struct module_version_attribute``: the attribute's name pointer, to
+``"version"``, first, ``module_name`` two pointers before its end) and gives each
+``MODULE_VERSION`` its module's entry. Both layouts are the same in 6.1, 6.12 and 7.2
+(``include/linux/moduleparam.h``, ``include/linux/module.h``). Built-in drivers that register
+with a module name add entries at run time; those only the running kernel's ``/sys/module``
+shows.
 """
 
 from __future__ import annotations
@@ -25,14 +39,16 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 _ENTRY = 12  # struct kernel_symbol with PREL32: value_offset, name_offset, namespace_offset
 
 
-def read_image_exports(path: Path, cap: int = MAX_IMAGE) -> dict[str, Export]:
-    """Every symbol vmlinux exports, by name; :class:`TargetFileError` names what is wrong."""
+def read_image(path: Path, cap: int = MAX_IMAGE) -> tuple[dict[str, Export], frozenset[str]]:
+    """(every symbol vmlinux exports, the built-in ``/sys/module`` names) of the image at
+    ``path``; :class:`TargetFileError` names what is wrong."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise TargetFileError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
-        return _exports(vmlinux(data, cap))
+        elf = vmlinux(data, cap)
+        return _exports(elf), builtin_sysfs(elf)
     except (struct.error, IndexError, ValueError) as exc:
         raise TargetFileError(path, f"damaged: {exc}") from exc
 
@@ -126,3 +142,50 @@ def _string(elf: bytes, strings: tuple[int, int, int], address: int) -> str:
         raise ValueError(f"a symbol name at {address:#x} lies outside __ksymtab_strings")
     at = offset + address - addr
     return elf[at : elf.index(b"\0", at, offset + size)].decode("utf-8", "replace")
+
+
+_PARAM = 40  # sizeof(struct kernel_param) on 64-bit: name, mod, ops, perm u16, level, flags, arg
+_PARAM_PERM = 24
+
+
+def builtin_sysfs(elf: bytes) -> frozenset[str]:
+    """The ``/sys/module`` names the kernel gives its built-in code at boot (module docstring)."""
+    sections = _sections(elf)
+    names: set[str] = set()
+    if b"__param" in sections:
+        _addr, offset, size = sections[b"__param"]
+        if size % _PARAM:
+            raise ValueError(f"__param is {size} bytes, not a multiple of {_PARAM}")
+        for at in range(offset, offset + size, _PARAM):
+            (name_at,) = struct.unpack_from("<Q", elf, at)
+            (perm,) = struct.unpack_from("<H", elf, at + _PARAM_PERM)
+            if perm == 0:
+                continue
+            name = _c_string(elf, sections, name_at)
+            names.add(name.split(".", 1)[0] if "." in name else "kernel")
+    if sections.get(b"__modver", (0, 0, 0))[2]:
+        _addr, offset, size = sections[b"__modver"]
+        (first,) = struct.unpack_from("<Q", elf, offset)
+        if _c_string(elf, sections, first) != "version":
+            raise ValueError("__modver's first entry is not a \"version\" attribute")
+        starts = [at for at in range(offset, offset + size, 8)
+                  if struct.unpack_from("<Q", elf, at)[0] == first]  # fmt: skip
+        stride = starts[1] - starts[0] if len(starts) > 1 else size
+        if stride < 24 or size % stride:
+            raise ValueError(f"__modver's {size} bytes do not divide into entries of {stride}")
+        for at in range(offset, offset + size, stride):
+            (module_at,) = struct.unpack_from("<Q", elf, at + stride - 16)
+            names.add(_c_string(elf, sections, module_at))
+    return frozenset(n.replace("-", "_") for n in names)
+
+
+def _c_string(elf: bytes, sections: dict[bytes, tuple[int, int, int]], address: int) -> str:
+    """The NUL-terminated string at virtual ``address`` in a section with file bytes."""
+    for addr, offset, size in sections.values():
+        if addr and addr <= address < addr + size and offset + size <= len(elf):
+            at = offset + address - addr
+            end = elf.find(b"\0", at, offset + size)
+            if end < 0:
+                break
+            return elf[at:end].decode("utf-8", "replace")
+    raise ValueError(f"a name pointer {address:#x} points into no section of the image")

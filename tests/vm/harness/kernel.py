@@ -1,12 +1,12 @@
 """The guest kernels: Debian 12's signed 6.1 from the host's linux-image package, Debian 13's
-signed 6.12 in its own root (debian13.py), and the cache.
+signed 6.12 and sid's signed 7.2 each in its suite's own root (debian.py), and the cache.
 
 Booting the uncompressed ELF kernel instead of the bzImage saves about 5 s per boot under TCG,
 because the guest does not have to run the xz (6.1) or zstd (6.12) decompressor emulated. It is
 extracted once per kernel image (keyed by the image's digest) into the harness cache directory.
 
-`MODSTAGE_KERNELS` (`6.1`, `6.12` or `6.1,6.12`, the default) names the kernels the VM tests
-run on; `Kernel.named(series)` gives each.
+`MODSTAGE_KERNELS` (a comma-separated list from `6.1`, `6.12` and `7.2`; the default is all
+three) names the kernels the VM tests run on; `Kernel.named(series)` gives each.
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import VmSetupError
 
+if TYPE_CHECKING:
+    from . import debian
+
 XZ_MAGIC = b"\xfd7zXZ\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-SERIES = ("6.1", "6.12")
+SERIES = ("6.1", "6.12", "7.2")
 ELF_MAGIC = b"\x7fELF"
 
 
@@ -94,7 +98,7 @@ def extract_vmlinux(bzimage: bytes) -> bytes:
 @dataclass(frozen=True)
 class Kernel:
     """A kernel release: its bzImage and module tree, and the root the guest boots with it
-    (`/`, the host's own, for Debian 12's 6.1; the cached Debian 13 root for 6.12)."""
+    (`/`, the host's own, for Debian 12's 6.1; the suite's cached root for 6.12 and 7.2)."""
 
     release: str
     image: Path
@@ -103,7 +107,7 @@ class Kernel:
 
     @property
     def series(self) -> str:
-        """ "6.1" or "6.12": the upstream series of the release."""
+        """ "6.1", "6.12" or "7.2": the upstream series of the release."""
         return ".".join(self.release.split(".")[:2]).split("-")[0]
 
     @property
@@ -113,23 +117,30 @@ class Kernel:
 
     @classmethod
     def named(cls, series: str) -> Kernel:
-        """Debian 12's kernel for "6.1", Debian 13's (in its root) for "6.12"."""
+        """Debian 12's kernel for "6.1", Debian 13's for "6.12", sid's for "7.2" (in their roots)."""
         if series == "6.1":
             return cls.find()
-        if series == "6.12":
-            return cls.debian13()
+        from . import debian
+
+        if series in debian.SUITES:
+            return cls.of_suite(debian.SUITES[series])
         raise VmSetupError(f"no kernel series {series!r}; known: {', '.join(SERIES)}")
 
     @classmethod
-    def debian13(cls) -> Kernel:
-        """Debian 13's signed 6.12 in the cached Debian 13 root (built on first use)."""
-        from . import debian13
+    def of_suite(cls, suite: debian.Suite) -> Kernel:
+        """The suite's signed kernel in its cached root (built on first use). Its image is
+        `/boot/vmlinuz-<release>` (6.12) or, where nothing copied it to /boot,
+        `/usr/lib/modules/<release>/vmlinuz` (7.2's packages)."""
+        from . import debian
 
-        root = debian13.root()
-        _version, release = debian13.kernel_version()
-        kernel = cls(
-            release, root / f"boot/vmlinuz-{release}", root / f"usr/lib/modules/{release}", root
+        root = debian.root(suite)
+        _version, release = debian.kernel_version(suite)
+        modules = root / f"usr/lib/modules/{release}"
+        image = next(
+            (p for p in (root / f"boot/vmlinuz-{release}", modules / "vmlinuz") if p.exists()),
+            modules / "vmlinuz",
         )
+        kernel = cls(release, image, modules, root)
         if not (kernel.modules / "modules.dep").exists():
             raise VmSetupError(f"{kernel.modules}/modules.dep is missing; remove {root}")
         return kernel

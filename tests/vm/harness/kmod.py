@@ -19,7 +19,7 @@ from pathlib import Path
 import tests.kmod
 from tests.kmod.build import MODULE_NAMES, SRC, _source_digest, build_once, cache_root
 
-from . import debian13
+from . import debian
 from .kernel import Kernel
 
 
@@ -73,7 +73,7 @@ def build_tree(
         with _scratch(kernel) as (host, inside):
             fill(host)
             headers = f"/usr/src/linux-headers-{kernel.release}"
-            debian13.chroot(kernel.root, ["make", "-C", headers, f"M={inside}", "modules"])
+            debian.chroot(kernel.root, ["make", "-C", headers, f"M={inside}", "modules"])
             if finish is not None:
                 finish(host)
             work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_root()))
@@ -91,7 +91,7 @@ def sign_in_root(kernel: Kernel, argv: list[str], files: list[Path], target: Pat
             shutil.copyfile(path, host / path.name)
         names = {path.name for path in files}
         inner = [f"{inside}/{word}" if word in names else word for word in argv]
-        debian13.chroot(kernel.root, [str(sign_file(kernel)), *inner, f"{inside}/{target.name}"])
+        debian.chroot(kernel.root, [str(sign_file(kernel)), *inner, f"{inside}/{target.name}"])
         shutil.copyfile(host / target.name, target)
 
 

@@ -1,11 +1,12 @@
 """The signed shim and grub a Secure Boot node boots each kernel with: its own release's.
 
 Debian 12's 6.1 boots through the host's `shim-signed` and `grub-efi-amd64-signed` (Debian 12's,
-tests/vm/host-setup.sh). Debian 13's 6.12 boots through Debian 13's: the two packages are
-resolved and `apt-get download`ed with the private trixie apt configuration of debian13.py
-(`apt-trixie/` in the cache, never the host's apt), unpacked with `dpkg-deb -x` into
-`secureboot-trixie-<key>/` (keyed by their versions, so they stay pinned as the 6.12 kernel
-does until `apt-trixie/` is removed) and used from there. Nothing is installed on the host.
+tests/vm/host-setup.sh). Debian 13's 6.12 boots through Debian 13's, sid's 7.2 through sid's:
+the two packages are resolved and `apt-get download`ed with the suite's private apt
+configuration of debian.py (`apt-<suite>/` in the cache, never the host's apt), unpacked with
+`dpkg-deb -x` into `secureboot-<suite>-<key>/` (keyed by their versions, so they stay pinned as
+the suite's kernel does until `apt-<suite>/` is removed) and used from there. Nothing is
+installed on the host.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import debian
 from .errors import VmSetupError
 from .kernel import Kernel, cache_dir
 
@@ -52,13 +54,10 @@ def host() -> Loaders:
     )
 
 
-def _candidates() -> dict[str, str]:
-    """Package -> version of PACKAGES in the private trixie lists."""
-    from . import debian13
-
-    if not any((debian13._apt_dir() / "var/lib/apt/lists").glob("*_Packages*")):
-        debian13._apt_update()  # the lists are fetched once, as for the kernel
-    shown = debian13._run(["apt-cache", *debian13._apt_options(), "show", *PACKAGES])
+def _candidates(suite: debian.Suite) -> dict[str, str]:
+    """Package -> version of PACKAGES in the suite's private lists."""
+    debian._lists_ready(suite)  # the lists are fetched once, as for the kernel
+    shown = debian._run(["apt-cache", *debian._apt_options(suite), "show", *PACKAGES])
     versions: dict[str, str] = {}
     for stanza in shown.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line)
@@ -66,35 +65,35 @@ def _candidates() -> dict[str, str]:
             versions.setdefault(fields["Package"], fields["Version"])
     missing = [name for name in PACKAGES if name not in versions]
     if missing:
-        raise VmSetupError(f"trixie's lists in {debian13._apt_dir()} lack {', '.join(missing)}")
+        raise VmSetupError(
+            f"{suite.name}'s lists in {debian._apt_dir(suite)} lack {', '.join(missing)}"
+        )
     return versions
 
 
 @functools.cache
-def trixie() -> Loaders:
-    """Debian 13's shim and grub, downloaded and unpacked into the cache on first use."""
-    from . import debian13
-
-    versions = _candidates()
+def of_suite(suite: debian.Suite) -> Loaders:
+    """The suite's shim and grub, downloaded and unpacked into the cache on first use."""
+    versions = _candidates(suite)
     listed = ", ".join(f"{name} {version}" for name, version in versions.items())
     key = hashlib.sha256(listed.encode()).hexdigest()[:16]
-    final = cache_dir() / f"secureboot-{debian13.SUITE}-{key}"
-    loaders = Loaders(debian13.SUITE, final / SHIM, final / GRUB, listed)
+    final = cache_dir() / f"secureboot-{suite.name}-{key}"
+    loaders = Loaders(suite.name, final / SHIM, final / GRUB, listed)
     if (final / ".complete").exists():
         return loaders
-    with open(cache_dir() / f"secureboot-{debian13.SUITE}.lock", "w") as lock:
+    with open(cache_dir() / f"secureboot-{suite.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / ".complete").exists():
             return loaders
-        work = Path(tempfile.mkdtemp(prefix=f"secureboot-{debian13.SUITE}-", dir=cache_dir()))
+        work = Path(tempfile.mkdtemp(prefix=f"secureboot-{suite.name}-", dir=cache_dir()))
         try:
             pinned = [f"{name}={version}" for name, version in versions.items()]
-            debian13._run(
-                ["apt-get", *debian13._apt_options(), "-qq", "download", *pinned], cwd=work
+            debian._run(
+                ["apt-get", *debian._apt_options(suite), "-qq", "download", *pinned], cwd=work
             )
             tree = work / "tree"
             for deb in sorted(work.glob("*.deb")):
-                debian13._run(["dpkg-deb", "-x", str(deb), str(tree)])
+                debian._run(["dpkg-deb", "-x", str(deb), str(tree)])
             shutil.rmtree(final, ignore_errors=True)
             tree.rename(final)
             (final / ".complete").write_text(listed + "\n")
@@ -105,9 +104,10 @@ def trixie() -> Loaders:
 
 
 def for_kernel(kernel: Kernel) -> Loaders:
-    """The shim and grub of `kernel`'s own Debian release: 12's for 6.1, 13's for 6.12."""
+    """The shim and grub of `kernel`'s own Debian release: 12's for 6.1, 13's for 6.12, sid's
+    for 7.2."""
     if kernel.series == "6.1":
         return host()
-    if kernel.series == "6.12":
-        return trixie()
+    if kernel.series in debian.SUITES:
+        return of_suite(debian.SUITES[kernel.series])
     raise VmSetupError(f"no Secure Boot chain known for {kernel.release}")
