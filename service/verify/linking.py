@@ -6,9 +6,11 @@ For every undefined symbol in ``.symtab`` order, ``resolve_symbol`` (Linux 6.1 a
    export is invisible to a module whose license is not GPL-compatible
    (``license_is_gpl_compatible``; no license counts as "unspecified"). Not found:
    ``ENOENT`` ("Unknown symbol"), unless the symbol is weak.
-2. ``check_version``: an export with a CRC against the module's ``__versions``: a
-   mismatch, or (Debian's patch) no entry for the symbol, is ``EINVAL``; a module with
-   no ``__versions`` at all is force-loaded only with ``MODULE_FORCE_LOAD`` (else ``EINVAL``).
+2. ``check_version`` (only with ``CONFIG_MODVERSIONS``; without it, as on Debian's 7.2,
+   symbols resolve by name alone): an export with a CRC against the module's
+   ``__versions``: a mismatch, or (Debian's patch) no entry for the symbol, is ``EINVAL``; a
+   module with no ``__versions`` at all is force-loaded only with ``MODULE_FORCE_LOAD``
+   (else ``EINVAL``).
 3. ``verify_namespace_is_imported``: a namespaced export needs ``import_ns=<ns>`` in
    ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``).
 
@@ -52,6 +54,7 @@ class Rules(NamedTuple):
 
     force_load: bool  # CONFIG_MODULE_FORCE_LOAD
     missing_ns_ok: bool  # CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
+    modversions: bool = True  # CONFIG_MODVERSIONS: without it no CRC is ever compared
 
 
 def gpl_compatible(info: ModInfo) -> bool:
@@ -71,7 +74,7 @@ def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> Re
             f"Unknown symbol {imp.name} (GPL-only export of {export.owner}; the "
             f"module's license {info.license or 'unspecified'!r} is not GPL-compatible)",
         )
-    if export.crc is not None:
+    if export.crc is not None and rules.modversions:
         if not info.has_versions:
             if not rules.force_load:
                 return Refusal(

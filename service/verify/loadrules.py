@@ -33,14 +33,16 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     if info.elf_strict is not None and target.version >= (6, 12):
         raise ModuleRejected("ENOEXEC", f"{info.elf_strict} (6.12's ELF validation)")
     _struct_module(info, target)
-    check_crcs(info, target.exports, layout=True)
+    if target.modversions is not False:
+        check_crcs(info, target.exports, layout=True)
     check_vermagic(info, target)
     if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
         raise ModuleRejected(
             "ENOEXEC", f"section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
     if info.symbols is None:  # boot: the kernel resolves; only CRCs already known are judged
-        check_crcs(info, target.exports, layout=False)
+        if target.modversions is not False:
+            check_crcs(info, target.exports, layout=False)
         _builtin(info, target)
         return None
     failures = [] if info.symbols.problem is None else [_problem(info.symbols.problem)]
@@ -83,6 +85,7 @@ def _rules(target: Target) -> Rules:
     return Rules(
         target.config.enabled("MODULE_FORCE_LOAD"),
         target.config.enabled("MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS"),
+        target.modversions is not False,  # unknown: CRCs are compared where known
     )
 
 
@@ -185,9 +188,8 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
                 policy=True,
             )
         raise ModuleRejected("ENOEXEC", "no vermagic in .modinfo and no MODULE_FORCE_LOAD")
-    if target.vermagic is not None and not same_magic(
-        info.vermagic, target.vermagic, info.has_versions
-    ):
+    crcs = info.has_versions and target.modversions is not False
+    if target.vermagic is not None and not same_magic(info.vermagic, target.vermagic, crcs):
         raise ModuleRejected(
             "ENOEXEC",
             f"vermagic {info.vermagic!r} does not match the target's "
@@ -195,9 +197,17 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
         )
     built_for = info.vermagic.split(" ", 1)[0]
     if built_for != target.release:
-        if not info.has_versions:  # same_magic compares the whole string, release included
+        if not crcs:  # same_magic compares the whole string, release included
             raise ModuleRejected(
                 "ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}"
+            )
+        if target.modversions is None:
+            raise ModuleRejected(
+                "ENOEXEC",
+                f"vermagic is for kernel {built_for}, not {target.release}; without the "
+                "target's config it is not known whether the kernel has modversions (then "
+                "same_magic skips the release) or compares the whole vermagic",
+                policy=True,
             )
         if target.strict_crcs and not target.exports.complete:
             raise ModuleRejected(

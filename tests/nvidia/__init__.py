@@ -45,8 +45,8 @@ PARAMS = {
 }
 
 #: The driver each Debian release's archive carries, by the series of its kernel: bookworm's
-#: 535 for Debian 12's 6.1, trixie's 550 for Debian 13's 6.12.
-RELEASE_DRIVER = {"6.1": DEFAULT_VERSION, "6.12": "550.163.01-2"}
+#: 535 for Debian 12's 6.1, trixie's 550 for Debian 13's 6.12, sid's 550 for 7.2.
+RELEASE_DRIVER = {"6.1": DEFAULT_VERSION, "6.12": "550.163.01-2", "7.2": "550.163.01-5.1"}
 
 
 def driver_for(kernel: Kernel) -> Driver:

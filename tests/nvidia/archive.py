@@ -25,7 +25,7 @@ from tests.kmod.build import cache_root
 
 MIRROR = os.environ.get("MODSTAGE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-SUITES = ("bookworm", "bookworm-backports", "trixie")
+SUITES = ("bookworm", "bookworm-backports", "trixie", "sid")
 COMPONENTS = "contrib non-free non-free-firmware"
 
 
@@ -59,6 +59,8 @@ def apt_options(root: Path) -> list[str]:
         "APT::Sandbox::User": "root",
         "Acquire::Languages": "none",
         "Acquire::Retries": "3",
+        # sid's Release file is valid for a week; the archive reached may serve an older one
+        "Acquire::Check-Valid-Until": "false",
     }
     return [arg for k, v in settings.items() for arg in ("-o", f"{k}={v}")]
 

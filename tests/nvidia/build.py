@@ -14,7 +14,7 @@ version from ``firmware-nvidia-gsp`` in ``<cache>/nvidia-gsp-<version>``. A seco
 costs a directory lookup.
 
 For a kernel whose headers and compiler live in a Debian root of their own (Debian 13's 6.12
-and its gcc-14, tests/vm/harness/debian13.py), the source is unpacked inside that root and
+and its gcc-14, sid's 7.2 and its gcc-16; tests/vm/harness/debian.py), the source is unpacked inside that root and
 ``make`` runs there under ``chroot``; NVIDIA's Makefile takes the compiler the kernel was
 built with from its ``CONFIG_CC_VERSION_TEXT``, as it does under DKMS. Processes building at
 once serialise on a lock of their own (the small test modules' lock is not held through a
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tests.kmod.build import HEADERS, cache_root, kernel_release
 from tests.nvidia.archive import deb, extract
-from tests.vm.harness.debian import CHROOT_ENV
+from tests.vm.harness.debian import CHROOT_ENV, chroot_argv
 
 # Load order: nvidia first; modeset, uvm and peermem import from it; drm from modeset.
 MODULE_NAMES = ("nvidia", "nvidia-modeset", "nvidia-uvm", "nvidia-drm", "nvidia-peermem")
@@ -89,7 +89,7 @@ def _in_root(source: Path, root: Path, argv: list[str]) -> tuple[list[str], dict
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
         return argv, env
     inside = "/" + str(source.relative_to(root))
-    return ["chroot", str(root), "sh", "-c", 'cd "$0" && exec "$@"', inside, *argv], CHROOT_ENV
+    return chroot_argv(root, ["sh", "-c", 'cd "$0" && exec "$@"', inside, *argv]), CHROOT_ENV
 
 
 def _run_make(source: Path, release: str, log: Path, root: Path) -> list[str]:
@@ -173,12 +173,20 @@ def build_driver(
     root = root or Path("/")
     version = package_version.rsplit("-", 1)[0]
     final = cache_root() / f"nvidia-{flavor}-{package_version}-{release}-r{RECIPE}"
+    failed = final.with_name(final.name + ".failed")  # a build that failed: its error, kept
     if not final.is_dir():
+        if failed.is_file():
+            raise RuntimeError(f"{failed.read_text()}\n(cached in {failed}; remove it to retry)")
         package = deb(PACKAGES[flavor], package_version)
         with open(cache_root() / "nvidia-build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not final.is_dir():
-                _build(final, package, release, package_version, root)
+                try:
+                    _build(final, package, release, package_version, root)
+                except RuntimeError as exc:
+                    if "NVIDIA build against" in str(exc):  # make failed: the source's verdict
+                        failed.write_text(str(exc))
+                    raise
     build = json.loads((final / "build.json").read_text())
     modules = {name: final / f"{name}.ko" for name in MODULE_NAMES}
     return Driver(flavor, version, release, modules, final / "Module.symvers", build)

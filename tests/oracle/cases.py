@@ -415,6 +415,15 @@ def _vermagic(module: bytes) -> bytes:
     return match[0]
 
 
+# the cases that edit a __versions section: the modules built for a kernel without
+# CONFIG_MODVERSIONS (Debian's 7.2) have none, and the kernel reads none
+NEED_VERSIONS = frozenset({
+    "release-other-no-crcs", "no-crcs-same-vermagic", "crc-module-layout", "crc-other-symbol",
+    "unknown-symbol-not-in-versions", "missing-from-versions", "crc-gpl-symbol",
+    "crc-namespaced-symbol", "crc-weak-symbol",
+})  # fmt: skip
+
+
 def modinfo(g: Generator) -> None:
     """vermagic and modversions: what `same_magic` and `check_version` decide."""
     vm = _vermagic(g.base)  # b"vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions "
@@ -440,9 +449,34 @@ def modinfo(g: Generator) -> None:
         "name-mismatch": lambda e: _modinfo(e, b"name=msorc_", b"name=msorX_"),
         "name-of-a-builtin": lambda e: re.sub(rb"msorc_\d{5}", b"rsa_generic", e),
         "name-of-a-builtin-with-params": lambda e: re.sub(rb"msorc_\d{5}", b"pci_hotplug", e),
+        # /sys/module entries of built-in code, as the kernel names them (kernel/params.c):
+        # by a parameter's prefix (kfence's are `kfence.*`, its object is mm/kfence/core.o;
+        # not on 6.1), by MODULE_PARAM_PREFIX (block.*, rcutree.*), and `kernel` for
+        # core_param; `core` is what modules.builtin.modinfo calls kfence's parameters, and
+        # no /sys/module entry has that name
+        "name-of-a-param-prefix-kfence": lambda e: _named_as(e, b"kfence"),
+        "name-of-a-param-prefix-block": lambda e: _named_as(e, b"block"),
+        "name-of-a-param-prefix-rcutree": lambda e: _named_as(e, b"rcutree"),
+        "name-of-core-params": lambda e: _named_as(e, b"kernel"),
+        "name-of-an-object-in-builtin-modinfo": lambda e: _named_as(e, b"core"),
     }
+    if not elf.has_section(g.base, "__versions"):  # a kernel without MODVERSIONS (7.2)
+        edits = {k: v for k, v in edits.items() if k not in NEED_VERSIONS}
     for label, edit in edits.items():
         g.add("modinfo", label, g.sign_file(edit(g.payload())))
+
+
+def _named_as(module: bytes, name: bytes) -> bytes:
+    """`module` renamed `name` (no longer than the built name; NUL-padded) where the kernel
+    reads its name: `.modinfo`'s `name=` and the name in `.gnu.linkonce.this_module`."""
+    match = re.search(rb"name=(msorc_\d{5})\0", module)
+    assert match, "the payload has no name= of a renamed base module"
+    old = match[1]
+    module = _modinfo(module, b"name=" + old, b"name=" + name)
+    at, _size = elf.section_data(module, ".gnu.linkonce.this_module")
+    at += 24  # struct module: state, list, then name[56]
+    assert module[at : at + len(old)] == old
+    return module[:at] + name.ljust(len(old), b"\0") + module[at + len(old) :]
 
 
 def _gzip_flags(data: bytes, flags: int) -> bytes:
@@ -580,7 +614,10 @@ LICENSE, NOT_GPL = b"license=GPL\0", b"license=BSD\0"
 
 def _unexported(payload: bytes, old: bytes, new: bytes) -> bytes:
     """`payload` importing `new` instead of `old` (symbol table and __versions alike)."""
-    return elf.rename_version(elf.rename_symbol(payload, old, new), old, new)
+    renamed = elf.rename_symbol(payload, old, new)
+    if not elf.has_section(payload, "__versions"):
+        return renamed
+    return elf.rename_version(renamed, old, new)
 
 
 def _relicensed(payload: bytes) -> bytes:
@@ -607,6 +644,8 @@ def symbols(g: Generator) -> None:
         "crc-namespaced-symbol": lambda e: elf.flip_version_crc(e, NAMESPACED),
         "crc-weak-symbol": lambda e: elf.flip_version_crc(e, WEAK),
     }
+    if not elf.has_section(g.symbols, "__versions"):  # a kernel without MODVERSIONS (7.2)
+        edits = {k: v for k, v in edits.items() if k not in NEED_VERSIONS}
     for label, edit in edits.items():
         g.add("symbols", label, g.sign_file(edit(g.symbols_payload())))
     g.add("symbols", "non-gpl-without-gpl-imports", g.sign_file(_relicensed(g.payload())))

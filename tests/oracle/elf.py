@@ -144,6 +144,11 @@ def versions(elf: bytes) -> dict[bytes, int]:
     }
 
 
+def has_section(elf: bytes, label: str) -> bool:
+    """Whether `elf` has a section called `label`."""
+    return any(header["label"] == label for header in sections(elf))
+
+
 def rename_version(elf: bytes, old: bytes, new: bytes) -> bytes:
     """`elf` with the __versions entry of `old` renamed `new` (same length)."""
     assert len(old) == len(new), (old, new)

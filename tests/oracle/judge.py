@@ -50,8 +50,10 @@ COLUMNS = (AGREE_ACCEPT, AGREE_REFUSE, M_ACCEPT_K_REFUSE, POLICY, UNNAMED)
 
 def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path:
     """A --root holding what a node without kernel headers has of `release` (the active
-    kernel's: the host's for Debian 12, the Debian 13 root's for 6.12): the kernel image
-    (`boot/vmlinuz-*`, whose ELF payload holds vmlinux's exports) and config, the in-tree
+    kernel's: the host's for Debian 12, the suite's root for 6.12 and 7.2): the kernel image
+    (whose ELF payload holds vmlinux's exports) and config where the kernel's packages put
+    them (`boot/vmlinuz-*` and `boot/config-*`; `vmlinuz` and `config` in the module tree
+    for 7.2, whose packages install nothing in /boot), the in-tree
     module tree (`lib/modules/<release>/kernel`, a symlink to the kernel's: its modules'
     exports, and their vermagic) and the module lists. Debian 13's layout is merged /usr: the
     tree is under `usr/lib/modules` and `lib` is a link to `usr/lib`, as on the node. With
@@ -73,8 +75,12 @@ def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path
         shutil.copyfile(headers(kernel) / "Module.symvers", modules / "build/Module.symvers")
     boot = directory / "boot"
     boot.mkdir(exist_ok=True)
-    (boot / f"vmlinuz-{release}").symlink_to(source / f"boot/vmlinuz-{release}")
-    shutil.copyfile(source / f"boot/config-{release}", boot / f"config-{release}")
+    if kernel.image == kernel.modules / "vmlinuz":
+        (modules / "vmlinuz").symlink_to(kernel.image)
+        shutil.copyfile(kernel.modules / "config", modules / "config")
+    else:
+        (boot / f"vmlinuz-{release}").symlink_to(source / f"boot/vmlinuz-{release}")
+        shutil.copyfile(source / f"boot/config-{release}", boot / f"config-{release}")
     return directory
 
 

@@ -137,9 +137,11 @@ def info_with(vermagic: str | None, has_versions: bool = True) -> ModInfo:
 VM = "6.1.0-57-amd64 SMP preempt mod_unload modversions "
 
 
-def target_with(vermagic: str | None, force_load: bool = False) -> Target:
-    config = KernelConfig.parse("CONFIG_MODULE_FORCE_LOAD=y\n" if force_load else "", "test")
-    return Target("6.1.0-57-amd64", vermagic, "test", config)
+def target_with(vermagic: str | None, force_load: bool = False, modversions: bool = True) -> Target:
+    """Debian 12's 6.1 as far as the rules need it (CONFIG_MODVERSIONS=y unless told)."""
+    text = "CONFIG_MODULE_FORCE_LOAD=y\n" if force_load else ""
+    text += "CONFIG_MODVERSIONS=y\n" if modversions else "# CONFIG_MODVERSIONS is not set\n"
+    return Target("6.1.0-57-amd64", vermagic, "test", KernelConfig.parse(text, "test"))
 
 
 def test_check_vermagic_applies_same_magic_to_the_targets_full_vermagic() -> None:
@@ -182,11 +184,34 @@ def test_boot_judges_the_known_crcs_and_built_in_modules(modules: dict[str, Path
     with pytest.raises(ModuleRejected) as sysfs:
         load_rules(info, replace(good, builtin_sysfs=frozenset({"ms_params"})))
     assert (sysfs.value.refusal.errno, sysfs.value.refusal.policy) == ("EINVAL", False)
-    assert "built into the target kernel with a /sys/module entry" in sysfs.value.reason
+    assert "has a /sys/module entry made by built-in code" in sysfs.value.reason
     with pytest.raises(ModuleRejected) as builtin:
         load_rules(info, replace(good, builtin=frozenset({"ms_params"})))
     assert (builtin.value.refusal.errno, builtin.value.refusal.policy) == ("EINVAL", True)
     assert "built into the target kernel (modules.builtin)" in builtin.value.reason
+
+
+def test_without_modversions_no_crc_is_compared_and_vermagic_is_compared_whole(
+    modules: dict[str, Path],
+) -> None:
+    """A kernel built without CONFIG_MODVERSIONS (Debian's 7.2) never reads __versions: a CRC
+    that disagrees with the target's is not refused, and same_magic compares the whole
+    vermagic, release word included, even for a module that has __versions; with
+    modversions the release word is skipped. Without the target's config, another release
+    is refused as policy (it is not known which of the two the kernel does)."""
+    info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
+    name, crc = next((n, c) for n, c in info.versions if n == "_printk")
+    other = KernelExports.known({name: Export(crc ^ 1, False, "", "vmlinux")}, "test")
+    plain = replace(target_with(VM, modversions=False), struct_module=info.this_module_size)
+    assert load_rules(info, replace(plain, exports=other)) is None
+    moved = info_with(VM.replace("-57-", "-56-"))
+    assert moved.has_versions
+    with pytest.raises(ModuleRejected, match=r"^ENOEXEC: vermagic .* does not match"):
+        check_vermagic(moved, replace(target_with(VM, modversions=False), exports=other))
+    check_vermagic(moved, replace(target_with(VM), exports=KernelExports.known({}, "test")))
+    unknown = Target("6.1.0-57-amd64", VM, "test", KernelConfig.missing("not read"))
+    with pytest.raises(ModuleRejected, match=r"^ENOEXEC \(policy\): .*not known whether"):
+        check_vermagic(moved, unknown)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.vm.harness import Vm
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 FIRMWARE_PATH = "/sys/module/firmware_class/parameters/path"
 FW_SIZE = "/sys/module/ms_firmware/parameters/fw_size"

@@ -17,13 +17,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.vm.harness import Vm
-from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.kernel import AUTO_ONLINE_AT_BOOT, Kernel
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 MEMORY = "/sys/devices/system/memory"
 DIMM = 512 << 20
-BOOT_POLICY = {"6.1": "offline", "6.12": "online"}  # auto_online_blocks as each kernel boots
 
 # Runs in the guest agent: a kernel-source uevent monitor, started before the DIMM is added,
 # and a wait for the new blocks that drains the monitor.
@@ -83,7 +82,7 @@ def test_hot_added_blocks_follow_each_kernels_boot_policy(
     """6.1 boots with `offline`: hot-added blocks come up offline, one `add` uevent each.
     6.12 boots with `online`: they come up online in ZONE_NORMAL, each with `add` and then
     `online` (the kernel onlined them itself, before user space heard of them)."""
-    policy = BOOT_POLICY[kernel.series]
+    policy = AUTO_ONLINE_AT_BOOT[kernel.series]
     assert vm.read(f"{MEMORY}/auto_online_blocks") == policy
     states, events = hotplug(vm, policy, blocks_per_dimm)
     assert len(states) == blocks_per_dimm

@@ -14,7 +14,7 @@ import pytest
 from tests.vm.harness import Vm
 from tests.vm.harness.kernel import Kernel
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 TAINT_OOT_MODULE = 1 << 12  # O
 TAINT_UNSIGNED_MODULE = 1 << 13  # E
@@ -86,14 +86,16 @@ def test_a_clean_module_shows_no_taint_of_its_own_on_a_tainted_node(
     has E and O (a test module is live), Debian's own signed in-tree ``crc8`` shows no
     flags in ``/sys/module/crc8/taint``: the check tells one load from another. On 6.12 it
     is Debian 13's ``crc8.ko.xz`` (ECDSA P-384-signed), handed to the kernel compressed with
-    MODULE_INIT_COMPRESSED_FILE."""
+    MODULE_INIT_COMPRESSED_FILE; on 7.2 sid's, which lives in ``lib/crc/``."""
     if not vm.eval("os.path.isdir('/sys/module/ms_params')"):
         assert load(vm, signed_modules["ms_params"]) == 0
     tainted = int(vm.read("/proc/sys/kernel/tainted"))
     assert tainted & TAINT_UNSIGNED_MODULE and tainted & TAINT_OOT_MODULE
     crc8 = f"/lib/modules/{kernel.release}/kernel/lib/crc8.ko"
+    if kernel.series == "7.2":
+        crc8 = f"/lib/modules/{kernel.release}/kernel/lib/crc/crc8.ko"
     if not vm.eval("os.path.isdir('/sys/module/crc8')"):
-        if kernel.series == "6.12":  # crc8.ko.xz, decompressed by the kernel (MODULE_DECOMPRESS)
+        if kernel.series != "6.1":  # crc8.ko.xz, decompressed by the kernel (MODULE_DECOMPRESS)
             loaded = vm.eval(f"finit_module({crc8 + '.xz'!r}, '', {MODULE_INIT_COMPRESSED_FILE})")
         else:
             loaded = vm.eval(f"finit_module({crc8!r})")

@@ -43,19 +43,18 @@ from tests.oracle.module import base_module, renamed
 from tests.oracle.pki import Cred, Pki, load_pki
 from tests.oracle.target_kernel import use
 from tests.oracle.testbed import DIGEST_MODULES, OracleVm, sign_file
-from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.kernel import AUTO_ONLINE_AT_BOOT, Kernel
 from tests.vm.harness.secureboot import SecureBootVm, enroll
 from tests.vm.node import drop, live_modules, modstage, prepare, state
 from tests.vm.test_oracle import kernel_verdicts
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 # issue 30's budget: the whole corpus runs on both nodes of 6.1 and on the MOK node of 6.12
 # (`.machine`, where DKMS keys land); 6.12's db node judges the categories whose verdicts
 # depend on where the signer is enrolled (baseline, ecdsa, keys, signers: 136 cases)
-WHOLE_CORPUS = {"6.1": ("mok", "db"), "6.12": ("mok",)}
+WHOLE_CORPUS = {"6.1": ("mok", "db"), "6.12": ("mok",), "7.2": ("mok",)}
 ENROLLMENT = CATEGORIES[:4]
-BOOT_POLICY = {"6.1": "offline", "6.12": "online"}  # auto_online_blocks as each kernel boots
 MEMORY = "/sys/devices/system/memory"
 RUNNING = "__import__('service.verify.signature.keyring', fromlist=['k']).KernelKeyring(__import__('pathlib').Path('/proc'))"
 
@@ -127,8 +126,8 @@ def _prepare(kernel: Kernel, tmp: Path, where: str) -> Iterator[Node]:
     name = f"secureboot-{where}-{kernel.series}"
     vm = SecureBootVm.boot(tmp / "state", vars_store=store, kernel=kernel, name=name)
     try:
-        if kernel.series == "6.1":  # built in on 6.12
-            vm.run(["modprobe", "-a", *DIGEST_MODULES]).check()
+        if kernel.series in DIGEST_MODULES:  # built in on 6.12
+            vm.run(["modprobe", "-a", *DIGEST_MODULES[kernel.series]]).check()
         oracle = OracleVm(vm, {})
         for cred in pki.secondary():
             path = vm.put(cred.pem_cert, f"keys/{cred.name}.pem")
@@ -296,7 +295,7 @@ def test_intake_preflight_status_and_boot_under_lockdown(
     signers = doc["bundles"]["enrolled"]["signers"]
     assert [s["keyring"] for s in signers] == [where] * 4, signers
 
-    assert vm.read(f"{MEMORY}/auto_online_blocks") == BOOT_POLICY[node.kernel.series]
+    assert vm.read(f"{MEMORY}/auto_online_blocks") == AUTO_ONLINE_AT_BOOT[node.kernel.series]
     vm.eval(f"write({MEMORY + '/auto_online_blocks'!r}, 'offline')")
     before = set(vm.eval("sorted(os.listdir('/sys/devices/system/memory'))"))
     vm.hotplug_memory("512M")

@@ -20,7 +20,7 @@ import pytest
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.harness.kernel import Kernel
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 MODULE_INIT_COMPRESSED_FILE = 4
 
 DEBIAN_MODULE = "kernel/lib/crc-itu-t.ko"  # signed by Debian, no dependencies, loads anywhere

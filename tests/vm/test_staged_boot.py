@@ -19,10 +19,10 @@ from service.store.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmExited, VmFactory, kmod
 from tests.vm.harness.builtin_key import find_builtin_cert
-from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.kernel import AUTO_ONLINE_AT_BOOT, Kernel
 from tests.vm.node import drop, live_modules, modstage, prepare, state, status
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 
 def crc8(kernel: Kernel) -> bytes:
@@ -237,12 +237,6 @@ def test_panicking_generation_falls_back_after_max_attempts(
     assert "ms_exporter" in live_modules(node) and "ms_panic" not in live_modules(node)
 
 
-# auto_online_blocks as each kernel boots: Debian 12's 6.1 leaves hot-added memory offline;
-# Debian 13's 6.12 (CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y) onlines it itself, into
-# ZONE_NORMAL, before user space sees its uevent (docs/kernel.md, "Memory hotplug")
-BOOT_POLICY = {"6.1": "offline", "6.12": "online"}
-
-
 def test_hot_added_memory_is_onlined_movable_at_boot(
     node: Vm, kernel: Kernel, release: str, signed: dict[str, Path], certs: dict[str, bytes]
 ) -> None:
@@ -261,7 +255,7 @@ def test_hot_added_memory_is_onlined_movable_at_boot(
     rc, out = modstage(node, "intake")
     assert rc == 0, out
     node.reboot()
-    policy = BOOT_POLICY[kernel.series]
+    policy = AUTO_ONLINE_AT_BOOT[kernel.series]
     assert node.read("/sys/devices/system/memory/auto_online_blocks") == policy
     before = set(node.eval("sorted(os.listdir('/sys/devices/system/memory'))"))
     node.hotplug_memory("512M")

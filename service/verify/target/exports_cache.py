@@ -69,9 +69,7 @@ def unpack(data: bytes, key: tuple[object, ...]) -> Table:
     digest, _, body = data[len(CACHE_FORMAT) :].partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (damaged or truncated)")
-    stored, buckets, spaces, owners, read, complete, problems, disagree, sysfs = marshal.loads(
-        body
-    )
+    stored, buckets, spaces, owners, read, complete, problems, disagree, sysfs = marshal.loads(body)
     if tuple(stored) != key:
         raise ValueError("built from other files")
     if len(buckets) != BUCKETS:

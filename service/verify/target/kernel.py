@@ -149,6 +149,13 @@ class Target:
         return (int(match[1]), int(match[2])) if match else (99, 0)
 
     @property
+    def modversions(self) -> bool | None:
+        """Whether the kernel checks symbol CRCs (``CONFIG_MODVERSIONS``): its ``same_magic``
+        skips the release word of a module with ``__versions`` and its ``check_version``
+        compares CRCs only then (Debian's 7.2 is built without). None: no config read."""
+        return self.config.enabled("MODVERSIONS") if self.config.known else None
+
+    @property
     def ecdsa(self) -> bool:
         """Can any keyring hold an EC key (``CONFIG_CRYPTO_ECDSA``)?"""
         return self.config.enabled("CRYPTO_ECDSA")

@@ -167,7 +167,7 @@ def builtin_sysfs(elf: bytes) -> frozenset[str]:
         _addr, offset, size = sections[b"__modver"]
         (first,) = struct.unpack_from("<Q", elf, offset)
         if _c_string(elf, sections, first) != "version":
-            raise ValueError("__modver's first entry is not a \"version\" attribute")
+            raise ValueError('__modver\'s first entry is not a "version" attribute')
         starts = [at for at in range(offset, offset + size, 8)
                   if struct.unpack_from("<Q", elf, at)[0] == first]  # fmt: skip
         stride = starts[1] - starts[0] if len(starts) > 1 else size

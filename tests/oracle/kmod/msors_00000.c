@@ -16,6 +16,7 @@
 #include <linux/kobject.h>
 #include <linux/module.h>
 #include <linux/string.h>
+#include <linux/version.h>
 
 extern typeof(strim) strim __attribute__((weak));
 
@@ -39,5 +40,9 @@ static void __exit msors_exit(void)
 module_init(msors_init);
 module_exit(msors_exit);
 MODULE_LICENSE("GPL");
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0) /* the namespace became a string literal */
+MODULE_IMPORT_NS("DMA_BUF");
+#else
 MODULE_IMPORT_NS(DMA_BUF);
+#endif
 MODULE_DESCRIPTION("modstage oracle symbols case");

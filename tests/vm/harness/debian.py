@@ -154,11 +154,16 @@ def kernel_packages(release: str, suite: Suite = TRIXIE) -> list[str]:
     base = release.removesuffix("-amd64")
     image = f"linux-image-{release}"
     _lists_ready(suite)
-    parts = re.findall(rf"(linux-(?:base|binary|modules)-{re.escape(release)})\b",
-                       _fields(suite, image).get("Depends", ""))
+    parts = re.findall(
+        rf"(linux-(?:base|binary|modules)-{re.escape(release)})\b",
+        _fields(suite, image).get("Depends", ""),
+    )
     return [
-        image, *dict.fromkeys(parts),
-        f"linux-headers-{release}", f"linux-headers-{base}-common", f"linux-kbuild-{base}",
+        image,
+        *dict.fromkeys(parts),
+        f"linux-headers-{release}",
+        f"linux-headers-{base}-common",
+        f"linux-kbuild-{base}",
     ]
 
 
@@ -282,14 +287,19 @@ def install_root() -> Path:
 CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
 
 
-def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
-    """Run `argv` inside a suite's root (its own tools and glibc) with /proc mounted there in a
-    mount namespace of its own (7.2's objtool reads /proc/self/limits; nothing is left mounted
-    on the host); stdout, or VmSetupError."""
+def chroot_argv(root_dir: Path, argv: list[str]) -> list[str]:
+    """`argv` to run inside a suite's root with /proc mounted there, in a mount namespace of
+    its own (7.2's objtool reads /proc/self/limits; nothing is left mounted on the host)."""
     inner = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
     unshare = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", inner]
+    return [*unshare, str(root_dir), *argv]
+
+
+def chroot(root_dir: Path, argv: list[str], **kw: object) -> str:
+    """Run `argv` inside a suite's root (its own tools and glibc, see `chroot_argv`); stdout,
+    or VmSetupError."""
     shown = ["chroot", str(root_dir), *argv]
-    return _run([*unshare, str(root_dir), *argv], shown=shown, env=CHROOT_ENV, **kw)
+    return _run(chroot_argv(root_dir, argv), shown=shown, env=CHROOT_ENV, **kw)
 
 
 def main() -> int:

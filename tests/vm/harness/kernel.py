@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 XZ_MAGIC = b"\xfd7zXZ\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SERIES = ("6.1", "6.12", "7.2")
+# `auto_online_blocks` as each kernel boots: Debian 12's 6.1 leaves hot-added memory offline;
+# Debian 13's 6.12 and sid's 7.2 (CONFIG_MHP_DEFAULT_ONLINE_TYPE_ONLINE_AUTO=y) online it
+# themselves, into ZONE_NORMAL
+AUTO_ONLINE_AT_BOOT = {"6.1": "offline", "6.12": "online", "7.2": "online"}
 ELF_MAGIC = b"\x7fELF"
 
 

@@ -1,0 +1,112 @@
+"""The target kernel's own files on Debian's three kernels (12's 6.1, 13's 6.12, sid's 7.2):
+what modstage reads from them agrees with kmod and with the kernels.
+
+The files are the test bed's (tests/vm/harness/kernel.py): 6.1 is this machine's package, 6.12
+and 7.2 lie in their suites' roots (built by .ci/install). 7.2's packages put `vmlinuz`,
+`config` and `System.map` in `/usr/lib/modules/<release>/` and nothing in `/boot`; the
+targets below are laid out as each kernel's packages lay them out, so the 7.2 one is read
+from the module tree alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.layout import Layout
+from service.verify.signature.trust import TrustStore
+from service.verify.target.kernel import Target
+from service.verify.target.kimage import builtin_sysfs, vmlinux
+from service.verify.verdict import verify_path
+from tests.kmod.reference import disagreements, in_tree
+from tests.vm.harness.builtin_key import find_builtin_cert
+from tests.vm.harness.kernel import SERIES, Kernel
+
+SAMPLE_EVERY = 100  # every 100th in-tree module (sorted): 41-43 per kernel; bench/modinfo: all
+
+
+@pytest.fixture(scope="module", params=SERIES)
+def kernel(request: pytest.FixtureRequest) -> Kernel:
+    """Each Debian kernel of the test bed (its root is built on first use)."""
+    return Kernel.named(request.param)
+
+
+def _sample(kernel: Kernel) -> list[Path]:
+    modules = in_tree(kernel.modules)
+    assert len(modules) > 3000, f"{kernel.modules} holds only {len(modules)} modules"
+    return modules[::SAMPLE_EVERY]
+
+
+def test_modinfo_reads_as_kmod_does(kernel: Kernel) -> None:
+    """Every `.modinfo` field of a fixed sample of the kernel's in-tree modules, the merged
+    `parm` and the signature's signer, key serial and digest, read by modstage, equal what
+    kmod's `modinfo -0 -F <field>` prints for the same file."""
+    found = [line for path in _sample(kernel) for line in disagreements(path)]
+    assert found == []
+
+
+def _modinfo_prefixes(modules: Path) -> set[str]:
+    """The names `modules.builtin.modinfo` gives built-in parameters (its `<name>.parm*=`)."""
+    out = set()
+    for entry in (modules / "modules.builtin.modinfo").read_bytes().split(b"\0"):
+        name, dot, rest = entry.partition(b".")
+        if dot and rest.startswith((b"parm=", b"parmtype=")):
+            out.add(name.decode())
+    return out
+
+
+def test_builtin_sysfs_names_are_read_from_the_image(kernel: Kernel) -> None:
+    """The /sys/module names read from the image (`__param` prefixes, `kernel` for
+    core_param, `__modver`) hold the entries every Debian kernel has (module: sig_enforce;
+    block; rcutree; printk; kernel) and, on 6.12 and 7.2, kfence, whose parameters
+    modules.builtin.modinfo files under `core`, a name no /sys/module entry has."""
+    names = builtin_sysfs(vmlinux(kernel.image.read_bytes()))
+    assert {"module", "kernel", "block", "rcutree", "printk"} <= names
+    if kernel.series != "6.1":
+        assert "kfence" in names and "core" not in names
+        assert "core" in _modinfo_prefixes(kernel.modules)
+
+
+def _target_root(kernel: Kernel, directory: Path) -> Path:
+    """A --root laid out as the kernel's packages lay it out: the image and config in /boot
+    (6.1, 6.12) or in the module tree only (7.2), the module tree linked in."""
+    if kernel.image.parent == kernel.modules:
+        tree = directory / "usr/lib/modules" / kernel.release  # no lib/ link: the merged path
+        tree.parent.mkdir(parents=True)
+        tree.symlink_to(kernel.modules, target_is_directory=True)
+        return directory
+    tree = directory / "lib/modules" / kernel.release
+    tree.parent.mkdir(parents=True)
+    tree.symlink_to(kernel.modules, target_is_directory=True)
+    (directory / "boot").mkdir()
+    config = kernel.root / f"boot/config-{kernel.release}"
+    (directory / "boot" / f"vmlinuz-{kernel.release}").symlink_to(kernel.image)
+    (directory / "boot" / f"config-{kernel.release}").symlink_to(config)
+    return directory
+
+
+def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Path) -> None:
+    """Debian's own signed modules (the sample, and 6.12's drivers/misc/c2port/core.ko.xz,
+    whose name modules.builtin.modinfo gives kfence's parameters) are accepted against
+    their kernel's files with the kernel's built-in certificate trusted: the image, config
+    and exports are found where the packages put them (for 7.2 in /usr/lib/modules/<release>,
+    as the verdict's notes say), and the kernel's facts (7.2: no modversions) are its own."""
+    image = kernel.vmlinux().read_bytes()
+    at, length = find_builtin_cert(image)
+    trust = TrustStore.from_der(image[at : at + length])
+    target = Target.from_layout(Layout(_target_root(kernel, tmp_path)), kernel.release)
+    paths = _sample(kernel)
+    c2port = kernel.modules / "kernel/drivers/misc/c2port/core.ko.xz"
+    if c2port.exists():
+        paths.append(c2port)
+    refused = []
+    for path in paths:
+        verdict = verify_path(path, trust=trust, kernel=target)
+        if not verdict.ok:
+            refused.append(f"{path.relative_to(kernel.modules)}: {verdict.reason}")
+    assert refused == []
+    where = "usr/lib/modules" if kernel.series == "7.2" else "boot"
+    assert str(tmp_path / where) in target.config.source
+    assert f"{tmp_path}/{where}" in target.exports.describe()
+    assert target.modversions is (kernel.series != "7.2")
