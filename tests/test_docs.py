@@ -252,3 +252,15 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
         (1, "../NOTES.md"),
     ]
     assert str(names[0]) == f"{doc}:2: service.verify.x509"
+
+
+def test_the_target_kernel_facts_are_one_table_in_code_and_doc() -> None:
+    """docs/verify.md's "Target kernel facts" table lists, in order, exactly the facts of
+    `service.verify.target.facts.FACTS`: a fact added to or dropped from one shows here."""
+    from service.verify.target.facts import FACTS
+
+    text = (ROOT / "docs/verify.md").read_text()
+    section = text[text.index("## Target kernel facts") :]
+    section = section[: section.index("\n## ", 3)]
+    table = section[section.index("| fact | read from") :].split("\n\n")[0].splitlines()[2:]
+    assert [row.split("|")[1].strip() for row in table] == [fact.name for fact in FACTS]

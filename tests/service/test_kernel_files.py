@@ -110,3 +110,45 @@ def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Pat
     assert str(tmp_path / where) in target.config.source
     assert f"{tmp_path}/{where}" in target.exports.describe()
     assert target.modversions is (kernel.series != "7.2")
+
+
+def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None:
+    """Every vmlinux export the kernel's headers list in Module.symvers, and every export of
+    every 20th in-tree module, is read from the image or the module file with the same
+    GPL-only flag (`__ksymtab_gpl` on 6.1 and 6.12, bit 0 of the `__kflagstab` byte on 7.2)
+    and namespace, and with its CRC where the kernel has modversions (7.2 has none: every
+    CRC is absent, and Module.symvers says 0x00000000)."""
+    from service.verify.target.kimage import read_image
+
+    exports, _names = read_image(kernel.image)
+    symvers = kernel.root / f"usr/src/linux-headers-{kernel.release}/Module.symvers"
+    listed = [line.split("\t") for line in symvers.read_text().splitlines()]
+    vmlinux = [row for row in listed if row[2] == "vmlinux"]
+    assert len(vmlinux) > 10000
+    wrong = []
+    for crc, name, _owner, kind, namespace in vmlinux:
+        mine = exports.get(name)
+        expected_crc = None if kernel.series == "7.2" else int(crc, 16)
+        if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
+            kind == "EXPORT_SYMBOL_GPL", namespace, expected_crc
+        ):
+            wrong.append(f"{name}: {mine} vs {crc} {kind} {namespace!r}")
+    assert {crc for crc, *_ in vmlinux} != {"0x00000000"} or kernel.series == "7.2"
+    from service.verify.target.exports import read_module_exports
+
+    by_owner: dict[str, list[list[str]]] = {}
+    for row in listed:
+        by_owner.setdefault(row[2], []).append(row)
+    checked = 0
+    for path in in_tree(kernel.modules)[::20]:
+        owner = str(path.relative_to(kernel.modules / "kernel")).split(".ko")[0]
+        mine_all = read_module_exports(path)
+        for crc, name, _owner, kind, namespace in by_owner.get(owner, []):
+            checked += 1
+            mine = mine_all.get(name)
+            expected_crc = None if kernel.series == "7.2" else int(crc, 16)
+            if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
+                kind == "EXPORT_SYMBOL_GPL", namespace, expected_crc
+            ):
+                wrong.append(f"{owner} {name}: {mine} vs {crc} {kind} {namespace!r}")
+    assert checked > 200 and wrong == []

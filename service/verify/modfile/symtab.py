@@ -6,7 +6,9 @@ section index past ``e_shnum`` is refused (``ENOEXEC``). A module's exports are 
 ``__ksymtab_<name>`` labels kbuild places in ``__ksymtab`` (or ``__ksymtab_gpl``: GPL-only),
 their CRCs the ``__crc_<name>`` labels in ``__kcrctab``/``__kcrctab_gpl`` (a ``u32`` at the
 label's offset), their namespaces the strings at ``__kstrtabns_<name>`` in
-``__ksymtab_strings``. The same layout holds on 6.1 and 6.12.
+``__ksymtab_strings``. The same layout holds on 6.1 and 6.12. Since 6.19 (Debian's 7.2) every
+export is in ``__ksymtab`` and a byte at the ``__flags_<name>`` label in ``__kflagstab`` says
+whether it is GPL-only (``KSYM_FLAG_GPL_ONLY``, bit 0; ``include/linux/module_symbol.h``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _SYM = struct.Struct("<IBBHQQ")
 MAX_SYMTAB = 64 << 20  # modstage policy: a symbol table read into memory at most this big
 _EXPORT_SECTIONS = (b"__ksymtab", b"__ksymtab_gpl")
 _CRC_SECTIONS = (b"__kcrctab", b"__kcrctab_gpl")
+_FLAGS_SECTION = b"__kflagstab"
+KSYM_FLAG_GPL_ONLY = 1
 
 
 class Export(NamedTuple):
@@ -87,7 +91,7 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
     wanted = {
         s.index: s
         for s in elf.sections
-        if s.name in (*_EXPORT_SECTIONS, *_CRC_SECTIONS, b"__ksymtab_strings")
+        if s.name in (*_EXPORT_SECTIONS, *_CRC_SECTIONS, _FLAGS_SECTION, b"__ksymtab_strings")
         and s.type != SHT_NOBITS
     }
     if exports_only and not any(by_index.get(i) in _EXPORT_SECTIONS for i in wanted):
@@ -97,6 +101,7 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
     gpl: dict[bytes, bool] = {}
     crcs: dict[bytes, int] = {}
     spaces: dict[bytes, bytes] = {}
+    flags: dict[bytes, int] = {}
     problem: tuple[int, str] | None = None
     shnum = len(elf.sections)
     for i, (name_at, info, _other, shndx, value, _size) in enumerate(_SYM.iter_unpack(data)):
@@ -125,9 +130,16 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
             body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
             if value + 4 <= len(body):
                 crcs[label[6:]] = struct.unpack_from("<I", body, value)[0]
+        elif sec.name == _FLAGS_SECTION and label.startswith(b"__flags_"):
+            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
+            if value < len(body):
+                flags[label[8:]] = body[value]
         elif sec.name == b"__ksymtab_strings" and label.startswith(b"__kstrtabns_"):
             body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
             spaces[label[12:]] = _name(body, value) if value < len(body) else b""
+    for name, flag in flags.items():
+        if name in gpl:
+            gpl[name] = gpl[name] or bool(flag & KSYM_FLAG_GPL_ONLY)
     exports = {
         name.decode("utf-8", "replace"): Export(
             crcs.get(name), only_gpl, spaces.get(name, b"").decode("utf-8", "replace"), ""

@@ -6,7 +6,9 @@ at 0x248, ``payload_length`` at 0x24c, counted from the protected-mode code afte
 Debian 12 compresses it with xz, Debian 13 with zstd. The payload is an ELF with section
 headers and no symbol table: ``__ksymtab`` and ``__ksymtab_gpl`` hold 12-byte entries of
 three self-relative ``s32`` offsets (value, name, namespace; the names in
-``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs.
+``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs. Since 6.19 (Debian's 7.2)
+``__ksymtab`` holds every export and ``__kflagstab`` a parallel byte per entry whose bit 0 says
+GPL-only (``KSYM_FLAG_GPL_ONLY``); without ``MODVERSIONS`` there is no ``__kcrctab``.
 That is what ``find_symbol`` searches and ``check_version`` compares (x86-64 and arm64
 build with ``HAVE_ARCH_PREL32_RELOCATIONS``). A plain ELF vmlinux is read the same way.
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from service.errors import ModuleRejected, TargetFileError
 from service.verify.compressed.decompress import compression, decompress
-from service.verify.modfile.symtab import Export
+from service.verify.modfile.symtab import KSYM_FLAG_GPL_ONLY, Export
 
 MAX_IMAGE = 256 << 20  # modstage policy: a decompressed vmlinux larger than this is refused
 _SHDR = struct.Struct("<IIQQQQIIQQ")
@@ -122,6 +124,9 @@ def _exports(elf: bytes) -> dict[str, Export]:
         addr, offset, size = sections[table]
         crc_table = sections.get(crcs)
         count = size // _ENTRY
+        flags = sections.get(b"__kflagstab") if table == b"__ksymtab" else None
+        if flags is not None and flags[2] < count:
+            raise ValueError("__kflagstab holds fewer flags than __ksymtab entries")
         if crc_table is not None and crc_table[2] < 4 * count:
             raise ValueError(f"{crcs.decode()} holds fewer CRCs than {table.decode()} entries")
         for i in range(count):
@@ -132,7 +137,8 @@ def _exports(elf: bytes) -> dict[str, Export]:
             crc = None
             if crc_table is not None:
                 (crc,) = struct.unpack_from("<I", elf, crc_table[1] + 4 * i)
-            out[name] = Export(crc, gpl, namespace, "vmlinux")
+            only_gpl = gpl or (flags is not None and bool(elf[flags[1] + i] & KSYM_FLAG_GPL_ONLY))
+            out[name] = Export(crc, only_gpl, namespace, "vmlinux")
     return out
 
 
