@@ -130,7 +130,9 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
         mine = exports.get(name)
         expected_crc = None if kernel.series == "7.2" else int(crc, 16)
         if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
-            kind == "EXPORT_SYMBOL_GPL", namespace, expected_crc
+            kind == "EXPORT_SYMBOL_GPL",
+            namespace,
+            expected_crc,
         ):
             wrong.append(f"{name}: {mine} vs {crc} {kind} {namespace!r}")
     assert {crc for crc, *_ in vmlinux} != {"0x00000000"} or kernel.series == "7.2"
@@ -148,7 +150,9 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
             mine = mine_all.get(name)
             expected_crc = None if kernel.series == "7.2" else int(crc, 16)
             if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
-                kind == "EXPORT_SYMBOL_GPL", namespace, expected_crc
+                kind == "EXPORT_SYMBOL_GPL",
+                namespace,
+                expected_crc,
             ):
                 wrong.append(f"{owner} {name}: {mine} vs {crc} {kind} {namespace!r}")
     assert checked > 200 and wrong == []

@@ -1,9 +1,10 @@
 """Fixtures for the real-kernel tests: VMs, signed test modules, and the timing summary.
 
-`kernel` is parametrised over `MODSTAGE_KERNELS` (default `6.1,6.12`: Debian 12's kernel on the
-host's root, Debian 13's in its own root), and the `boot_vm`, `vm`, `test_modules` and
-`signed_modules` fixtures follow it, so a test that uses any of them runs once per kernel
-(ids `[6.1]`, `[6.12]`) and every node of that run boots that kernel. Every test here carries
+`kernel` is parametrised over `MODSTAGE_KERNELS` (default `6.1,6.12,7.2`: Debian 12's kernel on
+the host's root, Debian 13's and sid's each in its suite's root), and the `boot_vm`, `vm`,
+`test_modules` and `signed_modules` fixtures follow it, so a test that uses any of them runs
+once per kernel it is written for (ids `[6.1]`, `[6.12]`, `[7.2]`) and every node of that run
+boots that kernel. Every test here carries
 the `vm` marker. A VM that cannot start fails the run loudly; only
 `MODSTAGE_VM_TESTS=skip` turns the VM tests into skips, and says so.
 """
@@ -94,7 +95,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def kernel(kernel_series: str) -> Kernel:
-    """The guest kernel of this parametrisation: Debian 12's 6.1 or Debian 13's 6.12."""
+    """The guest kernel of this parametrisation: Debian 12's 6.1, Debian 13's 6.12 or sid's 7.2."""
     return Kernel.named(kernel_series)
 
 

@@ -8,7 +8,7 @@
 # the kernel with the harness's own initramfs, and /boot's kernel is never booted by this host.
 # Debian 13's 6.12 is not installed here: mmdebstrap and the archive keyring let the harness
 # fetch it with a private apt configuration and build its Debian 13 root in the cache
-# (`python3 -m tests.vm.harness.debian13` does it ahead of time; .ci/install runs it).
+# (`python3 -m tests.vm.harness.debian` does it ahead of time; .ci/install runs it).
 # The Secure Boot node (harness/secureboot.py) boots through OVMF (ovmf), Debian's signed shim
 # (shim-signed) and grub (grub-efi-amd64-signed) from an ESP image built with sfdisk (fdisk)
 # and mtools; its vars are enrolled with virt-fw-vars (pip's virt-firmware, the test extra).

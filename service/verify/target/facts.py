@@ -60,8 +60,7 @@ FACTS = (
     ),
     Fact(
         "ELF validation",
-        "the release: 6.12 on (Debian's 6.12 carries 6.13's elf_validity checks), no config "
-        "symbol",
+        "the release: 6.12 on (Debian's 6.12 carries 6.13's elf_validity checks), no config symbol",
         "an unparseable release is judged as the newest known",
     ),
     Fact(

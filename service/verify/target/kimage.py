@@ -6,9 +6,10 @@ at 0x248, ``payload_length`` at 0x24c, counted from the protected-mode code afte
 Debian 12 compresses it with xz, Debian 13 with zstd. The payload is an ELF with section
 headers and no symbol table: ``__ksymtab`` and ``__ksymtab_gpl`` hold 12-byte entries of
 three self-relative ``s32`` offsets (value, name, namespace; the names in
-``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs. Since 6.19 (Debian's 7.2)
-``__ksymtab`` holds every export and ``__kflagstab`` a parallel byte per entry whose bit 0 says
-GPL-only (``KSYM_FLAG_GPL_ONLY``); without ``MODVERSIONS`` there is no ``__kcrctab``.
+``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs.
+Since 6.19 (Debian's 7.2) ``__ksymtab`` holds every export and ``__kflagstab`` a parallel byte
+per entry whose bit 0 says GPL-only (``KSYM_FLAG_GPL_ONLY``); without ``MODVERSIONS`` there
+is no ``__kcrctab``.
 That is what ``find_symbol`` searches and ``check_version`` compares (x86-64 and arm64
 build with ``HAVE_ARCH_PREL32_RELOCATIONS``). A plain ELF vmlinux is read the same way.
 

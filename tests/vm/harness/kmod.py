@@ -1,8 +1,9 @@
 """Test modules for each guest kernel: built against its own headers, signed with its own
 `sign-file`.
 
-Debian 12's 6.1 uses the host's headers and kbuild (tests/kmod). Debian 13's 6.12 has its
-headers, kbuild and gcc-14 inside its root (debian13.py), whose binaries need trixie's glibc:
+Debian 12's 6.1 uses the host's headers and kbuild (tests/kmod). Debian 13's 6.12 and sid's 7.2
+have their headers, kbuild and gcc (14, 16) inside their roots (debian.py), whose binaries
+need their suite's glibc:
 the sources are copied into the root and `make` and `sign-file` run there under chroot. Builds
 are cached like tests/kmod's, keyed by the release and the sources' digest.
 """
