@@ -1,4 +1,5 @@
-"""The signature parsers follow the target kernel's version: 6.12 knows SHA-3, 6.1 MD5."""
+"""The signature parsers follow the target kernel's version: from 6.7 they know SHA-3 and no
+longer MD4 or MD5, from 6.11 no longer SM2 (the releases of the upstream commits)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.verify.signature.asn1 import Asn1Error
-from service.verify.signature.pkcs7 import parse_message
-from service.verify.signature.x509 import modern, parse_certificate
+from service.verify.signature.pkcs7 import digests, parse_message
+from service.verify.signature.x509 import parse_certificate, sig_algos
 from tests.kmod import SigningKey, sign, split
 
 EVERY = frozenset({"md5", "sha256", "sha3_256", "sha3_384", "sha3_512"})
@@ -46,16 +47,20 @@ def test_md5_is_known_to_6_1_and_refused_by_6_12(
     assert info.value.code == errno.ENOPKG
 
 
-def test_a_certificate_parses_the_same_under_both_and_only_6_12_is_modern(
+def test_a_certificate_parses_the_same_under_both_and_each_change_has_its_release(
     rsa_key: SigningKey,
 ) -> None:
-    """An RSA/SHA-256 certificate gets the same kernel key id under either parser; the
-    dialect switches at 6.12 (kernels in between were not read and count as 6.1)."""
+    """An RSA/SHA-256 certificate gets the same kernel key id under either parser. Each
+    change takes effect at the release of its upstream commit: SHA-3 and the end of MD4/MD5
+    at 6.7 (6.6 is still 6.1's dialect), SM2's end at 6.11 (6.10 still names it)."""
     der = rsa_key.cert_der.read_bytes()
     old = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 1))
     new = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 12))
     assert (old.id, old.skid, old.subject) == (new.id, new.skid, new.subject)
-    assert [modern(v) for v in ((6, 1), (6, 11), (6, 12), (7, 0))] == [False, False, True, True]
+    sha3 = [("sha3_256" in digests(v), "md5" in digests(v)) for v in ((6, 6), (6, 7), (7, 2))]
+    assert sha3 == [(False, True), (True, False), (True, False)]
+    sm2 = ["SM2_with_SM3" in sig_algos(v) for v in ((6, 1), (6, 10), (6, 11), (6, 12))]
+    assert sm2 == [True, True, False, False]
 
 
 def _elf_cases(ko: bytes) -> dict[str, bytes]:

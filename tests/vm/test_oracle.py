@@ -12,6 +12,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import ssl
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,9 +43,11 @@ from tests.oracle.module import base_module, renamed
 from tests.oracle.pki import Pki, ca_kind, load_pki
 from tests.oracle.target_kernel import use
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
+from tests.vm.harness import debian
 from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.errors import VmError
 from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.kmod import sign_file as sign_file_of
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
@@ -290,6 +295,60 @@ def kernel_verdicts(oracle: OracleVm, cases: list[Case], paths: dict[str, Path])
     oracle.guest(f"judge_all('{guest_dir}/plan.json', '{guest_dir}/kernel.json')", timeout=900)
     result: dict[str, Any] = json.loads((oracle.vm.state_dir / "kernel.json").read_text())
     return result
+
+
+def _ml_dsa_signed(kernel: Kernel, pki: Pki, tmp_path: Path) -> tuple[Path, Path]:
+    """(an ML-DSA-65 certificate the test CA issued, the base module signed by its key), made
+    by the 7.2 root's OpenSSL 3.6 and signed by its own sign-file (the host's OpenSSL 3.0 has
+    no ML-DSA)."""
+    scratch = Path(tempfile.mkdtemp(prefix="mldsa-", dir=kernel.root / "tmp"))
+    inside = f"/tmp/{scratch.name}"
+    shutil.copyfile(pki.ca.pem_key, scratch / "ca.key")
+    shutil.copyfile(pki.ca.pem_cert, scratch / "ca.pem")
+    (scratch / "ext").write_text(
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    (scratch / "m.ko").write_bytes(renamed(base_module(), 90020))
+    steps = [
+        ["openssl", "genpkey", "-algorithm", "ML-DSA-65", "-out", f"{inside}/k.pem"],
+        ["openssl", "req", "-new", "-key", f"{inside}/k.pem", "-subj", "/CN=modstage ML-DSA-65",
+         "-out", f"{inside}/req.pem"],
+        ["openssl", "x509", "-req", "-in", f"{inside}/req.pem", "-CA", f"{inside}/ca.pem",
+         "-CAkey", f"{inside}/ca.key", "-days", "3650", "-set_serial", "4242",
+         "-extfile", f"{inside}/ext", "-out", f"{inside}/c.pem"],
+        [str(sign_file_of(kernel)), "sha512", f"{inside}/k.pem", f"{inside}/c.pem",
+         f"{inside}/m.ko"],
+    ]  # fmt: skip
+    try:
+        for argv in steps:
+            debian.chroot(kernel.root, argv)
+        cert, module = tmp_path / "mldsa.pem", tmp_path / "mldsa.ko"
+        shutil.copyfile(scratch / "c.pem", cert)
+        shutil.copyfile(scratch / "m.ko", module)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return cert, module
+
+
+@pytest.mark.kernels("7.2")  # ML-DSA keys come from sid's OpenSSL 3.6
+def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, kernel: Kernel
+) -> None:
+    """7.2 offers ML-DSA module signing keys in Kconfig, but Debian builds it without
+    CONFIG_CRYPTO_MLDSA: a module signed by an ML-DSA-65 key (its certificate issued by the
+    test CA, offered to `.secondary_trusted_keys` and given to modstage as trusted) does not
+    load under enforcement (EKEYREJECTED), and modstage refuses it with the same errno."""
+    cert, module = _ml_dsa_signed(kernel, pki, tmp_path)
+    der = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    added = oracle.guest(f"add_certificate({der!r})")
+    assert _load(oracle, module.read_bytes(), "mldsa") == errno.EKEYREJECTED
+    trusted = trusted_dir(pki, tmp_path / "trusted")
+    shutil.copyfile(cert, trusted / "mldsa.pem")
+    root = target_root(tmp_path / "root", kernel.release)
+    [verdict] = modstage_verdicts([module], root, trusted, kernel.release).values()
+    assert (verdict["ok"], verdict["errno"]) == (False, "EKEYREJECTED"), verdict
+    print(f"\nML-DSA-65 on 7.2: add_key gave {added}; modstage: {verdict['reason']}")
 
 
 def short_this_module(pki: Pki, directory: Path) -> bytes:

@@ -4,8 +4,9 @@ The kernel's PKCS#7 grammar runs through the port of its BER decoder
 (:mod:`service.verify.signature.asn1`) with ports of its actions, so what parses, and the errno
 of what does not, is the kernel's: ``EMSGSIZE`` over 65,535 bytes, ``EBADMSG`` for
 malformed BER, ``EINVAL`` for a content type or version it does not take, ``ENOPKG``
-for a digest or signature algorithm its parser does not know (6.1 knows no SHA-3 and
-no ecdsa-with-SHA3), and whatever an embedded certificate's parse returns.
+for a digest or signature algorithm its parser does not know (before 6.7 no SHA-3 and no
+ecdsa-with-SHA3; from 6.7 no MD4 or MD5; from 6.11 no SM2), and whatever an embedded
+certificate's parse returns.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from dataclasses import dataclass, field
 from service.verify.signature.asn1 import Asn1Error, ber_decode
 from service.verify.signature.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
 from service.verify.signature.oids import decode, look_up
-from service.verify.signature.x509 import Cert, modern, parse_certificate
+from service.verify.signature.x509 import (
+    MD4_MD5_UNTIL,
+    SHA3_FROM,
+    SM2_UNTIL,
+    Cert,
+    parse_certificate,
+)
 
 _DIGESTS = {
     "md4": "md4",
@@ -41,15 +48,26 @@ _PKEYS = {
     "gost2012PKey256": ("ecrdsa", "raw"),
     "gost2012PKey512": ("ecrdsa", "raw"),
 }
-# Linux 6.12's pkcs7_parser.c: MD4, MD5 and SM2 gone, SHA-3 digests and ECDSA with them added
-_DIGESTS_6_12 = {
-    **{k: v for k, v in _DIGESTS.items() if k not in ("md4", "md5")},
-    **{h: h for h in ("sha3_256", "sha3_384", "sha3_512")},
-}
-_PKEYS_6_12 = {
-    **{k: v for k, v in _PKEYS.items() if k != "SM2_with_SM3"},
-    **{f"id_ecdsa_with_sha3_{n}": ("ecdsa", "x962") for n in (256, 384, 512)},
-}
+
+
+def digests(version: tuple[int, int]) -> dict[str, str]:
+    """The digests ``pkcs7_sig_note_digest_algo`` of ``version`` names: MD4 and MD5 gone and
+    SHA-3 added in 6.7 (x509.MD4_MD5_UNTIL, x509.SHA3_FROM)."""
+    out = {k: v for k, v in _DIGESTS.items() if k not in ("md4", "md5") or version < MD4_MD5_UNTIL}
+    if version >= SHA3_FROM:
+        out.update({h: h for h in ("sha3_256", "sha3_384", "sha3_512")})
+    return out
+
+
+def pkeys(version: tuple[int, int]) -> dict[str, tuple[str, str]]:
+    """The signature algorithms ``pkcs7_sig_note_pkey_algo`` of ``version`` names: SM2 gone in
+    6.11, ECDSA with SHA-3 added in 6.7."""
+    out = {k: v for k, v in _PKEYS.items() if k != "SM2_with_SM3" or version < SM2_UNTIL}
+    if version >= SHA3_FROM:
+        out.update({f"id_ecdsa_with_sha3_{n}": ("ecdsa", "x962") for n in (256, 384, 512)})
+    return out
+
+
 _AUTHENTICODE = ("msSpOpusInfo", "msStatementType")
 
 
@@ -90,8 +108,8 @@ class _Ctx:
     ) -> None:
         self.data, self.hashes, self.have_ecdsa = data, hashes, have_ecdsa
         self.version = version
-        self.digests = _DIGESTS_6_12 if modern(version) else _DIGESTS
-        self.pkeys = _PKEYS_6_12 if modern(version) else _PKEYS
+        self.digests = digests(version)
+        self.pkeys = pkeys(version)
         self.msg = Message()
         self.last_oid: str | None = None
         self.last_raw = b""

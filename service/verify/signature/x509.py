@@ -44,22 +44,31 @@ _EC_CURVES = {
     "id_prime256v1": "ecdsa-nist-p256",
     "id_ansip384r1": "ecdsa-nist-p384",
 }
-# Linux 6.12's x509_cert_parser.c (read from Debian 13's linux-source-6.12): MD4 and SM2 gone,
-# SHA-3 signatures with RSA and ECDSA added. Kernels between 6.1 and 6.12 were not read:
-# they are judged as 6.1 is.
-DIALECT_6_12 = (6, 12)
+# What the kernel's parsers know changed with these releases (upstream commits; no config
+# symbol says which OIDs a parser names). Read from Debian's 6.1, 6.12 and 7.2 sources; the
+# releases in between are judged by the commits, not by a kernel booted here.
+SHA3_FROM = (6, 7)  # SHA-3 digests, RSA and ECDSA with SHA-3 (2ee7c1bcf3d1, ee62afb9d02d)
+MD4_MD5_UNTIL = (6, 7)  # "crypto: pkcs7 - remove md4 md5 x.509 support" (8468516f9f93)
+SM2_UNTIL = (6, 11)  # "crypto: sm2 - Remove sm2 algorithm" (46b3ff73afc8)
 _SHA3 = ("sha3_256", "sha3_384", "sha3_512")
-_SIG_ALGOS_6_12 = {
-    **{k: v for k, v in _SIG_ALGOS.items() if k not in ("md4WithRSAEncryption", "SM2_with_SM3")},
-    **{f"id_rsassa_pkcs1_v1_5_with_{h}": (h, "rsa", "pkcs1") for h in _SHA3},
-    **{f"id_ecdsa_with_{h}": (h, "ecdsa", "x962") for h in _SHA3},
-}
-_EC_CURVES_6_12 = {k: v for k, v in _EC_CURVES.items() if k != "sm2"}
 
 
-def modern(version: tuple[int, int]) -> bool:
-    """Whether a kernel of ``version`` parses as 6.12 does (else as 6.1)."""
-    return version >= DIALECT_6_12
+def sig_algos(version: tuple[int, int]) -> dict[str, tuple[str, str, str]]:
+    """The certificate signature algorithms ``x509_note_sig_algo`` of ``version`` names."""
+    out = dict(_SIG_ALGOS)
+    if version >= MD4_MD5_UNTIL:
+        del out["md4WithRSAEncryption"]
+    if version >= SM2_UNTIL:
+        del out["SM2_with_SM3"]
+    if version >= SHA3_FROM:
+        out.update({f"id_rsassa_pkcs1_v1_5_with_{h}": (h, "rsa", "pkcs1") for h in _SHA3})
+        out.update({f"id_ecdsa_with_{h}": (h, "ecdsa", "x962") for h in _SHA3})
+    return out
+
+
+def ec_curves(version: tuple[int, int]) -> dict[str, str]:
+    """The EC key parameters ``x509_extract_key_data`` of ``version`` takes."""
+    return {k: v for k, v in _EC_CURVES.items() if k != "sm2" or version < SM2_UNTIL}
 
 
 @dataclass
@@ -88,9 +97,9 @@ class _Ctx:
 
     def __init__(self, data: bytes, cert: Cert, version: tuple[int, int]) -> None:
         self.data, self.cert = data, cert
-        self.modern = modern(version)
-        self.sig_algos = _SIG_ALGOS_6_12 if self.modern else _SIG_ALGOS
-        self.ec_curves = _EC_CURVES_6_12 if self.modern else _EC_CURVES
+        self.sm2 = version < SM2_UNTIL
+        self.sig_algos = sig_algos(version)
+        self.ec_curves = ec_curves(version)
         self.last_oid: str | None = None
         self.sig_algo: str | None = None
         self.names: dict[str, bytes] = {}
@@ -167,7 +176,7 @@ class _Ctx:
             algo = "rsa"
         elif self.last_oid in ("gost2012PKey256", "gost2012PKey512"):
             algo = "ecrdsa"
-        elif self.last_oid == "sm2" and not self.modern:
+        elif self.last_oid == "sm2" and self.sm2:
             algo = "sm2"
         elif self.last_oid == "id_ecPublicKey":
             params = self.params or b""
@@ -301,7 +310,8 @@ def parse_certificate(
 
     ``hashes`` are the digest names the target kernel can compute (a certificate signed
     with another is kept, unverified, as the kernel keeps it); ``version`` the target's
-    (major, minor), which picks the algorithms its parser knows (:func:`modern`).
+    (major, minor), which picks the algorithms its parser knows (:func:`sig_algos`,
+    :func:`ec_curves`).
     """
     cert = Cert(der)
     ctx = _Ctx(der, cert, version)

@@ -54,8 +54,9 @@ FACTS = (
     ),
     Fact(
         "parser algorithms",
-        "the release: Linux 6.12's PKCS#7 and X.509 parsers (SHA-3, ECDSA with SHA-3; no MD4, "
-        "SM2) from 6.12 on, 6.1's before (no config symbol says which OIDs a parser knows)",
+        "the release of each upstream change: SHA-3 digests, RSA and ECDSA with SHA-3 from 6.7, "
+        "MD4 and MD5 until 6.7, SM2 until 6.11 (no config symbol says which OIDs a parser "
+        "knows)",
         "an unparseable release is judged as the newest known",
     ),
     Fact(

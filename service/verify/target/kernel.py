@@ -55,7 +55,7 @@ _HASH_OPTIONS = {
     "sm3": "CONFIG_CRYPTO_SM3",
     "streebog256": "CONFIG_CRYPTO_STREEBOG",
     "streebog512": "CONFIG_CRYPTO_STREEBOG",
-    "sha3_256": "CONFIG_CRYPTO_SHA3",  # named only by 6.12's parsers (verify.x509.modern)
+    "sha3_256": "CONFIG_CRYPTO_SHA3",  # named by the parsers from 6.7 (x509.SHA3_FROM)
     "sha3_384": "CONFIG_CRYPTO_SHA3",
     "sha3_512": "CONFIG_CRYPTO_SHA3",
 }
