@@ -115,11 +115,24 @@ def preflight(
         for k in signers
         if not keyring.trusts(k, platform=platform)
     ]
+    checks_hash = target.version < MODULE_HASH_DENYLIST_UNTIL
     for v in verdicts:
         digest = v.image_sha256 or v.sha256
         if digest and keyring.blacklisted(digest):
-            reasons.append(f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist")
+            reasons.append(
+                f"{v.file}: EKEYREJECTED: module hash {digest} is in .blacklist"
+                if checks_hash
+                else f"{v.file}: EKEYREJECTED (policy): module hash {digest} is in .blacklist "
+                "(the firmware's dbx); the target kernel no longer checks module hashes "
+                "(Debian dropped it in 6.17) and would load it"
+            )
     return reasons
+
+
+# Debian's kernels refused a module whose SHA-256 is in `.blacklist` (dbx's hashes) through a
+# patch of their own ("Don't longer use UEFI DBX for module denylisting": gone in 6.17); no
+# config symbol says so
+MODULE_HASH_DENYLIST_UNTIL = (6, 17)
 
 
 def untrusted_signer(why: str, key_id: str, signer: str | None, trust: TrustStore | None) -> str:

@@ -77,10 +77,10 @@ def target_root(directory: Path, release: str, *, symvers: bool = False) -> Path
     boot.mkdir(exist_ok=True)
     if kernel.image == kernel.modules / "vmlinuz":
         (modules / "vmlinuz").symlink_to(kernel.image)
-        shutil.copyfile(kernel.modules / "config", modules / "config")
+        shutil.copyfile(kernel.config, modules / "config")
     else:
-        (boot / f"vmlinuz-{release}").symlink_to(source / f"boot/vmlinuz-{release}")
-        shutil.copyfile(source / f"boot/config-{release}", boot / f"config-{release}")
+        (boot / f"vmlinuz-{release}").symlink_to(kernel.image)
+        shutil.copyfile(kernel.config, boot / f"config-{release}")
     return directory
 
 

@@ -43,3 +43,28 @@ def test_platform_keyring_counts_on_enokey_and_blacklisted_hashes_do_not_load(
     digest = hashlib.sha256(signed.read_bytes()).hexdigest()
     reasons = take(host, kernel, signed, FakeKeyring({key_id}, blacklist={digest}), "2")
     assert len(reasons) == 1 and reasons[0].endswith(f"module hash {digest} is in .blacklist")
+
+
+def test_a_blacklisted_hash_is_the_kernels_refusal_before_6_17_and_policy_after(
+    host: Layout, kernel: str
+) -> None:
+    """Debian's kernels refused a module whose hash dbx lists (`.blacklist`) until 6.17, which
+    dropped that patch: the pre-flight says EKEYREJECTED for the running 6.1 and
+    "EKEYREJECTED (policy)", naming the change, for a running 7.2 (the node loads it)."""
+    from service.store.admit import preflight
+    from service.verify.target.kernel import Target
+    from service.verify.verdict import Verdict
+    from stager.manifest import Manifest, ModuleEntry
+
+    digest = "ab" * 32
+    said = []
+    for release in (kernel, "7.2.13+deb14-amd64"):
+        host.os_release.write_text(release + "\n")
+        manifest = Manifest("p", "1", release, (ModuleEntry("m.ko", ""),))
+        verdict = Verdict("m.ko", True, key_id="aa", sha256=digest)
+        keyring = FakeKeyring({"aa"}, blacklist={digest})
+        [reason] = preflight(host, keyring, manifest, [verdict], Target.from_spec(release))
+        said.append(reason)
+    assert said[0] == f"m.ko: EKEYREJECTED: module hash {digest} is in .blacklist"
+    assert said[1].startswith(f"m.ko: EKEYREJECTED (policy): module hash {digest} is in")
+    assert "dropped it in 6.17" in said[1]

@@ -23,7 +23,7 @@ from tests.vm.harness.kernel import Kernel
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 MODULE_INIT_COMPRESSED_FILE = 4
 
-DEBIAN_MODULE = "kernel/lib/crc-itu-t.ko"  # signed by Debian, no dependencies, loads anywhere
+DEBIAN_MODULE = "crc-itu-t"  # signed by Debian, no dependencies, loads anywhere
 TAINT_UNSIGNED_MODULE = 1 << 13
 
 
@@ -59,8 +59,7 @@ def test_unsigned_module_is_rejected(enforcing: Vm, test_modules: dict[str, Path
 
 
 def _debian_module(kernel: Kernel) -> Path:
-    plain = kernel.modules / DEBIAN_MODULE
-    return plain if plain.exists() else plain.with_name(plain.name + ".xz")
+    return kernel.modules / kernel.in_tree(DEBIAN_MODULE)
 
 
 def test_tampered_debian_module_is_rejected(enforcing: Vm, tmp_path: Path, kernel: Kernel) -> None:
@@ -79,9 +78,9 @@ def test_debian_signed_module_loads(enforcing: Vm, kernel: Kernel) -> None:
     """The same Debian module, unchanged, loads under enforcement and taints nothing (on
     6.12: the `.ko.xz` as shipped, decompressed by the kernel)."""
     source = _debian_module(kernel)
-    path = f"/lib/modules/{kernel.release}/{DEBIAN_MODULE}"
+    path = f"/lib/modules/{kernel.release}/{kernel.in_tree(DEBIAN_MODULE)}"
     if source.suffix == ".xz":
-        call = f"finit_module({path + '.xz'!r}, '', {MODULE_INIT_COMPRESSED_FILE})"
+        call = f"finit_module({path!r}, '', {MODULE_INIT_COMPRESSED_FILE})"
     else:
         call = f"finit_module({path!r})"
     assert enforcing.eval(call) == 0

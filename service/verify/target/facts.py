@@ -94,6 +94,12 @@ FACTS = (
         "(policy)",
     ),
     Fact(
+        "module-hash denylist",
+        "the release: Debian's kernels refuse a module whose SHA-256 is in .blacklist (dbx) "
+        "until 6.17, which dropped that patch; no config symbol",
+        "an unparseable release is judged as the newest known (no check: refused as policy)",
+    ),
+    Fact(
         "keyrings",
         "CONFIG_INTEGRITY_PLATFORM_KEYRING (the .platform fallback), the running kernel's "
         "/proc/keys for the intake pre-flight",

@@ -18,15 +18,33 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from service.layout import Layout
 from service.verify.target.exports import Sources, load
+from service.verify.target.exports_cache import CACHE_FORMAT
 
 from .kernel import Kernel, cache_dir
 
 
 def _build(release: str, cache: Path) -> bool:
-    modules = Path("/lib/modules") / release
-    table, _note = load(Sources(Path("/boot") / f"vmlinuz-{release}", modules, cache))
+    """Build the cache from the kernel's files where modstage finds them under / (the image
+    in /boot, or in the module tree for 7.2), so that the key is the one the guest makes."""
+    layout = Layout(Path("/"))
+    sources = Sources(layout.kernel_image(release), layout.modules_dir(release), cache)
+    table, _note = load(sources)
     return table.complete and cache.is_file()
+
+
+def _current(path: Path, modules: Path) -> bool:
+    """Whether the cache at ``path`` is of this modstage's format and newer than depmod's."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(CACHE_FORMAT))
+        return (
+            head == CACHE_FORMAT
+            and path.stat().st_mtime > (modules / "modules.dep").stat().st_mtime
+        )
+    except OSError:
+        return False
 
 
 def built(kernel: Kernel) -> Path:
@@ -38,7 +56,7 @@ def built(kernel: Kernel) -> Path:
     path = root / "cache" / f"exports-{kernel.release}"
     if not kernel.own_root:
         ok = _build(kernel.release, path)
-    elif path.is_file() and path.stat().st_mtime > (kernel.modules / "modules.dep").stat().st_mtime:
+    elif _current(path, kernel.modules):
         return path
     else:
         ok = _build_in_root(kernel, path)
@@ -56,6 +74,7 @@ PRELOAD = (
     "service.verify.modfile.modinfo",
     "service.verify.modfile.symtab",
     "service.verify.target.kimage",
+    "service.layout",
 )
 
 

@@ -161,6 +161,27 @@ class Kernel:
             raise VmSetupError("the VM harness boots x86_64 guests only")
         return kernel
 
+    @property
+    def config(self) -> Path:
+        """The kernel's build configuration: `/boot/config-<release>` where its packages put
+        one there (6.1, 6.12), else `config` in its module tree (7.2)."""
+        boot = self.root / f"boot/config-{self.release}"
+        return boot if boot.exists() else self.modules / "config"
+
+    @property
+    def guest_image(self) -> str:
+        """The kernel image's path as the guest sees it (its root is `self.root`)."""
+        return "/" + str(self.image.relative_to(self.root))
+
+    def in_tree(self, name: str) -> str:
+        """The in-tree module `name`'s path under its module tree as modules.dep lists it
+        (`kernel/lib/crc8.ko` on 6.1, `kernel/lib/crc/crc8.ko.xz` on 7.2)."""
+        for line in (self.modules / "modules.dep").read_text().splitlines():
+            path = line.split(":", 1)[0]
+            if path.rsplit("/", 1)[-1].split(".ko")[0] == name:
+                return path
+        raise VmSetupError(f"{self.modules}/modules.dep lists no module {name}")
+
     def vmlinux(self) -> Path:
         """The uncompressed kernel, extracted on first use and cached by the image's digest."""
         data = self.image.read_bytes()
