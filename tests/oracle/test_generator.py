@@ -62,7 +62,7 @@ def test_generator_is_reproducible_and_large(pki: Pki, tmp_path: Path) -> None:
                 "compress", "random", "symbols"}  # fmt: skip
     assert set(counts) == expected and len(CATEGORIES) == len(expected) + 2
     for case in first:
-        renamed_on_purpose = "builtin" in case.id or "tiny" in case.id
+        renamed_on_purpose = "name-of-" in case.id or "tiny" in case.id
         renamed_on_purpose |= case.compressed != "" or case.suffix != ".ko"
         assert module_name(int(case.name[-5:])).encode() in case.data or renamed_on_purpose
 
