@@ -333,3 +333,27 @@ def test_unknown_exports_are_refused_by_policy_except_at_boot(
     assert (verdict.errno, verdict.policy) == ("EINVAL", True), verdict.reason
     assert "not among the target's known exports" in (verdict.reason or "")
     assert check(signed_rsa, trust, target.probe_only()).ok
+
+
+def test_the_running_kernels_sys_module_names_built_in_code_only(tmp_path: Path) -> None:
+    """When the target is the running kernel, the built-in names are its /sys/module entries
+    without `initstate` (which only a loaded module has): a live module's name is not taken
+    for a built-in's, and a target that is not the running kernel reads none from /sys."""
+    from service.layout import Layout
+    from service.verify.target.kernel import Target
+
+    root = tmp_path / "root"
+    for name, loaded in (("kfence", False), ("block", False), ("nvidia", True)):
+        (root / "sys/module" / name).mkdir(parents=True)
+        if loaded:
+            (root / "sys/module" / name / "initstate").write_text("live\n")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/osrelease").write_text("6.12.117+deb13-amd64\n")
+    running = Target.from_layout(Layout(root))
+    assert running.builtin_sysfs == frozenset({"kfence", "block"})
+    assert running.sysfs_names() == (
+        frozenset({"kfence", "block"}),
+        "the running kernel's /sys/module",
+    )
+    other = Target.from_layout(Layout(root), "7.2.13+deb14-amd64")
+    assert other.builtin_sysfs is None
