@@ -31,9 +31,9 @@ NOT_WRITTEN = "not yet written for"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip VM tests only when explicitly asked to, never silently. With
-    `MODSTAGE_VM_WRITTEN_ONLY=1` (tests/run's 7.2 stream, which names the files with a test
-    for 7.2) a test written for none of the picked kernels is deselected, and counted as
-    such, instead of showing as a skip."""
+    `MODSTAGE_VM_WRITTEN_ONLY=1` (tests/run's streams, each picking its kernels) a test
+    written for none of the picked kernels is deselected, and counted as such, instead of
+    showing as a skip."""
     if os.environ.get("MODSTAGE_VM_WRITTEN_ONLY") == "1":
         unwritten = [
             item for item in items
