@@ -56,7 +56,17 @@ def _verify(sub: Subparsers) -> None:
         metavar="RELEASE",
         help=(
             "target kernel release (default: the running kernel); its vermagic and config "
-            "are read under --root (lib/modules/RELEASE, boot/config-RELEASE)"
+            "are read under --root (lib/modules/RELEASE, boot/config-RELEASE, or vmlinuz "
+            "and config in lib/modules/RELEASE where /boot has none)"
+        ),
+    )
+    p.add_argument(
+        "--kernel-keys",
+        action="store_true",
+        help=(
+            "also trust the certificates built into the target kernel's image (what it "
+            "loads into .builtin_trusted_keys), so that the distribution's own modules are "
+            "judged without extracting its key; the trusted directory may then be absent"
         ),
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of verdicts")

@@ -25,9 +25,10 @@ from dataclasses import replace
 from typing import TextIO
 
 from service.cmd.host import Host
-from service.errors import UsageError
+from service.errors import TargetFileError, UsageError
 from service.layout import Layout
 from service.verify.signature.keyid import describe_key_id
+from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_paths
 
@@ -82,11 +83,44 @@ def target_of(args: argparse.Namespace, layout: Layout) -> Target:
     return target
 
 
+def kernel_keys(layout: Layout, release: str, trust: TrustStore) -> tuple[TrustStore, str]:
+    """``trust`` with the certificates built into the target's image added (those whose key
+    ids it does not hold already), and a note saying how many and from where."""
+    from service.verify.signature.trust import TrustedKey
+    from service.verify.target.kimage import read_builtin_certificates
+
+    image = layout.kernel_image(release)
+    try:
+        certificates = read_builtin_certificates(image)
+    except TargetFileError as exc:
+        raise UsageError(f"--kernel-keys: {exc}") from exc
+    keys = list(trust.keys)
+    held = {key_id for key in keys for key_id in key.key_ids}
+    added = 0
+    for i, der in enumerate(certificates, 1):
+        key = TrustedKey.from_der(der, f"{image} (built-in certificate {i})")
+        if not held.intersection(key.key_ids):
+            keys.append(key)
+            held.update(key.key_ids)
+            added += 1
+    said = f"trusted: {added} certificate(s) built into {image} (--kernel-keys)"
+    return TrustStore(keys), said
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Verify ``args.paths``; 0 if every module (and firmware digest) is accepted, else 1."""
     layout = Layout(args.root)
     target = target_of(args, layout)
-    trust = Host(layout, trusted=args.trusted).trust
+    host = Host(layout, trusted=args.trusted)
+    note = None
+    if args.kernel_keys and args.trusted is None and not layout.trusted.exists():
+        trust = TrustStore()  # the kernel's own keys alone
+    else:
+        trust = host.trust
+    if args.kernel_keys:
+        trust, note = kernel_keys(layout, target.release, trust)
     verdicts = verify_paths(list(args.paths), trust=trust, kernel=target)
     render(verdicts, out, as_json=args.json, target=target)
+    if note is not None and not args.json:
+        out.write(f"note: {note}\n")
     return 0 if verdicts and all(v.ok for v in verdicts) else 1

@@ -10,15 +10,14 @@ from the module tree alone.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
 from service.layout import Layout
-from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import builtin_sysfs, vmlinux
-from service.verify.verdict import verify_path
 from tests.kmod.reference import disagreements, in_tree
 from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.kernel import SERIES, Kernel
@@ -80,35 +79,41 @@ def _target_root(kernel: Kernel, directory: Path) -> Path:
     tree.parent.mkdir(parents=True)
     tree.symlink_to(kernel.modules, target_is_directory=True)
     (directory / "boot").mkdir()
-    config = kernel.root / f"boot/config-{kernel.release}"
     (directory / "boot" / f"vmlinuz-{kernel.release}").symlink_to(kernel.image)
-    (directory / "boot" / f"config-{kernel.release}").symlink_to(config)
+    (directory / "boot" / f"config-{kernel.release}").symlink_to(kernel.config)
     return directory
 
 
 def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Path) -> None:
-    """Debian's own signed modules (the sample, and 6.12's drivers/misc/c2port/core.ko.xz,
-    whose name modules.builtin.modinfo gives kfence's parameters) are accepted against
-    their kernel's files with the kernel's built-in certificate trusted: the image, config
-    and exports are found where the packages put them (for 7.2 in /usr/lib/modules/<release>,
-    as the verdict's notes say), and the kernel's facts (7.2: no modversions) are its own."""
+    """`modstage verify --kernel-keys` accepts Debian's own signed modules (the sample, and
+    6.12's and 7.2's drivers/misc/c2port/core.ko.xz, whose name modules.builtin.modinfo gives
+    kfence's parameters) against their kernel's files, trusting nothing but the certificate
+    it reads from the kernel's image (the one the test bed finds by its common name): the
+    image, config and exports are found where the packages put them (for 7.2 in
+    /usr/lib/modules/<release>, as the notes say), and the kernel's facts (7.2: no
+    modversions) are its own."""
+    from service.cli import main
+    from service.verify.target.kimage import builtin_certificates
+
     image = kernel.vmlinux().read_bytes()
     at, length = find_builtin_cert(image)
-    trust = TrustStore.from_der(image[at : at + length])
-    target = Target.from_layout(Layout(_target_root(kernel, tmp_path)), kernel.release)
+    assert builtin_certificates(image) == [image[at : at + length]]
+    root = _target_root(kernel, tmp_path / "root")
     paths = _sample(kernel)
     c2port = kernel.modules / "kernel/drivers/misc/c2port/core.ko.xz"
     if c2port.exists():
         paths.append(c2port)
-    refused = []
-    for path in paths:
-        verdict = verify_path(path, trust=trust, kernel=target)
-        if not verdict.ok:
-            refused.append(f"{path.relative_to(kernel.modules)}: {verdict.reason}")
-    assert refused == []
+    out = io.StringIO()
+    argv = ["verify", "--root", str(root), "--kernel", kernel.release, "--kernel-keys"]
+    code = main([*argv, *map(str, paths)], out)
+    lines = out.getvalue().splitlines()
+    assert [line for line in lines if not line.startswith(("ok ", "note: "))] == []
+    assert code == 0 and len([line for line in lines if line.startswith("ok ")]) == len(paths)
     where = "usr/lib/modules" if kernel.series == "7.2" else "boot"
-    assert str(tmp_path / where) in target.config.source
-    assert f"{tmp_path}/{where}" in target.exports.describe()
+    assert any(f"{root}/{where}" in line for line in lines if line.startswith("note: symbols"))
+    assert any("1 certificate(s) built into" in line for line in lines)
+    target = Target.from_layout(Layout(root), kernel.release)
+    assert str(root / where) in target.config.source
     assert target.modversions is (kernel.series != "7.2")
 
 
@@ -156,3 +161,17 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
             ):
                 wrong.append(f"{owner} {name}: {mine} vs {crc} {kind} {namespace!r}")
     assert checked > 200 and wrong == []
+
+
+def test_a_certificate_not_followed_by_its_length_is_not_the_builtin_list(kernel: Kernel) -> None:
+    """The built-in list is found by its shape alone: with the length that follows it
+    changed, the same certificate is no longer taken for the list (a certificate elsewhere in
+    an image, a self-test's, is not trusted), and `--kernel-keys` says which image has none."""
+    from service.verify.target.kimage import builtin_certificates
+
+    image = bytearray(kernel.vmlinux().read_bytes())
+    at, length = find_builtin_cert(bytes(image))
+    quad = (at + length + 7) & ~7
+    image[quad : quad + 8] = (length + 1).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="no built-in certificate list"):
+        builtin_certificates(bytes(image))

@@ -144,3 +144,21 @@ def test_operational_errors_are_one_line_exit_1(
     err = capsys.readouterr().err.strip()
     assert err.startswith("modstage verify: error: cannot read the running kernel release")
     assert err.endswith("pass --kernel RELEASE") and "\n" not in err
+
+
+def test_kernel_keys_without_a_readable_image_fails_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`modstage verify --kernel-keys` against a root whose target image cannot be read
+    fails (exit 1) naming the image and why, instead of judging with fewer keys than asked
+    for."""
+    root = tmp_path / "root"
+    (root / "lib/modules/6.1.0-57-amd64/kernel").mkdir(parents=True)
+    module = tmp_path / "m.ko"
+    module.write_bytes(b"\x7fELF")
+    out = io.StringIO()
+    code = main(["verify", "--root", str(root), "--kernel", "6.1.0-57-amd64", "--kernel-keys",
+                 str(module)], out)  # fmt: skip
+    said = capsys.readouterr().err
+    assert code == 1 and out.getvalue() == ""
+    assert "--kernel-keys" in said and "boot/vmlinuz-6.1.0-57-amd64" in said, said

@@ -26,6 +26,16 @@ parameter with a non-zero ``perm`` an entry named by its prefix before the first
 (``include/linux/moduleparam.h``, ``include/linux/module.h``). Built-in drivers that register
 with a module name add entries at run time; those only the running kernel's ``/sys/module``
 shows.
+
+It also holds the certificates the kernel loads into ``.builtin_trusted_keys`` at boot
+(:func:`builtin_certificates`): ``certs/system_certificates.S`` puts them in
+``.init.rodata`` (``.init.data`` in an x86 vmlinux) as DER certificates one after the other
+from an 8-byte boundary (``system_certificate_list``), followed at the next 8-byte boundary
+by ``system_certificate_list_size`` and ``module_cert_size``, two 64-bit lengths the first
+of which is the list's own. Debian's images carry no symbol table (their ``System.map`` is a
+placeholder), so the list is found by that shape: a run of certificates whose length the
+quad after it states; a certificate elsewhere in the image (a self-test's) is not followed
+by its length.
 """
 
 from __future__ import annotations
@@ -196,3 +206,57 @@ def _c_string(elf: bytes, sections: dict[bytes, tuple[int, int, int]], address: 
                 break
             return elf[at:end].decode("utf-8", "replace")
     raise ValueError(f"a name pointer {address:#x} points into no section of the image")
+
+
+def read_builtin_certificates(path: Path, cap: int = MAX_IMAGE) -> list[bytes]:
+    """The DER certificates built into the image at ``path`` (:func:`builtin_certificates`);
+    :class:`TargetFileError` names what is wrong."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TargetFileError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return builtin_certificates(vmlinux(data, cap))
+    except (struct.error, IndexError, ValueError) as exc:
+        raise TargetFileError(path, f"damaged: {exc}") from exc
+
+
+def _der_length(data: bytes, at: int) -> int | None:
+    """The whole length of the DER SEQUENCE at ``at`` with a 2-octet length, or None."""
+    if data[at : at + 2] != b"\x30\x82" or at + 4 > len(data):
+        return None
+    return 4 + int.from_bytes(data[at + 2 : at + 4], "big")
+
+
+def builtin_certificates(elf: bytes) -> list[bytes]:
+    """The certificates of ``system_certificate_list`` (module docstring); ValueError when the
+    image has no such list."""
+    sections = _sections(elf)
+    for name in (b".init.data", b".init.rodata"):
+        if name not in sections:
+            continue
+        addr, offset, size = sections[name]
+        end_of = offset + size
+        at = elf.find(b"\x30\x82", offset, end_of)
+        while at >= 0:
+            if (addr + at - offset) % 8 == 0:
+                found = _list_at(elf, at, end_of)
+                if found:
+                    return found
+            at = elf.find(b"\x30\x82", at + 1, end_of)
+    raise ValueError("no built-in certificate list (system_certificate_list) in the image")
+
+
+def _list_at(elf: bytes, start: int, limit: int) -> list[bytes]:
+    """The certificates from ``start`` if a run of them there is followed by its length."""
+    certs = []
+    at = start
+    while (length := _der_length(elf, at)) is not None and at + length <= limit:
+        certs.append(elf[at : at + length])
+        at += length
+        quad = (at + 7) & ~7
+        if quad + 16 <= limit:
+            total, module_cert = struct.unpack_from("<QQ", elf, quad)
+            if total == at - start and 0 < module_cert <= total:
+                return certs
+    return []
