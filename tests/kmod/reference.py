@@ -6,7 +6,8 @@ compares each with modstage's reading (`ModInfo.fields`, the kernel's `next_stri
 kmod merges two fields and makes up four, so those are compared in its shape: `parm` is
 `name:description (type)` from `parm=` and `parmtype=` (`name: (type)` without a
 description, `name:description` without a type), last-mentioned parameter first (kmod's
-modinfo prepends each new name to its list); `signer`, `sig_key` and `sig_hashalgo` come from the PKCS#7 signature
+modinfo prepends each new name to its list) and, for a name described twice (6.12's
+`pm80xx` describes `zoned` twice), the last description; `signer`, `sig_key` and `sig_hashalgo` come from the PKCS#7 signature
 (the issuer's common name, the serial in colon-separated hex, the digest), compared with
 modstage's key id split into issuer and serial and its signer's digest. The host's kmod
 (Debian 12's, built with xz and zstd) reads every kernel's modules alike.
@@ -58,7 +59,7 @@ def params_as_kmod(fields: tuple[tuple[str, str], ...]) -> list[str]:
         name, _colon, rest = value.partition(":")
         if name not in order:
             order.append(name)
-        (described if key == "parm" else typed).setdefault(name, rest)
+        (described if key == "parm" else typed)[name] = rest  # a repeated one: kmod keeps the last
     out = []
     for name in reversed(order):
         line = f"{name}:{described.get(name, '')}"
