@@ -12,7 +12,11 @@ For every undefined symbol in ``.symtab`` order, ``resolve_symbol`` (Linux 6.1 a
    module with no ``__versions`` at all is force-loaded only with ``MODULE_FORCE_LOAD``
    (else ``EINVAL``).
 3. ``verify_namespace_is_imported``: a namespaced export needs ``import_ns=<ns>`` in
-   ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``).
+   ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``). A
+   ``module:<names>`` namespace (``EXPORT_SYMBOL_FOR_MODULES``; such exports exist only in
+   kernels whose loader knows them, e.g. 7.2's kvm and cxl) needs no import: it admits the
+   modules its comma-separated names match (``-`` and ``_`` alike, a trailing ``*`` a
+   prefix; ``verify_module_namespace``).
 
 ``simplify_symbols`` does not stop at a failure: the load fails with the error of the
 *last* failing symbol, which is the one named here. A bundle's own exports are resolved in
@@ -90,13 +94,32 @@ def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> Re
                     f"disagrees about version of symbol {imp.name} "
                     f"(module {crc:#x}, target {export.crc:#x}, {export.owner})",
                 )
-    if export.namespace and export.namespace not in info.import_ns and not rules.missing_ns_ok:
+    if (
+        export.namespace
+        and export.namespace not in info.import_ns
+        and not rules.missing_ns_ok
+        and not module_namespace_admits(export.namespace, info.module_name or "")
+    ):
         return Refusal(
             "EINVAL",
             f"module uses symbol {imp.name} from namespace {export.namespace}, "
             "but does not import it (no MODULE_IMPORT_NS)",
         )
     return None
+
+
+def module_namespace_admits(namespace: str, module: str) -> bool:
+    """``verify_module_namespace``: whether a ``module:`` namespace names ``module``."""
+    if not namespace.startswith("module:"):
+        return False
+    wanted = module.replace("-", "_")
+    for pattern in namespace[len("module:") :].split(","):
+        pattern = pattern.replace("-", "_")
+        if pattern.endswith("*") and wanted.startswith(pattern[:-1]):
+            return True
+        if pattern and pattern == wanted:
+            return True
+    return False
 
 
 def resolve(

@@ -388,9 +388,9 @@ def _other_kernel(ctx: Ctx) -> list[str | re.Pattern[str]]:
     data["kernel"] = "6.12.0-1-amd64"
     ctx.rewrite(data)
     return [
-        f"{ctx.d}/{M}: ENOEXEC (policy): vermagic is for kernel {ctx.kernel}, not 6.12.0-1-amd64 "
-        "(with modversions the kernel compares symbol CRCs instead, and the target's "
-        "exports could not be read to do the same)"
+        f"{ctx.d}/{M}: ENOEXEC (policy): vermagic is for kernel {ctx.kernel}, not 6.12.0-1-amd64; "
+        "without the target's config it is not known whether the kernel has modversions (then "
+        "same_magic skips the release) or compares the whole vermagic"
     ]
 
 

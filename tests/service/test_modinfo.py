@@ -320,3 +320,29 @@ def test_write_exec_section_is_reported(modules: dict[str, Path]) -> None:
     assert ModInfo.from_bytes(data).write_exec is None
     wx = set_field(data, section_index(data, b".data"), "flags", 0x7)
     assert ModInfo.from_bytes(wx).write_exec == ".data"
+
+
+def test_a_module_namespace_admits_the_modules_it_names_without_an_import() -> None:
+    """`EXPORT_SYMBOL_FOR_MODULES` (7.2's kvm, cxl, btrfs exports) puts the symbol in a
+    `module:<names>` namespace that admits, with no MODULE_IMPORT_NS, exactly the modules
+    its comma-separated names match (`-` and `_` alike, a trailing `*` a prefix), as
+    verify_module_namespace does; any other module is refused EINVAL like a missing import,
+    and an ordinary namespace still needs its import."""
+    from service.verify.linking import Rules, judge
+    from service.verify.modfile.symtab import Import
+
+    rules = Rules(False, False, modversions=False)
+    symbol = Import(1, "allow_smaller_maxphyaddr", False)
+    shared = Export(None, True, "module:kvm-amd,kvm-intel", "kvm")
+    globbed = Export(None, True, "module:dax_*", "cxl_core")
+
+    def named(name: str) -> ModInfo:
+        return replace(ModInfo.from_fields([("license", "GPL")], 62, False), module_name=name)
+
+    assert judge(named("kvm_amd"), symbol, shared, rules) is None
+    assert judge(named("kvm_intel"), symbol, shared, rules) is None
+    assert judge(named("dax_hmem"), symbol, globbed, rules) is None
+    refused = judge(named("kvm_amdx"), symbol, shared, rules)
+    assert refused is not None and refused.errno == "EINVAL"
+    ordinary = Export(None, True, "DMA_BUF", "vmlinux")
+    assert judge(named("dma_buf"), symbol, ordinary, rules) is not None
