@@ -40,6 +40,7 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
         raise ModuleRejected(
             "ENOEXEC", f"section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
+    _export_sections(info, target)
     if info.symbols is None:  # boot: the kernel resolves; only CRCs already known are judged
         if target.modversions is not False:
             check_crcs(info, target.exports, layout=False)
@@ -79,6 +80,27 @@ def finish(
     if refusal is not None:
         raise refusal
     _builtin(info, target)
+
+
+def _export_sections(info: ModInfo, target: Target) -> None:
+    """``check_export_symbol_sections`` and ``setup_modinfo`` of a kernel whose image says it
+    has them (judged where the target's exports are read; boot leaves them to the kernel):
+    with ``__kflagstab`` in vmlinux (7.2) a module exporting symbols without one is ENOEXEC;
+    where exports carry ``module:`` namespaces, a module importing one is EPERM."""
+    if not target.links or target.exports.sources is None:
+        return
+    table = target.exports.table
+    if table.kflagstab and info.exports_symbols and not info.kflagstab:
+        raise ModuleRejected(
+            "ENOEXEC",
+            "no flags for exported symbols (no __kflagstab; the target's exports have one)",
+        )
+    if table.module_namespaces:
+        for namespace in sorted(info.import_ns):
+            if namespace.startswith("module:"):
+                raise ModuleRejected(
+                    "EPERM", f"module tries to import module namespace: {namespace}"
+                )
 
 
 def _rules(target: Target) -> Rules:

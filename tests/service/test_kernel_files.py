@@ -125,7 +125,9 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
     CRC is absent, and Module.symvers says 0x00000000)."""
     from service.verify.target.kimage import read_image
 
-    exports, _names = read_image(kernel.image)
+    image = read_image(kernel.image)
+    exports = image.exports
+    assert image.kflagstab is (kernel.series == "7.2")
     symvers = kernel.root / f"usr/src/linux-headers-{kernel.release}/Module.symvers"
     listed = [line.split("\t") for line in symvers.read_text().splitlines()]
     vmlinux = [row for row in listed if row[2] == "vmlinux"]
@@ -175,3 +177,29 @@ def test_a_certificate_not_followed_by_its_length_is_not_the_builtin_list(kernel
     image[quad : quad + 8] = (length + 1).to_bytes(8, "little")
     with pytest.raises(ValueError, match="no built-in certificate list"):
         builtin_certificates(bytes(image))
+
+
+def test_a_module_exporting_without_flags_is_refused_where_the_image_has_them(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """7.2's loader refuses a module that exports symbols without `__kflagstab` (ENOEXEC, "no
+    flags for exported symbols"; check_export_symbol_sections) because its vmlinux has one:
+    the test bed's exporting module, built against the kernel's headers, with that section
+    renamed is refused against 7.2's files, and as built it is not. 6.1 and 6.12 have no
+    flags table, and their loaders ask for none."""
+    from service.errors import ModuleRejected
+    from service.verify.loadrules import load_rules
+    from service.verify.modfile.modinfo import ModInfo
+    from tests.oracle import elf
+    from tests.vm.harness import kmod
+
+    built = kmod.build_modules(kernel)["ms_exporter"].read_bytes()
+    target = Target.from_layout(Layout(_target_root(kernel, tmp_path / "root")), kernel.release)
+    load_rules(ModInfo.from_bytes(built, 62), target)  # as built: refused by no rule
+    if kernel.series != "7.2":
+        assert not elf.has_section(built, "__kflagstab")
+        return
+    name = int(elf.sections(built)[elf.index_of(built, "__kflagstab")]["name"])
+    renamed = elf.set_section(built, "__kflagstab", name=name + 2)  # "kflagstab": another name
+    with pytest.raises(ModuleRejected, match="ENOEXEC: no flags for exported symbols"):
+        load_rules(ModInfo.from_bytes(renamed, 62), target)

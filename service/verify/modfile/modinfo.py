@@ -54,6 +54,8 @@ class ModInfo:
     this_module_size: int | None = None  # .gnu.linkonce.this_module: sizeof(struct module)
     symbols: Symbols | None = None  # imports and exports, when asked for (not at boot)
     elf_strict: str | None = None  # what 6.12's ELF validation adds to 6.1's refuses here
+    exports_symbols: bool = False  # a non-empty __ksymtab: the module exports symbols
+    kflagstab: bool = False  # an allocated __kflagstab (7.2's flags of its exports)
 
     @cached_property
     def import_ns(self) -> frozenset[str]:
@@ -99,6 +101,7 @@ class ModInfo:
         struct_name = raw_name.split(b"\0", 1)[0].decode("utf-8", "replace") or None
         wx = elf.write_exec()
         vers = elf.find_sec(b"__versions")
+        ksymtab = elf.find_sec(b"__ksymtab")
         parsed = cls.from_fields(fields, elf.machine, vers is not None)
         if symbols:
             from service.verify.modfile.symtab import read_symbols  # not on the boot path
@@ -110,6 +113,8 @@ class ModInfo:
                 "versions": () if vers is None else _versions(read, vers),
                 "this_module_size": this.size,
                 "elf_strict": elf.strict_problem,
+                "exports_symbols": ksymtab is not None and ksymtab.size >= 12,
+                "kflagstab": elf.find_sec(b"__kflagstab") is not None,
                 "symbols": read_symbols(elf, read) if symbols else None,
             }
         )

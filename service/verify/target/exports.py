@@ -131,14 +131,16 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
 
     symbols: dict[str, Export] = {}
     builtin_sysfs: frozenset[str] | None = None
+    kflagstab: bool | None = None
     read: list[str] = []
     problems: list[str] = []
     complete = False
     try:
         if not kernel_files:
             raise TargetFileError(sources.image, "not read (a quick lookup)")
-        exported, builtin_sysfs = read_image(sources.image)
-        symbols.update(exported)
+        image = read_image(sources.image)
+        symbols.update(image.exports)
+        builtin_sysfs, kflagstab = image.builtin_sysfs, image.kflagstab
         read.append(str(sources.image))
         complete = True
     except TargetFileError as exc:
@@ -173,7 +175,11 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
                         f"{where} gives CRC {mine.crc:#010x}, "
                         f"{sources.symvers} gives {export.crc:#010x}"
                     )
-    return Table(symbols, tuple(read), complete, tuple(problems), disagree, builtin_sysfs)
+    namespaces = any(e.namespace.startswith("module:") for e in symbols.values())
+    return Table(
+        symbols, tuple(read), complete, tuple(problems), disagree, builtin_sysfs, kflagstab,
+        namespaces if complete else None,
+    )  # fmt: skip
 
 
 def load(sources: Sources, *, quick: bool = False) -> tuple[Table, str | None]:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from service.verify.modfile.symtab import Export
 
-CACHE_FORMAT = b"modstage-exports 3\n"
+CACHE_FORMAT = b"modstage-exports 4\n"
 BUCKETS = 256
 _NO_CRC = 1 << 32
 
@@ -36,6 +36,10 @@ class Table(NamedTuple):
     # the /sys/module names the image gives built-in code (kimage.builtin_sysfs); None: the
     # image was not read
     builtin_sysfs: frozenset[str] | None = None
+    # the image has __kflagstab (7.2): a module exporting symbols must have one too
+    kflagstab: bool | None = None
+    # some export is in a `module:` namespace: the loader knows them (and refuses importing one)
+    module_namespaces: bool | None = None
 
 
 def _bucket(name: str) -> int:
@@ -57,6 +61,7 @@ def pack(table: Table, key: tuple[object, ...]) -> bytes:
         key, [marshal.dumps(b) for b in buckets], list(spaces), list(owners),
         list(table.sources), table.complete, list(table.problems), table.disagree,
         None if table.builtin_sysfs is None else sorted(table.builtin_sysfs),
+        table.kflagstab, table.module_namespaces,
     )  # fmt: skip
     body = marshal.dumps(fields)  # the key holds only str, int, tuples and None
     return CACHE_FORMAT + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
@@ -69,14 +74,17 @@ def unpack(data: bytes, key: tuple[object, ...]) -> Table:
     digest, _, body = data[len(CACHE_FORMAT) :].partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (damaged or truncated)")
-    stored, buckets, spaces, owners, read, complete, problems, disagree, sysfs = marshal.loads(body)
+    (stored, buckets, spaces, owners, read, complete, problems, disagree, sysfs, flags,
+     namespaces) = marshal.loads(body)  # fmt: skip
     if tuple(stored) != key:
         raise ValueError("built from other files")
     if len(buckets) != BUCKETS:
         raise ValueError(f"{len(buckets)} buckets, not {BUCKETS}")
     symbols = Packed(buckets, spaces, owners)
     builtin = None if sysfs is None else frozenset(sysfs)
-    return Table(symbols, tuple(read), complete, tuple(problems), dict(disagree), builtin)
+    return Table(
+        symbols, tuple(read), complete, tuple(problems), dict(disagree), builtin, flags, namespaces
+    )
 
 
 class Packed(Mapping[str, Export]):

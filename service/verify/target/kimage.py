@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 from service.errors import ModuleRejected, TargetFileError
 from service.verify.compressed.decompress import compression, decompress
@@ -52,16 +53,23 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 _ENTRY = 12  # struct kernel_symbol with PREL32: value_offset, name_offset, namespace_offset
 
 
-def read_image(path: Path, cap: int = MAX_IMAGE) -> tuple[dict[str, Export], frozenset[str]]:
-    """(every symbol vmlinux exports, the built-in ``/sys/module`` names) of the image at
-    ``path``; :class:`TargetFileError` names what is wrong."""
+class Image(NamedTuple):
+    """What the kernel's image says about the modules it loads."""
+
+    exports: dict[str, Export]  # every symbol vmlinux exports
+    builtin_sysfs: frozenset[str]  # the /sys/module names of built-in code
+    kflagstab: bool  # exports carry a flags table (6.19 on): a module's must too
+
+
+def read_image(path: Path, cap: int = MAX_IMAGE) -> Image:
+    """The facts of the image at ``path``; :class:`TargetFileError` names what is wrong."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise TargetFileError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
         elf = vmlinux(data, cap)
-        return _exports(elf), builtin_sysfs(elf)
+        return Image(_exports(elf), builtin_sysfs(elf), b"__kflagstab" in _sections(elf))
     except (struct.error, IndexError, ValueError) as exc:
         raise TargetFileError(path, f"damaged: {exc}") from exc
 
