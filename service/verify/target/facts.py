@@ -87,6 +87,13 @@ FACTS = (
         "a modules.builtin name is refused (policy)",
     ),
     Fact(
+        "export flags and module namespaces",
+        "the image: a __kflagstab section (7.2: every export's GPL-only flag; a module "
+        "exporting symbols must carry one), exports in module: namespaces (the loader admits "
+        "the modules they name and refuses an explicit import of one)",
+        "not judged: the kernel decides at load (boot reads no exports)",
+    ),
+    Fact(
         "exported symbols",
         "the image's __ksymtab*/__kcrctab* and every in-tree module, cross-checked with "
         "build/Module.symvers where the headers are installed (cached per release)",
