@@ -154,3 +154,19 @@ def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
     assert ("ConditionPathExistsGlob", f"|{state}.corrupt-*") in conditions
     assert ("ConditionPathExists", f"|{state.parent / LAST_GOOD}") in conditions
     assert all(value.startswith("|") for _, value in conditions), "one plain condition gates all"
+
+
+@pytest.mark.parametrize("unit", [DAEMON, BOOT], ids=lambda p: p.name)
+def test_both_units_may_write_the_node_feature_directory(unit: Path) -> None:
+    """`ProtectSystem=strict` makes /etc read-only: each unit names node-feature-discovery's
+    features.d (the directory the labels are written to, `service.store.labels`) among its
+    ReadWritePaths=, with "-" so that a host without NFD starts the unit all the same."""
+    from service.store.labels import FEATURES_DIR
+
+    writable = [
+        word
+        for line in unit.read_text().splitlines()
+        if line.startswith("ReadWritePaths=")
+        for word in line.split("=", 1)[1].split()
+    ]
+    assert f"-{FEATURES_DIR}" in writable

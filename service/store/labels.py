@@ -81,9 +81,14 @@ def render(state: State, prefix: str) -> bytes:
     return b"".join(lines)
 
 
+#: node-feature-discovery's directory of local feature files (both units may write it:
+#: ReadWritePaths= in deploy/systemd/, checked by tests/test_units.py)
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+
+
 def features_file(layout: Layout) -> Path:
     """modstage's file in node-feature-discovery's ``features.d`` (under ``--root``)."""
-    return layout.host("/etc/kubernetes/node-feature-discovery/features.d") / FILE_NAME
+    return layout.host(FEATURES_DIR) / FILE_NAME
 
 
 def write_labels(layout: Layout, labels: NodeLabels, state: State) -> Path | None:
