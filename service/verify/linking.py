@@ -12,11 +12,11 @@ For every undefined symbol in ``.symtab`` order, ``resolve_symbol`` (Linux 6.1 a
    module with no ``__versions`` at all is force-loaded only with ``MODULE_FORCE_LOAD``
    (else ``EINVAL``).
 3. ``verify_namespace_is_imported``: a namespaced export needs ``import_ns=<ns>`` in
-   ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``). A
-   ``module:<names>`` namespace (``EXPORT_SYMBOL_FOR_MODULES``; such exports exist only in
-   kernels whose loader knows them, e.g. 7.2's kvm and cxl) needs no import: it admits the
-   modules its comma-separated names match (``-`` and ``_`` alike, a trailing ``*`` a
-   prefix; ``verify_module_namespace``).
+   ``.modinfo``, else ``EINVAL`` (unless ``MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS``). Where
+   the loader knows ``module:<names>`` namespaces (``EXPORT_SYMBOL_FOR_MODULES``: 7.2, not
+   Debian's 6.12, which exports in one without knowing it; read from the image), such a
+   namespace needs no import: it admits the modules its comma-separated names match (``-``
+   and ``_`` alike, a trailing ``*`` a prefix; ``verify_module_namespace``).
 
 ``simplify_symbols`` does not stop at a failure: the load fails with the error of the
 *last* failing symbol, which is the one named here. A bundle's own exports are resolved in
@@ -59,6 +59,7 @@ class Rules(NamedTuple):
     force_load: bool  # CONFIG_MODULE_FORCE_LOAD
     missing_ns_ok: bool  # CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
     modversions: bool = True  # CONFIG_MODVERSIONS: without it no CRC is ever compared
+    module_namespaces: bool = False  # the loader admits the modules a module: namespace names
 
 
 def gpl_compatible(info: ModInfo) -> bool:
@@ -98,7 +99,10 @@ def judge(info: ModInfo, imp: Import, export: Export | None, rules: Rules) -> Re
         export.namespace
         and export.namespace not in info.import_ns
         and not rules.missing_ns_ok
-        and not module_namespace_admits(export.namespace, info.module_name or "")
+        and not (
+            rules.module_namespaces
+            and module_namespace_admits(export.namespace, info.module_name or "")
+        )
     ):
         return Refusal(
             "EINVAL",

@@ -86,7 +86,7 @@ def _export_sections(info: ModInfo, target: Target) -> None:
     """``check_export_symbol_sections`` and ``setup_modinfo`` of a kernel whose image says it
     has them (judged where the target's exports are read; boot leaves them to the kernel):
     with ``__kflagstab`` in vmlinux (7.2) a module exporting symbols without one is ENOEXEC;
-    where exports carry ``module:`` namespaces, a module importing one is EPERM."""
+    where the loader knows ``module:`` namespaces, a module importing one is EPERM."""
     if not target.links or target.exports.sources is None:
         return
     table = target.exports.table
@@ -108,6 +108,7 @@ def _rules(target: Target) -> Rules:
         target.config.enabled("MODULE_FORCE_LOAD"),
         target.config.enabled("MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS"),
         target.modversions is not False,  # unknown: CRCs are compared where known
+        bool(target.exports.sources is not None and target.exports.table.module_namespaces),
     )
 
 

@@ -128,6 +128,7 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
     image = read_image(kernel.image)
     exports = image.exports
     assert image.kflagstab is (kernel.series == "7.2")
+    assert image.module_namespaces is (kernel.series == "7.2")
     symvers = kernel.root / f"usr/src/linux-headers-{kernel.release}/Module.symvers"
     listed = [line.split("\t") for line in symvers.read_text().splitlines()]
     vmlinux = [row for row in listed if row[2] == "vmlinux"]

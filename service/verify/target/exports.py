@@ -132,6 +132,7 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
     symbols: dict[str, Export] = {}
     builtin_sysfs: frozenset[str] | None = None
     kflagstab: bool | None = None
+    namespaces: bool | None = None
     read: list[str] = []
     problems: list[str] = []
     complete = False
@@ -141,6 +142,7 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
         image = read_image(sources.image)
         symbols.update(image.exports)
         builtin_sysfs, kflagstab = image.builtin_sysfs, image.kflagstab
+        namespaces = image.module_namespaces
         read.append(str(sources.image))
         complete = True
     except TargetFileError as exc:
@@ -175,10 +177,9 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
                         f"{where} gives CRC {mine.crc:#010x}, "
                         f"{sources.symvers} gives {export.crc:#010x}"
                     )
-    namespaces = any(e.namespace.startswith("module:") for e in symbols.values())
     return Table(
         symbols, tuple(read), complete, tuple(problems), disagree, builtin_sysfs, kflagstab,
-        namespaces if complete else None,
+        namespaces,
     )  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from service.verify.modfile.symtab import Export
 
-CACHE_FORMAT = b"modstage-exports 4\n"
+CACHE_FORMAT = b"modstage-exports 5\n"
 BUCKETS = 256
 _NO_CRC = 1 << 32
 
@@ -38,7 +38,7 @@ class Table(NamedTuple):
     builtin_sysfs: frozenset[str] | None = None
     # the image has __kflagstab (7.2): a module exporting symbols must have one too
     kflagstab: bool | None = None
-    # some export is in a `module:` namespace: the loader knows them (and refuses importing one)
+    # the image's loader knows `module:` namespaces (kimage.MODULE_NAMESPACE_LOADER)
     module_namespaces: bool | None = None
 
 

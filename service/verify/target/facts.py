@@ -89,8 +89,9 @@ FACTS = (
     Fact(
         "export flags and module namespaces",
         "the image: a __kflagstab section (7.2: every export's GPL-only flag; a module "
-        "exporting symbols must carry one), exports in module: namespaces (the loader admits "
-        "the modules they name and refuses an explicit import of one)",
+        "exporting symbols must carry one); the loader's own message for an explicit import "
+        "of a module: namespace, present only where it admits the modules such a namespace "
+        "names (7.2; not Debian's 6.12, which exports in module:kvm all the same)",
         "not judged: the kernel decides at load (boot reads no exports)",
     ),
     Fact(

@@ -59,6 +59,7 @@ class Image(NamedTuple):
     exports: dict[str, Export]  # every symbol vmlinux exports
     builtin_sysfs: frozenset[str]  # the /sys/module names of built-in code
     kflagstab: bool  # exports carry a flags table (6.19 on): a module's must too
+    module_namespaces: bool  # the loader knows `module:` namespaces (MODULE_NAMESPACE_LOADER)
 
 
 def read_image(path: Path, cap: int = MAX_IMAGE) -> Image:
@@ -69,7 +70,9 @@ def read_image(path: Path, cap: int = MAX_IMAGE) -> Image:
         raise TargetFileError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
         elf = vmlinux(data, cap)
-        return Image(_exports(elf), builtin_sysfs(elf), b"__kflagstab" in _sections(elf))
+        sections = _sections(elf)
+        knows = MODULE_NAMESPACE_LOADER in elf
+        return Image(_exports(elf), builtin_sysfs(elf), b"__kflagstab" in sections, knows)
     except (struct.error, IndexError, ValueError) as exc:
         raise TargetFileError(path, f"damaged: {exc}") from exc
 
@@ -169,6 +172,11 @@ def _string(elf: bytes, strings: tuple[int, int, int], address: int) -> str:
     return elf[at : elf.index(b"\0", at, offset + size)].decode("utf-8", "replace")
 
 
+#: What the loader prints when a module imports a `module:` namespace (setup_modinfo): in an
+#: image whose loader has verify_module_namespace (Debian's 7.2), and in no other. Debian's
+#: 6.12.117 exports a symbol in `module:kvm` (a stable backport of the export macro) while
+#: its loader treats that as an ordinary namespace: the exports' names cannot tell.
+MODULE_NAMESPACE_LOADER = b"module tries to import module namespace"
 _PARAM = 40  # sizeof(struct kernel_param) on 64-bit: name, mod, ops, perm u16, level, flags, arg
 _PARAM_PERM = 24
 
