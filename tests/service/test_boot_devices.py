@@ -22,6 +22,13 @@ from tests.service.fakes import pending as _pending
 EDU = "pci:v00001234d000011E8sv00001AF4sd00001100bc00scFFi00"
 
 
+def _loaded(host: Layout, module: str) -> None:
+    """``/sys/module/<module>`` as the kernel shows a loaded module: with ``initstate`` (a
+    directory without it is built-in code's, whose name a module may not take)."""
+    (host.sys / "module" / module).mkdir(parents=True, exist_ok=True)
+    (host.sys / "module" / module / "initstate").write_text("live\n")
+
+
 def _device(host: Layout, address: str, driver: str | None = None) -> None:
     """An edu device under the host's sysfs, bound to ``driver`` (a module of that name)."""
     real = host.sys / "devices/pci0000:00" / address
@@ -33,7 +40,7 @@ def _device(host: Layout, address: str, driver: str | None = None) -> None:
     if driver:
         drv = host.sys / "bus/pci/drivers" / driver
         drv.mkdir(parents=True, exist_ok=True)
-        (host.sys / "module" / driver).mkdir(parents=True, exist_ok=True)
+        _loaded(host, driver)
         if not (drv / "module").exists():
             os.symlink(os.path.relpath(host.sys / "module" / driver, drv), drv / "module")
         os.symlink(os.path.relpath(drv, real), real / "driver")
@@ -146,7 +153,7 @@ def test_status_counts_bound_devices_and_degrades_a_bundle_that_drives_none(
 def _device_driver(host: Layout, address: str, driver: str) -> None:
     drv = host.sys / "bus/pci/drivers" / driver
     drv.mkdir(parents=True)
-    (host.sys / "module" / driver).mkdir(parents=True, exist_ok=True)
+    _loaded(host, driver)
     os.symlink(os.path.relpath(host.sys / "module" / driver, drv), drv / "module")
     real = host.sys / "devices/pci0000:00" / address
     os.symlink(os.path.relpath(drv, real), real / "driver")
