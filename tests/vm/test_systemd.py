@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from service.store.labels import FEATURES_DIR
 from service.store.phase import Phase
 from tests.installer import build_wheel, checkout, install, install_in_debian13, wheelhouse
 from tests.kmod import SigningKey, make_key
@@ -68,6 +69,7 @@ def tree(
     (tree / "etc/modstage/trusted.d").mkdir(parents=True)
     (tree / "etc/modstage/config.toml").write_text(CONFIG)
     (tree / "etc/modstage/trusted.d/vendor.pem").write_bytes(key.cert_pem.read_bytes())
+    (tree / FEATURES_DIR.lstrip("/")).mkdir(parents=True)  # as nfd-worker's hostPath has it
     if kernel.own_root:
         done = install_in_debian13(tree, build_wheel(work))
     else:
@@ -151,7 +153,9 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
     the next boot the sandboxed boot unit loads the generation (parameters, firmware view,
     memory policy written to sysfs), finishing before sysinit.target and before the
     container runtime and kubelet start (they already see the modules); the daemon then
-    writes the metrics textfile with the phase the boot left."""
+    writes the metrics textfile with the phase the boot left. Both units write the node's
+    labels into node-feature-discovery's features.d through their sandboxes: the boot after
+    the load, the daemon after taking in (here refusing) a drop, and neither fails to."""
     modules = {}
     for name in ("ms_exporter", "ms_params", "ms_firmware"):
         signed = kmod.sign(kernel, test_modules[name], key, tmp_path / f"{name}.ko")
@@ -196,6 +200,17 @@ def test_daemon_reboots_into_a_drop_the_boot_unit_loads_before_the_runtimes(
         60,
         "the daemon's metrics textfile",
     )
+    features = f"{FEATURES_DIR}/modstage"
+    assert "labels.written" in [e["event"] for e in events(journal(node, BOOT))]
+    assert "test.phase=active" in node.read(features)
+    node.run(["rm", features]).check()
+    other = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
+    other += ["--version", "2", "--kernel", "0.0.0-not-this-one"]
+    node.run([*other, "--module", modules["ms_params"]]).check()  # refused: another kernel
+    poll(lambda: node.run(["test", "-f", features]).rc == 0, 120, "the daemon's labels")
+    assert "test.phase=active" in node.read(features)
+    written = [e["event"] for unit in (BOOT, DAEMON) for e in events(journal(node, unit))]
+    assert "labels.write_failed" not in written and written.count("labels.written") >= 2
 
 
 def test_daemon_pets_the_watchdog_logs_priorities_restarts_and_stops(node: Vm) -> None:
