@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from service.backends import BACKENDS
 from service.config import Config, RebootConfig
@@ -21,7 +22,6 @@ from service.daemon.clock import SystemClock
 from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.logs import capture_logs
 from service.reboot import CommandRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
 from service.store.phase import Phase

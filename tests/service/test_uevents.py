@@ -7,10 +7,11 @@ import socket
 import time
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from service.daemon.events import Event, Kind
 from service.daemon.uevents import MemoryOnliner, Uevent, from_kernel
 from service.kernel.sysfs import Sysfs
-from service.logs import capture_logs
 
 ADD = b"add@/devices/system/memory/memory2\0ACTION=add\0DEVPATH=/devices/system/memory/memory2\0"
 
