@@ -62,7 +62,7 @@ class JournalPriority:
         return f"<{priority}>{line.decode() if isinstance(line, bytes) else line}"
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler[TextIO]):
     """modstage's one handler on the root logger (found again and replaced by configure)."""
 
 
