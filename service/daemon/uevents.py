@@ -219,33 +219,26 @@ class UeventListener:
             if any(fd == self._wake_r for fd, _ in poller.poll()):
                 return
             try:
-                self.handle(self._drain())
+                self._drain()
             except Exception as exc:  # the loop still hears of every block and retries it
                 log.error("memory.uevents_failed", error=str(exc))
 
-    def _drain(self) -> list[tuple[Uevent | None, float]]:
-        """Every uevent queued now with when it was read (None: some were lost)."""
-        got: list[tuple[Uevent | None, float]] = []
+    def _drain(self) -> None:
+        """Handle every uevent queued now: online each added block as it is read, tell the
+        loop after the burst, log last (logging delays no block)."""
+        seen: list[Event] = []
+        done: list[Onlined] = []
         while True:
             try:
                 uevent = self.source.receive()
             except Overflow:
-                got.append((None, time.monotonic()))
-                continue
-            if uevent is None:
-                return got
-            got.append((uevent, time.monotonic()))
-
-    def handle(self, burst: list[tuple[Uevent | None, float]]) -> None:
-        """Online each added block first, tell the loop after, log last: logging delays no
-        block and the loop hears of a block once its write is done."""
-        seen: list[Event] = []
-        done: list[Onlined] = []
-        for uevent, at in burst:
-            if uevent is None:
+                at = time.monotonic()
                 seen.append(Event(Kind.MEMORY, "overflow: walk every block", at=at))
                 seen.append(Event(Kind.DEVICES, "overflow: read the devices again", at=at))
                 continue
+            if uevent is None:
+                break
+            at = time.monotonic()
             event = uevent.event(at)
             if event is None:
                 continue
