@@ -4,7 +4,8 @@ Each subcommand names the module that runs it; that module is imported only
 when the subcommand runs, so ``modstage stage`` works in a container holding
 tomli-w alone and ``modstage boot`` imports nothing the boot path does not use.
 A command's ``run(args, out)`` returns the exit code; errors are mapped to
-messages and exit codes here and nowhere else. The parser is
+messages and exit codes here and nowhere else, and the log of a host command is
+configured here (:func:`service.logs.configure`). The parser is
 :mod:`service.parser` (it builds only the parser of the command given).
 """
 
@@ -38,6 +39,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if getattr(args, "reboot_required", False):
         error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
     try:
+        if args.command.startswith("service."):  # a host command; stager's need no log
+            from service.logs import configure
+
+            configure()  # once, here: every host command logs to stderr, never to ``out``
         module = importlib.import_module(args.command)
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith(("service.", "stager.")):

@@ -37,9 +37,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if getattr(args, "dry_run", False):
         return dry_run(layout, out)
     from service.boot.loader import Boot, log
-    from service.logs import configure
 
-    configure()
     host = Host(layout, salvage=True)  # a typo must never load less
     if host.config_problems:
         log.error("config.invalid", path=str(layout.config), problems=list(host.config_problems))

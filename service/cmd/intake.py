@@ -16,7 +16,6 @@ from typing import TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, UsageError
 from service.layout import Layout
-from service.logs import configure
 from service.store.intake import Outcome
 from service.store.publish import incoming_dirs
 from stager.paths import parse_drop_name
@@ -59,7 +58,6 @@ def line(o: Outcome) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Take in the given drops (or all); exit 1 if any was rejected or deferred."""
-    configure()
     layout = Layout(args.root)
     host = Host(layout)
     drops = [drop_path(d, incoming_dirs(layout, host.config)) for d in args.drops]

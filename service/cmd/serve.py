@@ -13,9 +13,6 @@ from service.layout import Layout
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage serve``."""
-    from service.logs import configure
-
-    configure()
     host = Host(Layout(args.root))
     intake = ChildIntake(host.layout, host.config)  # verification in a child process
     Daemon(host.layout, host.config, intake, host.rebooter).serve()

@@ -1,4 +1,5 @@
-"""Event sources for the daemon: inotify on ``incoming/`` and kernel memory uevents.
+"""Event sources for the daemon: inotify on ``incoming/``, and the events of the kernel's
+uevents (:mod:`service.daemon.uevents`).
 
 The libraries run their own threads; their callbacks only put an :class:`Event`
 on the daemon's queue. Nothing here reads or changes modstage's state.
@@ -24,6 +25,7 @@ class Kind(enum.StrEnum):
     DROP = "drop"  # something changed in an incoming directory or in a drop
     OVERFLOW = "overflow"  # inotify lost events: rescan everything
     MEMORY = "memory"  # a memory block was added or went offline
+    DEVICES = "devices"  # a PCI device appeared, went, or was bound or unbound
     STOP = "stop"  # SIGTERM, SIGINT, or a test: leave the loop
 
 

@@ -23,7 +23,7 @@ from service.daemon.events import DropWatcher, Event, Kind, Queue
 from service.daemon.intake_runner import ChildIntake, prepare
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
-from service.daemon.uevents import MemoryOnliner
+from service.daemon.uevents import UeventListener
 from service.daemon.watchdog import Watchdog
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import Onlined, block_number, online_blocks
@@ -63,7 +63,7 @@ class Daemon:
     debounce: float = 0.2
     rescan_every: float = 300.0
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
-    settle: float = 1.0  # metrics wait this long after the last hot-added block
+    settle: float = 1.0  # metrics wait this long after the last hot-added block or device
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # set by serve(); tests may set their own
     more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
@@ -256,17 +256,21 @@ class Daemon:
             log.warning("inotify.overflow", action="full rescan")
             timers.dirty = now
         memory = [e for e in batch if e.kind is Kind.MEMORY]
+        devices = [e for e in batch if e.kind is Kind.DEVICES]
         if memory:
             self.online_memory(memory)
+        if devices:
+            log.info("devices.changed", uevents=[e.detail for e in devices])
+        if memory or devices:  # the metrics read the blocks and the device view again
             timers.metrics = now + self.settle  # not between the blocks of one DIMM
         elif timers.metrics is not None and now >= timers.metrics:
             timers.metrics = None
             self.write_metrics()
         scanned = self._scan_if_due(timers, now)
-        memory_only = bool(batch) and len(memory) == len(batch) and not scanned
+        hardware_only = bool(batch) and len(memory) + len(devices) == len(batch) and not scanned
         quiet = timers.check is None or now < timers.check
-        if not (memory_only and quiet and now < self.next_beat):
-            self._decide(timers, now)  # hot-added memory alone changes nothing about reboots
+        if not (hardware_only and quiet and now < self.next_beat):
+            self._decide(timers, now)  # memory and devices alone change nothing about reboots
         if timers.ping is not None and now >= timers.ping:
             notify("WATCHDOG=1")
             timers.ping = now + timers.ping_every  # twice per interval: slack for a loaded host
@@ -297,8 +301,8 @@ class Daemon:
         """Start the watchers (memory first, then enumerate), reconcile, loop, shut down."""
         dirs = incoming_dirs(self.layout, self.config)
         ensure_dirs(dirs)
-        memory = MemoryOnliner(Sysfs(self.layout.sys), self.config.hotplug_policy, self.events)
-        memory.start()
+        uevents = UeventListener(Sysfs(self.layout.sys), self.config.hotplug_policy, self.events)
+        uevents.start()
         self.online_memory([])  # blocks that arrived before we started
         watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]
         for w in watchers:
@@ -312,7 +316,7 @@ class Daemon:
         log.info(
             "daemon.ready",
             incoming=[str(d) for d in dirs],
-            memory_source=memory.source,
+            memory_source=uevents.source_name,
             backend=self.rebooter.name,
         )
         try:
@@ -321,5 +325,5 @@ class Daemon:
             notify("STOPPING=1")
             for w in watchers:
                 w.stop()
-            memory.stop()
+            uevents.stop()
             log.info("daemon.stopped")

@@ -1,31 +1,38 @@
-"""Online hot-added memory the moment the kernel announces it, on the listener's own thread.
+"""The daemon's ear for the kernel: memory blocks and PCI devices, through pyudev.
 
-Measured in the test VM (``bench/hotplug``): with a pyudev observer handing each ``add``
-to the loop, the daemon onlined a DIMM several times slower than a udev rule, and
-not at all while the loop was busy taking a drop in. This listener reads the kernel's
-uevents from a netlink socket itself (``NETLINK_KOBJECT_UEVENT``, the kernel's
-multicast group, messages from a user-space sender ignored as libudev ignores them)
-and, for an ``add`` or ``offline`` of a memory block, applies the host's
-``hotplug_policy`` to that block at once (:func:`online_block`: the pure plan of
-:mod:`service.kernel.memory` over the block's state, one sysfs write). It touches no modstage state:
-the loop still gets one :class:`~service.daemon.events.Event` per block, after the
-write (this thread logs what it did); the loop's own pass over the block finds
-nothing left to do unless the write failed, and it refreshes the metrics as before.
-A lost message (the socket's buffer overflowed) becomes an event without a block: the
-loop walks every block.
+:class:`KernelUevents` is pyudev's ``Monitor.from_netlink(context, source="kernel")``: the
+kernel's own uevent multicast group (libudev drops a message any user-space process sends
+there), filtered to the ``memory`` and ``pci`` subsystems, with a 16 MiB receive buffer. It
+needs no udevd. :class:`UeventListener` reads it on its own thread and decides with pure
+functions of each :class:`Uevent` what to do:
+
+* an ``add`` or ``offline`` of a memory block: apply the host's ``hotplug_policy`` to that
+  block at once, on this thread (:func:`online_block`: the pure plan of
+  :mod:`service.kernel.memory` over the block's state, one sysfs write), then tell the loop
+  (:data:`~service.daemon.events.Kind.MEMORY`), which walks the blocks again and refreshes
+  the metrics once the hot-add settles;
+* an ``add``, ``remove``, ``bind`` or ``unbind`` of a PCI device: tell the loop
+  (:data:`~service.daemon.events.Kind.DEVICES`), which refreshes the metrics (and with them
+  the device view of :mod:`service.kernel.pci`) when a GPU appears, is bound or is lost;
+* a lost message (the receive buffer overflowed, ``ENOBUFS``): an event without a block,
+  on which the loop walks every block and refreshes the device view.
+
+Nothing here touches modstage's state. The source is a small protocol (:class:`Source`), so
+the listener's decisions and its thread are tested with a fake one; the pyudev source is
+proved on the real kernels in the test VM.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import select
-import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyudev
 
 from service.daemon.events import Event, Kind, Queue
 from service.kernel.memory import (
@@ -42,54 +49,99 @@ from service.logs import get_logger
 from stager.manifest import MemoryPolicy
 
 log = get_logger("modstage.memory")
-NETLINK_KOBJECT_UEVENT = 15
-KERNEL_GROUP = 1  # the kernel's own uevents (udevd re-sends on group 2 after its rules)
 RCVBUF = 16 << 20  # a large hot-add announces hundreds of blocks at once
-ACTIONS = ("add", "offline")  # online events are our own writes: nothing to do
-PREFIX = f"/{MEMORY}/memory"
+SUBSYSTEMS = ("memory", "pci")
+MEMORY_ACTIONS = ("add", "offline")  # online events are our own writes: nothing to do
+PCI_ACTIONS = ("add", "remove", "bind", "unbind")  # a device appears, is lost, bound, unbound
 
 
 @dataclass(frozen=True)
 class Uevent:
-    """The head of one kernel uevent: ``add@/devices/system/memory/memory32``."""
+    """What the listener needs of one kernel uevent: ``add`` of ``memory`` ``memory32``."""
 
     action: str
-    devpath: str
+    subsystem: str
+    sys_name: str  # the device's directory name: memory32, 0000:41:00.0
 
     @classmethod
-    def parse(cls, message: bytes) -> Uevent | None:
-        """The head of a kernel uevent message; None for anything else (libudev's format)."""
-        head = message.split(b"\0", 1)[0]
-        action, at, devpath = head.partition(b"@")
-        if not at or not devpath.startswith(b"/"):
-            return None
-        try:
-            return cls(action.decode("ascii"), devpath.decode("ascii"))
-        except UnicodeDecodeError:
-            return None
+    def of(cls, device: Any) -> Uevent:
+        """The uevent a ``pyudev.Device`` received from a monitor describes."""
+        return cls(str(device.action), str(device.subsystem), str(device.sys_name))
 
     @property
     def memory_block(self) -> int | None:
         """The memory block an ``add`` or ``offline`` names; None for any other uevent."""
-        if self.action not in ACTIONS or not self.devpath.startswith(PREFIX):
+        if self.subsystem != "memory" or self.action not in MEMORY_ACTIONS:
             return None
-        return block_number(self.devpath.rsplit("/", 1)[1])
+        return block_number(self.sys_name)
+
+    @property
+    def device_change(self) -> bool:
+        """Whether this is a PCI device appearing, going, or gaining or losing its driver."""
+        return self.subsystem == "pci" and self.action in PCI_ACTIONS
+
+    def event(self, at: float) -> Event | None:
+        """What the loop is told of this uevent (None: nothing it acts on)."""
+        block = self.memory_block
+        if block is not None:
+            return Event(Kind.MEMORY, f"{self.action} memory{block}", at=at)
+        if self.device_change:
+            return Event(Kind.DEVICES, f"{self.action} {self.sys_name}", at=at)
+        return None
 
 
-def kernel_socket() -> socket.socket:
-    """A netlink socket bound to the kernel's uevent group, with a large receive buffer."""
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 15)
-    for option in (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF):
-        with contextlib.suppress(OSError):  # FORCE needs CAP_NET_ADMIN; else what rmem_max allows
-            sock.setsockopt(socket.SOL_SOCKET, option, RCVBUF)
-            break
-    sock.bind((0, KERNEL_GROUP))
-    return sock
+class Overflow(Exception):
+    """The source lost messages: its receive buffer overflowed (``ENOBUFS``)."""
 
 
-def from_kernel(address: object) -> bool:
-    """Whether a netlink sender address is the kernel's (port id 0)."""
-    return isinstance(address, tuple) and len(address) >= 1 and address[0] == 0
+class Source(Protocol):
+    """Where uevents come from: a descriptor to wait on, and the next uevent queued."""
+
+    def fileno(self) -> int:
+        """Readable when a uevent is queued."""
+        ...
+
+    def receive(self) -> Uevent | None:
+        """The next queued uevent, None when none is; :class:`Overflow` when some were lost."""
+        ...
+
+    def close(self) -> None:
+        """Stop receiving."""
+        ...
+
+
+class KernelUevents:
+    """pyudev's monitor of the kernel's uevents for :data:`SUBSYSTEMS`, receiving from the
+    moment it is made (so a block added before anyone enumerates is not missed)."""
+
+    def __init__(self, context: pyudev.Context | None = None) -> None:
+        context = context if context is not None else pyudev.Context()
+        self.monitor: Any = pyudev.Monitor.from_netlink(context, source="kernel")
+        for subsystem in SUBSYSTEMS:
+            self.monitor.filter_by(subsystem)
+        try:  # libudev asks for SO_RCVBUFFORCE (CAP_NET_ADMIN), else what rmem_max allows
+            self.monitor.set_receive_buffer_size(RCVBUF)
+        except OSError as exc:
+            log.warning("uevents.small_buffer", wanted=RCVBUF, error=str(exc))
+        self.monitor.start()
+
+    def fileno(self) -> int:
+        """The monitor's netlink socket."""
+        return int(self.monitor.fileno())
+
+    def receive(self) -> Uevent | None:
+        """The next queued uevent of the kernel (never blocks)."""
+        try:
+            device = self.monitor.poll(timeout=0)
+        except OSError as exc:
+            if exc.errno == errno.ENOBUFS:
+                raise Overflow from exc
+            raise
+        return None if device is None else Uevent.of(device)
+
+    def close(self) -> None:
+        """Let the monitor go: libudev closes its socket with its last reference."""
+        self.monitor = None
 
 
 def online_block(sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float) -> list[Onlined]:
@@ -120,34 +172,24 @@ def online_block(sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float
     return [Onlined(block, value, latency_ms=round((time.monotonic() - since) * 1000, 3))]
 
 
-class MemoryOnliner:
-    """Listens to kernel uevents on its own thread and onlines memory blocks as they come.
+class UeventListener:
+    """Listens to the kernel's uevents on its own thread: onlines memory blocks as they
+    come and tells the loop of blocks and devices. ``source`` is injectable for tests."""
 
-    ``sock`` and ``trusted`` are injectable for tests (a datagram socket pair, any sender).
-    """
-
-    source = "kernel"
+    source_name = "kernel"
 
     def __init__(
-        self,
-        sysfs: Sysfs,
-        policy: str,
-        events: Queue,
-        *,
-        sock: socket.socket | None = None,
-        trusted: Callable[[object], bool] = from_kernel,
+        self, sysfs: Sysfs, policy: str, events: Queue, *, source: Source | None = None
     ) -> None:
         self.sysfs = sysfs
         self.policy = None if policy == "kernel" else MemoryPolicy(policy)
         self.events = events
-        self.sock = sock if sock is not None else kernel_socket()
-        self.trusted = trusted
+        self.source: Source = source if source is not None else KernelUevents()
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        self.thread = threading.Thread(target=self._run, name="memory-uevents", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="uevents", daemon=True)
 
     def start(self) -> None:
-        """Take the blocks over from the kernel, then start listening (before anyone
-        enumerates blocks: none is missed).
+        """Take the blocks over from the kernel, then start listening.
 
         With a policy, a kernel that onlines hot-added memory itself is told not to
         (:func:`~service.kernel.memory.hand_over`), and blocks it onlined into another
@@ -162,16 +204,16 @@ class MemoryOnliner:
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and close the socket."""
+        """Stop the thread and close the source."""
         os.write(self._wake_w, b"x")
         self.thread.join(timeout=5)
-        self.sock.close()
+        self.source.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     def _run(self) -> None:
         poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+        poller.register(self.source.fileno(), select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
         while True:
             if any(fd == self._wake_r for fd, _ in poller.poll()):
@@ -182,30 +224,28 @@ class MemoryOnliner:
                 log.error("memory.uevents_failed", error=str(exc))
 
     def _drain(self) -> None:
-        """Handle every message queued now: online each block first, tell the loop after."""
+        """Handle every uevent queued now: online each added block as it is read, tell the
+        loop after the burst, log last (logging delays no block)."""
         seen: list[Event] = []
         done: list[Onlined] = []
         while True:
             try:
-                message, address = self.sock.recvfrom(1 << 16, socket.MSG_DONTWAIT)
-            except BlockingIOError:
+                uevent = self.source.receive()
+            except Overflow:
+                at = time.monotonic()
+                seen.append(Event(Kind.MEMORY, "overflow: walk every block", at=at))
+                seen.append(Event(Kind.DEVICES, "overflow: read the devices again", at=at))
+                continue
+            if uevent is None:
                 break
-            except OSError as exc:
-                if exc.errno != errno.ENOBUFS:
-                    log.error("memory.uevents_failed", error=str(exc))
-                    break
-                seen.append(Event(Kind.MEMORY, "overflow: walk every block"))
-                continue
-            if not self.trusted(address):
-                continue
-            uevent = Uevent.parse(message)
-            block = uevent.memory_block if uevent is not None else None
-            if uevent is None or block is None:
-                continue
             at = time.monotonic()
-            if self.policy is not None:
+            event = uevent.event(at)
+            if event is None:
+                continue
+            block = uevent.memory_block
+            if block is not None and self.policy is not None:
                 done += online_block(self.sysfs, block, self.policy, since=at)
-            seen.append(Event(Kind.MEMORY, f"{uevent.action} memory{block}", at=at))
+            seen.append(event)
         for event in seen:
             self.events.put(event)
-        log_onlining(done)  # after every write of this burst: logging delays no block
+        log_onlining(done)

@@ -8,19 +8,21 @@ whose ``module`` link names the module that registered the driver. modprobe matc
 with ``fnmatch(pattern, modalias, 0)`` (libkmod's alias index and configuration lookups);
 :func:`alias_matches` is that match.
 
-sysfs is read directly, not through pyudev or the udev database: boot runs before udev has
-processed the coldplug events (the database may be empty then), the database does not record
-the driver a device is bound to (sysfs' ``driver`` link is what pyudev's ``Device.driver``
-reads too), and importing pyudev costs the boot path time it need not spend.
+sysfs is read here directly, under the :class:`Sysfs` root, because this view must work under
+``--root`` (a sandbox boot, ``modstage status --root``) and on the temporary sysfs trees the
+tests build: libudev, and so pyudev, always reads the real ``/sys``. (pyudev's
+``Device.properties['MODALIAS']`` and ``Device.driver`` come from the same sysfs files, not
+from udev's database.) The daemon hears of devices added, bound and unbound through pyudev
+(:mod:`service.daemon.uevents`) and then reads this view again.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from service.kernel.sysfs import Sysfs
 
@@ -70,77 +72,15 @@ def _link_name(sysfs: Sysfs, link: str) -> str | None:
 
 
 def alias_matches(pattern: str, modalias: str) -> bool:
-    """Whether ``modalias`` matches ``pattern`` as ``fnmatch(pattern, modalias, 0)`` does.
-
-    POSIX fnmatch without flags: ``*`` any string (``/`` included), ``?`` one character,
-    ``[...]`` a bracket expression (``!`` or ``^`` negates, ``a-z`` ranges, a leading ``]``
-    is literal, an unterminated ``[`` is literal), ``\\`` quotes the next character and a
-    trailing one matches nothing.
-    """
-    return _compiled(pattern).fullmatch(modalias) is not None
+    """Whether ``modalias`` matches ``pattern``: glibc's ``fnmatch(pattern, modalias, 0)``,
+    the call libkmod makes for every alias (``*`` also matches ``/``, ``\\`` quotes)."""
+    return bool(_fnmatch(pattern.encode(), modalias.encode(), 0) == 0)
 
 
-@lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        i += 1
-        if c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(".")
-        elif c == "\\":  # a trailing backslash matches nothing (glibc)
-            out.append(re.escape(pattern[i]) if i < n else _NOTHING)
-            i += 1
-        elif c == "[":
-            bracket, i = _bracket(pattern, i)
-            out.append(bracket)
-        else:
-            out.append(re.escape(c))
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _bracket(pattern: str, i: int) -> tuple[str, int]:
-    """The regex of the bracket expression starting after ``[`` at ``i``, and where it ends;
-    a literal ``[`` when the expression is not closed, and nothing-matches when the
-    pattern ends inside a range or after a backslash in it (glibc's FNM_NOMATCH)."""
-    n, j = len(pattern), i
-    negate = j < n and pattern[j] in "!^"
-    j += negate
-    items: list[str] = []
-    first = True
-    while j < n and (pattern[j] != "]" or first):
-        first = False
-        c, quoted = pattern[j], False
-        if c == "\\":
-            if j + 1 >= n:
-                return _NOTHING, n
-            c, j, quoted = pattern[j + 1], j + 1, True
-        if j + 1 < n and pattern[j + 1] == "-" and (j + 2 >= n or pattern[j + 2] != "]"):
-            if j + 2 >= n:  # glibc: unterminated after a range's dash is no match...
-                if c == "[" and not quoted:  # ...except after a '[' (read as a class opener)
-                    return re.escape("["), i
-                return _NOTHING, n
-            hi, j = pattern[j + 2], j + 2
-            if hi == "\\":
-                if j + 1 >= n:
-                    return _NOTHING, n
-                hi, j = pattern[j + 1], j + 1
-            items.append(f"{re.escape(c)}-{re.escape(hi)}" if c <= hi else "")
-            j += 1
-        else:
-            items.append(re.escape(c))
-            j += 1
-    if j >= n:
-        return re.escape("["), i
-    body = "".join(items)
-    if not body:  # an empty range matches nothing (negated: any character)
-        return ("." if negate else _NOTHING), j + 1
-    return f"[{'^' if negate else ''}{body}]", j + 1
-
-
-_NOTHING = "(?!)"
+_libc = ctypes.CDLL(None)  # the process's glibc, as service.kernel.modules loads it
+_fnmatch = _libc.fnmatch
+_fnmatch.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+_fnmatch.restype = ctypes.c_int
 
 
 @dataclass(frozen=True)

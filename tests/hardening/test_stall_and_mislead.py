@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from structlog.testing import capture_logs
 
 from service.cli import main
 from service.config import Config, Limits
@@ -27,7 +28,6 @@ from service.daemon.events import DropWatcher
 from service.daemon.loop import Daemon
 from service.daemon.notify import notify
 from service.layout import Layout
-from service.logs import capture_logs
 from service.reboot import NoRebooter
 from service.status.collect import collect
 from service.status.view import lines, render_rich

@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from service.layout import Layout
-from service.logs import capture_logs
 from service.store.phase import Phase
 from service.store.statefile import load, save
 from service.verify.signature.trust import TrustStore

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from service.backends import BACKENDS
 from service.config import Config, RebootConfig
@@ -21,7 +22,6 @@ from service.daemon.clock import SystemClock
 from service.daemon.events import DropWatcher, Event, Kind
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.logs import capture_logs
 from service.reboot import CommandRebooter, KuredSentinel, NoRebooter
 from service.store.intake import Intake
 from service.store.phase import Phase
@@ -356,6 +356,35 @@ def test_hot_added_memory_alone_does_not_redecide_reboots(host: Layout) -> None:
     clock.run_for(60)
     daemon.loop()
     assert host.heartbeat.stat().st_mtime_ns != beat  # the heartbeat did come
+
+
+def test_a_device_event_refreshes_the_metrics_once_settled_and_redecides_nothing(
+    host: Layout,
+) -> None:
+    """A PCI device bound, unbound, added or lost (the listener's DEVICES events) rewrites
+    the metrics textfile, which reads the device view again, once the burst settles (not
+    at each event), without a reboot decision or a heartbeat in between."""
+    from service.daemon.timers import Timers
+
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    clock.run_for(1)
+    daemon.loop()  # the first pass: scan, metrics, heartbeat
+    beat = host.heartbeat.stat().st_mtime_ns
+    host.metrics.unlink()
+    timers = Timers.start(clock.mono, daemon.rescan_every, None)
+    timers.dirty = None  # no scan due: only the events below
+    burst = [Event(Kind.DEVICES, "add 0000:41:00.0"), Event(Kind.DEVICES, "bind 0000:41:00.0")]
+    with capture_logs() as logs:
+        daemon.step(burst, timers)
+    assert timers.metrics == clock.mono + daemon.settle and not host.metrics.exists()
+    assert [e["uevents"] for e in logs if e["event"] == "devices.changed"] == [
+        ["add 0000:41:00.0", "bind 0000:41:00.0"]
+    ]
+    clock.mono += daemon.settle
+    daemon.step([], timers)
+    assert "modstage_health" in host.metrics.read_text() and timers.metrics is None
+    assert host.heartbeat.stat().st_mtime_ns == beat
 
 
 def test_failing_backend_does_not_stop_the_daemon(

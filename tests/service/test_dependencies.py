@@ -1,4 +1,4 @@
-"""The product imports only what pyproject.toml declares for it.
+"""The product imports only what pyproject.toml declares for it, and what it is specified with.
 
 Every top-level package a module under ``stager/`` imports is the standard library's, the
 project's own, or a distribution in ``[project] dependencies`` (the container side installs
@@ -71,3 +71,23 @@ def test_asn1crypto_is_a_test_dependency_only() -> None:
     """asn1crypto is declared for the tests and imported by no product module."""
     assert "asn1crypto" in declared("test") - declared("host")
     assert "asn1crypto" not in imported("service") | imported("stager")
+
+
+#: The libraries the project is specified with: distribution -> (the module the product
+#: imports, the package that imports it, the extras that declare it beside the base).
+SPECIFIED = {
+    "tomli-w": ("tomli_w", "stager", ()),
+    "watchdog": ("watchdog", "service", ("host",)),
+    "structlog": ("structlog", "service", ("host",)),
+    "pyudev": ("pyudev", "service", ("host",)),
+}
+
+
+@pytest.mark.parametrize("dist", sorted(SPECIFIED))
+def test_each_specified_library_is_a_runtime_dependency_the_product_imports(dist: str) -> None:
+    """pyudev, watchdog, tomli-w and structlog are each declared for the side that runs them
+    (not only for the tests) and imported by a module of that side: dropping one from the
+    code, or from pyproject, fails here."""
+    module, package, extras = SPECIFIED[dist]
+    assert normalized(dist) in declared(*extras), f"{dist} is not a runtime dependency"
+    assert module in imported(package), f"no module under {package}/ imports {module}"

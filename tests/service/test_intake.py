@@ -266,7 +266,7 @@ def test_a_drop_that_cannot_be_removed_is_taken_in_once(
     remembered, logged once, and its bundle's status file names it."""
     import subprocess
 
-    from service.logs import capture_logs
+    from structlog.testing import capture_logs
 
     drop = _stage(host, [signed["ms_exporter"]], kernel)
     host.quarantine.parent.mkdir(parents=True, exist_ok=True)

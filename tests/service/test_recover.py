@@ -8,10 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
-from service.logs import capture_logs
 from service.store.phase import Phase
 from service.store.state import State
 from service.store.statefile import LAST_GOOD, load, save

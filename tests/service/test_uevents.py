@@ -1,18 +1,57 @@
-"""The daemon's memory listener: kernel uevents parsed, blocks onlined on its own thread."""
+"""The daemon's uevent listener: its decisions per uevent, and blocks onlined on its own
+thread, fed by a fake event source (the pyudev source is proved in the test VM)."""
 
 from __future__ import annotations
 
+import os
 import queue
-import socket
+import threading
 import time
 from pathlib import Path
 
-from service.daemon.events import Event, Kind
-from service.daemon.uevents import MemoryOnliner, Uevent, from_kernel
-from service.kernel.sysfs import Sysfs
-from service.logs import capture_logs
+from structlog.testing import capture_logs
 
-ADD = b"add@/devices/system/memory/memory2\0ACTION=add\0DEVPATH=/devices/system/memory/memory2\0"
+from service.daemon.events import Event, Kind
+from service.daemon.uevents import Overflow, Uevent, UeventListener, online_block
+from service.kernel.sysfs import Sysfs
+from stager.manifest import MemoryPolicy
+
+ADD = Uevent("add", "memory", "memory2")
+
+
+class FakeSource:
+    """A uevent source fed by the test: a pipe to wait on, a queue of uevents and losses."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        self._lock = threading.Lock()
+        self._queued: list[Uevent | type[Overflow]] = []
+        self.closed = False
+
+    def send(self, *items: Uevent | type[Overflow]) -> None:
+        """Queue uevents (or a loss) as the kernel would, all at once."""
+        with self._lock:
+            self._queued += items
+        os.write(self._w, b"x")
+
+    def fileno(self) -> int:
+        return self._r
+
+    def receive(self) -> Uevent | None:
+        with self._lock:
+            if not self._queued:
+                os.read(self._r, 4096)  # drained: not readable until the next send
+                return None
+            item = self._queued.pop(0)
+        if item is Overflow:
+            raise Overflow
+        assert isinstance(item, Uevent)
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        os.close(self._r)
+        os.close(self._w)
 
 
 def _sysfs(tmp_path: Path, states: dict[int, str]) -> Sysfs:
@@ -27,78 +66,127 @@ def _state(tmp_path: Path, n: int) -> str:
     return (tmp_path / f"devices/system/memory/memory{n}/state").read_text().strip()
 
 
-def test_only_memory_adds_and_offlines_name_a_block() -> None:
-    """A memory block's add or offline names it; its online (our own write), another
-    subsystem, and udevd's re-sent messages name nothing."""
-    assert Uevent.parse(ADD) == Uevent("add", "/devices/system/memory/memory2")
-    assert Uevent.parse(ADD).memory_block == 2  # type: ignore[union-attr]
-    offline = Uevent.parse(b"offline@/devices/system/memory/memory40\0")
-    assert offline is not None and offline.memory_block == 40
-    online = Uevent.parse(b"online@/devices/system/memory/memory40\0")
-    assert online is not None and online.memory_block is None
-    cpu = Uevent.parse(b"add@/devices/system/cpu/cpu1\0")
-    assert cpu is not None and cpu.memory_block is None
-    assert Uevent.parse(b"libudev\0\xfe\xed\xca\xfe") is None
-    assert Uevent.parse(b"add@relative\0") is None
+def test_memory_adds_and_offlines_and_pci_changes_are_what_the_loop_hears() -> None:
+    """A memory block's add or offline names it (MEMORY); a PCI device's add, remove, bind
+    or unbind is a DEVICES event; a block's online (our own write), a PCI change event and
+    another subsystem are nothing."""
+    assert ADD.memory_block == 2
+    assert ADD.event(5.0) == Event(Kind.MEMORY, "add memory2", at=5.0)
+    assert Uevent("offline", "memory", "memory40").event(1.0) == Event(
+        Kind.MEMORY, "offline memory40", at=1.0
+    )
+    for action in ("add", "remove", "bind", "unbind"):
+        assert Uevent(action, "pci", "0000:41:00.0").event(2.0) == Event(
+            Kind.DEVICES, f"{action} 0000:41:00.0", at=2.0
+        )
+    nothing = [
+        Uevent("online", "memory", "memory40"),
+        Uevent("change", "pci", "0000:41:00.0"),
+        Uevent("add", "cpu", "cpu1"),
+        Uevent("add", "memory", "auto_online_blocks"),
+    ]
+    assert [u.event(0.0) for u in nothing] == [None] * 4
+    assert [u.memory_block for u in nothing] == [None] * 4
 
 
-def test_only_the_kernel_is_a_trusted_sender() -> None:
-    """Netlink port id 0 is the kernel; a user-space sender (any other port) is not."""
-    assert from_kernel((0, 1))
-    assert not from_kernel((4242, 1)) and not from_kernel(None) and not from_kernel("")
+def test_uevent_of_a_pyudev_device_reads_action_subsystem_and_name() -> None:
+    """Uevent.of takes what pyudev's Device says of the event: action, subsystem, sys_name."""
+
+    class Device:
+        action, subsystem, sys_name = "bind", "pci", "0000:00:04.0"
+
+    assert Uevent.of(Device()) == Uevent("bind", "pci", "0000:00:04.0")
 
 
 def test_an_added_block_is_onlined_on_the_listeners_thread_then_the_loop_hears(
     tmp_path: Path,
 ) -> None:
     """The listener writes the policy to the added block itself, logs it, and only then puts
-    the block's event on the loop's queue; other uevents change nothing."""
+    the block's event on the loop's queue; a device event is passed on; other uevents change
+    nothing."""
     sysfs = _sysfs(tmp_path, {1: "online", 2: "offline", 3: "offline"})
     events: queue.Queue[Event] = queue.Queue()
-    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    onliner = MemoryOnliner(sysfs, "online_movable", events, sock=ours, trusted=lambda _: True)
+    source = FakeSource()
+    listener = UeventListener(sysfs, "online_movable", events, source=source)
     with capture_logs() as logs:
-        onliner.start()
-        kernel.send(b"add@/devices/system/cpu/cpu1\0")
-        kernel.send(ADD)
-        event = events.get(timeout=10)
-        onliner.stop()
-    kernel.close()
-    assert event.kind is Kind.MEMORY and event.detail == "add memory2"
+        listener.start()
+        source.send(Uevent("add", "cpu", "cpu1"), ADD, Uevent("bind", "pci", "0000:00:04.0"))
+        first, second = events.get(timeout=10), events.get(timeout=10)
+        listener.stop()
+    assert source.closed
+    assert (first.kind, first.detail) == (Kind.MEMORY, "add memory2")
+    assert (second.kind, second.detail) == (Kind.DEVICES, "bind 0000:00:04.0")
     assert _state(tmp_path, 2) == "online_movable" and _state(tmp_path, 3) == "offline"
     assert [(e["event"], e["block"]) for e in logs] == [("memory.onlined", 2)]
     assert events.empty()
 
 
-def test_an_untrusted_sender_and_the_kernel_policy_online_nothing(tmp_path: Path) -> None:
-    """A message from user space is ignored; with ``hotplug_policy = "kernel"`` the loop
-    still hears of the block but the listener writes nothing."""
+def test_a_lost_message_makes_the_loop_walk_every_block_and_read_the_devices() -> None:
+    """ENOBUFS (the source's Overflow) becomes a MEMORY event naming no block and a DEVICES
+    event: the loop then walks every block and refreshes the device view; the uevents after
+    it are handled as usual."""
+    events: queue.Queue[Event] = queue.Queue()
+    source = FakeSource()
+    listener = UeventListener(Sysfs(Path("/nonexistent")), "kernel", events, source=source)
+    listener.start()
+    source.send(Overflow, ADD)
+    got = [events.get(timeout=10) for _ in range(3)]
+    listener.stop()
+    assert [(e.kind, e.detail) for e in got] == [
+        (Kind.MEMORY, "overflow: walk every block"),
+        (Kind.DEVICES, "overflow: read the devices again"),
+        (Kind.MEMORY, "add memory2"),
+    ]
+
+
+def test_the_kernel_policy_onlines_nothing_but_the_loop_still_hears(tmp_path: Path) -> None:
+    """With ``hotplug_policy = "kernel"`` the loop hears of the block; the listener writes
+    nothing and logs nothing."""
     sysfs = _sysfs(tmp_path, {2: "offline"})
     events: queue.Queue[Event] = queue.Queue()
-    ours, sender = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    onliner = MemoryOnliner(sysfs, "online_movable", events, sock=ours)  # from_kernel
-    onliner.start()
-    sender.send(ADD)
-    time.sleep(0.3)
-    onliner.stop()
-    assert events.empty() and _state(tmp_path, 2) == "offline"
-    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    onliner = MemoryOnliner(sysfs, "kernel", events, sock=ours, trusted=lambda _: True)
-    onliner.start()
-    kernel.send(ADD)
-    assert events.get(timeout=10).detail == "add memory2"
-    onliner.stop()
-    assert _state(tmp_path, 2) == "offline"
-    sender.close()
-    kernel.close()
+    source = FakeSource()
+    listener = UeventListener(sysfs, "kernel", events, source=source)
+    with capture_logs() as logs:
+        listener.start()
+        source.send(ADD)
+        assert events.get(timeout=10).detail == "add memory2"
+        listener.stop()
+    assert _state(tmp_path, 2) == "offline" and logs == []
+
+
+def test_a_failing_source_is_logged_and_the_listener_goes_on(tmp_path: Path) -> None:
+    """An error reading the source is logged (``memory.uevents_failed``) and the next uevent
+    is still handled."""
+    sysfs = _sysfs(tmp_path, {2: "offline"})
+    events: queue.Queue[Event] = queue.Queue()
+
+    class Flaky(FakeSource):
+        failed = False
+
+        def receive(self) -> Uevent | None:
+            if not self.failed:
+                self.failed = True
+                raise OSError(5, "Input/output error")
+            return super().receive()
+
+    source = Flaky()
+    listener = UeventListener(sysfs, "online", events, source=source)
+    with capture_logs() as logs:
+        listener.start()
+        source.send(ADD)
+        deadline = time.monotonic() + 10
+        while not any(e["event"] == "memory.uevents_failed" for e in logs):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        source.send(ADD)
+        assert events.get(timeout=10).detail == "add memory2"
+        listener.stop()
+    assert _state(tmp_path, 2) == "online"
 
 
 def test_one_block_is_onlined_as_the_policy_plans_it(tmp_path: Path) -> None:
     """online_block writes exactly the planned value (a shorter one too) and leaves an online
     block, a missing one and the offline policy alone."""
-    from service.daemon.uevents import online_block
-    from stager.manifest import MemoryPolicy
-
     sysfs = _sysfs(tmp_path, {1: "offline", 2: "online", 3: "offline"})
     [step] = online_block(sysfs, 1, MemoryPolicy.ONLINE, since=time.monotonic())
     assert step.state == "online" and step.latency_ms is not None and step.latency_ms >= 0
@@ -125,14 +213,12 @@ def test_starting_takes_memory_over_from_a_kernel_that_onlines_by_itself(
         (memory / f"memory{n}/valid_zones").write_text("Normal\n")
         if pluggable:
             (memory / f"memory{n}/firmware_node").symlink_to(tmp_path)
-    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    onliner = MemoryOnliner(
-        FakeSysfs(tmp_path), "online_movable", queue.Queue(), sock=ours, trusted=lambda _: True
+    listener = UeventListener(
+        FakeSysfs(tmp_path), "online_movable", queue.Queue(), source=FakeSource()
     )
     with capture_logs() as logs:
-        onliner.start()
-        onliner.stop()
-    kernel.close()
+        listener.start()
+        listener.stop()
     assert (memory / "auto_online_blocks").read_text() == "offline"
     assert (memory / "memory8/valid_zones").read_text().strip() == "Movable"
     assert (memory / "memory1/valid_zones").read_text().strip() == "Normal"

@@ -49,7 +49,10 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
     counted, nothing failed, no fallback, status healthy saying so. Booted with the device,
     the same generation loads and binds it ("1 of 1 device bound"). With the rival bound
     first, ENODEV again and the reason names the rival; a build that loads without a device
-    is active but drives nothing: degraded, naming ms_pci_rival, then "bound to nothing"."""
+    is active but drives nothing: degraded, naming ms_pci_rival, then "bound to nothing".
+    Meanwhile the daemon's uevent listener (pyudev's kernel-source monitor) tells its loop of
+    each driver lost and gained (``unbind``, ``bind``, ``unbind``), then of an edu device
+    hot-added over QMP (``add``, and the ``bind`` of the loaded ms_pci)."""
     certs = {"vendor.pem": key.cert_pem.read_bytes()}
     node = boot_vm("devices")
     release = node.kernel.release
@@ -89,6 +92,26 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
     assert devices["devices"][0]["driver"] == devices["devices"][0]["module"] == "ms_pci"
     assert "edu: 1 of 1 device bound" in text
 
+    # from here on the daemon's uevent listener hears every PCI change
+    node.python(
+        "import queue, time\n"
+        "from pathlib import Path\n"
+        "from service.daemon.uevents import UeventListener\n"
+        "from service.kernel.sysfs import Sysfs\n"
+        "heard = queue.Queue()\n"
+        "listener = UeventListener(Sysfs(Path('/sys')), 'kernel', heard)\n"
+        "listener.start()\n"
+        "def told(want, timeout=60.0):\n"
+        "    got, deadline = [], time.monotonic() + timeout\n"
+        "    while len(got) < want and time.monotonic() < deadline:\n"
+        "        try:\n"
+        "            event = heard.get(timeout=0.5)\n"
+        "        except queue.Empty:\n"
+        "            continue\n"
+        "        got.append((event.kind.value, event.detail))\n"
+        "    return got\n"
+    )
+
     # taken: another driver binds the device first; the generation's init finds nothing
     assert int(node.eval("delete_module('ms_pci')")) == 0
     assert int(node.eval(f"finit_module({rival!r})")) == 0
@@ -113,6 +136,20 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
     rc, doc, text = _status(node)
     assert rc == 1 and f"{address} (1234:11e8) bound to nothing" in text
     assert doc["bundles"]["edu"]["devices"]["devices"][0]["driver"] is None
+    try:
+        assert node.eval("told(3)") == [
+            ["devices", f"unbind {address}"],
+            ["devices", f"bind {address}"],
+            ["devices", f"unbind {address}"],
+        ]
+        # a device appears: hot-added, then bound by the loaded ms_pci (require_device=0)
+        node.qmp("device_add", driver="edu", id="edu-hot")
+        [added, bound] = node.eval("told(2)")
+        hot = added[1].removeprefix("add ")
+        assert added[0] == "devices" and added[1].startswith("add ") and hot != address
+        assert bound == ["devices", f"bind {hot}"]
+    finally:
+        node.python("listener.stop()")
 
 
 @pytest.mark.nvidia

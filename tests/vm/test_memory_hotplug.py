@@ -177,18 +177,21 @@ def test_modstage_moves_blocks_the_kernel_onlined_before_its_policy_or_reports_t
 def test_the_daemons_listener_takes_hot_added_memory_over_from_the_kernel(
     vm: Vm, blocks_per_dimm: int
 ) -> None:
-    """With `auto_online_blocks` at `online` (6.12's default), the daemon's memory listener
-    with `hotplug_policy = "online_movable"` sets it to `offline` when it starts, so the next
-    DIMM's blocks reach it offline and it onlines each movable (one `memory.onlined` step per
-    block, none failed)."""
+    """With `auto_online_blocks` at `online` (6.12's default), the daemon's uevent listener
+    (pyudev's kernel-source monitor, no udevd) with `hotplug_policy = "online_movable"` sets
+    it to `offline` when it starts, so the next DIMM's blocks reach it offline and it onlines
+    each movable (one `memory.onlined` step per block, none failed), and tells the loop of
+    each added block (one `add memoryN` event per block on its queue)."""
     vm.eval(f"write({MEMORY + '/auto_online_blocks'!r}, 'online')")
     vm.python(
         "import queue\n"
         "from pathlib import Path\n"
-        "from service.daemon.uevents import MemoryOnliner\n"
+        "from service.daemon.uevents import KernelUevents, UeventListener\n"
         "from service.kernel.sysfs import Sysfs\n"
-        "onliner = MemoryOnliner(Sysfs(Path('/sys')), 'online_movable', queue.Queue())\n"
-        "onliner.start()"
+        "heard = queue.Queue()\n"
+        "listener = UeventListener(Sysfs(Path('/sys')), 'online_movable', heard)\n"
+        "assert isinstance(listener.source, KernelUevents)\n"
+        "listener.start()"
     )
     try:
         assert vm.read(f"{MEMORY}/auto_online_blocks") == "offline"
@@ -196,9 +199,11 @@ def test_the_daemons_listener_takes_hot_added_memory_over_from_the_kernel(
         vm.hotplug_memory(DIMM)
         states, events = vm.eval(f"wait_for_blocks(monitor, before, {blocks_per_dimm})", timeout=90)
     finally:
-        vm.python("onliner.stop()")
+        vm.python("listener.stop()")
+    told = vm.eval("[heard.get_nowait().detail for _ in range(heard.qsize())]")
     assert len(states) == blocks_per_dimm
     assert set(states.values()) == {"online"}
     assert {vm.read(f"{MEMORY}/{block}/valid_zones") for block in states} == {"Movable"}
     added = sorted(name for action, name in events if action == "add")
     assert added == sorted(states)
+    assert sorted(d.removeprefix("add ") for d in told if d.startswith("add ")) == added
