@@ -80,9 +80,8 @@ SID = Suite(
     stale_release_ok=True,
 )
 SUITES = {suite.series: suite for suite in (TRIXIE, SID)}
-#: the suite of the installer's tests (tests/installer.py) and of the real NVIDIA build
+#: the suite of the installer's tests (tests/installer.py, `install_root`)
 SUITE = TRIXIE.name
-ROOT_PACKAGES = TRIXIE.root_packages
 
 
 def _apt_dir(suite: Suite = TRIXIE) -> Path:
