@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,33 +196,42 @@ def _watchdog_wheel(suite: Suite) -> Path:
     return found[-1]
 
 
+def built_once(final: Path, name: str, make: Callable[[Path], str]) -> Path:
+    """`final`, a tree `make(tree)` builds at `tree` (returning what `.complete` records),
+    built once: under a lock of `name` in the cache, in a scratch directory renamed into
+    place, so that concurrent runs wait for one build and never see half a tree."""
+    if (final / ".complete").exists():
+        return final
+    with open(cache_dir() / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():
+            return final
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=cache_dir()))
+        try:
+            complete = make(work / "tree")
+            shutil.rmtree(final, ignore_errors=True)
+            (work / "tree").rename(final)
+            (final / ".complete").write_text(complete + "\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 def root(suite: Suite = TRIXIE) -> Path:
     """The suite's root with its kernel in it, built once per kernel version (cached)."""
     version, release = kernel_version(suite)
     packages = suite.root_packages
     key = hashlib.sha256(f"{version}\0{release}\0{packages}\0{WATCHDOG}".encode()).hexdigest()[:16]
-    final = cache_dir() / f"root-{suite.name}-{key}"
-    if (final / ".complete").exists():
-        return final
-    with open(cache_dir() / f"root-{suite.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / ".complete").exists():
-            return final
-        debs = fetch_debs(release, suite)
-        wheel = _watchdog_wheel(suite)
-        work = Path(tempfile.mkdtemp(prefix=f"root-{suite.name}-", dir=cache_dir()))
-        try:
-            _build(work / "root", debs, release, suite)
-            site = work / f"root/usr/local/lib/python{suite.python}/dist-packages"
-            site.mkdir(parents=True, exist_ok=True)
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(site)
-            shutil.rmtree(final, ignore_errors=True)
-            (work / "root").rename(final)
-            (final / ".complete").write_text(f"{version} {release}\n")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+
+    def make(tree: Path) -> str:
+        _build(tree, fetch_debs(release, suite), release, suite)
+        site = tree / f"usr/local/lib/python{suite.python}/dist-packages"
+        site.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(_watchdog_wheel(suite)) as archive:
+            archive.extractall(site)
+        return f"{version} {release}"
+
+    return built_once(cache_dir() / f"root-{suite.name}-{key}", f"root-{suite.name}", make)
 
 
 def _aptopt(option: str) -> str:
@@ -257,30 +267,21 @@ INSTALL_PACKAGES = "python3,python3-venv,systemd"
 def install_root() -> Path:
     """A minimal Debian 13 root for the installer's tests (no kernel), built once (cached)."""
     key = hashlib.sha256(INSTALL_PACKAGES.encode()).hexdigest()[:16]
+
+    def make(tree: Path) -> str:
+        _run(
+            [
+                *("mmdebstrap", "--variant=minbase", f"--include={INSTALL_PACKAGES}"),
+                '--customize-hook=rm -rf "$1"/var/cache/apt/archives/*.deb'
+                ' "$1"/var/lib/apt/lists/*',
+                *(SUITE, str(tree), MIRROR),
+            ],
+            timeout=1800,
+        )
+        return INSTALL_PACKAGES
+
     final = cache_dir() / f"install-root-{SUITE}-{key}"
-    if (final / ".complete").exists():
-        return final
-    with open(cache_dir() / f"install-root-{SUITE}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / ".complete").exists():
-            return final
-        work = Path(tempfile.mkdtemp(prefix=f"install-root-{SUITE}-", dir=cache_dir()))
-        try:
-            _run(
-                [
-                    *("mmdebstrap", "--variant=minbase", f"--include={INSTALL_PACKAGES}"),
-                    '--customize-hook=rm -rf "$1"/var/cache/apt/archives/*.deb'
-                    ' "$1"/var/lib/apt/lists/*',
-                    *(SUITE, str(work / "root"), MIRROR),
-                ],
-                timeout=1800,
-            )
-            shutil.rmtree(final, ignore_errors=True)
-            (work / "root").rename(final)
-            (final / ".complete").write_text(INSTALL_PACKAGES + "\n")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+    return built_once(final, f"install-root-{SUITE}", make)
 
 
 #: The environment a command run under `chroot` in the root gets (none of the host's).

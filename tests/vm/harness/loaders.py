@@ -11,11 +11,8 @@ installed on the host.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,26 +76,19 @@ def of_suite(suite: debian.Suite) -> Loaders:
     key = hashlib.sha256(listed.encode()).hexdigest()[:16]
     final = cache_dir() / f"secureboot-{suite.name}-{key}"
     loaders = Loaders(suite.name, final / SHIM, final / GRUB, listed)
-    if (final / ".complete").exists():
-        return loaders
-    with open(cache_dir() / f"secureboot-{suite.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / ".complete").exists():
-            return loaders
-        work = Path(tempfile.mkdtemp(prefix=f"secureboot-{suite.name}-", dir=cache_dir()))
-        try:
-            pinned = [f"{name}={version}" for name, version in versions.items()]
-            debian._run(
-                ["apt-get", *debian._apt_options(suite), "-qq", "download", *pinned], cwd=work
-            )
-            tree = work / "tree"
-            for deb in sorted(work.glob("*.deb")):
-                debian._run(["dpkg-deb", "-x", str(deb), str(tree)])
-            shutil.rmtree(final, ignore_errors=True)
-            tree.rename(final)
-            (final / ".complete").write_text(listed + "\n")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+
+    def make(tree: Path) -> str:
+        downloads = tree.with_name("debs")
+        downloads.mkdir()
+        pinned = [f"{name}={version}" for name, version in versions.items()]
+        debian._run(
+            ["apt-get", *debian._apt_options(suite), "-qq", "download", *pinned], cwd=downloads
+        )
+        for deb in sorted(downloads.glob("*.deb")):
+            debian._run(["dpkg-deb", "-x", str(deb), str(tree)])
+        return listed
+
+    debian.built_once(final, f"secureboot-{suite.name}", make)
     loaders.require()
     return loaders
 
