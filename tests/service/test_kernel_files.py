@@ -11,11 +11,13 @@ from the module tree alone.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from service.layout import Layout
+from service.verify.modfile.symtab import Export
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import builtin_sysfs, vmlinux
 from tests.kmod.reference import disagreements, in_tree
@@ -117,6 +119,24 @@ def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Pat
     assert target.modversions is (kernel.series != "7.2")
 
 
+def _unlike_symvers(
+    kernel: Kernel, exports: Mapping[str, Export], rows: list[list[str]]
+) -> list[str]:
+    """The Module.symvers `rows` (crc, name, owner, kind, namespace) whose symbol `exports`
+    lacks or gives another GPL-only flag, namespace or CRC (none without modversions)."""
+    wrong = []
+    for crc, name, owner, kind, namespace in rows:
+        mine = exports.get(name)
+        expected = (
+            kind == "EXPORT_SYMBOL_GPL",
+            namespace,
+            None if kernel.series == "7.2" else int(crc, 16),
+        )
+        if mine is None or (mine.gpl, mine.namespace, mine.crc) != expected:
+            wrong.append(f"{owner} {name}: {mine} vs {crc} {kind} {namespace!r}")
+    return wrong
+
+
 def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None:
     """Every vmlinux export the kernel's headers list in Module.symvers, and every export of
     every 20th in-tree module, is read from the image or the module file with the same
@@ -133,17 +153,8 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
     listed = [line.split("\t") for line in symvers.read_text().splitlines()]
     vmlinux = [row for row in listed if row[2] == "vmlinux"]
     assert len(vmlinux) > 10000
-    wrong = []
-    for crc, name, _owner, kind, namespace in vmlinux:
-        mine = exports.get(name)
-        expected_crc = None if kernel.series == "7.2" else int(crc, 16)
-        if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
-            kind == "EXPORT_SYMBOL_GPL",
-            namespace,
-            expected_crc,
-        ):
-            wrong.append(f"{name}: {mine} vs {crc} {kind} {namespace!r}")
     assert {crc for crc, *_ in vmlinux} != {"0x00000000"} or kernel.series == "7.2"
+    wrong = _unlike_symvers(kernel, exports, vmlinux)
     from service.verify.target.exports import read_module_exports
 
     by_owner: dict[str, list[list[str]]] = {}
@@ -151,18 +162,9 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
         by_owner.setdefault(row[2], []).append(row)
     checked = 0
     for path in in_tree(kernel.modules)[::20]:
-        owner = str(path.relative_to(kernel.modules / "kernel")).split(".ko")[0]
-        mine_all = read_module_exports(path)
-        for crc, name, _owner, kind, namespace in by_owner.get(owner, []):
-            checked += 1
-            mine = mine_all.get(name)
-            expected_crc = None if kernel.series == "7.2" else int(crc, 16)
-            if mine is None or (mine.gpl, mine.namespace, mine.crc) != (
-                kind == "EXPORT_SYMBOL_GPL",
-                namespace,
-                expected_crc,
-            ):
-                wrong.append(f"{owner} {name}: {mine} vs {crc} {kind} {namespace!r}")
+        rows = by_owner.get(str(path.relative_to(kernel.modules / "kernel")).split(".ko")[0], [])
+        checked += len(rows)
+        wrong += _unlike_symvers(kernel, read_module_exports(path), rows)
     assert checked > 200 and wrong == []
 
 
@@ -186,8 +188,9 @@ def test_a_module_exporting_without_flags_is_refused_where_the_image_has_them(
     """7.2's loader refuses a module that exports symbols without `__kflagstab` (ENOEXEC, "no
     flags for exported symbols"; check_export_symbol_sections) because its vmlinux has one:
     the test bed's exporting module, built against the kernel's headers, with that section
-    renamed is refused against 7.2's files, and as built it is not. 6.1 and 6.12 have no
-    flags table, and their loaders ask for none."""
+    renamed is refused against 7.2's files, and as built it is not; its loader also refuses
+    an explicit import of a `module:` namespace (EPERM, setup_modinfo; kernel-judged in the
+    oracle). 6.1 and 6.12 have no flags table, and their loaders ask for none."""
     from service.errors import ModuleRejected
     from service.verify.loadrules import load_rules
     from service.verify.modfile.modinfo import ModInfo
@@ -200,6 +203,10 @@ def test_a_module_exporting_without_flags_is_refused_where_the_image_has_them(
     if kernel.series != "7.2":
         assert not elf.has_section(built, "__kflagstab")
         return
+    description = b"description=modstage test: symbol exporter\0"
+    importing = built.replace(description, b"import_ns=module:kvm".ljust(len(description), b"\0"))
+    with pytest.raises(ModuleRejected, match="EPERM: module tries to import module namespace"):
+        load_rules(ModInfo.from_bytes(importing, 62), target)
     name = int(elf.sections(built)[elf.index_of(built, "__kflagstab")]["name"])
     renamed = elf.set_section(built, "__kflagstab", name=name + 2)  # "kflagstab": another name
     with pytest.raises(ModuleRejected, match="ENOEXEC: no flags for exported symbols"):
