@@ -338,7 +338,8 @@ def test_unknown_exports_are_refused_by_policy_except_at_boot(
 def test_the_running_kernels_sys_module_names_built_in_code_only(tmp_path: Path) -> None:
     """When the target is the running kernel, the built-in names are its /sys/module entries
     without `initstate` (which only a loaded module has): a live module's name is not taken
-    for a built-in's, and a target that is not the running kernel reads none from /sys."""
+    for a built-in's, nor a file of the module kset (6.12's `compression`), and a target
+    that is not the running kernel reads none from /sys."""
     from service.layout import Layout
     from service.verify.target.kernel import Target
 
@@ -347,6 +348,7 @@ def test_the_running_kernels_sys_module_names_built_in_code_only(tmp_path: Path)
         (root / "sys/module" / name).mkdir(parents=True)
         if loaded:
             (root / "sys/module" / name / "initstate").write_text("live\n")
+    (root / "sys/module/compression").write_text("xz\n")  # 6.12's kset attribute, a file
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/kernel/osrelease").write_text("6.12.117+deb13-amd64\n")
     running = Target.from_layout(Layout(root))

@@ -277,11 +277,13 @@ def _builtin(path: Path) -> frozenset[str]:
 
 
 def _running_sysfs(layout: Layout) -> frozenset[str] | None:
-    """The running kernel's /sys/module entries for built-in code: those without
-    ``initstate``, which only a loaded module has; None when /sys/module is not there."""
+    """The running kernel's /sys/module entries for built-in code: the directories without
+    ``initstate``, which only a loaded module has (6.12's ``compression`` there is a file, an
+    attribute of the module kset, and no name a module is refused); None when /sys/module
+    is not there."""
     directory = layout.sys / "module"
     try:
-        entries = list(os.scandir(directory))
+        entries = [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
     except OSError:
         return None
     names = (e.name for e in entries if not os.path.lexists(os.path.join(e.path, "initstate")))
