@@ -195,15 +195,25 @@ def test_without_modversions_no_crc_is_compared_and_vermagic_is_compared_whole(
     modules: dict[str, Path],
 ) -> None:
     """A kernel built without CONFIG_MODVERSIONS (Debian's 7.2) never reads __versions: a CRC
-    that disagrees with the target's is not refused, and same_magic compares the whole
+    that disagrees with the target's, module_layout's or another's, is not refused (with
+    modversions module_layout's is, ENOEXEC), and same_magic compares the whole
     vermagic, release word included, even for a module that has __versions; with
     modversions the release word is skipped. Without the target's config, another release
     is refused as policy (it is not known which of the two the kernel does)."""
     info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
     name, crc = next((n, c) for n, c in info.versions if n == "_printk")
-    other = KernelExports.known({name: Export(crc ^ 1, False, "", "vmlinux")}, "test")
+    layout = info.crc_of["module_layout"]  # check_modstruct_version's, refused first (ENOEXEC)
+    other = KernelExports.known(
+        {
+            name: Export(crc ^ 1, False, "", "vmlinux"),
+            "module_layout": Export(layout ^ 1, False, "", "vmlinux"),
+        },
+        "test",
+    )
     plain = replace(target_with(VM, modversions=False), struct_module=info.this_module_size)
     assert load_rules(info, replace(plain, exports=other)) is None
+    with pytest.raises(ModuleRejected, match=r"^ENOEXEC: disagrees about version of symbol mod"):
+        load_rules(info, replace(plain, config=target_with(VM).config, exports=other))
     moved = info_with(VM.replace("-57-", "-56-"))
     assert moved.has_versions
     with pytest.raises(ModuleRejected, match=r"^ENOEXEC: vermagic .* does not match"):

@@ -99,3 +99,25 @@ def test_a_clean_module_shows_no_taint_of_its_own_on_a_tainted_node(
             loaded = vm.eval(f"finit_module({crc8!r})")
         assert int(loaded) == 0
     assert vm.read("/sys/module/crc8/taint") == ""
+
+
+def test_the_built_in_sys_module_names_read_from_the_image_are_the_kernels(
+    vm: Vm, kernel: Kernel
+) -> None:
+    """The /sys/module names modstage reads from the image for built-in code (the `__param`
+    prefixes of parameters with a mode, `kernel` for core_param, the `__modver` names) are
+    all entries the booted kernel made without a module (no `initstate`); what the kernel
+    has beyond them comes from built-in drivers registering under their module name, which
+    the image's tables do not say (and modstage refuses such a `modules.builtin` name as
+    policy)."""
+    from service.verify.target.kimage import builtin_sysfs, vmlinux
+
+    read = builtin_sysfs(vmlinux(kernel.image.read_bytes()))
+    listed = vm.eval(
+        "[(n, os.path.isdir(f'/sys/module/{n}/drivers')) for n in os.listdir('/sys/module') "
+        "if os.path.isdir(f'/sys/module/{n}') "
+        "and not os.path.exists(f'/sys/module/{n}/initstate')]"
+    )
+    booted = {name.replace("-", "_"): drivers for name, drivers in listed}
+    assert read <= set(booted), sorted(read - set(booted))
+    assert [name for name in set(booted) - read if not booted[name]] == []
