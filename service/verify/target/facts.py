@@ -82,7 +82,7 @@ FACTS = (
     ),
     Fact(
         "/sys/module names of built-in code",
-        "the running kernel's /sys/module (entries without initstate) when the release is the "
+        "the running kernel's /sys/module (directories without initstate) when the release is the "
         "running one; else the image's __param prefixes and __modver module names",
         "a modules.builtin name is refused (policy)",
     ),
