@@ -126,6 +126,23 @@ class RebootConfig:
     sentinel: Path | None = None
     window: Window = field(default_factory=Window)
     guard: Guard = field(default_factory=Guard)
+    # seconds a bundle may be without its driver for a pending upgrade before status calls
+    # it failed; None: :meth:`upgrading_limit`'s default
+    upgrading_bound: float | None = None
+
+    def upgrading_limit(self) -> float:
+        """How long a bundle may be ``upgrading`` (its modules unloaded for a pending
+        generation) before it is failed: ``upgrading_bound``, else the window's longest
+        closed stretch plus ``min_delay`` and :data:`UPGRADING_MARGIN`, so a closed window
+        alone never makes an upgrade a failure."""
+        if self.upgrading_bound is not None:
+            return self.upgrading_bound
+        return self.window.longest_closed() + self.guard.min_delay + UPGRADING_MARGIN
+
+
+#: beyond the window's longest closed stretch: kured's period (1 h by default), a drain,
+#: the reboot itself, and slack
+UPGRADING_MARGIN = 2 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -190,6 +207,7 @@ REBOOT_KEYS = {
     "timezone",
     "min_delay",
     "min_interval",
+    "upgrading_bound",
 }
 
 
@@ -224,12 +242,16 @@ def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
     if sentinel is not None and not isinstance(sentinel, str):
         problems.append("reboot.sentinel: must be a string")
         sentinel = None
+    bound = value.get("upgrading_bound")
     return RebootConfig(
         backend=backend,
         command=command,
         sentinel=Path(sentinel) if sentinel else None,
         window=window,
         guard=guard,
+        upgrading_bound=None
+        if bound is None
+        else _seconds(bound, "reboot.upgrading_bound", problems),
     )
 
 

@@ -102,6 +102,12 @@ class Layout:
         return self.run / "heartbeat.json"
 
     @property
+    def unloads(self) -> Path:
+        """When each module left the kernel in this boot (the daemon's record of the
+        kernel's module ``remove`` uevents; :mod:`service.status.unloads`)."""
+        return self.run / "unloads.json"
+
+    @property
     def reboot_sentinel(self) -> Path:
         """kured's default sentinel file."""
         return self._under("/var/run/reboot-required")

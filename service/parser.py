@@ -140,8 +140,9 @@ EXIT_CODES = {
     "intake": "0 every drop accepted, 1 any rejected or deferred, 2 usage",
     "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
     "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
-    "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2); "
-    "--reboot-required has its own, see that option",
+    "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2), "
+    "4 upgrading (a bundle's driver was unloaded for a pending generation and waits for its "
+    "reboot, within [reboot] upgrading_bound); --reboot-required has its own, see that option",
     "wait": "0 the generation is active, 1 rejected or failed (or the ready file cannot be "
     "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
     "4 the generation waits for another kernel than the running one, 5 no device it drives "

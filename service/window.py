@@ -51,6 +51,24 @@ class Window:
                 return start.astimezone(UTC)
         return None
 
+    def longest_closed(self) -> float:
+        """The longest stretch in a week, in seconds, during which the window is shut (0
+        when it is always open; a whole week when it never opens), read from its days and
+        hours in its own time zone (a daylight-saving shift moves it by an hour at most)."""
+        week, day = 7 * 86400, 86400
+        start = self.start.hour * 3600 + self.start.minute * 60 + self.start.second
+        end = self.end.hour * 3600 + self.end.minute * 60 + self.end.second
+        length = end - start if end >= start else end + day - start
+        opens = sorted(DAYS.index(d) * day + start for d in set(self.days or DAYS))
+        if not opens:
+            return float(week)
+        gaps = []
+        for i, begin in enumerate(opens):
+            following = opens[(i + 1) % len(opens)] + (week if i + 1 == len(opens) else 0)
+            gaps.append(max(0, following - (begin + length)))
+        longest = max(gaps)
+        return 0.0 if longest <= 1 else float(longest)  # 23:59:59 to 00:00: always open
+
 
 def _day(when: datetime) -> str:
     return DAYS[(when.weekday() + 1) % 7]

@@ -26,6 +26,7 @@ class Kind(enum.StrEnum):
     OVERFLOW = "overflow"  # inotify lost events: rescan everything
     MEMORY = "memory"  # a memory block was added or went offline
     DEVICES = "devices"  # a PCI device appeared, went, or was bound or unbound
+    MODULES = "modules"  # a kernel module was unloaded or loaded (detail: "remove nvidia")
     STOP = "stop"  # SIGTERM, SIGINT, or a test: leave the loop
 
 

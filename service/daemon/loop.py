@@ -212,6 +212,24 @@ class Daemon:
         except OSError as exc:
             log.error("metrics.write_failed", path=str(self.layout.metrics), error=str(exc))
 
+    def record_unloads(self, events: list[Event]) -> None:
+        """Record when modules left the kernel (and forget those that came back) in
+        ``/run/modstage/unloads.json``; a failure is logged, never fatal."""
+        from service.status.unloads import read_unloads, updated, write_unloads
+
+        changes = [(action, name) for action, _, name in (e.detail.partition(" ") for e in events)]
+        gone = [name for action, name in changes if action == "remove"]
+        if gone:
+            log.info("modules.unloaded", modules=gone)
+        try:
+            boot_id = self.layout.boot_id.read_text().strip()
+            before = read_unloads(self.layout.unloads, boot_id)
+            after = updated(before, changes, self.clock.now().timestamp())
+            if after != before:
+                write_unloads(self.layout.unloads, boot_id, after)
+        except OSError as exc:
+            log.error("unloads.write_failed", path=str(self.layout.unloads), error=str(exc))
+
     def online_memory(self, events: list[Event]) -> list[Onlined]:
         """Online offline blocks per the host's hotplug policy; log each with its latency."""
         if self.config.hotplug_policy == "kernel":
@@ -257,17 +275,21 @@ class Daemon:
             timers.dirty = now
         memory = [e for e in batch if e.kind is Kind.MEMORY]
         devices = [e for e in batch if e.kind is Kind.DEVICES]
+        modules = [e for e in batch if e.kind is Kind.MODULES]
         if memory:
             self.online_memory(memory)
         if devices:
             log.info("devices.changed", uevents=[e.detail for e in devices])
-        if memory or devices:  # the metrics read the blocks and the device view again
+        if modules:
+            self.record_unloads(modules)
+        if memory or devices or modules:  # the metrics read the blocks and devices again
             timers.metrics = now + self.settle  # not between the blocks of one DIMM
         elif timers.metrics is not None and now >= timers.metrics:
             timers.metrics = None
             self.write_metrics()
         scanned = self._scan_if_due(timers, now)
-        hardware_only = bool(batch) and len(memory) + len(devices) == len(batch) and not scanned
+        kernel_only = len(memory) + len(devices) + len(modules) == len(batch)
+        hardware_only = bool(batch) and kernel_only and not scanned
         quiet = timers.check is None or now < timers.check
         if not (hardware_only and quiet and now < self.next_beat):
             self._decide(timers, now)  # memory and devices alone change nothing about reboots

@@ -14,6 +14,10 @@ functions of each :class:`Uevent` what to do:
 * an ``add``, ``remove``, ``bind`` or ``unbind`` of a PCI device: tell the loop
   (:data:`~service.daemon.events.Kind.DEVICES`), which refreshes the metrics (and with them
   the device view of :mod:`service.kernel.pci`) when a GPU appears, is bound or is lost;
+* a ``remove`` or ``add`` of a kernel module (``delete_module``, as the driver pod's init
+  container does before an upgrade, or a load): tell the loop
+  (:data:`~service.daemon.events.Kind.MODULES`), which records when each module left the
+  kernel (:mod:`service.status.unloads`: ``status`` tells an upgrade from a failure by it);
 * a lost message (the receive buffer overflowed, ``ENOBUFS``): an event without a block,
   on which the loop walks every block and refreshes the device view.
 
@@ -50,9 +54,10 @@ from stager.manifest import MemoryPolicy
 
 log = get_logger("modstage.memory")
 RCVBUF = 16 << 20  # a large hot-add announces hundreds of blocks at once
-SUBSYSTEMS = ("memory", "pci")
+SUBSYSTEMS = ("memory", "pci", "module")
 MEMORY_ACTIONS = ("add", "offline")  # online events are our own writes: nothing to do
 PCI_ACTIONS = ("add", "remove", "bind", "unbind")  # a device appears, is lost, bound, unbound
+MODULE_ACTIONS = ("add", "remove")  # a module is loaded, unloaded
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,11 @@ class Uevent:
         """Whether this is a PCI device appearing, going, or gaining or losing its driver."""
         return self.subsystem == "pci" and self.action in PCI_ACTIONS
 
+    @property
+    def module_change(self) -> bool:
+        """Whether this is a kernel module loaded or unloaded (``sys_name``: its name)."""
+        return self.subsystem == "module" and self.action in MODULE_ACTIONS
+
     def event(self, at: float) -> Event | None:
         """What the loop is told of this uevent (None: nothing it acts on)."""
         block = self.memory_block
@@ -87,6 +97,8 @@ class Uevent:
             return Event(Kind.MEMORY, f"{self.action} memory{block}", at=at)
         if self.device_change:
             return Event(Kind.DEVICES, f"{self.action} {self.sys_name}", at=at)
+        if self.module_change:
+            return Event(Kind.MODULES, f"{self.action} {self.sys_name}", at=at)
         return None
 
 

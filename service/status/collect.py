@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.config import Config
+from service.config import Config, RebootConfig
 from service.errors import ConfigError, StateError
 from service.kernel import pci
 from service.layout import Layout
@@ -27,7 +27,16 @@ from service.status.hardware import (
     misplaced_memory,
 )
 from service.status.hardware import signers as signers_of
-from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
+from service.status.health import (
+    DRIVER_POD_READY,
+    Health,
+    Unloads,
+    Upgrading,
+    Verdict,
+    bundle_health,
+    overall,
+    waiting_note,
+)
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
     BundleReport,
@@ -38,8 +47,10 @@ from service.status.report import (
     RebootReport,
     Report,
     SignerRow,
+    UpgradingRow,
     WindowRow,
 )
+from service.status.unloads import read_unloads
 from service.store import quarantine
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad
@@ -106,6 +117,21 @@ def _history_row(h: HistoryEntry) -> HistoryRow:
     return HistoryRow(h.at, iso(h.at), h.source, h.target, h.note or None)
 
 
+def _upgrading_row(up: Upgrading | None) -> UpgradingRow | None:
+    if up is None:
+        return None
+    return UpgradingRow(
+        up.to,
+        up.version,
+        iso(up.since),
+        up.unload_seen,
+        round(up.seconds, 1),
+        up.limit,
+        iso(up.since + up.limit),
+        up.expired,
+    )
+
+
 def _bundle_report(
     bundle: BundleState | None,
     status_doc: StatusFile | None,
@@ -138,11 +164,24 @@ def _bundle_report(
         errors=errors,
         devices=devices_row(devices),
         signers=signers,
+        upgrading=_upgrading_row(verdict.upgrading),
+    )
+
+
+def unloads(layout: Layout, config: Config | None, boot_id: str | None, now: float) -> Unloads:
+    """What the host knows of its modules' unloads (the daemon's record, the operator's
+    readiness file) and the upgrading bound of ``config`` (the defaults' when invalid)."""
+    ready = layout.host(DRIVER_POD_READY)
+    return Unloads(
+        read_unloads(layout.unloads, boot_id),
+        ready.exists() if ready.parent.is_dir() else None,
+        now,
+        (config.reboot if config is not None else RebootConfig()).upgrading_limit(),
     )
 
 
 def _bundles(
-    layout: Layout, state: State, kernel: str | None, boot_id: str | None
+    layout: Layout, state: State, kernel: str | None, boot_id: str | None, known: Unloads
 ) -> dict[str, BundleReport]:
     """Every bundle that state or a status file names, judged against the running kernel."""
     files = read_status_files(layout.status)
@@ -161,9 +200,12 @@ def _bundles(
             state_boot_id=state.boot_id,
             live=live,
             devices=devices,
+            unloads=known,
         )
         if isinstance(entry, str):
-            verdict = Verdict(max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry))
+            verdict = Verdict(
+                max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry), verdict.upgrading
+            )
         signers = signers_of(layout, b)
         bundles[name] = _bundle_report(
             b, doc, verdict, kernel=kernel, live=live, devices=devices, signers=signers
@@ -260,7 +302,7 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
     if config_error:
         problems.append(Problem(None, Health.DEGRADED, config_error))
     healths = [p.health for p in problems]
-    bundles = _bundles(layout, state, kernel, boot_id)
+    bundles = _bundles(layout, state, kernel, boot_id, unloads(layout, config, boot_id, now))
     for name, b in bundles.items():
         healths.append(b.health)
         problems += [Problem(name, b.health, r) for r in b.reasons]

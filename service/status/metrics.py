@@ -14,6 +14,7 @@ from pathlib import Path
 
 from service.layout import Layout
 from service.status.collect import collect
+from service.status.health import Health
 from service.status.report import BundleReport, Report
 from service.store.phase import Phase
 from stager.atomic import write_atomic
@@ -31,10 +32,20 @@ class Family:
 
 
 _HELP = {
-    "modstage_health": "Host health: 0 healthy, 1 degraded, 2 failed (status exit code).",
+    "modstage_health": (
+        "Host health: 0 healthy, 1 degraded, 2 failed, 4 upgrading (status exit code)."
+    ),
+    "modstage_grade": "1 for the host's health (healthy, upgrading, degraded, failed), 0 else.",
     "modstage_state_readable": "1 if state.json could be read.",
     "modstage_reboot_required": "1 if a pending generation waits for a reboot.",
-    "modstage_bundle_health": "Bundle health: 0 healthy, 1 degraded, 2 failed.",
+    "modstage_bundle_health": "Bundle health: 0 healthy, 1 degraded, 2 failed, 4 upgrading.",
+    "modstage_bundle_grade": "1 for the bundle's health, 0 for the others.",
+    "modstage_bundle_driverless_seconds": (
+        "Seconds an upgrading bundle has been without its driver (absent: it is not)."
+    ),
+    "modstage_bundle_upgrading_limit_seconds": (
+        "How long an upgrading bundle may be without its driver before it is failed."
+    ),
     "modstage_bundle_phase": "1 for the phase the bundle is in, 0 for the others.",
     "modstage_bundle_reboot_required": "1 if the bundle waits for a reboot.",
     "modstage_bundle_failed_generations": "Failed generations the state remembers.",
@@ -60,7 +71,9 @@ def families(doc: Report, verification: Mapping[str, float] | None = None) -> li
     """The metrics for a ``status`` report; ``verification``: seconds per bundle, if known."""
     fams = [Family(name, text) for name, text in _HELP.items()]
     by: Samples = {f.name: f.samples for f in fams}
-    by["modstage_health"].append(({}, float(doc.health)))
+    by["modstage_health"].append(({}, float(doc.health.code)))
+    for grade in Health:
+        by["modstage_grade"].append(({"health": grade.label}, float(doc.health is grade)))
     by["modstage_state_readable"].append(({}, 0.0 if doc.state_error else 1.0))
     by["modstage_reboot_required"].append(({}, float(doc.reboot.required)))
     for name, b in doc.bundles.items():
@@ -78,7 +91,13 @@ def families(doc: Report, verification: Mapping[str, float] | None = None) -> li
 def _bundle_samples(by: Samples, name: str, b: BundleReport, *, waiting: bool) -> None:
     """Append one bundle's samples to the families in ``by``."""
     bl = {"bundle": name}
-    by["modstage_bundle_health"].append((bl, float(b.health)))
+    by["modstage_bundle_health"].append((bl, float(b.health.code)))
+    for grade in Health:
+        grade_labels = {**bl, "health": grade.label}
+        by["modstage_bundle_grade"].append((grade_labels, float(b.health is grade)))
+    if b.upgrading is not None:
+        by["modstage_bundle_driverless_seconds"].append((bl, b.upgrading.seconds))
+        by["modstage_bundle_upgrading_limit_seconds"].append((bl, b.upgrading.limit_seconds))
     for phase in Phase:
         by["modstage_bundle_phase"].append(
             ({**bl, "phase": phase.value}, float(b.phase == phase.value))

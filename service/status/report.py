@@ -104,6 +104,21 @@ class SignerRow:
 
 
 @dataclass(frozen=True)
+class UpgradingRow:
+    """A bundle without its driver for a planned upgrade (``upgrading``): what it waits
+    for, since when, and when that becomes a failure (``expired``: it has)."""
+
+    to: str | None  # the pending generation (None: the new driver pod's drop is not in yet)
+    version: str | None
+    since_utc: str | None
+    unload_seen: bool  # ``since`` is the unload the daemon saw (else the pending's record)
+    seconds: float  # without the driver for (at least) this long
+    limit_seconds: float
+    fails_at_utc: str | None
+    expired: bool
+
+
+@dataclass(frozen=True)
 class BundleReport:
     """One bundle: persisted state, health and its reasons, and its last status file."""
 
@@ -123,6 +138,7 @@ class BundleReport:
     # None: no loaded module of the bundle has a PCI alias
     devices: DevicesRow | None = None
     signers: tuple[SignerRow, ...] = ()
+    upgrading: UpgradingRow | None = None
 
 
 @dataclass(frozen=True)
@@ -193,8 +209,8 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """``status``'s exit code: 0 healthy, 1 degraded, 2 failed."""
-        return int(self.health)
+        """``status``'s exit code: 0 healthy, 1 degraded, 2 failed, 4 upgrading."""
+        return self.health.code
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` document (schema :data:`SCHEMA`)."""

@@ -10,13 +10,23 @@ from typing import TYPE_CHECKING, TextIO
 
 from service.status.glance import iso
 from service.status.health import Health
-from service.status.report import BundleReport, LoadedRow, Report
+from service.status.report import BundleReport, LoadedRow, Problem, Report
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-_MARK = {Health.HEALTHY: "ok", Health.DEGRADED: "DEGRADED", Health.FAILED: "FAILED"}
-_STYLE = {Health.HEALTHY: "green", Health.DEGRADED: "yellow", Health.FAILED: "bold red"}
+_MARK = {
+    Health.HEALTHY: "ok",
+    Health.UPGRADING: "UPGRADING",
+    Health.DEGRADED: "DEGRADED",
+    Health.FAILED: "FAILED",
+}
+_STYLE = {
+    Health.HEALTHY: "green",
+    Health.UPGRADING: "cyan",
+    Health.DEGRADED: "yellow",
+    Health.FAILED: "bold red",
+}
 
 
 def when(epoch: float | None) -> str:
@@ -45,6 +55,15 @@ def _reboot_line(doc: Report) -> str:
         f"{line} (backend {r.backend}, window {days} {w.start}-{w.end} "
         f"{w.timezone}{opens}, sentinel {'present' if r.sentinel_present else 'absent'})"
     )
+
+
+def _problem(doc: Report, p: Problem) -> str:
+    """One problem; an upgrade's also names the reboot it waits for."""
+    text = f"{p.bundle or 'host'}: {p.reason}"
+    b = doc.bundles.get(p.bundle or "")
+    if b is not None and b.upgrading is not None and p.health is Health.UPGRADING:
+        text += f"; reboot: {_reboot_line(doc)}"
+    return text
 
 
 def _daemon_line(doc: Report) -> str:
@@ -125,7 +144,7 @@ def lines(doc: Report) -> list[str]:
         f"reboot: {_reboot_line(doc)}",
         _daemon_line(doc),
     ]
-    out += [f"  ! {p.bundle or 'host'}: {p.reason}" for p in doc.problems]
+    out += [f"  ! {_problem(doc, p)}" for p in doc.problems]
     for name, b in doc.bundles.items():
         _bundle_lines(name, b, out)
     out += _quarantine_lines(doc)
@@ -185,7 +204,7 @@ def render_rich(doc: Report, out: TextIO) -> None:
     )
     console.print(_daemon_line(doc), highlight=False)
     for p in doc.problems:
-        where = escape(f"{p.bundle or 'host'}: {p.reason}")  # drop text: no markup
+        where = escape(_problem(doc, p))  # drop text: no markup
         console.print(f"  [yellow]![/] {where}", highlight=False)
     for name, b in doc.bundles.items():
         _rich_bundle(console, name, b)

@@ -387,6 +387,36 @@ def test_a_device_event_refreshes_the_metrics_once_settled_and_redecides_nothing
     assert host.heartbeat.stat().st_mtime_ns == beat
 
 
+def test_a_module_unloaded_is_recorded_for_status_and_forgotten_when_back(
+    host: Layout,
+) -> None:
+    """The listener's MODULES events: a ``remove`` records when the module left the kernel
+    in /run/modstage/unloads.json (this boot's id), an ``add`` forgets it; the metrics are
+    written again once the burst settles, and no reboot is decided for it."""
+    from service.daemon.timers import Timers
+    from service.status.unloads import read_unloads
+
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    clock.run_for(1)
+    daemon.loop()
+    host.boot_id.parent.mkdir(parents=True, exist_ok=True)
+    host.boot_id.write_text("boot-9\n")
+    timers = Timers.start(clock.mono, daemon.rescan_every, None)
+    timers.dirty = None
+    unload = [Event(Kind.MODULES, "remove nvidia_modeset"), Event(Kind.MODULES, "remove nvidia")]
+    with capture_logs() as logs:
+        daemon.step(unload, timers)
+    at = clock.now().timestamp()
+    assert read_unloads(host.unloads, "boot-9") == {"nvidia_modeset": at, "nvidia": at}
+    assert [e["modules"] for e in logs if e["event"] == "modules.unloaded"] == [
+        ["nvidia_modeset", "nvidia"]
+    ]
+    assert timers.metrics == clock.mono + daemon.settle
+    daemon.step([Event(Kind.MODULES, "add nvidia")], timers)
+    assert read_unloads(host.unloads, "boot-9") == {"nvidia_modeset": at}
+
+
 def test_failing_backend_does_not_stop_the_daemon(
     host: Layout, module: Path, kernel: str, running: object
 ) -> None:

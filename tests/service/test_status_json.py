@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,15 @@ from service.cli import main
 from service.config import Limits
 from service.layout import Layout
 from service.status.glance import write_heartbeat
+from service.status.unloads import write_unloads
 from service.store import quarantine
 from service.store.phase import Phase
 from service.store.records import ModuleLoad, RebootIntent
-from service.store.state import State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import read, save
 from service.store.statusfile import write_status
 from stager.record import dump
-from tests.service.test_metrics import fallback_host
+from tests.service.test_metrics import KERNEL, fallback_host
 
 DOC = Path(__file__).resolve().parents[2] / "docs/status.md"
 ASKED = RebootIntent(1.5, "b", "kured", ("nvidia",), "r")
@@ -57,15 +59,29 @@ def keys(value: Any, skip: frozenset[str] = frozenset({"bundles", "status_file"}
     return found
 
 
+def _upgrading_bundle() -> BundleState:
+    """A bundle whose module was unloaded (its ``remove`` recorded) for a pending generation."""
+    kernel = KERNEL
+    b = BundleState().with_generation(Generation("d" * 64, "1", kernel, added=1.0))
+    b = b.move(Phase.PENDING, pending="d" * 64).move(Phase.LOADING)
+    b = b.move(Phase.ACTIVE, active="d" * 64, pending=None, loaded=(ModuleLoad("ice", "S9"),))
+    return b.staged(Generation("e" * 64, "2", kernel, added=2.0), retain=3)
+
+
 def full_host(tmp_path: Path) -> Layout:
     """A host with every section filled: bundles with generations, modules and history, a
-    reboot asked for, a window, a heartbeat, a rejected drop, quarantine, memory blocks."""
+    reboot asked for, a window, a heartbeat, a rejected drop, quarantine, memory blocks,
+    an upgrade under way."""
     layout = fallback_host(tmp_path)
     state = State(read(layout.state).bundles, boot_id="boot-2", reboot=ASKED)
     nvidia = state.bundle("nvidia")
     gpu = ModuleLoad("nvidia", "abc", 1.0, pci=("pci:v000010DEd*sv*sd*bc03sc02i00*",))
     state = state.with_bundle("nvidia", replace(nvidia, loaded=(*nvidia.loaded, gpu)))
+    state = state.with_bundle("ice", _upgrading_bundle())
     save(layout.state, state)
+    layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
+    layout.boot_id.write_text("boot-2\n")
+    write_unloads(layout.unloads, "boot-2", {"ice": time.time() - 60})
     device = layout.sys / "bus/pci/devices/0000:41:00.0"
     device.mkdir(parents=True)
     (device / "modalias").write_text("pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00\n")

@@ -89,6 +89,16 @@ def test_memory_adds_and_offlines_and_pci_changes_are_what_the_loop_hears() -> N
     assert [u.memory_block for u in nothing] == [None] * 4
 
 
+def test_a_module_unloaded_or_loaded_is_a_modules_event() -> None:
+    """A kernel module's ``remove`` (``delete_module``) or ``add`` names it (MODULES); its
+    ``change`` (a parameter written) is nothing."""
+    assert Uevent("remove", "module", "nvidia_uvm").event(3.0) == Event(
+        Kind.MODULES, "remove nvidia_uvm", at=3.0
+    )
+    assert Uevent("add", "module", "nvidia").event(4.0) == Event(Kind.MODULES, "add nvidia", at=4.0)
+    assert Uevent("change", "module", "nvidia").event(4.0) is None
+
+
 def test_uevent_of_a_pyudev_device_reads_action_subsystem_and_name() -> None:
     """Uevent.of takes what pyudev's Device says of the event: action, subsystem, sys_name."""
 
