@@ -211,3 +211,35 @@ def test_wait_runs_with_the_standard_library_and_tomli_w_alone(tmp_path: Path) -
         [sys.executable, "-S", "-c", script], env=env, capture_output=True, text=True, check=False
     )
     assert result.stdout.splitlines()[-1] == "0 []", result.stderr
+
+
+def test_wait_keeps_waiting_through_a_digest_only_upgrade(tmp_path: Path) -> None:
+    """The digest-only upgrade (``status`` says upgrading): the init container unloaded OLD,
+    the pod dropped OLD again, the host made it pending once more and asked the reboot.
+    ``wait`` for OLD does not take the active record for done while OLD is pending again;
+    it answers 0 once the boot loaded it."""
+    layout = Layout(tmp_path)
+    live = pending().move(Phase.LOADING).move(Phase.ACTIVE, active=OLD, pending=None)
+    again = live.reloading(OLD)
+    scheduled = again.move(Phase.REBOOT_SCHEDULED)
+    steps = [
+        lambda: write_status(layout, "nvidia", again, generation=OLD),
+        lambda: write_status(layout, "nvidia", scheduled, generation=OLD),
+        lambda: write_status(layout, "nvidia", scheduled, generation=OLD),
+        lambda: write_status(
+            layout,
+            "nvidia",
+            live.move(Phase.PENDING, pending=OLD)
+            .move(Phase.LOADING)
+            .move(Phase.ACTIVE, pending=None),
+            generation=OLD,
+        ),
+    ]
+    code, seen, _script = run_script(layout, Target(OLD), steps)
+    assert code == EXIT_ACTIVE
+    assert [s.split(" ")[0] for s in seen] == [
+        "waiting",
+        "pending",
+        "reboot_scheduled",
+        "generation",
+    ]

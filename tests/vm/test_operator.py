@@ -64,7 +64,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -213,6 +213,40 @@ def _loaded(vm: Vm) -> str | None:
 
 def _ready(vm: Vm) -> bool:
     return bool(vm.eval("os.path.exists('/run/nvidia/validations/.driver-ctr-ready')"))
+
+
+def _status(vm: Vm) -> tuple[int, dict[str, Any]]:
+    """``modstage status --json``: its exit code and document."""
+    rc, out = modstage(vm, "status", "--json")
+    return rc, json.loads(out)
+
+
+def _upgrading(vm: Vm, version: str | None) -> dict[str, Any]:
+    """``status`` says upgrading (exit code 4, nothing failed) to ``version`` (None: the new
+    pod's drop is not in yet), the unload seen by the daemon, and the plain view puts the
+    reboot it waits for on the same line; returns the bundle's ``upgrading``."""
+    seen: list[tuple[int, dict[str, Any]]] = []
+
+    def upgrading() -> bool:
+        seen.append(_status(vm))
+        rc, doc = seen[-1]
+        up = doc["bundles"]["nvidia"]["upgrading"]
+        return rc == 4 and up is not None and up["version"] == version and up["unload_seen"]
+
+    _wait_until(upgrading, 30, f"status: upgrading to {version}")
+    rc, doc = seen[-1]
+    assert doc["health"] == "upgrading" and not doc["bundles"]["nvidia"]["upgrading"]["expired"]
+    rc, plain = modstage(vm, "status")
+    assert rc == 4 and "host: UPGRADING" in plain and "FAILED" not in plain, plain
+    line = next(ln for ln in plain.splitlines() if ln.startswith("  ! nvidia: upgrading"))
+    assert "; reboot: " in line, line
+    return dict(doc["bundles"]["nvidia"]["upgrading"])
+
+
+def _healthy(vm: Vm) -> None:
+    """``status`` says healthy (exit code 0)."""
+    rc, doc = _status(vm)
+    assert rc == 0 and doc["health"] == "healthy", doc["problems"]
 
 
 class Held(NamedTuple):
@@ -499,10 +533,12 @@ def test_v1_to_v2(rollout: Rollout, node: Vm, key: SigningKey) -> None:
     assert "driver config changed" in changed and "unloaded nvidia" in changed, changed
     t_unload = time.monotonic()
     assert _loaded(node) is None
+    assert _upgrading(node, None)["to"] is None  # the drop is not in yet: the pod is replaced
     rollout.start()
     _pending(node, "2.0")
     t_asked = time.monotonic()
     _labels_are(node, {"phase": "reboot_scheduled", "active": "1.0", "pending": "2.0"})
+    _upgrading(node, "2.0")
     assert rollout.settle() is State.POD_RESTART_REQUIRED  # waiting, not ready: no timeout
 
     rollout.stop()
@@ -515,6 +551,7 @@ def test_v1_to_v2(rollout: Rollout, node: Vm, key: SigningKey) -> None:
     ready = rollout.ready_after(rollout.start())
     assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
+    _healthy(node)
     assert t_asked - t_unload < 60, "staging takes seconds: the reboot is the driver-less time"
     rollout.record(
         "v1 -> v2",
@@ -573,6 +610,13 @@ def test_closed_window_holds_a_digest_only_change(
     t_unload = time.monotonic()
     rollout.start()
     t_held = _waiting_for_window(node, "2.0")  # pending again, no reboot asked: window shut
+    up = _upgrading(node, "2.0")  # never failed while the window is shut
+    assert up["limit_seconds"] > 5 * 3600, up  # the bound outlasts the closed stretch
+    _rc, plain = modstage(node, "status")
+    assert "outside the reboot window" in plain, plain
+    grade = 'modstage_bundle_grade{bundle="nvidia",health="upgrading"} 1.0'
+    metrics = "/var/lib/prometheus/node-exporter/modstage.prom"
+    _wait_until(lambda: grade in str(node.eval(f"read({metrics!r})")), 30, "the upgrading metric")
     rc, said = modstage(node, "status", "--reboot-required")
     assert rc == 1, said  # kured's sentinel: no reboot outside the window
     _rc, doc = modstage(node, "status", "--json")
@@ -639,6 +683,7 @@ def test_digest_only_change(rollout: Rollout, node: Vm, key: SigningKey) -> None
     ready = rollout.ready_after(rollout.start())
     assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
+    _healthy(node)
     rollout.record(
         "digest-only change",
         rollout.controller.state,
@@ -668,6 +713,7 @@ def test_v3_failing_at_boot_falls_back_to_v2(rollout: Rollout, node: Vm, key: Si
     rollout.start()
     _pending(node, "3.0")
     _labels_are(node, {"phase": "reboot_scheduled", "active": "2.0", "pending": "3.0"})
+    _upgrading(node, "3.0")
 
     rollout.stop()
     t_down = time.monotonic()
@@ -685,8 +731,11 @@ def test_v3_failing_at_boot_falls_back_to_v2(rollout: Rollout, node: Vm, key: Si
     labels = _labels(node)
     assert labels["phase"] == "active" and labels["active"] == "2.0" and labels["pending"] == ""
     assert "ENODEV" in labels["failed"], labels
-    _rc, status = modstage(node, "status")
+    rc, status = modstage(node, "status")
     assert "ENODEV" in status, status
+    # the upgrade failed: no longer upgrading; v2 runs, so degraded (exit 1), as any fallback
+    rc, doc = _status(node)
+    assert (rc, doc["health"], doc["bundles"]["nvidia"]["upgrading"]) == (1, "degraded", None)
     kept = rollout.init_container()  # the v3 pod's init container, after the reboot
     assert "skipping the unload" in kept and "unloaded" not in kept, kept
     runs = []
@@ -737,6 +786,7 @@ def test_revert_to_v2_after_v3_failed(rollout: Rollout, node: Vm, key: SigningKe
     t_unload = time.monotonic()
     rollout.start()
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
+    assert _upgrading(node, "2.0")["to"] == state(node).bundle("nvidia").active
     reverting = {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"}
     _labels_are(node, {**reverting, "failed": failed})  # until v2 is up again
     rollout.stop()
@@ -751,6 +801,7 @@ def test_revert_to_v2_after_v3_failed(rollout: Rollout, node: Vm, key: SigningKe
     ready = rollout.ready_after(rollout.start())
     assert rollout.settle() is State.DONE and not rollout.controller.cordoned
     _labels_are(node, {"phase": "active", "active": "2.0", "pending": ""})
+    _healthy(node)
     rollout.record(
         "revert to v2 after v3 failed",
         rollout.controller.state,
@@ -759,3 +810,19 @@ def test_revert_to_v2_after_v3_failed(rollout: Rollout, node: Vm, key: SigningKe
         ready_s=round(ready, 1),
         note="the admin deletes the failed node's pod; one reboot, asked by the host",
     )
+
+
+def test_an_unload_with_nothing_pending_is_a_failure(rollout: Rollout, node: Vm) -> None:
+    """Someone unloads nvidia_uvm by hand while v2 runs and its pod is ready, nothing
+    pending: ``status`` says failed (exit code 2), never upgrading, naming the module.
+
+    Starts from the node test_revert_to_v2_after_v3_failed leaves (v2 live, its pod
+    ready); the last step of the scenario (the node keeps no driver afterwards)."""
+    rollout.after("revert to v2 after v3 failed")
+    assert _ready(node) and state(node).bundle("nvidia").pending is None
+    result = node.run("rmmod nvidia_uvm", timeout=60)
+    assert result.rc == 0, result.stdout + result.stderr
+    rc, doc = _status(node)
+    nvidia = doc["bundles"]["nvidia"]
+    assert (rc, doc["health"], nvidia["upgrading"]) == (2, "failed", None), doc["problems"]
+    assert any("nvidia_uvm are not loaded" in r for r in nvidia["reasons"]), nvidia["reasons"]
