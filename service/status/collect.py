@@ -26,7 +26,6 @@ from service.status.hardware import (
     memory_summary,
     misplaced_memory,
 )
-from service.status.hardware import signers as signers_of
 from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
@@ -40,6 +39,7 @@ from service.status.report import (
     SignerRow,
     WindowRow,
 )
+from service.status.signers import signer_rows as signers_of
 from service.store import quarantine
 from service.store.phase import Phase
 from service.store.records import HistoryEntry, ModuleLoad
