@@ -134,6 +134,11 @@ class Layout:
         return self.sys / "kernel/security/lockdown"
 
     @property
+    def tainted(self) -> Path:
+        """The kernel's taint mask, in decimal (bit 13: a module loaded unverified)."""
+        return self.proc / "sys/kernel/tainted"
+
+    @property
     def boot_id(self) -> Path:
         """The kernel's random id of the current boot."""
         return self.proc / "sys/kernel/random/boot_id"

@@ -126,6 +126,11 @@ def _serve_status(sub: Subparsers) -> None:
     status = _host(sub, "status", "service.cmd.status", "show bundles, generations and phases")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.add_argument(
+        "--issuers",
+        action="store_true",
+        help="also show each signer's whole issuer name (--json always has it)",
+    )
+    status.add_argument(
         "--reboot-required",
         action="store_true",
         help="exit 0 if a reboot is required, 1 if not, 3 if modstage cannot tell "

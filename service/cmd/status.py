@@ -25,5 +25,5 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)
     else:
-        render(report, out)
+        render(report, out, issuers=args.issuers)
     return report.exit_code

@@ -26,7 +26,6 @@ from service.status.hardware import (
     memory_summary,
     misplaced_memory,
 )
-from service.status.hardware import signers as signers_of
 from service.status.health import (
     DRIVER_POD_READY,
     Health,
@@ -50,6 +49,7 @@ from service.status.report import (
     UpgradingRow,
     WindowRow,
 )
+from service.status.signers import signer_rows as signers_of
 from service.status.unloads import read_unloads
 from service.store import quarantine
 from service.store.phase import Phase

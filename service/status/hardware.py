@@ -1,7 +1,6 @@
-"""What ``status`` shows of the node's hardware and a bundle's trust: memory blocks (and
-those in the wrong zone for the policy), the PCI devices a bundle's loaded modules are for
-and who drives them, and which of the running kernel's keyrings holds each module's signer.
-The device view is read only for a bundle with PCI aliases."""
+"""What ``status`` shows of the node's hardware: memory blocks (and those in the wrong zone
+for the policy), and the PCI devices a bundle's loaded modules are for and who drives them.
+The device view is read only for a bundle with PCI aliases. (Signers: ``signers.py``.)"""
 
 from __future__ import annotations
 
@@ -14,10 +13,9 @@ from service.kernel.memory import misplaced, walk
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.status.health import Health
-from service.status.report import DeviceRow, DevicesRow, MemoryRow, Problem, SignerRow
+from service.status.report import DeviceRow, DevicesRow, MemoryRow, Problem
 from service.store.generations import Store
 from service.store.state import BundleState, State
-from service.verify.signature.keyring import KernelKeyring, signer_key_id
 from stager.manifest import MemoryPolicy
 
 
@@ -46,32 +44,6 @@ class PciView:
         if self._present is None:
             self._present = pci.present(Sysfs(self.sys_root))
         return pci.devices_for(aliases, self._present, [m.module for m in b.loaded] if b else ())
-
-
-def signers(layout: Layout, b: BundleState | None) -> tuple[SignerRow, ...]:
-    """Each module of the active and pending generations: its signer's key id and the
-    running kernel's keyring that holds it (read-only: the store and keyctl searches)."""
-    if b is None:
-        return ()
-    rows: list[SignerRow] = []
-    store, keyring = Store(layout.store), KernelKeyring(layout.proc)
-    for generation in dict.fromkeys(g for g in (b.active, b.pending) if g):
-        try:
-            modules = [m.file for m in store.manifest(generation).modules]
-        except Exception as exc:  # a store damaged under status: say so, never crash status
-            rows.append(SignerRow(generation, "", None, None, f"cannot read the manifest: {exc}"))
-            continue
-        for name in modules:
-            try:
-                key_id = signer_key_id(store.path(generation) / name)
-                where = None if key_id is None else keyring.where(key_id)
-                note = None if key_id else "unsigned"
-                if key_id and where is None and not keyring.visible():
-                    note = "the kernel's keyrings are not visible (run as root)"
-            except OSError as exc:
-                key_id, where, note = None, None, f"{exc.strerror or exc}"
-            rows.append(SignerRow(generation, name, key_id, where, note))
-    return tuple(rows)
 
 
 def memory_summary(sys_root: Path) -> tuple[MemoryRow, ...]:

@@ -94,13 +94,41 @@ class DevicesRow:
 class SignerRow:
     """Who signed one module of the active or pending generation, and which of the running
     kernel's keyrings holds that key: ``builtin``, ``machine`` (MOK), ``secondary``,
-    ``platform`` (UEFI db), or None when none does (``note`` says why it is unknown)."""
+    ``platform`` (UEFI db), or None when none does (``note`` says why it is unknown).
+
+    ``key_id`` is the id the kernel searches for (serial || issuer, or the SKID); ``signer``
+    the kernel's name for the key (``"Example GPU vendor: 7aeac1f5…"``: the subject and the
+    SKID, else the serial; from ``certificate`` when one is known, else from the signature);
+    ``loaded`` the kernel's verdict on a live module of the active generation (``verified``,
+    or ``unverified``: loaded without a trusted signature, ``E`` in its ``taint``)."""
 
     generation: str
     file: str
     key_id: str | None
     keyring: str | None
     note: str | None = None
+    version: str | None = None  # the generation's version
+    signer: str | None = None
+    issuer: str | None = None  # the whole issuer name (RFC 4514), when known
+    serial: str | None = None  # hex, when known
+    skid: str | None = None  # hex, when known
+    certificate: str | None = None  # a trusted certificate's path, "kernel keyring", or None
+    taint: str | None = None  # /sys/module/<name>/taint of a live module
+    loaded: str | None = None  # "verified" | "unverified" | None: not live, or unknown
+
+
+@dataclass(frozen=True)
+class SignerLine:
+    """One signer of one generation as both views show it: the modules it signed, whether a
+    kernel keyring holds its key, and what the kernel made of the live ones."""
+
+    generation: str
+    version: str | None
+    signer: str | None  # None: unsigned, or unknown (``trust`` says why)
+    issuer: str | None
+    files: tuple[str, ...]
+    trust: str  # "trusted by .machine", "trusted by no keyring", or why it is unknown
+    loaded: str | None  # "loaded unverified (kernel tainted)", per module when they differ
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from service.status.glance import iso
 from service.status.health import Health
-from service.status.report import BundleReport, LoadedRow, Problem, Report
+from service.status.report import BundleReport, LoadedRow, Problem, Report, SignerLine
+from service.status.signers import signer_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +86,22 @@ def _module_state(m: LoadedRow) -> tuple[str, str]:
     return took, "NOT LIVE" if m.live is None else f"live, refcnt {m.live.refcnt}"
 
 
-def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
+def generation_name(generation: str, version: str | None) -> str:
+    """A generation as people name it: its version and short id (``2.0 (bbbbbbbbbbbb)``)."""
+    return f"{version} ({short(generation)})" if version else short(generation)
+
+
+def signer_text(s: SignerLine) -> str:
+    """One signer of one generation on one line: ``signer of 1.0 (aaaaaaaaaaaa)
+    'Example GPU vendor: 7aeac1f5…' for nvidia.ko, nvidia-uvm.ko: trusted by no keyring;
+    loaded unverified (kernel tainted)`` (the name in quotes as the kernel logs a key)."""
+    who = f"'{s.signer}'" if s.signer else "-"
+    files = f" for {', '.join(s.files)}" if s.files else ""
+    loaded = f"; {s.loaded}" if s.loaded else ""
+    return f"signer of {generation_name(s.generation, s.version)} {who}{files}: {s.trust}{loaded}"
+
+
+def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool = False) -> None:
     """Append one bundle's lines to ``out`` (a failure already printed is not repeated)."""
     held = " HELD" if b.held else ""
     waits = f" ({b.waiting})" if b.waiting else ""
@@ -106,9 +122,10 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str]) -> None:
         out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
     if devices_line(name, b):
         out.append(f"  {devices_line(name, b)}")
-    for sig in b.signers:
-        trusted = f"trusted by .{sig.keyring}" if sig.keyring else "trusted by no keyring"
-        out.append(f"  signer {sig.file} key {sig.key_id}: {sig.note or trusted}")
+    for sig in signer_lines(b.signers):
+        out.append(f"  {signer_text(sig)}")
+        if issuers and sig.issuer:
+            out.append(f"    issuer {sig.issuer}")
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note and not _said(h.note, out) else ""
         out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")
@@ -137,8 +154,9 @@ def _quarantine_lines(doc: Report) -> list[str]:
     ]
 
 
-def lines(doc: Report) -> list[str]:
-    """The plain-text view, one line per fact; each failure is printed once."""
+def lines(doc: Report, *, issuers: bool = False) -> list[str]:
+    """The plain-text view, one line per fact; each failure is printed once (``issuers``:
+    each signer's whole issuer name on a line below it)."""
     out = [
         f"host: {_MARK[doc.health]}  kernel {doc.kernel or '?'}",
         f"reboot: {_reboot_line(doc)}",
@@ -146,7 +164,7 @@ def lines(doc: Report) -> list[str]:
     ]
     out += [f"  ! {_problem(doc, p)}" for p in doc.problems]
     for name, b in doc.bundles.items():
-        _bundle_lines(name, b, out)
+        _bundle_lines(name, b, out, issuers=issuers)
     out += _quarantine_lines(doc)
     for m in doc.memory:
         node = "-" if m.node is None else m.node
@@ -154,8 +172,9 @@ def lines(doc: Report) -> list[str]:
     return out
 
 
-def _rich_bundle(console: Console, name: str, b: BundleReport) -> None:
+def _rich_bundle(console: Console, name: str, b: BundleReport, *, issuers: bool = False) -> None:
     """One bundle's generations, loaded modules and last moves as tables."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{name}: {b.phase} ({b.health.label})", title_justify="left")
@@ -179,19 +198,24 @@ def _rich_bundle(console: Console, name: str, b: BundleReport) -> None:
     if devices_line(name, b):
         console.print(f"  {devices_line(name, b)}", markup=False, highlight=False)
     if b.signers:
-        keys = Table("generation", "file", "signer key", "trusted by", title="signers")
-        keys.title_justify = "left"
-        for sig in b.signers:
-            trusted = f".{sig.keyring}" if sig.keyring else sig.note or "NO KEYRING"
-            keys.add_row(short(sig.generation), sig.file, sig.key_id or "-", trusted)
+        keys = Table(title="signers", title_justify="left")
+        for col in ("generation", "signer", "modules", "trusted", "loaded", "issuer"):
+            if col != "issuer" or issuers:
+                wide = 14 if col == "generation" else None  # "2.0 (bbbbbbbbbbbb)" folds there
+                keys.add_column(col, overflow="fold", min_width=wide)  # ids are never cut
+        for sig in signer_lines(b.signers):
+            cells = [generation_name(sig.generation, sig.version), sig.signer or "-"]
+            cells += [", ".join(sig.files), sig.trust, sig.loaded or ""]
+            cells += [sig.issuer or "-"] if issuers else []
+            keys.add_row(*(escape(c) for c in cells))
         console.print(keys)
     for h in b.history[-5:]:
         note = f": {h.note}" if h.note else ""
         console.print(f"  {when(h.at)} {h.from_} -> {h.to}{note}", highlight=False)
 
 
-def render_rich(doc: Report, out: TextIO) -> None:
-    """Tables for a terminal (rich)."""
+def render_rich(doc: Report, out: TextIO, *, issuers: bool = False) -> None:
+    """Tables for a terminal (rich); ``issuers``: a column with each signer's issuer."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -207,7 +231,7 @@ def render_rich(doc: Report, out: TextIO) -> None:
         where = escape(_problem(doc, p))  # drop text: no markup
         console.print(f"  [yellow]![/] {where}", highlight=False)
     for name, b in doc.bundles.items():
-        _rich_bundle(console, name, b)
+        _rich_bundle(console, name, b, issuers=issuers)
     for text in _quarantine_lines(doc):
         console.print(text, markup=False, highlight=False)
     if doc.memory:
@@ -227,12 +251,13 @@ def zone_words(zone: str | None) -> str:
     return zone or "-"
 
 
-def render(doc: Report, out: TextIO) -> None:
-    """Rich tables when ``out`` is a terminal and rich is installed, plain lines otherwise."""
+def render(doc: Report, out: TextIO, *, issuers: bool = False) -> None:
+    """Rich tables when ``out`` is a terminal and rich is installed, plain lines otherwise
+    (``issuers``: show each signer's whole issuer name too)."""
     if out.isatty():
         try:
-            render_rich(doc, out)
+            render_rich(doc, out, issuers=issuers)
             return
         except ImportError:
             pass
-    out.write("\n".join(lines(doc)) + "\n")
+    out.write("\n".join(lines(doc, issuers=issuers)) + "\n")

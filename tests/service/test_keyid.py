@@ -18,8 +18,18 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
 from service.cli import main
-from service.verify.signature.keyid import describe_key_id, split_key_id
-from service.verify.signature.x509 import parse_certificate
+from service.verify.signature.keyid import (
+    UNNAMED,
+    SignerId,
+    cert_serial,
+    describe_key_id,
+    distinguished_name,
+    matches,
+    name_certificate,
+    name_signature,
+    split_key_id,
+)
+from service.verify.signature.x509 import Cert, parse_certificate
 from tests.kmod import SigningKey, sign
 
 
@@ -49,12 +59,15 @@ def test_a_key_id_that_is_no_issuer_and_serial_stays_hex() -> None:
     assert describe_key_id(None) == "-"
 
 
-def self_signed(*attributes: tuple[x509.ObjectIdentifier, str], serial: int = 0x1234) -> bytes:
-    """A self-signed P-256 certificate whose subject and issuer are ``attributes``."""
+def self_signed(
+    *attributes: tuple[x509.ObjectIdentifier, str], serial: int = 0x1234, skid: bool = False
+) -> bytes:
+    """A self-signed P-256 certificate whose subject and issuer are ``attributes`` (with a
+    subjectKeyIdentifier extension if ``skid``)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(oid, value) for oid, value in attributes])
     now = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -62,9 +75,11 @@ def self_signed(*attributes: tuple[x509.ObjectIdentifier, str], serial: int = 0x
         .serial_number(serial)
         .not_valid_before(now)
         .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
     )
-    return cert.public_bytes(Encoding.DER)
+    if skid:
+        ext = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+        builder = builder.add_extension(ext, critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(Encoding.DER)
 
 
 CN, ORG, EMAIL = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME, NameOID.EMAIL_ADDRESS
@@ -111,3 +126,72 @@ def test_a_name_with_trailing_bytes_stays_hex() -> None:
     der = self_signed((CN, "Signing key"))
     cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
     assert split_key_id(cert.id + b"\x05\x00") is None
+
+
+def _parse(der: bytes) -> Cert:
+    """The certificate as 6.12's parser reads it."""
+    return parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 12))
+
+
+VENDOR = ((ORG, "Example GPU vendor"), (CN, "Signing key"))
+
+
+def test_a_certificate_with_an_skid_is_named_by_its_subject_and_skid() -> None:
+    """As x509_key_preparse describes a key: "<subject>: <SKID hex>" when the certificate
+    has a subjectKeyIdentifier (its raw octets, as cryptography computes them), whatever its
+    serial; both of the kernel's ids (serial || issuer, SKID) find it."""
+    der = self_signed(*VENDOR, serial=0x7AEAC1F5, skid=True)
+    skid = x509.load_der_x509_certificate(der).extensions.get_extension_for_class(
+        x509.SubjectKeyIdentifier
+    )
+    cert = _parse(der)
+    name = name_certificate(cert, "trusted.d/vendor.pem")
+    assert name.name == f"Example GPU vendor: Signing key: {skid.value.digest.hex()}"
+    assert (name.serial, name.skid) == ("7aeac1f5", skid.value.digest.hex())
+    assert name.source == "trusted.d/vendor.pem"
+    assert matches(cert, SignerId(cert.id)) and matches(cert, SignerId(skid.value.digest))
+
+
+def test_a_certificate_without_skid_is_named_by_its_subject_and_serial_with_its_sign_byte() -> None:
+    """Without an SKID the description ends in the serial INTEGER's content octets, in
+    lower-case hex: a serial whose top bit is set keeps its leading 00 (the kernel's
+    raw_serial), so 0x80ab is "0080ab"."""
+    cert = _parse(self_signed(*VENDOR, serial=0x80AB))
+    assert cert.skid is None and cert_serial(cert) == b"\x00\x80\xab"
+    name = name_certificate(cert, "x")
+    assert (name.name, name.serial, name.skid) == (
+        "Example GPU vendor: Signing key: 0080ab",
+        "0080ab",
+        None,
+    )
+
+
+def test_a_signature_alone_names_issuer_and_serial_or_only_the_skid() -> None:
+    """Issuer+serial: "<issuer's name>: <serial>" (what the kernel shows for that certificate
+    if it has no SKID) with the whole issuer; an SKID carries no name: UNNAMED and the SKID."""
+    cert = _parse(self_signed(*VENDOR, serial=0x7AEAC1F52E49F8F1))
+    by_serial = name_signature(SignerId(cert.id, cert_serial(cert), cert.raw_issuer))
+    assert by_serial.name == "Example GPU vendor: Signing key: 7aeac1f52e49f8f1"
+    assert by_serial.issuer == "CN=Signing key,O=Example GPU vendor" and by_serial.source is None
+    by_skid = name_signature(SignerId(b"\x01\x02", skid=b"\x01\x02"))
+    assert (by_skid.name, by_skid.skid, by_skid.issuer) == (f"{UNNAMED}: 0102", "0102", None)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        ((C, "US"), (ORG, "Example GPU vendor"), (CN, "Signing key")),
+        ((CN, "a, b+c; <d> \\ e"), (EMAIL, "keys@example.com")),
+        ((CN, " #leading and trailing "),),
+    ],
+    ids=["plain", "specials", "spaces"],
+)
+def test_the_whole_issuer_is_written_as_rfc4514_as_cryptography_writes_it(
+    attributes: tuple[tuple[x509.ObjectIdentifier, str], ...],
+) -> None:
+    """The issuer shown on request is RFC 4514, last RDN first, escaped, equal to
+    cryptography's ``rfc4514_string`` of the same name."""
+    der = self_signed(*attributes)
+    cert = _parse(der)
+    want = x509.load_der_x509_certificate(der).issuer.rfc4514_string()
+    assert distinguished_name(cert.raw_issuer) == want

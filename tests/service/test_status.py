@@ -276,22 +276,47 @@ def test_rich_view_renders_on_a_terminal(tmp_path: Path) -> None:
     assert NEW[:12] in out.getvalue() and "2.0" in out.getvalue()
 
 
-def test_both_views_name_each_signer_and_the_keyring_that_trusts_it(tmp_path: Path) -> None:
-    """Plain and rich views name each module's signer key and the running kernel's keyring
-    that holds it (``.machine`` for a MOK), or say that none does."""
+def test_both_views_show_each_signer_once_per_generation_in_the_kernels_key_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain and rich views show each signer once per generation, naming the generation
+    (version and short id), the key as the kernel names it ('Subject: key id'), the modules
+    it signed, and the running kernel's keyring that holds it (``.machine`` for a MOK) or
+    that none does; the issuer only on request. Every module of both generations is signed
+    by one key, so a view printing per module, or without the generation, fails."""
     from service.status.view import render_rich
 
+    monkeypatch.setenv("COLUMNS", "250")  # one table row per line
     doc = collect(host(tmp_path, State({"nvidia": active_bundle()})))
-    rows = (SignerRow(OLD, "a.ko", "ab12", "machine"), SignerRow(OLD, "b.ko", "cd34", None))
+    vendor = "Example GPU vendor: 7aeac1f52e49f8f1"
+    files = ("nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko")
+    issuer = "CN=Example GPU vendor"
+
+    def row(gen: str, version: str, file: str, where: str | None) -> SignerRow:
+        return SignerRow(
+            gen, file, "7aeac1f5" + "00" * 40, where, version=version, signer=vendor, issuer=issuer
+        )
+
+    rows = tuple(row(OLD, "1.0", f, "machine") for f in files)
+    rows += tuple(row(NEW, "2.0", f, None) for f in files)
     doc = replace(doc, bundles={"nvidia": replace(doc.bundles["nvidia"], signers=rows)})
-    plain = "\n".join(lines(doc))
-    assert "signer a.ko key ab12: trusted by .machine" in plain
-    assert "signer b.ko key cd34: trusted by no keyring" in plain
+    plain = [ln for ln in lines(doc) if vendor in ln]
+    assert plain == [
+        f"  signer of 1.0 ({OLD[:12]}) '{vendor}' for {', '.join(files)}: trusted by .machine",
+        f"  signer of 2.0 ({NEW[:12]}) '{vendor}' for {', '.join(files)}: trusted by no keyring",
+    ], plain
+    assert issuer not in "\n".join(lines(doc))
+    assert f"    issuer {issuer}" in lines(doc, issuers=True)
     out = io.StringIO()
     render_rich(doc, out)
-    table = [ln for ln in out.getvalue().splitlines() if "a.ko" in ln or "b.ko" in ln]
-    assert len(table) == 2 and "ab12" in table[0] and ".machine" in table[0], table
-    assert "cd34" in table[1] and "NO KEYRING" in table[1], table
+    table = [ln for ln in out.getvalue().splitlines() if "7aeac1f52e49f8f1" in ln]
+    assert len(table) == 2, out.getvalue()
+    assert f"1.0 ({OLD[:12]})" in table[0] and ".machine" in table[0], table
+    assert f"2.0 ({NEW[:12]})" in table[1] and "no keyring" in table[1], table
+    assert all(vendor in ln for ln in table), table
+    wide = io.StringIO()
+    render_rich(doc, wide, issuers=True)
+    assert issuer not in out.getvalue() and issuer in wide.getvalue()
 
 
 def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:

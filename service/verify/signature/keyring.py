@@ -16,15 +16,22 @@ import ctypes
 import errno
 import functools
 import os
+import re
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from service.errors import ModuleRejected
 from service.layout import Layout
 from service.verify.compressed.decompress import chunks, compression
 from service.verify.signature.asn1 import Asn1Error
+from service.verify.signature.keyid import (
+    SignerId,
+    SignerName,
+    distinguished_name,
+)
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trailer import TAIL, parse_trailer
+from service.verify.signature.x509 import issuer_name
 from service.verify.target.kernel import _HASH_OPTIONS
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
@@ -125,6 +132,10 @@ class KernelKeyring:
                 return label
         return None
 
+    def descriptions(self) -> tuple[KeyDescription, ...]:
+        """The asymmetric keys this process may view, as /proc/keys describes them."""
+        return parse_proc_keys((self.proc / "keys").read_text())
+
     def _search(self, names: tuple[str, ...], key_type: bytes, description: str) -> bool:
         nr = _SYS_KEYCTL[os.uname().machine]
         for ring in self._keyring_ids(names):
@@ -140,25 +151,91 @@ class KernelKeyring:
         return False
 
 
+class KeyDescription(NamedTuple):
+    """One asymmetric key of /proc/keys: ``x509_key_preparse``'s description split in its
+    subject and hex id (the SKID, else the serial), and the last 4 bytes of its SKID in hex
+    (``asymmetric_key_describe``; None: the certificate has no SKID)."""
+
+    subject: str
+    hex_id: str
+    skid_tail: str | None
+
+
+# "<subject>: <hex>" then public_key_describe's "X509.<algo>", the SKID's tail, " []"
+_ASYMMETRIC = re.compile(
+    r"(?P<subject>.*): (?P<id>[0-9a-f]+): X509\.\S+(?: (?P<tail>[0-9a-f]+))? \["
+)
+
+
+def parse_proc_keys(text: str) -> tuple[KeyDescription, ...]:
+    """The asymmetric keys of a /proc/keys text (security/keys/proc.c: eight fields, the
+    type cut to 9 characters, ``asymmetri``, then the type's description)."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split(None, 8)
+        if len(fields) < 9 or fields[7] != "asymmetri":
+            continue
+        m = _ASYMMETRIC.match(fields[8])
+        if m:
+            found.append(KeyDescription(m["subject"], m["id"], m["tail"]))
+    return tuple(found)
+
+
+def name_in_keyring(keys: tuple[KeyDescription, ...], sid: SignerId) -> SignerName | None:
+    """The kernel's own name for the key ``sid`` identifies, when /proc/keys ties one key to
+    it: for an SKID, the key described by that SKID (whose SKID ends the same); for issuer
+    and serial, the key without SKID described by that serial (the one whose subject is the
+    issuer's name, if several are). None when no key, or more than one, fits: a key with an
+    SKID shows only its SKID's last 4 bytes, so issuer and serial cannot be tied to it."""
+    if sid.skid is not None:
+        want, tail = sid.skid.hex(), sid.skid[-4:].hex()
+        fits = [k for k in keys if k.hex_id == want and k.skid_tail == tail]
+    elif sid.serial is not None and sid.issuer is not None:
+        want = sid.serial.hex()
+        fits = [k for k in keys if k.hex_id == want and k.skid_tail is None]
+        if len({k.subject for k in fits}) > 1:
+            issuer = issuer_name(sid.serial, sid.issuer)
+            fits = [k for k in fits if k.subject == issuer]
+    else:
+        return None
+    if len({k.subject for k in fits}) != 1:
+        return None
+    key = fits[0]
+    issuer_dn = None if sid.issuer is None else distinguished_name(sid.issuer)
+    return SignerName(
+        f"{key.subject}: {key.hex_id}",
+        issuer_dn,
+        None if sid.serial is None else sid.serial.hex(),
+        sid.skid.hex() if sid.skid is not None else None,
+        "kernel keyring",
+    )
+
+
 #: The end of a module image kept to find its signature: a module's PKCS#7 (no certificates)
 #: is a few hundred bytes; a larger one is reported as not found.
 SIGNER_WINDOW = 64 << 10
 
 
 def signer_key_id(path: Path) -> str | None:
-    """The key id (hex) of the first signer of the module at ``path`` (decompressed first,
-    as the kernel reads it), None when it is unsigned or its signature does not parse.
+    """The key id (hex) of the first signer of the module at ``path`` (:func:`module_signer`)."""
+    found = module_signer(path)
+    return None if found is None else found.key_id.hex()
+
+
+def module_signer(path: Path) -> SignerId | None:
+    """How the first signer of the module at ``path`` (decompressed first, as the kernel
+    reads it) names its key, None when it is unsigned or its signature does not parse.
 
     Only the image's last :data:`SIGNER_WINDOW` bytes are held, whatever its size; the
     answer is kept per file (store files never change in place), so ``status`` and the
     daemon's metrics decompress a stored module once per process, not on every call.
     """
     st = path.stat()
-    return _signer_key_id(path, st.st_size, st.st_mtime_ns)
+    return _module_signer(path, st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=1024)
-def _signer_key_id(path: Path, size: int, mtime_ns: int) -> str | None:
+def _module_signer(path: Path, size: int, mtime_ns: int) -> SignerId | None:
     tail, image_len = _image_tail(path)
     try:
         trailer = parse_trailer(tail[-TAIL:], image_len)
@@ -169,7 +246,10 @@ def _signer_key_id(path: Path, size: int, mtime_ns: int) -> str | None:
         msg = parse_message(blob, hashes=_ALL_HASHES, have_ecdsa=True, version=(6, 12))
     except (ModuleRejected, Asn1Error):
         return None
-    return msg.signers[0].auth_id.hex()
+    first = msg.signers[0]
+    if first.skid_form:
+        return SignerId(first.auth_id, skid=first.auth_id)
+    return SignerId(first.auth_id, serial=first.raw_serial, issuer=first.raw_issuer)
 
 
 def _image_tail(path: Path) -> tuple[bytes, int]:

@@ -78,6 +78,8 @@ class SignerInfo:
     index: int
     auth_id: bytes  # the kernel's key id of the signer: serial || issuer, or the SKID
     skid_form: bool  # version 3: identified by subjectKeyIdentifier
+    raw_serial: bytes = b""  # version 1: the serial INTEGER's content octets
+    raw_issuer: bytes = b""  # version 1: the issuer Name's content octets
     hash_algo: str | None = None
     pkey_algo: str | None = None
     encoding: str | None = None
@@ -240,6 +242,8 @@ class _Ctx:
             raise Asn1Error(errno.EBADMSG, "Authenticode SignerInfo without signed attributes")
         sinfo.skid_form = self.expect_skid
         sinfo.auth_id = self.raw_skid if self.expect_skid else self.raw_serial + self.raw_issuer
+        if not self.expect_skid:
+            sinfo.raw_serial, sinfo.raw_issuer = self.raw_serial, self.raw_issuer
         sinfo.index = len(self.msg.signers) + 1
         self.msg.signers.append(sinfo)
         self._new_sinfo()
