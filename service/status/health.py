@@ -113,8 +113,10 @@ def _refusal_note(bundle: BundleState, live: Mapping[str, LiveModule | None] | N
             "is loaded again at the next reboot"
         )
     missing = module_mismatches(bundle.loaded, live)[0] if live is not None else []
-    if not missing or bundle.phase is not Phase.ACTIVE:
+    if bundle.phase is not Phase.ACTIVE:
         return None
+    if not missing:  # the same refused drop again, its pod keeping the last good
+        return f"; {_keeps(active)}" if bundle.refused is not None else None
     if bundle.held:
         return (
             f"; held by an admin: the last good generation {_name(active)} has left the "
@@ -135,8 +137,13 @@ def _refused_keeps(bundle: BundleState) -> str | None:
     refused, active = bundle.refused, _active(bundle)
     if refused is None or active is None or bundle.phase is not Phase.ACTIVE:
         return None
+    version = refused.version or "?"
+    return f"the drop of version {version} was rejected ({refused.reason}): {_keeps(active)}"
+
+
+def _keeps(active: Generation) -> str:
+    """The last known good runs, kept by the refused drop's pod (the digest is its own)."""
     return (
-        f"the drop of version {refused.version or '?'} was rejected ({refused.reason}): "
         f"the last good generation {_name(active)} runs, under the refused driver pod's "
         "config digest, until a drop is accepted"
     )

@@ -151,7 +151,8 @@ def test_a_refused_drop_that_brought_the_last_good_back_says_so() -> None:
     """The drop was refused after the active generation's modules had left the kernel:
     while the reload waits, the rejection says that the last good generation is loaded
     again at the next reboot; once it runs (the boot rewrote the status file), the bundle
-    stays degraded, saying the refused drop's pod keeps it until a drop is accepted."""
+    stays degraded, saying the refused drop's pod keeps it until a drop is accepted (also
+    when that pod drops the refused bundle again)."""
     doc = StatusFile("nvidia", "rejected", errors=("nvidia.ko: ENOKEY",))
     waiting = active_bundle().after_refusal(REFUSED, unloaded=True)
     verdict = bundle_health(waiting, doc, kernel=KERNEL)
@@ -167,6 +168,14 @@ def test_a_refused_drop_that_brought_the_last_good_back_says_so() -> None:
         "the drop of version 2.0 was rejected (modules/nvidia.ko: ENOKEY): the last good "
         f"generation {OLD[:12]} (1.0) runs, under the refused driver pod's config digest, "
         "until a drop is accepted",
+    )
+    assert (
+        bundle_health(up, doc, kernel=KERNEL, live=live).reasons
+        == (  # refused again
+            "the last drop was rejected: nvidia.ko: ENOKEY; the last good generation "
+            f"{OLD[:12]} (1.0) runs, under the refused driver pod's config digest, until a drop "
+            "is accepted",
+        )
     )
     assert bundle_health(active_bundle(), doc, kernel=KERNEL, live=live).reasons == (
         "the last drop was rejected: nvidia.ko: ENOKEY",
