@@ -112,7 +112,9 @@ def bundle_health(
 
     failed: the bundle's last load failed and nothing of it is loaded.
     degraded: a generation newer than the active one failed (the last known
-    good runs), the last drop was rejected, the active generation targets
+    good runs), the last drop was rejected (and what became of the active generation
+    whose modules had left the kernel before it: :func:`_refusal_note`), a refused
+    drop's pod keeps the last known good, the active generation targets
     another kernel, or a load started in an earlier boot never finished.
     With ``live`` (the kernel's view of the recorded modules): failed when a
     module recorded as loaded is not live, degraded when another build of it
@@ -126,7 +128,10 @@ def bundle_health(
     upgrading = None
     if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
         why = "; ".join(status_doc.errors) or "no reason given"
-        found.append((Health.DEGRADED, f"the last drop was rejected: {why}"))
+        note = _refusal_note(bundle, live) if bundle is not None else None
+        found.append((Health.DEGRADED, f"the last drop was rejected: {why}{note or ''}"))
+    elif bundle is not None and (kept := _refused_keeps(bundle)):
+        found.append((Health.DEGRADED, kept))
     if bundle is not None:
         found += _failures(bundle)
         if live is not None and unloads is not None and _active_here(bundle, kernel):
@@ -233,6 +238,60 @@ def _active(bundle: BundleState) -> Generation | None:
 def last_note(bundle: BundleState) -> str | None:
     """The newest note in the bundle's history (why it moved last), if any."""
     return next((h.note for h in reversed(bundle.history) if h.note), None)
+
+
+def _name(gen: Generation | None) -> str:
+    return f"{gen.id[:12]} ({gen.version})" if gen else "-"
+
+
+def _refusal_note(bundle: BundleState, live: Mapping[str, LiveModule | None] | None) -> str | None:
+    """What became of the active generation after the last drop was refused, when its
+    modules had left the kernel (see
+    :meth:`~service.store.state.BundleState.after_refusal`); None when nothing did."""
+    active = _active(bundle)
+    if active is None:
+        return None
+    waits = bundle.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+    if bundle.refused is not None and waits and bundle.pending == active.id:
+        return (
+            f"; its modules had left the kernel: the last good generation {_name(active)} "
+            "is loaded again at the next reboot"
+        )
+    missing = module_mismatches(bundle.loaded, live)[0] if live is not None else []
+    if bundle.phase is not Phase.ACTIVE:
+        return None
+    if not missing:  # the same refused drop again, its pod keeping the last good
+        return f"; {_keeps(active)}" if bundle.refused is not None else None
+    if bundle.held:
+        return (
+            f"; held by an admin: the last good generation {_name(active)} has left the "
+            "kernel and is not loaded again while held (after modstage release, the next "
+            "refused drop brings it back)"
+        )
+    if bundle.refused is not None:
+        return (
+            f"; the last good generation {_name(active)} has left the kernel again after "
+            "this drop brought it back once: not reloaded again, so no reboots follow one "
+            "another (a reboot loads it; a drop accepted replaces it)"
+        )
+    return None
+
+
+def _refused_keeps(bundle: BundleState) -> str | None:
+    """A refused drop recorded (its pod is the one deployed) while the last known good runs."""
+    refused, active = bundle.refused, _active(bundle)
+    if refused is None or active is None or bundle.phase is not Phase.ACTIVE:
+        return None
+    version = refused.version or "?"
+    return f"the drop of version {version} was rejected ({refused.reason}): {_keeps(active)}"
+
+
+def _keeps(active: Generation) -> str:
+    """The last known good runs, kept by the refused drop's pod (the digest is its own)."""
+    return (
+        f"the last good generation {_name(active)} runs, under the refused driver pod's "
+        "config digest, until a drop is accepted"
+    )
 
 
 def _failures(bundle: BundleState) -> list[Finding]:

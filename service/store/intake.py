@@ -5,7 +5,9 @@ files it names into a temporary store directory, verify the copies, ask the
 running kernel whether it will trust the signers (when it enforces
 signatures), publish the generation under its id and record it as pending.
 A drop that fails anything is rejected with its reasons in
-``status/<bundle>.json`` and the log, and changes nothing else. Either way the
+``status/<bundle>.json`` and the log, and changes nothing else, unless the
+modules of the bundle's active generation had left the kernel before it: then
+that generation is pending again (:mod:`service.store.rejection`). Either way the
 drop is removed from ``incoming/`` once its outcome is recorded. A failure of
 the host's own (an ``OSError`` writing the store, state or status: a full disk)
 is not the drop's fault: the drop is kept for the next run, and the error shown.
@@ -22,8 +24,6 @@ from pathlib import Path
 from service import faults
 from service.config import Config
 from service.errors import DropError, ServiceError
-from service.kernel.modules import live_modules
-from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.admit import bundle_exports, policy_problems, verify_copy
@@ -38,7 +38,7 @@ from service.store.publish import (
     read_digest,
     record_digest,
 )
-from service.store.rejection import may_keep_status, reject
+from service.store.rejection import Carried, may_keep_status, reject, unloaded
 from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
@@ -151,10 +151,13 @@ class Intake:
         """Screen, build, record: effect, transition, save (a refusal is a rejection)."""
         named = parse_drop_name(drop.name)
         bundle = named[0] if named else None
+        carried: Carried | None = None  # what the drop carried, once read
         try:
             manifest = self._manifest(drop)
             bundle = manifest.bundle
+            carried = Carried(manifest.version, manifest.digest)
             digest = self._digest(drop)
+            carried = Carried(manifest.version, manifest.digest, digest)
             state = self._screen(manifest)
             faults.hit("intake.verifying")
             if not self.store.has(manifest.digest):
@@ -166,7 +169,7 @@ class Intake:
             self._record(state, manifest, digest)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
-            return self._reject(drop, bundle, reasons)
+            return self._reject(drop, bundle, reasons, carried)
         seconds = time.monotonic() - started
         log.info(
             "drop.accepted",
@@ -225,16 +228,14 @@ class Intake:
     def _unloaded(self, bundle: BundleState, gen: Generation) -> bool:
         """Whether ``gen`` is the bundle's active generation, for the running kernel, and
         some of the modules boot loaded for it have left the kernel since."""
-        if gen.id != bundle.active or bundle.phase is not Phase.ACTIVE or bundle.held:
-            return False
-        if not bundle.loaded or gen.kernel != self.layout.kernel_release():
-            return False
-        live = live_modules(Sysfs(self.layout.sys))
-        return any(m.module not in live for m in bundle.loaded)
+        return gen.id == bundle.active and unloaded(self.layout, bundle)
 
-    def _reject(self, drop: Path, bundle: str | None, reasons: list[str]) -> Outcome:
-        """Record a rejection (status, log) and move the drop to the quarantine."""
-        return reject(self.layout, self.config, self.drops, drop, bundle, reasons)
+    def _reject(
+        self, drop: Path, bundle: str | None, reasons: list[str], carried: Carried | None = None
+    ) -> Outcome:
+        """Record a rejection (status, log), bring the active generation back if it left
+        the kernel, and move the drop to the quarantine (:func:`reject`)."""
+        return reject(self.layout, self.config, self.drops, drop, bundle, reasons, carried)
 
     def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
         if bundle is None:

@@ -6,10 +6,11 @@ node label, so a fleet's rollout shows in ``kubectl get nodes -L ...`` with no c
 on the host. Per bundle, under a prefix of modstage's own (``[node_labels] prefix``, never
 one the GPU operator or NFD owns): ``<bundle>.phase``, ``<bundle>.active`` and
 ``<bundle>.pending`` (versions), when the generation last deployed failed at boot
-``<bundle>.failed`` (a short reason, until a newer generation comes up), and while an admin
-holds it ``<bundle>.held``. Keys and values keep to the Kubernetes label syntax; the file is
-rewritten whole through the one crash-safe write (a dot-file, then a rename), so a removed
-bundle's labels go with the next write.
+``<bundle>.failed`` (a short reason, until a newer generation comes up), when a refused drop
+brought the active generation back ``<bundle>.rejected`` (the drop's short reason, until a
+drop is accepted), and while an admin holds it ``<bundle>.held``. Keys and values keep to
+the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
+(a dot-file, then a rename), so a removed bundle's labels go with the next write.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
     }
     if failed := bundle.deployed_failure():  # until another new generation comes up
         out[_name(name, "failed")] = label_value(failed.failed or "") or "failed"
+    if bundle.refused is not None:  # until a drop is accepted
+        out[_name(name, "rejected")] = label_value(bundle.refused.reason) or "rejected"
     if bundle.held:
         out[_name(name, "held")] = "true"
     return out

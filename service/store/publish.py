@@ -92,16 +92,18 @@ def publish_digest(layout: Layout, config: Config, name: str, bundle: BundleStat
     """Write bundle ``name``'s config digest to the admin's file once a generation of it
     is live; return the path (None when the config names no file for the bundle).
 
-    The digest is that of :meth:`~service.store.state.BundleState.digest_generation`.
-    Without a recorded digest the file is removed, so no stale digest claims a config.
+    The digest is :meth:`~service.store.state.BundleState.published_digest`'s: a refused
+    drop's while one is recorded, else that of the generation
+    :meth:`~service.store.state.BundleState.digest_generation` names. Without a digest
+    the file is removed, so no stale digest claims a config.
     """
     target = config.publish.digest_file(name)
     if target is None:
         return None
     path = layout.host(target)
     recorded = {g: d for g in bundle.generations if (d := recorded_digest(layout, g))}
-    of = bundle.digest_generation(recorded)
-    digest = recorded.get(of) if of else None
+    digest = bundle.published_digest(recorded)
+    of = "refused drop" if bundle.refused else bundle.digest_generation(recorded)
     if digest is None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -46,3 +46,28 @@ class RebootIntent:
     backend: str | None = None
     bundles: tuple[str, ...] = ()
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RefusedDrop:
+    """A drop intake refused after the driver it would replace had left the kernel.
+
+    The driver pod that made it is taken to be the one deployed (an operator's new pod
+    unloads the old driver before its container drops): the active generation is loaded
+    again at the next boot and the digest this drop carried is published, so that pod's
+    init container keeps it. Recorded until a drop of the bundle is accepted.
+    """
+
+    at: float  # wall time of the refusal
+    reason: str  # the first reason, without the drop's path
+    version: str | None = field(default=None, metadata=spec(omit=is_none))  # its manifest's
+    generation: str | None = field(default=None, metadata=spec(omit=is_none))  # the id it had
+    digest: str | None = field(default=None, metadata=spec(omit=is_none))  # config digest
+
+    def same_drop(self, other: RefusedDrop) -> bool:
+        """Whether ``other`` is this drop again (the same manifest and digest), refused later."""
+        return (self.version, self.generation, self.digest) == (
+            other.version,
+            other.generation,
+            other.digest,
+        )

@@ -7,7 +7,8 @@
 
 Every change of a bundle is a named, pure transition of :class:`BundleState` or
 :class:`State` that asserts what may precede it (:class:`IllegalTransition`
-otherwise): :meth:`BundleState.staged` (intake), :meth:`State.reboot_asked` and
+otherwise): :meth:`BundleState.staged`, :meth:`BundleState.reloading` and
+:meth:`BundleState.after_refusal` (intake), :meth:`State.reboot_asked` and
 :meth:`State.rebooted` (the daemon), :meth:`BundleState.booting`,
 :meth:`BundleState.went_live`, :meth:`BundleState.failed` and
 :meth:`BundleState.expired` (boot). Callers do the effect, take the transition, then save.
@@ -18,21 +19,23 @@ This module is the bottom of the store's state: the admin's verbs
 the other way round.
 
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
-in the bundle's status file but never recorded here, so a rejected drop leaves
-``state.json`` untouched. Every change goes through :func:`service.store.statefile.save`, i.e.
+in the bundle's status file but never recorded here. A rejected drop leaves
+``state.json`` untouched, unless the active generation's modules had left the kernel
+before it (:meth:`BundleState.after_refusal`: that generation is pending again and the
+refused drop recorded). Every change goes through :func:`service.store.statefile.save`, i.e.
 the one crash-safe write; an unreadable file is moved aside, never reset.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.errors import IllegalTransition
 from service.store.phase import Phase, next_phase
-from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
+from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, RefusedDrop
 from stager.record import is_none, spec
 
 FORMAT = 1
@@ -61,7 +64,8 @@ def added(gen: Generation) -> float:
 class BundleState:
     """One bundle: its generations, what is active and pending, and how it got there."""
 
-    # every key but ``held`` and ``deployed`` (added later) is required in state.json; a
+    # every key but ``held``, ``deployed`` and ``refused`` (added later) is required in
+    # state.json; a
     # state saved before ``deployed`` existed gets it when read (statefile.decode)
     phase: Phase = field(default=Phase.NONE, metadata=_REQUIRED)
     active: str | None = field(default=None, metadata=_REQUIRED)
@@ -75,6 +79,10 @@ class BundleState:
     # boot publishes its config digest, the labels its failure; see :meth:`went_live`,
     # :meth:`digest_generation` and :meth:`deployed_failure`)
     deployed: str | None = field(default=None, metadata=spec(omit=is_none))
+    # the refused drop whose driver pod is taken to be the one deployed: it unloaded the
+    # active generation, which is pending again; its digest is published until a drop is
+    # accepted (see :meth:`after_refusal` and :meth:`published_digest`)
+    refused: RefusedDrop | None = field(default=None, metadata=spec(omit=is_none))
 
     @property
     def last_known_good(self) -> str | None:
@@ -92,6 +100,19 @@ class BundleState:
         nothing is active or deployed.
         """
         return self.deployed if self.deployed in recorded else self.active
+
+    def published_digest(self, recorded: Mapping[str, str]) -> str | None:
+        """The config digest to publish for this bundle (None: publish none).
+
+        While a refused drop is recorded (:attr:`refused`), the digest it carried: its
+        driver pod is the one deployed, and its init container keeps the reloaded last good
+        generation only when the file holds exactly its own digest. Otherwise the digest
+        ``recorded`` (generation id -> digest) for :meth:`digest_generation`.
+        """
+        if self.refused is not None:
+            return self.refused.digest
+        of = self.digest_generation(recorded)
+        return recorded.get(of) if of else None
 
     def deployed_failure(self) -> Generation | None:
         """The generation deployed if it failed at boot (its failure stands until a newer
@@ -140,35 +161,70 @@ class BundleState:
         """Intake verified and published ``gen``: it is pending; generations past the
         newest ``retain`` are forgotten (the caller collects them after saving).
 
-        Unchanged when ``gen`` is already pending or active and the bundle did not fail.
-        Refused while the bundle is being loaded or held, and for a generation that failed.
+        Unchanged when ``gen`` is already pending or active and the bundle did not fail,
+        but for a refused drop recorded, which no longer stands (the accepted drop's pod is
+        the one deployed now). Refused while the bundle is being loaded or held, and for a
+        generation that failed.
         """
         if gen.id in (self.pending, self.active) and self.phase is not Phase.FAILED:
-            return self
+            return replace(self, refused=None) if self.refused else self
         self._refuse("staged", self.phase is Phase.LOADING, "the bundle is being loaded")
         self._refuse("staged", self.held, "the bundle is held by an admin")
         known = self.generations.get(gen.id)
         failed = known is not None and known.failed is not None
         self._refuse("staged", failed, f"generation {gen.id[:12]} already failed")
         moved = self.with_generation(gen).move(
-            Phase.PENDING, pending=gen.id, note=f"generation {gen.id[:12]} pending"
+            Phase.PENDING, pending=gen.id, refused=None, note=f"generation {gen.id[:12]} pending"
         )
         newest = {g.id for g in sorted(moved.generations.values(), key=added)[-retain:]}
         keep = moved.keep() | newest
         return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
-    def reloading(self, generation: str) -> BundleState:
+    def reloading(self, generation: str, refused: RefusedDrop | None = None) -> BundleState:
         """The active ``generation`` is dropped again while its modules are no longer in the
         kernel (something unloaded them, such as a driver pod's init container): it is
-        pending once more, so a reboot is asked and the next boot loads it again."""
+        pending once more, so a reboot is asked and the next boot loads it again.
+
+        With ``refused``, it was not dropped again: the drop that followed the unload was
+        refused (:meth:`after_refusal`), and that drop is recorded as :attr:`refused`;
+        without, a refused drop recorded no longer stands."""
         self._refuse("reloading", generation != self.active, f"{generation[:12]} is not active")
         self._refuse("reloading", self.phase is not Phase.ACTIVE, "the bundle is not active")
         self._refuse("reloading", self.held, "the bundle is held by an admin")
+        why = "its modules were unloaded"
+        if refused is not None:
+            why += f" and the drop after them was refused ({refused.version or 'no version'})"
         return self.move(
             Phase.PENDING,
             pending=generation,
-            note=f"generation {generation[:12]} pending again: its modules were unloaded",
+            refused=refused,
+            note=f"generation {generation[:12]} pending again: {why}",
         )
+
+    def after_refusal(self, refused: RefusedDrop, unloaded: bool) -> BundleState:
+        """Intake refused a drop of this bundle (``refused``); ``unloaded``: the active
+        generation is for the running kernel and some of the modules boot loaded for it
+        have left the kernel since (the driver pod that made the drop unloaded them first).
+
+        Then the active generation is pending again (:meth:`reloading`, ``refused``
+        recorded), so a reboot brings the last good driver back. Once per refused drop: the
+        same drop refused again after its reload went live, its modules unloaded once more,
+        changes nothing, so no pod can make reboots follow one another. A refused drop while
+        the active generation waits to be reloaded is recorded in place of the one before
+        (its pod is the newer one); no other reboot is asked. Unchanged otherwise: modules
+        still loaded, nothing active, or held by an admin (no reboot asked).
+        """
+        if self.held or self.active is None:
+            return self
+        if self.refused is not None and self.refused.same_drop(refused):
+            return self
+        if unloaded and self.phase is Phase.ACTIVE:
+            return self.reloading(self.active, refused)
+        waits = self.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        if waits and self.pending == self.active:
+            note = f"refused drop recorded ({refused.version or 'no version'}): {refused.reason}"
+            return replace(self, refused=refused).record(note)
+        return self
 
     def reboot_asked(self, note: str) -> BundleState:
         """The daemon recorded its intent to reboot for the pending generation."""

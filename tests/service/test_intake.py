@@ -10,6 +10,7 @@ import pytest
 
 from service.config import Config
 from service.layout import Layout
+from service.store.intake import Outcome
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
@@ -289,3 +290,130 @@ def test_a_drop_that_cannot_be_removed_is_taken_in_once(
     status = _status(host)
     assert status["phase"] == "pending" and drop.name in str(status["errors"])
     assert "stays in place" in str(status["errors"])
+
+
+def _live_then_refused(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+    *,
+    unload: bool,
+    hold: bool = False,
+) -> tuple[bytes, Outcome]:
+    """v1 taken in and booted (its modules live in the sysfs tree), held by an admin if
+    asked, its modules unloaded if asked; then a v2 drop signed by an untrusted key, taken
+    in. The state file's bytes before the refusal, and the refusal."""
+    from service.store import verbs
+    from service.store.statefile import save
+    from tests.service.fakes import FakeKernel, boot_with
+
+    _stage(host, [signed["ms_exporter"]], kernel, config_digest="digest-1")
+    make_intake(host).run()
+    kernel_view = FakeKernel(sys=host.sys)
+    boot_with(host, kernel_view).run()
+    if hold:
+        state = load(host.state)
+        save(host.state, state.with_bundle("test", verbs.hold(state.bundle("test"))))
+    if unload:
+        for name in list(kernel_view.live):
+            kernel_view.unload(name)
+    before = host.state.read_bytes()
+    bad = sign(modules["ms_params"], other_key, tmp_path / "ms_params.ko")
+    drop = _stage(host, [bad], kernel, version="2", config_digest="digest-2")
+    [outcome] = make_intake(host).run()
+    why = "held by an admin" if hold else "ENOKEY"  # a held bundle refuses every drop
+    assert not outcome.accepted and why in outcome.reasons[0]
+    assert not drop.exists() and (host.quarantine / drop.name).exists()
+    status = _status(host)
+    assert status["phase"] == "rejected" and status["errors"] == list(outcome.reasons)
+    return before, outcome
+
+
+def test_a_refused_drop_after_an_unload_makes_the_active_generation_pending_again(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+) -> None:
+    """The active generation's modules left the kernel, then a drop is refused: the drop is
+    quarantined and its status says rejected with the reasons, as for any refusal, and the
+    active generation is pending again (a reboot awaited), the refused drop recorded with
+    the version and digest it carried; ``status`` says the last good one is reloaded."""
+    from service.status.collect import collect
+
+    _, outcome = _live_then_refused(host, modules, other_key, signed, kernel, tmp_path, unload=True)
+    state = load(host.state)
+    b = state.bundle("test")
+    assert (b.phase, b.pending) == (Phase.PENDING, b.active) and b.active is not None
+    assert state.awaiting_reboot(kernel) == ["test"]
+    assert b.refused is not None and (b.refused.version, b.refused.digest) == ("2", "digest-2")
+    assert b.refused.reason.startswith("modules/ms_params.ko: ENOKEY")
+    [reason] = [r for r in collect(host).bundles["test"].reasons if "rejected" in r]
+    assert outcome.reasons[0] in reason
+    assert f"the last good generation {b.active[:12]} (1) is loaded again" in reason
+
+
+def test_a_refused_drop_while_the_modules_are_loaded_changes_no_state(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+) -> None:
+    """The active generation's modules are live: a refused drop leaves state.json as it
+    was, byte for byte (no generation pending, no reboot awaited)."""
+    before, _ = _live_then_refused(host, modules, other_key, signed, kernel, tmp_path, unload=False)
+    assert host.state.read_bytes() == before
+    assert load(host.state).awaiting_reboot(kernel) == []
+
+
+def test_a_held_bundle_is_not_reloaded_and_status_says_why(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+) -> None:
+    """An admin holds the bundle: after an unload a refused drop (refused for the hold
+    itself) changes no state (no reboot is asked while held), and ``status`` says that the
+    last good generation left the kernel and is not loaded again while held."""
+    from service.status.collect import collect
+
+    before, _ = _live_then_refused(
+        host, modules, other_key, signed, kernel, tmp_path, unload=True, hold=True
+    )
+    assert host.state.read_bytes() == before
+    assert load(host.state).awaiting_reboot(kernel) == []
+    [reason] = [r for r in collect(host).bundles["test"].reasons if "rejected" in r]
+    assert "held by an admin" in reason and "not loaded again while held" in reason
+
+
+def test_the_daemons_rejection_reads_the_digest_the_drop_carried(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """The daemon's rejection (of the drop an intake child was killed on) knows no manifest:
+    it reads the drop's config digest itself, so the reload it starts publishes that one."""
+    from service.config import Config
+    from service.store.drops import Drops
+    from service.store.rejection import reject
+    from tests.service.fakes import FakeKernel, boot_with
+
+    _stage(host, [signed["ms_exporter"]], kernel)
+    make_intake(host).run()
+    kernel_view = FakeKernel(sys=host.sys)
+    boot_with(host, kernel_view).run()
+    for name in list(kernel_view.live):
+        kernel_view.unload(name)
+    drop = _stage(host, [signed["ms_params"]], kernel, version="2", config_digest="digest-2")
+    outcome = reject(host, Config(), Drops(host, Config()), drop, "test", [f"{drop}: killed"])
+    b = load(host.state).bundle("test")
+    assert not outcome.accepted and (b.phase, b.pending) == (Phase.PENDING, b.active)
+    assert b.refused is not None and (b.refused.version, b.refused.digest) == (None, "digest-2")
+    assert b.refused.reason == "killed"

@@ -26,6 +26,7 @@ from service.store.labels import (
     write_labels,
 )
 from service.store.phase import Phase
+from service.store.records import RefusedDrop
 from service.store.state import BundleState, Generation, State
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
@@ -139,6 +140,29 @@ def test_a_bundles_phase_versions_and_failure_are_its_labels() -> None:
         "example.org/nvidia.pending": "",
         "example.org/nvidia.failed": "nvidia-ENOEXEC-bad",
     }
+
+
+def test_a_refused_drop_that_brought_the_last_good_back_is_a_label_until_one_is_accepted() -> None:
+    """The active generation pending again after a refused drop: the labels say the phase,
+    the version reloaded (active and pending alike) and ``rejected`` with the refused drop's
+    reason; it stays once the reload is live (the rollout halts there) and goes when a drop
+    is accepted."""
+    refused = RefusedDrop(5.0, "modules/nvidia.ko: ENOKEY: no trusted key", "2", "g9", "d2")
+    v1 = Generation("g0", "550.163.01", "k", added=1.0)
+    live = BundleState(Phase.ACTIVE, active="g0", generations={"g0": v1})
+    b = live.after_refusal(refused, unloaded=True)
+    assert bundle_labels("nvidia", b) == {
+        "nvidia.phase": "pending",
+        "nvidia.active": "550.163.01",
+        "nvidia.pending": "550.163.01",
+        "nvidia.rejected": "modules-nvidia.ko-ENOKEY-no-trusted-key",
+    }
+    up = b.booting("g0").went_live("g0", ())
+    assert (
+        bundle_labels("nvidia", up)["nvidia.rejected"] == "modules-nvidia.ko-ENOKEY-no-trusted-key"
+    )
+    accepted = up.staged(Generation("g1", "560.1", "k", added=2.0), retain=3)
+    assert "nvidia.rejected" not in bundle_labels("nvidia", accepted)
 
 
 def test_long_bundle_names_keep_distinct_valid_keys() -> None:

@@ -26,6 +26,7 @@ from service.store.statefile import load, save
 from service.verify.signature.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
+from tests.kmod import SigningKey, sign
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKernel, make_intake
 
@@ -64,9 +65,12 @@ def _drop(
     version: str,
     *,
     bad: bool = False,
+    untrusted: Path | None = None,
     **kw: object,
 ) -> Path:
     second = ModuleSpec(signed["bad"]) if bad else ModuleSpec(signed["uvm"], f"label=v{version}")
+    if untrusted is not None:  # signed by a key the host does not trust: refused at intake
+        second = ModuleSpec(untrusted, f"label=v{version}")
     return stage(
         host.host(POD_IN),
         bundle="nvidia",
@@ -477,3 +481,125 @@ def test_a_reloaded_generation_that_fails_at_boot_is_not_tried_twice(
         ("load", "ms_exporter", "")
     ]
     assert not host.host(STATE_FILE).exists()
+
+
+@pytest.fixture
+def untrusted(modules: dict[str, Path], other_key: SigningKey, tmp_path: Path) -> Path:
+    """The second module signed by a key the host does not trust (intake refuses it)."""
+    return sign(modules["ms_params"], other_key, tmp_path / "ms_params.ko")
+
+
+def _init_container(host: Layout, kernel_view: FakeKernel, digest: str | None) -> bool:
+    """k8s-driver-manager's ``uninstall_driver`` (FIELD-FACTS §2): with a driver loaded, it
+    unloads it unless the digest file holds exactly the pod's digest (an unset one counts as
+    changed). Whether it unloaded."""
+    path = host.host(STATE_FILE)
+    published = path.read_text().strip() if path.exists() else None
+    if not kernel_view.live or (digest is not None and published == digest):
+        return False
+    for name in list(kernel_view.live):
+        kernel_view.unload(name)
+    return True
+
+
+def _operator_daemon(host: Layout, asked: list[list[str]]) -> Daemon:
+    cfg = replace(
+        OPERATOR,
+        reboot=RebootConfig(backend="command", command=("x",), guard=Guard(0, 3600)),
+    )
+    rebooter = CommandRebooter(lambda: [["reboot-now"]], runner=asked.append)
+    return Daemon(host, cfg, make_intake(host, cfg), rebooter)
+
+
+def _reboot(host: Layout, kernel_view: FakeKernel, boot: str) -> None:
+    """A reboot: a new boot id, nothing loaded, /run empty, then ``modstage boot``."""
+    host.boot_id.write_text(boot + "\n")
+    host.host(STATE_FILE).unlink(missing_ok=True)
+    for name in list(kernel_view.live):
+        kernel_view.unload(name)
+    _boot(host, kernel_view).run()
+
+
+def test_a_refused_drop_after_the_unload_brings_the_last_good_back_under_its_pods_digest(
+    host: Layout, signed: dict[str, Path], kernel: str, untrusted: Path
+) -> None:
+    """v1 runs; the v2 pod's init container unloads it (the digest differs) and its container
+    drops v2, signed by a key the host does not trust. The drop is refused (quarantined, the
+    status file says rejected with the reasons), v1 is pending again and the daemon asks one
+    reboot; ``modstage boot`` loads v1 and publishes **v2's** digest, so the v2 pod's init
+    container keeps v1 after the reboot. The pod restarting and dropping v2 again asks no
+    other reboot, neither while v1 waits to be reloaded nor once it is live, and plain
+    reboots keep v2's digest with v1 loaded: no reboot loop."""
+    kernel_view = FakeKernel(sys=host.sys)
+    asked: list[list[str]] = []
+    daemon = _operator_daemon(host, asked)
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    [first] = daemon.take_drops()
+    _boot(host, kernel_view).run()
+    v1 = str(first.generation)
+
+    assert _init_container(host, kernel_view, "digest-v2")  # the v2 pod: v1 unloaded
+    drop = _drop(host, signed, kernel, "2", untrusted=untrusted, config_digest="digest-v2")
+    [refused] = daemon.take_drops()
+    assert not refused.accepted and "ENOKEY" in refused.reasons[0]
+    assert not drop.exists() and (host.quarantine / drop.name).exists()
+    status = json.loads((host.status / "nvidia.json").read_text())
+    assert status["phase"] == "rejected" and status["errors"] == list(refused.reasons)
+    b = load(host.state).bundle("nvidia")
+    assert (b.phase, b.active, b.pending) == (Phase.PENDING, v1, v1)
+    assert b.refused is not None and b.refused.digest == "digest-v2"
+    assert b.refused.version == "2" and "ENOKEY" in b.refused.reason
+    assert daemon.maybe_reboot().due and asked == [["reboot-now"]]
+
+    assert not _init_container(host, kernel_view, "digest-v2")  # nothing loaded: no unload
+    saved = host.state.read_bytes()
+    _drop(host, signed, kernel, "2", untrusted=untrusted, config_digest="digest-v2")
+    [again] = daemon.take_drops()  # the pod restarted while the reboot is scheduled
+    assert not again.accepted and host.state.read_bytes() == saved
+    assert not daemon.maybe_reboot().due and asked == [["reboot-now"]]
+
+    _reboot(host, kernel_view, "boot-2")
+    daemon.reconcile()
+    b = load(host.state).bundle("nvidia")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, v1, None)
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
+    assert not _init_container(host, kernel_view, "digest-v2")  # the v2 pod keeps v1
+    assert kernel_view.live
+    _drop(host, signed, kernel, "2", untrusted=untrusted, config_digest="digest-v2")
+    [after] = daemon.take_drops()
+    b = load(host.state).bundle("nvidia")
+    assert not after.accepted and (b.phase, b.pending) == (Phase.ACTIVE, None)
+    assert load(host.state).awaiting_reboot(kernel) == []
+    assert not daemon.maybe_reboot().due and asked == [["reboot-now"]]
+    _reboot(host, kernel_view, "boot-3")  # a plain reboot: the v2 pod is still deployed
+    assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
+    assert not _init_container(host, kernel_view, "digest-v2")
+
+
+def test_a_refused_pod_that_unloads_the_reloaded_driver_again_asks_no_second_reboot(
+    host: Layout, signed: dict[str, Path], kernel: str, untrusted: Path
+) -> None:
+    """The refused v2 drop carried no digest (no file to publish: the v2 pod's init
+    container unloads whatever is loaded at every start). One reboot brings v1 back; when
+    the restarted v2 pod unloads it again and drops v2 again, no other reboot is awaited
+    (one per refused drop), and ``status`` says why nothing is reloaded."""
+    from service.status.collect import collect
+
+    kernel_view = FakeKernel(sys=host.sys)
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    make_intake(host, OPERATOR).run()
+    _boot(host, kernel_view).run()
+    assert _init_container(host, kernel_view, None)
+    _drop(host, signed, kernel, "2", untrusted=untrusted)
+    make_intake(host, OPERATOR).run()
+    assert load(host.state).awaiting_reboot(kernel) == ["nvidia"]
+    _reboot(host, kernel_view, "boot-2")
+    assert not host.host(STATE_FILE).exists()  # the refused drop carried no digest
+    assert _init_container(host, kernel_view, None)  # so the v2 pod unloads v1 again
+    _drop(host, signed, kernel, "2", untrusted=untrusted)
+    [refused] = make_intake(host, OPERATOR).run()
+    assert not refused.accepted
+    b = load(host.state).bundle("nvidia")
+    assert b.phase is Phase.ACTIVE and load(host.state).awaiting_reboot(kernel) == []
+    [reason] = [r for r in collect(host).bundles["nvidia"].reasons if "rejected" in r]
+    assert "not reloaded again" in reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from service.errors import IllegalTransition, StateCorrupt, StateError
 from service.store import verbs
 from service.store.phase import Phase
-from service.store.records import HistoryEntry, ModuleLoad, RebootIntent
+from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, RefusedDrop
 from service.store.state import HISTORY_LIMIT, BundleState, Generation, State
 from service.store.statefile import decode, encode, load, migrated, read, save
 
@@ -189,6 +190,68 @@ def test_the_published_digest_follows_the_deployed_pod() -> None:
     assert b.deployed == A
     b = b.staged(gen(C, added=3.0), retain=3).booting(C).booting(C).expired("2 attempts")
     assert b.deployed == C and b.booting(A).went_live(A, ()).deployed == C
+
+
+REFUSED_B = RefusedDrop(5.0, "modules/nvidia.ko: ENOKEY", "v-b", B, "digest-b")
+
+
+def test_a_refused_drop_after_an_unload_makes_the_active_generation_pending_again() -> None:
+    """after_refusal with the active generation's modules gone: it is pending again (a
+    reboot awaited) and the refused drop recorded; the boot brings it up and the refused
+    drop's digest is published, as long as no drop is accepted (a new generation staged,
+    or the active one dropped again, ends it)."""
+    b = live(A).after_refusal(REFUSED_B, unloaded=True)
+    assert (b.phase, b.active, b.pending, b.refused) == (Phase.PENDING, A, A, REFUSED_B)
+    assert b.awaits_reboot(K) and "refused" in b.history[-1].note
+    assert b.published_digest({A: "digest-a"}) == "digest-b"
+    b = b.reboot_asked("asked").booting(A).went_live(A, (ModuleLoad("nvidia", "S1", 3.0),))
+    assert (b.phase, b.active, b.pending, b.refused) == (Phase.ACTIVE, A, None, REFUSED_B)
+    assert b.published_digest({A: "digest-a"}) == "digest-b"
+    nameless = replace(REFUSED_B, digest=None)  # a refused pod without a digest: none
+    assert live(A).after_refusal(nameless, True).published_digest({A: "digest-a"}) is None
+    staged = b.staged(gen(C, added=2.0), retain=3)
+    assert staged.refused is None and staged.published_digest({A: "digest-a"}) == "digest-a"
+    again = b.staged(gen(A, added=9.0), retain=3)  # the active one dropped, still loaded
+    assert again.refused is None and again.phase is Phase.ACTIVE
+    assert b.reloading(A).refused is None  # dropped again after an unload
+
+
+def test_a_refused_drop_while_the_modules_are_loaded_changes_nothing() -> None:
+    """Modules still in the kernel, nothing active, or an admin's hold: after_refusal
+    returns the bundle itself (state.json is not written, no reboot is awaited)."""
+    for b in (live(A), BundleState(), BundleState().staged(gen(A), 3)):
+        assert b.after_refusal(REFUSED_B, unloaded=False) is b
+    held = verbs.hold(live(A))
+    assert held.after_refusal(REFUSED_B, unloaded=True) is held
+    assert held.after_refusal(REFUSED_B, unloaded=True).awaits_reboot(K) is False
+
+
+def test_the_same_refused_drop_never_asks_a_second_reboot() -> None:
+    """The pod restarting and dropping the refused bundle again: while the reload waits
+    (pending, reboot scheduled) nothing changes; once it went live nothing changes either,
+    even if its modules left the kernel again (one reboot per refused drop, never a loop).
+    Another refused drop while the reload waits is recorded in its place, with no other
+    reboot awaited; after the reload went live, another refused drop reloads once."""
+    b = live(A).after_refusal(REFUSED_B, True)
+    assert b.after_refusal(replace(REFUSED_B, at=9.0), True) is b
+    scheduled = b.reboot_asked("asked")
+    assert scheduled.after_refusal(REFUSED_B, True) is scheduled
+    c = RefusedDrop(6.0, "ENOKEY", "v-c", C, "digest-c")
+    replaced = scheduled.after_refusal(c, True)
+    assert (replaced.phase, replaced.pending, replaced.refused) == (Phase.REBOOT_SCHEDULED, A, c)
+    up = b.booting(A).went_live(A, ())
+    assert up.after_refusal(REFUSED_B, unloaded=False) is up
+    assert up.after_refusal(REFUSED_B, unloaded=True) is up  # unloaded once more: no loop
+    other = up.after_refusal(c, unloaded=True)
+    assert (other.phase, other.pending, other.refused) == (Phase.PENDING, A, c)
+
+
+def test_a_refused_drop_is_saved_and_read_back(tmp_path: Path) -> None:
+    """The refused drop is a typed record of state.json, absent while there is none."""
+    state = State({"nvidia": live(A).after_refusal(REFUSED_B, True)}, "boot")
+    save(tmp_path / "state.json", state)
+    assert load(tmp_path / "state.json") == state
+    assert "refused" not in json.loads(encode(State({"nvidia": live(A)})))["bundles"]["nvidia"]
 
 
 _VERBS = st.sampled_from(["staged", "reboot_asked", "booting", "went_live", "failed", "expired"])

@@ -13,10 +13,11 @@ from service.cli import main
 from service.layout import Layout
 from service.status.collect import collect, memory_summary
 from service.status.health import Health, bundle_health, overall
+from service.status.live import LiveModule
 from service.status.report import SCHEMA, SignerRow
 from service.status.view import lines
 from service.store.phase import Phase
-from service.store.records import ModuleLoad, RebootIntent
+from service.store.records import ModuleLoad, RebootIntent, RefusedDrop
 from service.store.state import BundleState, Generation, State
 from service.store.statefile import save
 from service.store.statusfile import write_status
@@ -141,6 +142,44 @@ def test_a_rejected_drop_is_degraded_with_its_reasons() -> None:
     verdict = bundle_health(None, doc, kernel=KERNEL)
     assert verdict == bundle_health(None, doc, kernel=None)
     assert verdict.health is Health.DEGRADED and "EKEYREJECTED" in verdict.reasons[0]
+
+
+REFUSED = RefusedDrop(5.0, "modules/nvidia.ko: ENOKEY", "2.0", NEW, "digest-2")
+
+
+def test_a_refused_drop_that_brought_the_last_good_back_says_so() -> None:
+    """The drop was refused after the active generation's modules had left the kernel:
+    while the reload waits, the rejection says that the last good generation is loaded
+    again at the next reboot; once it runs (the boot rewrote the status file), the bundle
+    stays degraded, saying the refused drop's pod keeps it until a drop is accepted (also
+    when that pod drops the refused bundle again)."""
+    doc = StatusFile("nvidia", "rejected", errors=("nvidia.ko: ENOKEY",))
+    waiting = active_bundle().after_refusal(REFUSED, unloaded=True)
+    verdict = bundle_health(waiting, doc, kernel=KERNEL)
+    assert verdict.health is Health.DEGRADED
+    assert verdict.reasons[0] == (
+        "the last drop was rejected: nvidia.ko: ENOKEY; its modules had left the kernel: "
+        f"the last good generation {OLD[:12]} (1.0) is loaded again at the next reboot"
+    )
+    up = waiting.booting(OLD).went_live(OLD, active_bundle().loaded)
+    live = {"nvidia": LiveModule("nvidia", "ABC", None, 1)}
+    verdict = bundle_health(up, StatusFile("nvidia", "active"), kernel=KERNEL, live=live)
+    assert verdict.health is Health.DEGRADED and verdict.reasons == (
+        "the drop of version 2.0 was rejected (modules/nvidia.ko: ENOKEY): the last good "
+        f"generation {OLD[:12]} (1.0) runs, under the refused driver pod's config digest, "
+        "until a drop is accepted",
+    )
+    assert (
+        bundle_health(up, doc, kernel=KERNEL, live=live).reasons
+        == (  # refused again
+            "the last drop was rejected: nvidia.ko: ENOKEY; the last good generation "
+            f"{OLD[:12]} (1.0) runs, under the refused driver pod's config digest, until a drop "
+            "is accepted",
+        )
+    )
+    assert bundle_health(active_bundle(), doc, kernel=KERNEL, live=live).reasons == (
+        "the last drop was rejected: nvidia.ko: ENOKEY",
+    )
 
 
 def test_active_generation_for_another_kernel_is_degraded() -> None:
