@@ -43,7 +43,7 @@ def write_status(
         generation=generation or state.pending or state.active,
         active=state.active,
         pending=state.pending,
-        failed={g.id: g.failed for g in state.generations.values() if g.failed},
+        failed=_failed(state),
         errors=tuple(errors or ()),
         updated=round(time.time(), 3),
         pending_kernel=pending.kernel if pending else None,
@@ -56,6 +56,17 @@ def write_status(
     layout.status.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.status / f"{bundle}.json", status.to_json())
     return status
+
+
+def _failed(state: BundleState) -> dict[str, str]:
+    """The failed generations, and a refused drop's generation while it is recorded (its
+    driver pod's ``wait`` reads the refusal from every later status file, the one that
+    shows the reboot asked for the last good generation included)."""
+    failed = {g.id: g.failed for g in state.generations.values() if g.failed}
+    refused = state.refused
+    if refused is not None and refused.generation and refused.generation not in failed:
+        failed[refused.generation] = f"refused at intake: {refused.reason}"
+    return failed
 
 
 def _release(layout: Layout) -> str | None:

@@ -26,6 +26,7 @@ from service.store.statefile import load, save
 from service.verify.signature.trust import TrustStore
 from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
+from stager.statusfile import StatusFile
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKernel, make_intake
@@ -574,6 +575,31 @@ def test_a_refused_drop_after_the_unload_brings_the_last_good_back_under_its_pod
     _reboot(host, kernel_view, "boot-3")  # a plain reboot: the v2 pod is still deployed
     assert host.host(STATE_FILE).read_bytes() == b"digest-v2"
     assert not _init_container(host, kernel_view, "digest-v2")
+
+
+def test_the_refused_pods_wait_reads_the_refusal_after_the_reboot_is_asked(
+    host: Layout, signed: dict[str, Path], kernel: str, untrusted: Path
+) -> None:
+    """The refused v2 pod's ``modstage wait --drop`` may first read the status file after
+    the daemon rewrote it for the reboot that brings v1 back (phase reboot_scheduled, not
+    rejected): it still exits 1 naming the refusal, never waits on as for a pending drop."""
+    from stager.wait import EXIT_REFUSED, Target, judge
+
+    kernel_view = FakeKernel(sys=host.sys)
+    daemon = _operator_daemon(host, [])
+    _drop(host, signed, kernel, "1", config_digest="digest-v1")
+    daemon.take_drops()
+    _boot(host, kernel_view).run()
+    assert _init_container(host, kernel_view, "digest-v2")
+    drop = _drop(host, signed, kernel, "2", untrusted=untrusted, config_digest="digest-v2")
+    target = Target.from_drop(drop)
+    [refused] = daemon.take_drops()
+    assert not refused.accepted and daemon.maybe_reboot().due
+    doc = StatusFile.from_json((host.status / "nvidia.json").read_bytes())
+    assert doc.phase == Phase.REBOOT_SCHEDULED.value
+    outcome = judge(doc, target)
+    assert outcome.code == EXIT_REFUSED and "refused at intake" in outcome.message
+    assert "ENOKEY" in outcome.message
 
 
 def test_a_refused_pod_that_unloads_the_reloaded_driver_again_asks_no_second_reboot(
