@@ -17,56 +17,30 @@ from typing import Any, TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, StateError, UsageError
 from service.layout import Layout
+from service.status.collect import generation_rows as status_rows
 from service.status.collect import read_state
-from service.status.glance import iso
 from service.store import verbs
 from service.store.generations import Store
 from service.store.publish import mirror_status
 from service.store.state import BundleState, State
 from service.store.statefile import locked, save
 from service.store.statusfile import write_status
+from stager.record import dump
 
 Change = Callable[[BundleState], BundleState]
 
 
-def roles(bundle: BundleState, generation: str) -> list[str]:
-    """What a generation is to its bundle: active, last-known-good, pending, failed."""
-    gen = bundle.generations[generation]
-    found = []
-    if generation == bundle.active:
-        found.append("active")
-    if generation == bundle.last_known_good:
-        found.append("last-known-good")
-    if generation == bundle.pending:
-        found.append("pending")
-    if gen.failed:
-        found.append("failed")
-    return found or ["retained"]
-
-
 def generation_rows(state: State, store: Store, only: str | None) -> list[dict[str, Any]]:
-    """One row per known generation (oldest first per bundle)."""
+    """One row per known generation (oldest first per bundle): the record ``status --json``
+    prints for a generation, with its bundle, whether the store still has it, and the hold."""
     if only is not None and only not in state.bundles:
         raise UsageError(f"no bundle named {only!r} (known: {', '.join(state.bundles) or 'none'})")
     rows = []
     for name, b in sorted(state.bundles.items()):
         if only is not None and name != only:
             continue
-        for g in sorted(b.generations.values(), key=lambda g: g.added):
-            rows.append(
-                {
-                    "bundle": name,
-                    "id": g.id,
-                    "version": g.version,
-                    "kernel": g.kernel,
-                    "added": iso(g.added),
-                    "attempts": g.attempts,
-                    "failed": g.failed,
-                    "roles": roles(b, g.id),
-                    "in_store": store.has(g.id),
-                    "held": b.held,
-                }
-            )
+        for g in status_rows(b):
+            rows.append({"bundle": name, **dump(g), "in_store": store.has(g.id), "held": b.held})
     return rows
 
 
@@ -78,7 +52,7 @@ def _print_rows(rows: list[dict[str, Any]], out: TextIO) -> None:
         gone = "" if r["in_store"] else " (not in the store)"
         print(
             f"{r['bundle']} {r['id'][:12]} {r['version']} kernel {r['kernel']} "
-            f"added {r['added'] or '-'} attempts {r['attempts']} "
+            f"added {r['added_utc'] or '-'} attempts {r['attempts']} "
             f"[{','.join(r['roles'])}]{gone}{fail}",
             file=out,
         )

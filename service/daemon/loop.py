@@ -74,6 +74,18 @@ class Daemon:
     poll_unwatched: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
 
+    def stopped(self) -> None:
+        """The last heartbeat: the daemon stopped (``status`` says so at once, not after the
+        heartbeat grows stale); a failure is logged, never fatal."""
+        from service.status.glance import STOPPED, write_heartbeat
+
+        try:
+            write_heartbeat(
+                self.layout.heartbeat, decision=STOPPED, at=self.clock.now().timestamp()
+            )
+        except OSError as exc:
+            log.error("heartbeat.write_failed", path=str(self.layout.heartbeat), error=str(exc))
+
     def heartbeat(self, decision: Decision | None) -> None:
         """Refresh the heartbeat file (``status`` shows its age) at most every HEARTBEAT_EVERY s.
 
@@ -348,4 +360,5 @@ class Daemon:
             for w in watchers:
                 w.stop()
             uevents.stop()
+            self.stopped()
             log.info("daemon.stopped")

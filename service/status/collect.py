@@ -89,9 +89,28 @@ def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
     return docs
 
 
-def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
-    """The bundle's generations, oldest first, each with its role."""
-    roles = {b.active: "active", b.pending: "pending"}
+def roles(bundle: BundleState, generation: str) -> tuple[str, ...]:
+    """Every role a generation has in its bundle: active, last-known-good, pending, failed
+    (retained when none)."""
+    gen = bundle.generations[generation]
+    found = [
+        role
+        for role, holds in (
+            ("active", generation == bundle.active),
+            ("last-known-good", generation == bundle.last_known_good),
+            ("pending", generation == bundle.pending),
+            ("failed", bool(gen.failed)),
+        )
+        if holds
+    ]
+    return tuple(found) or ("retained",)
+
+
+def generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
+    """The bundle's generations, oldest first, each with its role (the first of active,
+    pending, failed, retained) and every role: the one record ``status --json`` and
+    ``generations --json`` print."""
+    main = {b.active: "active", b.pending: "pending"}
     return tuple(
         GenerationRow(
             id=g.id,
@@ -101,7 +120,8 @@ def _generation_rows(b: BundleState) -> tuple[GenerationRow, ...]:
             added_utc=iso(g.added),
             attempts=g.attempts,
             failed=g.failed,
-            role=roles.get(g.id) or ("failed" if g.failed else "retained"),
+            role=main.get(g.id) or ("failed" if g.failed else "retained"),
+            roles=roles(b, g.id),
         )
         for g in sorted(b.generations.values(), key=lambda g: g.added)
     )
@@ -144,7 +164,7 @@ def _bundle_report(
 ) -> BundleReport:
     """One bundle; a bundle known only from its status file takes the file's phase."""
     b = bundle if bundle is not None else BundleState()
-    generations = _generation_rows(b)
+    generations = generation_rows(b)
     errors = status_doc.errors if status_doc is not None else ()
     errors += tuple(f"{g.id[:12]}: {g.failed}" for g in generations if g.failed)
     only_file = bundle is None and status_doc is not None

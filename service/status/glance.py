@@ -26,8 +26,13 @@ def iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: the heartbeat's decision once the daemon has stopped (it is not alive, whatever its age)
+STOPPED = "stopped"
+
+
 def write_heartbeat(path: Path, *, decision: str, at: float) -> None:
-    """The daemon's heartbeat: when it last went round its loop, and its reboot decision."""
+    """The daemon's heartbeat: when it last went round its loop, and its reboot decision
+    (:data:`STOPPED` as it stops)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"at": at, "pid": os.getpid(), "reboot_decision": decision}
     write_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n")
@@ -55,7 +60,7 @@ def read_heartbeat(path: Path, now: float) -> Heartbeat:
     decision = doc.get("reboot_decision") if isinstance(doc, dict) else None
     return Heartbeat(
         str(path),
-        alive=age <= HEARTBEAT_STALE,
+        alive=age <= HEARTBEAT_STALE and decision != STOPPED,
         at=iso(at),
         age_seconds=round(age, 1),
         decision=decision if isinstance(decision, str) else None,

@@ -34,6 +34,7 @@ class GenerationRow:
     attempts: int
     failed: str | None
     role: str
+    roles: tuple[str, ...]  # every role: active, last-known-good, pending, failed, retained
 
 
 @dataclass(frozen=True)

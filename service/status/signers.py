@@ -177,7 +177,8 @@ def _row(
     try:
         sid = module_signer(path)
     except OSError as exc:
-        return SignerRow(generation, entry.file, None, None, exc.strerror or str(exc), version)
+        why = f"cannot read {path}: {exc.strerror or exc}"  # names the file
+        return SignerRow(generation, entry.file, None, None, why, version)
     where, note = (None, "unsigned") if sid is None else _where(keyring, sid.key_id.hex())
     name = None if sid is None else known.name(sid, held=where is not None)
     taint = module_taint(kernel.sys, entry.name) if live else None

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from service.status.glance import iso
+from service.status.glance import STOPPED, iso
 from service.status.health import Health
-from service.status.report import BundleReport, LoadedRow, Problem, Report, SignerLine
+from service.status.report import (
+    BundleReport,
+    HistoryRow,
+    LoadedRow,
+    Problem,
+    Report,
+    SignerLine,
+)
 from service.status.signers import signer_lines
 
 if TYPE_CHECKING:
@@ -46,14 +53,17 @@ def _reboot_line(doc: Report) -> str:
     if r.scheduled:
         line += "; scheduled for " + ", ".join(r.scheduled)
     line += f": {r.why_not_asked}" if r.why_not_asked else ""
+    if doc.state_error:
+        return "unknown: the state cannot be read (see above); kured's sentinel command says so"
     if r.backend is None or r.window is None:
         return f"{line} (backend and window unknown: the config is invalid)"
     w = r.window
     days = ",".join(w.days) if w.days and len(w.days) < 7 else "every day"
     opens = f", next open {r.next_window}" if r.next_window else ""
     opens = ", open now" if r.window_open else opens
+    backend = "" if f"backend {r.backend}" in line else f"backend {r.backend}, "
     return (
-        f"{line} (backend {r.backend}, window {days} {w.start}-{w.end} "
+        f"{line} ({backend}window {days} {w.start}-{w.end} "
         f"{w.timezone}{opens}, sentinel {'present' if r.sentinel_present else 'absent'})"
     )
 
@@ -71,6 +81,8 @@ def _daemon_line(doc: Report) -> str:
     d = doc.daemon
     if not d.at:
         return f"daemon: no heartbeat ({d.path}): not running"
+    if d.decision == STOPPED:
+        return f"daemon: stopped at {d.at}: not running (nobody asks for reboots)"
     alive = "alive" if d.alive else "NOT RESPONDING"
     return f"daemon: {alive}, last heartbeat {d.at} ({d.age_seconds or 0:.0f} s ago)"
 
@@ -81,9 +93,19 @@ def _said(text: str, said: list[str]) -> bool:
 
 
 def _module_state(m: LoadedRow) -> tuple[str, str]:
-    """(how long it took, whether it is live) for one loaded module."""
-    took = "already loaded" if m.already_loaded else f"{m.ms} ms"
-    return took, "NOT LIVE" if m.live is None else f"live, refcnt {m.live.refcnt}"
+    """(how long it took, whether it is live) for one loaded module; what sysfs did not
+    say is left out, never printed as None."""
+    took = "already loaded" if m.already_loaded else f"{m.ms} ms" if m.ms is not None else "-"
+    if m.live is None:
+        return took, "NOT LIVE"
+    return took, "live" if m.live.refcnt is None else f"live, refcnt {m.live.refcnt}"
+
+
+def _move(h: HistoryRow) -> str:
+    """One history entry: ``from -> to: note``, or an admin's act in its phase."""
+    if h.from_ == h.to:
+        return f"[{h.to}] {h.note or ''}".rstrip()
+    return f"{h.from_} -> {h.to}"
 
 
 def generation_name(generation: str, version: str | None) -> str:
@@ -119,7 +141,8 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         )
     for m in b.loaded:
         took, state = _module_state(m)
-        out.append(f"  module {m.module} srcversion {m.srcversion} ({took}; {state})")
+        srcversion = f" srcversion {m.srcversion}" if m.srcversion else ""
+        out.append(f"  module {m.module}{srcversion} ({took}; {state})")
     if devices_line(name, b):
         out.append(f"  {devices_line(name, b)}")
     for sig in signer_lines(b.signers):
@@ -127,8 +150,11 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         if issuers and sig.issuer:
             out.append(f"    issuer {sig.issuer}")
     for h in b.history[-5:]:
+        if h.from_ == h.to:
+            out.append(f"  {when(h.at)} {_move(h)}")
+            continue
         note = f": {h.note}" if h.note and not _said(h.note, out) else ""
-        out.append(f"  {when(h.at)} {h.from_} -> {h.to}{note}")
+        out.append(f"  {when(h.at)} {_move(h)}{note}")
     for err in b.errors[-5:]:
         text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
         if not _said(text, out):
@@ -191,9 +217,8 @@ def _rich_bundle(console: Console, name: str, b: BundleReport, *, issuers: bool 
             "module", "srcversion", "load ms", "live", title="loaded", title_justify="left"
         )
         for m in b.loaded:
-            live = "NOT LIVE" if m.live is None else f"refcnt {m.live.refcnt}"
-            took = "already" if m.already_loaded else str(m.ms)
-            mods.add_row(m.module, m.srcversion, took, live)
+            took, live = _module_state(m)
+            mods.add_row(m.module, m.srcversion or "-", took, live)
         console.print(mods)
     if devices_line(name, b):
         console.print(f"  {devices_line(name, b)}", markup=False, highlight=False)
@@ -210,8 +235,8 @@ def _rich_bundle(console: Console, name: str, b: BundleReport, *, issuers: bool 
             keys.add_row(*(escape(c) for c in cells))
         console.print(keys)
     for h in b.history[-5:]:
-        note = f": {h.note}" if h.note else ""
-        console.print(f"  {when(h.at)} {h.from_} -> {h.to}{note}", highlight=False)
+        note = f": {h.note}" if h.note and h.from_ != h.to else ""
+        console.print(f"  {when(h.at)} {_move(h)}{note}", markup=False, highlight=False)
 
 
 def render_rich(doc: Report, out: TextIO, *, issuers: bool = False) -> None:

@@ -79,10 +79,26 @@ def test_generations_lists_roles_in_json(layout: Layout) -> None:
     assert code == 0 and set(rows) == {v1, v2, v3}
     assert rows[v2]["roles"] == ["active", "last-known-good"]
     assert rows[v3]["roles"] == ["failed"] and rows[v3]["failed"] == "ENOKEY: key unknown"
-    assert rows[v1]["roles"] == ["retained"] and rows[v1]["added"] == "1970-01-01T00:01:40Z"
+    assert rows[v1]["roles"] == ["retained"] and rows[v1]["added_utc"] == "1970-01-01T00:01:40Z"
+    assert rows[v1]["added"] == 100.0 and rows[v2]["role"] == "active"
     code, text = cli(layout, "generations")
     assert code == 0 and "[active,last-known-good]" in text and v3[:12] in text
     assert cli(layout, "generations", "amd")[0] == 1
+
+
+def test_a_generation_is_one_record_in_status_and_generations(layout: Layout) -> None:
+    """``status --json`` and ``generations --json`` describe a generation with the same keys
+    and values (``added`` epoch seconds, ``added_utc``, ``role`` and ``roles``);
+    ``generations`` adds only its bundle, whether the store has it, and the hold."""
+    failed_upgrade(layout)
+    _code, out = cli(layout, "generations", "nvidia", "--json")
+    listed = {r["id"]: r for r in json.loads(out)}
+    _code, out = cli(layout, "status", "--json")
+    shown = {g["id"]: g for g in json.loads(out)["bundles"]["nvidia"]["generations"]}
+    assert listed.keys() == shown.keys() and len(listed) == 3
+    for gen_id, row in listed.items():
+        extra = {k: row.pop(k) for k in ("bundle", "in_store", "held")}
+        assert row == shown[gen_id] and extra["bundle"] == "nvidia"
 
 
 def test_retry_clears_the_failure_and_makes_it_pending(layout: Layout) -> None:
