@@ -221,23 +221,26 @@ def _status(vm: Vm) -> tuple[int, dict[str, Any]]:
     return rc, json.loads(out)
 
 
-def _upgrading(vm: Vm, version: str | None) -> dict[str, Any]:
-    """``status`` says upgrading (exit code 4, nothing failed) to ``version`` (None: the new
-    pod's drop is not in yet), the unload seen by the daemon, and the plain view puts the
-    reboot it waits for on the same line; returns the bundle's ``upgrading``."""
+def _upgrading(vm: Vm, version: str | None, host: str = "upgrading") -> dict[str, Any]:
+    """``status`` says the bundle is upgrading to ``version`` (None: the new pod's drop is
+    not in yet), the unload seen by the daemon, nothing failed, and the plain view puts the
+    reboot it waits for on the same line; the host says ``host`` (upgrading, exit code 4,
+    unless a worse finding stands beside it: ``degraded``, exit 1). Returns the bundle's
+    ``upgrading``."""
+    code = {"upgrading": 4, "degraded": 1}[host]
     seen: list[tuple[int, dict[str, Any]]] = []
 
     def upgrading() -> bool:
         seen.append(_status(vm))
         rc, doc = seen[-1]
         up = doc["bundles"]["nvidia"]["upgrading"]
-        return rc == 4 and up is not None and up["version"] == version and up["unload_seen"]
+        return rc == code and up is not None and up["version"] == version and up["unload_seen"]
 
-    _wait_until(upgrading, 30, f"status: upgrading to {version}")
+    _wait_until(upgrading, 30, f"status: upgrading to {version} ({host}): {seen[-1:]}")
     rc, doc = seen[-1]
-    assert doc["health"] == "upgrading" and not doc["bundles"]["nvidia"]["upgrading"]["expired"]
+    assert doc["health"] == host and not doc["bundles"]["nvidia"]["upgrading"]["expired"]
     rc, plain = modstage(vm, "status")
-    assert rc == 4 and "host: UPGRADING" in plain and "FAILED" not in plain, plain
+    assert rc == code and f"host: {host.upper()}" in plain and "FAILED" not in plain, plain
     line = next(ln for ln in plain.splitlines() if ln.startswith("  ! nvidia: upgrading"))
     assert "; reboot: " in line, line
     return dict(doc["bundles"]["nvidia"]["upgrading"])
@@ -786,7 +789,8 @@ def test_revert_to_v2_after_v3_failed(rollout: Rollout, node: Vm, key: SigningKe
     t_unload = time.monotonic()
     rollout.start()
     _pending(node, "2.0")  # the active generation, pending again: the host asks a reboot
-    assert _upgrading(node, "2.0")["to"] == state(node).bundle("nvidia").active
+    # upgrading, and still degraded by v3's failure until v2 is up again
+    assert _upgrading(node, "2.0", "degraded")["to"] == state(node).bundle("nvidia").active
     reverting = {"phase": "reboot_scheduled", "active": "2.0", "pending": "2.0"}
     _labels_are(node, {**reverting, "failed": failed})  # until v2 is up again
     rollout.stop()
