@@ -185,6 +185,7 @@ def _bundle_report(
         devices=devices_row(devices),
         signers=signers,
         upgrading=_upgrading_row(verdict.upgrading),
+        grades=verdict.grades,
     )
 
 
@@ -224,7 +225,10 @@ def _bundles(
         )
         if isinstance(entry, str):
             verdict = Verdict(
-                max(verdict.health, Health.DEGRADED), (*verdict.reasons, entry), verdict.upgrading
+                max(verdict.health, Health.DEGRADED),
+                (*verdict.reasons, entry),
+                verdict.upgrading,
+                (*verdict.grades, Health.DEGRADED),
             )
         signers = signers_of(layout, b)
         bundles[name] = _bundle_report(
@@ -325,7 +329,8 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
     bundles = _bundles(layout, state, kernel, boot_id, unloads(layout, config, boot_id, now))
     for name, b in bundles.items():
         healths.append(b.health)
-        problems += [Problem(name, b.health, r) for r in b.reasons]
+        grades = b.grades if len(b.grades) == len(b.reasons) else (b.health,) * len(b.reasons)
+        problems += [Problem(name, h, r) for h, r in zip(grades, b.reasons, strict=True)]
     memory_problems = misplaced_memory(layout, state, config)
     problems += memory_problems
     healths += [p.health for p in memory_problems]

@@ -47,6 +47,7 @@ class Verdict:
     health: Health
     reasons: tuple[str, ...] = ()
     upgrading: Upgrading | None = None  # set when the bundle is upgrading (or was, past the bound)
+    grades: tuple[Health, ...] = ()  # each reason's own health (the worst is ``health``)
 
 
 #: how long after the driver pod's modules were unloaded its drop may take to arrive (the
@@ -147,7 +148,7 @@ def bundle_health(
                 )
             )
     worst = max((h for h, _ in found), default=Health.HEALTHY)
-    return Verdict(worst, tuple(r for _, r in found), upgrading)
+    return Verdict(worst, tuple(r for _, r in found), upgrading, tuple(h for h, _ in found))
 
 
 def _active_here(bundle: BundleState, kernel: str | None) -> bool:

@@ -168,6 +168,8 @@ class BundleReport:
     devices: DevicesRow | None = None
     signers: tuple[SignerRow, ...] = ()
     upgrading: UpgradingRow | None = None
+    # each reason's own health (``problems`` carry it; not a key of the bundle's JSON)
+    grades: tuple[Health, ...] = field(default=(), metadata=spec(omit=lambda _: True))
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,10 @@ def test_worse_findings_still_win(tmp_path: Path) -> None:
     report = node.status(T0 + 60)
     assert report.health is Health.DEGRADED and report.exit_code == 1
     assert report.bundles["nvidia"].upgrading is not None
+    graded = {p.reason.split(":")[0]: p.health for p in report.problems}
+    assert graded["upgrading"] is Health.UPGRADING  # each problem keeps its own grade
+    problem = next(ln for ln in lines(report) if ln.startswith("  ! nvidia: upgrading"))
+    assert "; reboot: " in problem
 
 
 def test_the_metrics_carry_the_grade_and_the_driverless_time(tmp_path: Path) -> None:
