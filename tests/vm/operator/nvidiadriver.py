@@ -1,7 +1,7 @@
 """Stand-ins for the GPU operator's NVIDIADriver objects (tests/vm/test_nvidiadriver.py).
 
 Each function applies one decision of NVIDIA/gpu-operator v26.7.0, read from its sources
-(named per function; ``../shared/FIELD-FACTS.md`` §2d sums them up): which object owns a
+(named per function): which object owns a
 node (``internal/nvidiadriver/nvidiadriver.go``), how an object's nodes split into pools
 (``internal/state/nodepool.go``), each pool's DaemonSet name, image and
 ``DRIVER_CONFIG_DIGEST`` (``internal/state/driver.go``, ``internal/config/
@@ -259,7 +259,7 @@ def pod_moves(
     (SIGTERM); an orphaned pod has no DaemonSet controller and stays until someone deletes
     it. A new pod waits on the per-hostname anti-affinity (0500_daemonset.yaml) until no
     other driver pod object is on the node, so it starts only where none runs. The
-    operator takes no part in this (FIELD-FACTS.md §2d)."""
+    operator takes no part in this."""
     target = selecting(sets, labels)
     delete = running not in (None, ORPHANED) and (target is None or target.name != running)
     start = target if (running is None or delete) else None
