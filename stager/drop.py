@@ -28,6 +28,7 @@ from stager.errors import ManifestError, StageError
 from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.params import ParamsError, merge_params, parse_params
 from stager.paths import DIGEST_NAME, MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
+from stager.staged import remember
 
 CHUNK = 1 << 20
 
@@ -312,5 +313,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         memory=args.memory,
         config_digest=args.config_digest,
     )
+    remember(drop, Manifest.read(drop).digest)  # ``wait --bundle`` waits for this drop
     print(drop, file=out)
     return 0
