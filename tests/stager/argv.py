@@ -29,5 +29,6 @@ def module_bytes(size: int = 256, fill: bytes = b"\0") -> bytes:
     header = (
         b"\x7fELF\x02\x01\x01" + b"\0" * 9 + (1).to_bytes(2, "little") + (62).to_bytes(2, "little")
     )
-    body = (fill * size)[: max(0, size - len(header))]
+    left = max(0, size - len(header))
+    body = (fill * (left // max(1, len(fill)) + 1))[:left]
     return header + body
