@@ -276,8 +276,8 @@ def module_problem(head: bytes, name: str) -> str | None:
         return f"not a module file name (it must end in {', '.join(MODULE_SUFFIXES)})"
     if len(head) < 18 or not head.startswith(b"\x7fELF"):
         return "not an ELF file (a kernel module is an ELF relocatable object)"
-    order = "little" if head[5] == 1 else "big"
-    if head[5] not in (1, 2) or int.from_bytes(head[16:18], order) != ET_REL:
+    e_type = head[16:18] if head[5] == 1 else head[17:15:-1]  # EI_DATA: 1 little, 2 big
+    if head[5] not in (1, 2) or int.from_bytes(e_type, "little") != ET_REL:
         return "an ELF file but not a relocatable object: not a kernel module"
     return None
 
