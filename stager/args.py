@@ -57,10 +57,10 @@ def _contents(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--module",
         action="append",
-        default=[],
+        required=True,
         metavar="FILE[:PARAMS]",
-        help="a module file, optionally with its parameters after the first ':'; "
-        "repeat in load order",
+        help="a module file (.ko, .ko.xz, .ko.zst, .ko.gz; anything else is refused), "
+        "optionally with its parameters after the first ':'; repeat in load order (at least one)",
     )
     p.add_argument(
         "--params-dir",

@@ -82,7 +82,7 @@ def test_generations_lists_roles_in_json(layout: Layout) -> None:
     assert rows[v1]["roles"] == ["retained"] and rows[v1]["added"] == "1970-01-01T00:01:40Z"
     code, text = cli(layout, "generations")
     assert code == 0 and "[active,last-known-good]" in text and v3[:12] in text
-    assert cli(layout, "generations", "amd")[0] == 1
+    assert cli(layout, "generations", "amd")[0] == 2  # an unknown bundle is a usage error
 
 
 def test_retry_clears_the_failure_and_makes_it_pending(layout: Layout) -> None:
@@ -170,9 +170,10 @@ def test_a_verb_waits_for_the_state_lock(layout: Layout) -> None:
 def test_an_unknown_bundle_is_a_clear_error(
     layout: Layout, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A verb on a bundle state does not know exits 1 naming the known bundles."""
+    """A verb on a bundle state does not know exits 2 (usage, as --help says) naming the
+    known bundles."""
     failed_upgrade(layout)
-    assert cli(layout, "hold", "amd")[0] == 1
+    assert cli(layout, "hold", "amd")[0] == 2
     assert "no bundle named 'amd'" in capsys.readouterr().err
 
 
