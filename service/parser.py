@@ -189,7 +189,8 @@ def _admin(sub: Subparsers) -> None:
     verbs = {
         "retry": "clear a failed generation's failure so the next boot tries it again",
         "rollback": "make an earlier generation the one the next boot loads",
-        "hold": "take no new generation and ask for no reboot for BUNDLE until released",
+        "hold": "take no new generation and ask for no reboot for BUNDLE until released: its "
+        "drops wait in incoming, the boot loads its last known good (a pending one waits)",
         "release": "undo hold",
     }
     for verb, text in verbs.items():

@@ -134,7 +134,10 @@ def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, ou
         }
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
     else:
-        pending = f", pending {b.pending[:12]} (loads at the next boot)" if b.pending else ""
+        when = "waits for release while held" if b.held else "loads at the next boot"
+        pending = f", pending {b.pending[:12]} ({when})" if b.pending else ""
+        if b.held:
+            pending += "; the last known good loads at boot, new drops wait in incoming"
         print(f"{bundle}: {what}; phase {b.phase.value}{pending}", file=out)
 
 
