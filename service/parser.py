@@ -202,7 +202,8 @@ def _admin(sub: Subparsers) -> None:
                 nargs="?",
                 metavar="GEN",
                 help="generation id or unique prefix (default: the newest failed one for "
-                "retry, the one before the active one for rollback)",
+                "retry, the one before the active one for rollback; for rollback the active "
+                "one cancels a pending generation)",
             )
     prune = _host(
         sub, "prune", module, "remove generations beyond retention (never active or pending)"

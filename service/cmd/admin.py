@@ -165,7 +165,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     def how(b: BundleState) -> BundleState:
         moved = step(b)
-        if verb in ("retry", "rollback") and not Store(layout.store).has(str(moved.pending)):
+        kept = moved.pending is None or Store(layout.store).has(moved.pending)  # None: cancelled
+        if verb in ("retry", "rollback") and not kept:
             raise StateError(
                 f"generation {str(moved.pending)[:12]} is no longer in the store; stage it again"
             )
@@ -173,6 +174,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     b = change(layout, args.bundle, how)
     what = {"retry": "retry recorded", "rollback": "rollback recorded"}.get(verb, f"{verb} done")
+    if verb == "rollback" and b.pending is None:
+        what = "pending generation cancelled (rollback to the active one)"
     _report(args.bundle, b, what, args, out)
     return 0
 

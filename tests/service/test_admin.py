@@ -121,6 +121,23 @@ def test_rollback_defaults_to_the_generation_before_the_active(layout: Layout) -
     assert b.history[-1].note == f"admin: rollback to {v1[:12]} (1)"
 
 
+def test_a_pending_rollback_can_be_cancelled_and_is_recorded_once(layout: Layout) -> None:
+    """A rollback repeated is refused (exit 1) and not recorded twice; ``rollback`` to the
+    active generation cancels the pending one: active again, nothing pending, one history
+    note naming both, and the cancelled generation is kept (retained)."""
+    v1, v2, _v3 = failed_upgrade(layout)
+    assert cli(layout, "rollback", "nvidia", v1[:12])[0] == 0
+    notes = len(load(layout.state).bundle("nvidia").history)
+    assert cli(layout, "rollback", "nvidia", v1[:12])[0] == 1
+    assert len(load(layout.state).bundle("nvidia").history) == notes
+    code, out = cli(layout, "rollback", "nvidia", v2[:12])
+    assert code == 0, out
+    b = load(layout.state).bundle("nvidia")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, v2, None) and v1 in b.generations
+    assert b.history[-1].note == (f"admin: rollback to active {v2[:12]} cancels pending {v1[:12]}")
+    assert cli(layout, "rollback", "nvidia", v2[:12])[0] == 1  # nothing pending: already active
+
+
 def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -> None:
     """hold: no reboot is required for a pending generation; release brings it back."""
     _v1, _v2, _v3 = failed_upgrade(layout)
