@@ -252,3 +252,23 @@ def test_a_corrupt_state_is_named_and_left_in_place(
     layout.state.rename(layout.state.with_name("state.json.corrupt-1"))
     assert cli(layout, "generations")[0] == 1
     assert "state.json.corrupt-1" in capsys.readouterr().err
+
+
+def test_forget_clears_a_rejected_typo_that_kept_the_host_degraded(layout: Layout) -> None:
+    """A drop under a name nobody uses was rejected: the host is DEGRADED and retry does not
+    know the name. ``forget`` removes its status file (exit 0, saying so) and the host is
+    healthy again; a bundle whose generation is active is refused (exit 1), a name with
+    neither state nor status file is a usage error (exit 2)."""
+    from service.store.statusfile import write_status
+
+    save(layout.state, State())
+    write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")
+    assert cli(layout, "status")[0] != 0
+    assert cli(layout, "retry", "nvidai")[0] == 2
+    code, out = cli(layout, "forget", "nvidai")
+    assert code == 0 and "nvidai: forgotten" in out
+    assert not (layout.status / "nvidai.json").exists()
+    assert cli(layout, "status")[0] == 0
+    assert cli(layout, "forget", "nvidai")[0] == 2
+    failed_upgrade(layout)
+    assert cli(layout, "forget", "nvidia")[0] == 1
