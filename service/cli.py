@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_ERROR = 1
 EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
+NO_MODSTAGE_ROOT = {"service.cmd.verify"}  # its --root is any tree holding a kernel's files
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -38,6 +39,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     error = EXIT_ERROR
     if getattr(args, "reboot_required", False):
         error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
+    root = getattr(args, "root", None)
+    if root is not None and args.command.startswith("service.") and error != EXIT_UNKNOWN:
+        # (kured's sentinel answers every error itself, exit 3: service.status.required)
+        from service.layout import root_problem
+
+        problem = root_problem(root, modstage=args.command not in NO_MODSTAGE_ROOT)
+        if problem is not None:
+            print(f"modstage {args.subcommand}: error: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         if args.command.startswith("service."):  # a host command; stager's need no log
             from service.logs import configure
@@ -61,10 +71,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", EXIT_ERROR))
     except Exception as exc:
-        from service.errors import ServiceError
+        from service.errors import ServiceError, UsageError
 
+        if isinstance(exc, UsageError):
+            print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
+            return error if error == EXIT_UNKNOWN else EXIT_USAGE
         if isinstance(exc, ServiceError):
             print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
+            return error
+        if isinstance(exc, OSError) and exc.filename is not None:  # a file no layer named
+            print(
+                f"modstage {args.subcommand}: error: {exc.filename}: "
+                f"{exc.strerror or exc} (is --root a modstage host or sandbox? docs/sandbox.md)",
+                file=sys.stderr,
+            )
             return error
         raise
 

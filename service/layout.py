@@ -10,6 +10,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def root_problem(root: Path, *, modstage: bool = True) -> str | None:
+    """Why ``--root`` cannot be acted on, or None. ``/`` always can (a fresh host has nothing
+    yet); any other root must be a directory and, with ``modstage``, hold ``etc/modstage`` or
+    ``var/lib/modstage`` (a host or sandbox, docs/sandbox.md): a typo is refused before any
+    command creates a file under it."""
+    if root.resolve() == Path(root.resolve().anchor):
+        return None
+    if not root.is_dir():
+        return f"--root {root} does not exist or is not a directory"
+    if modstage and not any((root / p).is_dir() for p in ("etc/modstage", "var/lib/modstage")):
+        return (
+            f"--root {root} is not a modstage host or sandbox: it holds neither etc/modstage "
+            "nor var/lib/modstage (lay one out with `modstage sandbox`, docs/sandbox.md)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Layout:
     """The on-disk contract of modstage under ``root`` (``/`` on a real host)."""

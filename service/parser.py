@@ -139,8 +139,10 @@ def _serve_status(sub: Subparsers) -> None:
 
 
 EXIT_CODES = {
-    "modstage": "0 success, 1 error, 2 usage; each command lists its own (COMMAND --help)",
-    "stage": "0 drop written (its path printed), 1 error, 2 usage",
+    "modstage": "0 success, 1 error, 2 usage (a --root other than / that is not a modstage host or "
+    "sandbox, too); each command lists its own (COMMAND --help)",
+    "stage": "0 drop written (its path printed), 1 error (a file refused, unreadable), "
+    "2 usage (no --module)",
     "verify": "0 every module accepted, 1 any rejected or unreadable, 2 usage",
     "intake": "0 every drop accepted, 1 any rejected or deferred, 2 usage",
     "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
@@ -152,13 +154,16 @@ EXIT_CODES = {
     "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
     "4 the generation waits for another kernel than the running one, 5 no device it drives "
     "was present at boot (not a failure: it loads at a boot with the device present)",
-    "generations": "0 listed, 1 state unreadable, 2 usage",
-    "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage",
+    "generations": "0 listed, 1 state unreadable, 2 usage (an unknown bundle)",
+    "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage "
+    "(an unknown bundle)",
     "rollback": "0 recorded, 1 refused (already active, failed: use retry, not in the store), "
-    "2 usage",
-    "hold": "0 held, 1 already held or state unreadable, 2 usage",
-    "release": "0 released, 1 not held or state unreadable, 2 usage",
-    "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage",
+    "2 usage (an unknown bundle)",
+    "hold": "0 held, 1 already held or state unreadable, 2 usage (an unknown bundle)",
+    "release": "0 released, 1 not held or state unreadable, 2 usage (an unknown bundle)",
+    "forget": "0 forgotten, 1 refused (a generation active or pending) or state unreadable, "
+    "2 usage (no such bundle nor status file)",
+    "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage (--keep below 0)",
     "config": "0 config and certificates usable, 1 a problem (each named), 2 usage",
     "check": "0 config and certificates usable, 1 a problem (each named), 2 usage",
 }
@@ -186,8 +191,11 @@ def _admin(sub: Subparsers) -> None:
     verbs = {
         "retry": "clear a failed generation's failure so the next boot tries it again",
         "rollback": "make an earlier generation the one the next boot loads",
-        "hold": "take no new generation and ask for no reboot for BUNDLE until released",
+        "hold": "take no new generation and ask for no reboot for BUNDLE until released: its "
+        "drops wait in incoming, the boot loads its last known good (a pending one waits)",
         "release": "undo hold",
+        "forget": "forget BUNDLE (nothing active or pending): its state, generations and "
+        "status files, e.g. a rejected typo'd name that keeps the host degraded",
     }
     for verb, text in verbs.items():
         p = _host(sub, verb, module, text)
@@ -198,7 +206,8 @@ def _admin(sub: Subparsers) -> None:
                 nargs="?",
                 metavar="GEN",
                 help="generation id or unique prefix (default: the newest failed one for "
-                "retry, the one before the active one for rollback)",
+                "retry, the one before the active one for rollback; for rollback the active "
+                "one cancels a pending generation)",
             )
     prune = _host(
         sub, "prune", module, "remove generations beyond retention (never active or pending)"
@@ -234,7 +243,8 @@ COMMANDS: dict[str, Callable[[Subparsers], object]] = {
     "status": _serve_status,
     "wait": add_wait,
     **dict.fromkeys(
-        ("generations", "retry", "rollback", "hold", "release", "prune", "config"), _admin
+        ("generations", "retry", "rollback", "hold", "release", "forget", "prune", "config"),
+        _admin,
     ),
 }
 

@@ -57,10 +57,10 @@ def _contents(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--module",
         action="append",
-        default=[],
+        required=True,
         metavar="FILE[:PARAMS]",
-        help="a module file, optionally with its parameters after the first ':'; "
-        "repeat in load order",
+        help="a module file (.ko, .ko.xz, .ko.zst, .ko.gz; anything else is refused), "
+        "optionally with its parameters after the first ':'; repeat in load order (at least one)",
     )
     p.add_argument(
         "--params-dir",
@@ -109,8 +109,9 @@ def add_wait(sub: Subparsers) -> argparse.ArgumentParser:
         description=(
             "Poll the bundle's status file (written by the host) until the generation is "
             "active, was rejected or failed, or waits for another kernel; print one line "
-            "per change. Which generation: --generation, else the one of --drop, else the "
-            "one the status file names."
+            "per change. Which generation: the one of --drop, else --generation, else the one "
+            "of the last drop of BUNDLE this container staged or still sees in "
+            "<status-dir>/../incoming (never an older one), else the one the status file names."
         ),
     )
     wait.add_argument(

@@ -27,9 +27,18 @@ from stager.atomic import fsync_dir, fsync_file, write_atomic
 from stager.errors import ManifestError, StageError
 from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.params import ParamsError, merge_params, parse_params
-from stager.paths import DIGEST_NAME, MANIFEST_NAME, drop_name, parse_drop_name, strip_module_suffix
+from stager.paths import (
+    DIGEST_NAME,
+    MANIFEST_NAME,
+    MODULE_SUFFIXES,
+    drop_name,
+    parse_drop_name,
+    strip_module_suffix,
+)
+from stager.staged import remember
 
 CHUNK = 1 << 20
+MODE_MASK = 0o644  # a copy is never executable, never writable by others, never wider
 
 
 @dataclass(frozen=True)
@@ -107,17 +116,20 @@ def _walk_error(exc: OSError) -> None:
 
 
 def copy_hashed(source: Path, dest: Path) -> str:
-    """Copy one regular file durably; return the sha256 of what was written."""
+    """Copy one regular file durably; return the sha256 of what was written. The copy's
+    mode is the source's masked with :data:`MODE_MASK`: never wider than the source."""
     try:
         src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise StageError(source, f"cannot open: {exc.strerror}") from exc
     digest = hashlib.sha256()
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        mode = os.fstat(src).st_mode
+        if not stat.S_ISREG(mode):
             raise StageError(source, "not a regular file")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(src, "rb", closefd=False) as reader, open(dest, "xb") as writer:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode & MODE_MASK)
+        with os.fdopen(src, "rb", closefd=False) as reader, os.fdopen(out, "wb") as writer:
             buf = bytearray(CHUNK)
             view = memoryview(buf)
             while n := reader.readinto(buf):
@@ -187,7 +199,7 @@ def _checked(
         raise StageError(into, "incoming directory does not exist")
     _validated(header, [ModuleEntry("modules/x.ko", "0" * 64)], [])  # fail before copying
     for spec in modules:
-        _check_readable(spec.source, "module")
+        _check_module(spec.source)
     if params_dir is not None and not params_dir.is_dir():
         raise StageError(params_dir, "parameters directory does not exist or is not a directory")
     if config_digest is not None and not _digest_ok(config_digest):
@@ -247,6 +259,41 @@ def _check_readable(path: Path, what: str) -> None:
         os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
     except OSError as exc:
         raise StageError(path, f"cannot open: {exc.strerror}") from exc
+
+
+#: What each module suffix's file starts with: an ELF header, or the compressor's magic.
+_MAGIC = {".ko.xz": b"\xfd7zXZ\x00", ".ko.zst": b"\x28\xb5\x2f\xfd", ".ko.gz": b"\x1f\x8b"}
+ET_REL = 1  # a kernel module is a relocatable ELF object
+
+
+def module_problem(head: bytes, name: str) -> str | None:
+    """Why a file whose first bytes are ``head`` and whose name is ``name`` is not a kernel
+    module file (an ELF relocatable object, or one compressed as its suffix says), or None."""
+    for suffix, magic in _MAGIC.items():
+        if name.endswith(suffix):
+            return None if head.startswith(magic) else f"not a {suffix} file (wrong magic)"
+    if not name.endswith(".ko"):
+        return f"not a module file name (it must end in {', '.join(MODULE_SUFFIXES)})"
+    if len(head) < 18 or not head.startswith(b"\x7fELF"):
+        return "not an ELF file (a kernel module is an ELF relocatable object)"
+    e_type = head[16:18] if head[5] == 1 else head[17:15:-1]  # EI_DATA: 1 little, 2 big
+    if head[5] not in (1, 2) or int.from_bytes(e_type, "little") != ET_REL:
+        return "an ELF file but not a relocatable object: not a kernel module"
+    return None
+
+
+def _check_module(path: Path) -> None:
+    """``path`` is a readable regular file that looks like a kernel module, or
+    :class:`StageError` (a symlink to ``/etc/shadow`` is refused, never copied)."""
+    _check_readable(path, "module")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        raise StageError(path, f"cannot read: {exc.strerror}") from exc
+    why = module_problem(head, path.name)
+    if why is not None:
+        raise StageError(path, f"refused as a module: {why}")
 
 
 def _digest_ok(text: str) -> bool:
@@ -312,5 +359,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         memory=args.memory,
         config_digest=args.config_digest,
     )
+    remember(drop, Manifest.read(drop).digest)  # ``wait --bundle`` waits for this drop
     print(drop, file=out)
     return 0

@@ -2,9 +2,12 @@
 
 The host writes the status file with the one crash-safe write, so each poll
 sees a whole document. Which generation to wait for, in order of preference:
-``--generation``; the digest of ``--drop``'s manifest if the host has not taken
-the drop in yet; otherwise the generation the status file names, counting only
-documents written after the drop was staged (its name carries the time).
+``--drop`` (the digest of its manifest if the host has not taken the drop in yet;
+otherwise the generation the status file names, counting only documents written after
+the drop was staged: its name carries the time); ``--generation``; without either, the
+last drop of the bundle this container staged or can still see in the incoming directory
+(:mod:`stager.staged`), as if given with ``--drop``; only with no drop at all, the
+generation the status file names.
 A rejection is ours when the status file names our drop, or, without one, when
 it was written after the drop.
 
@@ -30,6 +33,7 @@ from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
 from stager.paths import parse_drop_name
+from stager.staged import last_drop
 from stager.statusfile import FAILED, NO_DEVICE, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
@@ -185,17 +189,31 @@ def wait_for(
         sleep(interval if left is None else max(0.0, min(interval, left)))
 
 
+def choose_target(args: argparse.Namespace, emit: Callable[[str], None]) -> Target:
+    """``--drop``, else ``--generation``, else the last drop of the bundle this container can
+    see (:mod:`stager.staged`): never an answer for a generation older than that drop."""
+    if args.drop is not None:
+        return Target.from_drop(args.drop, args.generation)
+    if args.generation is not None:
+        return Target(args.generation)
+    seen = last_drop(args.bundle, args.status_dir)
+    if seen is None:
+        return Target()
+    target = Target.from_drop(*seen)
+    short = target.generation[:12] if target.generation else "unknown yet"
+    emit(f"waiting for the last drop staged, {seen[0].name} (generation {short})")
+    return target
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """``modstage wait``: print progress lines; exit 0 once the generation is active."""
     check_args(args)
-    if args.drop is not None:
-        target = Target.from_drop(args.drop, args.generation)
-    else:
-        target = Target(args.generation)
     path = args.status_dir / f"{args.bundle}.json"
 
     def emit(message: str) -> None:
         print(f"{args.bundle}: {message}", file=out, flush=True)
+
+    target = choose_target(args, emit)
 
     if not args.status_dir.is_dir():
         emit(

@@ -5,7 +5,17 @@ shared and their load varies, so wall time per example says nothing about correc
 Performance is measured by the benchmarks under bench/, not by tests.
 """
 
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("modstage", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("modstage")
+
+
+@pytest.fixture(autouse=True)
+def _staged_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``modstage stage`` notes its last drop for ``wait`` (stager/staged.py): per test, never
+    in the shared tmp directory, so one test's drop is not another's."""
+    monkeypatch.setenv("MODSTAGE_STAGED_DIR", str(tmp_path / "staged-notes"))

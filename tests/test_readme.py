@@ -75,3 +75,43 @@ def test_the_failed_upgrade_example_runs_as_shown(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["retry", "nvidia", *root], out) == 0
     assert out.getvalue().startswith(f"nvidia: retry recorded; phase pending, pending {NEW[:12]}")
+
+
+def test_the_container_example_waits_for_the_drop_it_staged() -> None:
+    """The README's container waits with ``--drop "$(modstage stage …)"``: the form that can
+    never report the previous generation's success for a drop not yet taken in."""
+    waits = [w for w in commands() if w[:2] == ["modstage", "wait"]]
+    assert waits, "the README shows no wait"
+    for words in waits:
+        drop = words[words.index("--drop") + 1]
+        assert drop.startswith("$(modstage stage ") and drop.endswith(")"), words
+        build_parser("stage").parse_args(shlex.split(drop[2:-1])[1:])
+
+
+def test_the_verify_example_names_a_store_path_that_exists(tmp_path: Path) -> None:
+    """Store directories are named by the full generation id: the README's ``verify`` path,
+    rooted in a sandbox, matches the stored module of the generation it names."""
+    (verify,) = [w for w in commands() if w[:2] == ["modstage", "verify"]]
+    shown = verify[2]
+    prefix = shown.split("/store/")[1].split("/")[0].rstrip("*")
+    gen = prefix + "0" * (64 - len(prefix))
+    module = Store(tmp_path / "store").path(gen) / "modules" / "nvidia.ko"
+    module.parent.mkdir(parents=True)
+    module.write_bytes(b"")
+    pattern = shown.replace("/var/lib/modstage/store/", "")
+    assert list((tmp_path / "store").glob(pattern)) == [module]
+
+
+def test_the_verbs_said_to_take_json_take_it() -> None:
+    """Every command the README says takes ``--json`` parses with it; the one it says prints
+    text only is refused it, so the sentence stays true."""
+    text = " ".join(README.read_text().split())
+    said = re.search(r"; (`status`.*?) take `--json`", text)
+    assert said, "the README names the verbs that take --json"
+    operands = {"retry": ["x"], "rollback": ["x"], "hold": ["x"], "release": ["x"]}
+    operands["verify"] = ["x.ko"]
+    for verb in re.findall(r"`([a-z ]+)`", said.group(1)):
+        words = [*verb.split(), *operands.get(verb, []), "--json"]
+        build_parser(words[0]).parse_args(words)
+    with pytest.raises(SystemExit):
+        build_parser("boot").parse_args(["boot", "--dry-run", "--json"])

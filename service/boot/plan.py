@@ -24,7 +24,8 @@ class Choice:
 
 
 def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Choice:
-    """The pending generation if it targets ``kernel`` and has attempts left, else the active."""
+    """The pending generation if it targets ``kernel``, has attempts left and the bundle is
+    not held by an admin, else the active one (the last known good)."""
     active = bundle.active
     if active is not None and bundle.generations[active].kernel != kernel:
         other = bundle.generations[active].kernel
@@ -36,6 +37,9 @@ def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Ch
         return Choice(name, active, note=active_note)
     if pending.kernel != kernel:
         note = f"pending generation targets kernel {pending.kernel}, running {kernel}"
+        return Choice(name, active, note=note)
+    if bundle.held and pending.id != active:
+        note = f"held by an admin: pending {pending.id[:12]} waits for modstage release"
         return Choice(name, active, note=note)
     if pending.attempts >= max_attempts:
         reason = f"did not complete boot in {pending.attempts} attempts (max_boot_attempts)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TextIO
 
 from service.cmd.host import Host
@@ -108,7 +109,10 @@ def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, ou
         }
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
     else:
-        pending = f", pending {b.pending[:12]} (loads at the next boot)" if b.pending else ""
+        when = "waits for release while held" if b.held else "loads at the next boot"
+        pending = f", pending {b.pending[:12]} ({when})" if b.pending else ""
+        if b.held:
+            pending += "; the last known good loads at boot, new drops wait in incoming"
         print(f"{bundle}: {what}; phase {b.phase.value}{pending}", file=out)
 
 
@@ -125,6 +129,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if verb == "prune":
         return prune(layout, args, out)
+    if verb == "forget":
+        return forget(layout, args, out)
     gen = getattr(args, "generation", None)
     transitions: dict[str, Change] = {
         "retry": lambda b: verbs.retry(b, gen),
@@ -136,7 +142,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     def how(b: BundleState) -> BundleState:
         moved = step(b)
-        if verb in ("retry", "rollback") and not Store(layout.store).has(str(moved.pending)):
+        kept = moved.pending is None or Store(layout.store).has(moved.pending)  # None: cancelled
+        if verb in ("retry", "rollback") and not kept:
             raise StateError(
                 f"generation {str(moved.pending)[:12]} is no longer in the store; stage it again"
             )
@@ -144,6 +151,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     b = change(layout, args.bundle, how)
     what = {"retry": "retry recorded", "rollback": "rollback recorded"}.get(verb, f"{verb} done")
+    if verb == "rollback" and b.pending is None:
+        what = "pending generation cancelled (rollback to the active one)"
     _report(args.bundle, b, what, args, out)
     return 0
 
@@ -175,3 +184,54 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
         if not removed:
             print(f"nothing to prune (keeping {keep} per bundle plus active and pending)", file=out)
     return 0
+
+
+def forget(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
+    """Forget a bundle with nothing active or pending: its state (and the generations only
+    it names, from the store) and its status files, so a rejected typo'd or hostile name no
+    longer keeps the host degraded. Its history goes with it: the note is in the journal
+    (``admin.forget``) and on stdout."""
+    from service.logs import get_logger
+
+    name = args.bundle
+    with locked(layout.var):
+        state = current(layout)
+        status = layout.status / f"{name}.json"
+        b = state.bundles.get(name)
+        if b is None and not status.exists():
+            known = ", ".join(sorted(state.bundles)) or "none"
+            raise UsageError(
+                f"no bundle named {name!r} in {layout.state} nor a status file (known: {known})"
+            )
+        if b is not None and (b.active or b.pending):
+            live = b.active or b.pending
+            raise StateError(
+                f"{name}: generation {str(live)[:12]} is active or pending and loads at boot; "
+                "forget takes only a bundle with nothing active or pending"
+            )
+        gone = sorted(b.generations) if b is not None else []
+        if b is not None:
+            rest = {k: v for k, v in state.bundles.items() if k != name}
+            save(layout.state, replace(state, bundles=rest), step="admin")
+            Store(layout.store).collect(gone)
+        status.unlink(missing_ok=True)
+        _unpublish(layout, name)
+        _publish(layout)
+    note = f"admin: forget {name} (its status file, {len(gone)} generation(s))"
+    get_logger("modstage.admin").warning("admin.forget", bundle=name, generations=gone, note=note)
+    if args.json:
+        doc = {"bundle": name, "done": "forgotten", "generations": gone}
+        print(json.dumps(doc, indent=2, sort_keys=True), file=out)
+    else:
+        print(f"{name}: forgotten; {note}", file=out)
+    return 0
+
+
+def _unpublish(layout: Layout, name: str) -> None:
+    """Remove the bundle's status copies from the configured status directories."""
+    try:
+        config = Host(layout).config
+    except ServiceError:
+        return
+    for directory in config.publish.status_dirs:
+        (layout.host(directory) / f"{name}.json").unlink(missing_ok=True)

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TextIO
 
 from service.cmd.host import Host
-from service.errors import TargetFileError, UsageError
+from service.errors import ServiceError, TargetFileError
 from service.layout import Layout
 from service.verify.signature.keyid import describe_key_id
 from service.verify.signature.trust import TrustStore
@@ -68,7 +68,7 @@ def target_kernel(args: argparse.Namespace, layout: Layout) -> str:
     try:
         return layout.kernel_release()
     except OSError as exc:
-        raise UsageError(
+        raise ServiceError(  # a file of the host, not a usage error: exit 1
             f"cannot read the running kernel release from {layout.os_release} "
             f"({exc.strerror}); pass --kernel RELEASE"
         ) from exc
@@ -93,7 +93,7 @@ def kernel_keys(layout: Layout, release: str, trust: TrustStore) -> tuple[TrustS
     try:
         certificates = read_builtin_certificates(image)
     except TargetFileError as exc:
-        raise UsageError(f"--kernel-keys: {exc}") from exc
+        raise TargetFileError("--kernel-keys", str(exc)) from exc  # unreadable: exit 1
     keys = list(trust.keys)
     held = {key_id for key in keys for key_id in key.key_ids}
     added = 0

@@ -53,8 +53,6 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
         for name, _value in parse_params(module.params):
             if name.replace("-", "_") in forbidden:
                 problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
-    if bundle.held:
-        problems.append(f"bundle {manifest.bundle!r} is held by an admin (modstage release)")
     failed = bundle.generations.get(manifest.digest)
     if failed is not None and failed.failed:
         problems.append(f"generation {manifest.digest[:12]} already failed: {failed.failed}")

@@ -158,6 +158,9 @@ class Intake:
             carried = Carried(manifest.version, manifest.digest)
             digest = self._digest(drop)
             carried = Carried(manifest.version, manifest.digest, digest)
+            held = load(self.layout.state).bundle(bundle)
+            if held.held:  # before any check that could refuse it: a hold never loses a drop
+                return self._held(drop, bundle, held)
             state = self._screen(manifest)
             faults.hit("intake.verifying")
             if not self.store.has(manifest.digest):
@@ -180,6 +183,17 @@ class Intake:
         )
         self.drops.remove(drop, "taken in")
         return Outcome(drop, bundle, manifest.digest, True, seconds=seconds)
+
+    def _held(self, drop: Path, name: str, bundle: BundleState) -> Outcome:
+        """A drop of a held bundle waits in incoming, untouched, until ``modstage release``
+        (the daemon's next scan takes it in then); its status file says so."""
+        reason = (
+            f"bundle {name!r} is held by an admin: the drop waits in incoming until "
+            "modstage release"
+        )
+        log.warning("drop.held", drop=drop.name, bundle=name)
+        write_status(self.layout, name, bundle, errors=[reason], drop=drop.name)
+        return Outcome(drop, name, None, False, (reason,), deferred=True)
 
     def _screen(self, manifest: Manifest) -> State:
         """The current state, once the drop passed the host's policy; status says verifying."""

@@ -29,7 +29,8 @@ class Phase(StrEnum):
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # intake records a verified generation as pending (a newer one replaces it)
     Phase.NONE: frozenset({Phase.PENDING}),
-    Phase.PENDING: frozenset({Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}),
+    # ... or an admin cancels it (rollback to the active generation): active again
+    Phase.PENDING: frozenset({Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING, Phase.ACTIVE}),
     # the daemon recorded its intent to reboot; a newer drop makes it pending again
     Phase.REBOOT_SCHEDULED: frozenset({Phase.PENDING, Phase.LOADING}),
     # boot: loading again after a crash mid-load, then active or failed

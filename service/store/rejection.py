@@ -72,7 +72,8 @@ def reject(
     ``carried`` is what intake read of the drop; without it (the daemon's rejection, or
     a manifest intake could not read) the drop's config digest is read here, if it can be.
     """
-    shown_reasons = bounded(reasons)
+    kept = str(layout.quarantine / drop.name)  # where the drop goes: the path an admin opens
+    shown_reasons = bounded([r.replace(str(drop), kept) for r in reasons])
     log.warning("drop.rejected", drop=drop.name, bundle=bundle, reasons=shown_reasons)
     if bundle is not None:
         try:

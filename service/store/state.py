@@ -173,11 +173,16 @@ class BundleState:
         known = self.generations.get(gen.id)
         failed = known is not None and known.failed is not None
         self._refuse("staged", failed, f"generation {gen.id[:12]} already failed")
+        every = {**self.generations, gen.id: gen}
+        newest = {g.id for g in sorted(every.values(), key=added)[-retain:]}
+        keep = {g for g in (self.active, gen.id) if g} | newest
+        gone = sorted(g[:12] for g in every if g not in keep)
+        note = f"generation {gen.id[:12]} pending"
+        if gone:  # said where the admin looks: the pruned ones leave no other trace
+            note += f"; retain {retain} forgot {', '.join(gone)}"
         moved = self.with_generation(gen).move(
-            Phase.PENDING, pending=gen.id, refused=None, note=f"generation {gen.id[:12]} pending"
+            Phase.PENDING, pending=gen.id, refused=None, note=note
         )
-        newest = {g.id for g in sorted(moved.generations.values(), key=added)[-retain:]}
-        keep = moved.keep() | newest
         return replace(moved, generations={k: v for k, v in moved.generations.items() if k in keep})
 
     def reloading(self, generation: str, refused: RefusedDrop | None = None) -> BundleState:

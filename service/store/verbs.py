@@ -52,8 +52,15 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     that did not fail.
     """
     gen = _earlier(bundle) if generation is None else resolve(bundle, generation)
+    if gen.id == bundle.active and bundle.pending not in (None, gen.id):
+        return cancel(bundle)
     if gen.id == bundle.active:
         raise StateError(f"generation {gen.id[:12]} is already active")
+    if gen.id == bundle.pending:
+        raise StateError(
+            f"generation {gen.id[:12]} is already pending (the next boot loads it); "
+            "nothing recorded again"
+        )
     if gen.failed:
         raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
     _not_loading(bundle, "rollback")
@@ -61,6 +68,20 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     return bundle.with_generation(replace(gen, attempts=0)).move(
         Phase.PENDING, pending=gen.id, note=note
     )
+
+
+def cancel(bundle: BundleState) -> BundleState:
+    """Take back a pending generation (a rollback, a retry, a drop): the active one, still
+    loaded, stays; the pending one is kept in the store as retained. Refused once the
+    daemon asked for the reboot (``reboot_scheduled``) and while loading."""
+    _not_loading(bundle, "cancel")
+    if bundle.phase is not Phase.PENDING or bundle.pending is None or bundle.active is None:
+        raise StateError(
+            f"nothing to cancel in phase {bundle.phase.value} (only a pending generation "
+            "with an active one to stay on, before the reboot is asked)"
+        )
+    note = f"admin: rollback to active {bundle.active[:12]} cancels pending {bundle.pending[:12]}"
+    return bundle.move(Phase.ACTIVE, pending=None, note=note)
 
 
 def _earlier(bundle: BundleState) -> Generation:

@@ -83,7 +83,7 @@ def test_generations_lists_roles_in_json(layout: Layout) -> None:
     assert rows[v1]["added"] == 100.0 and rows[v2]["role"] == "active"
     code, text = cli(layout, "generations")
     assert code == 0 and "[active,last-known-good]" in text and v3[:12] in text
-    assert cli(layout, "generations", "amd")[0] == 1
+    assert cli(layout, "generations", "amd")[0] == 2  # an unknown bundle is a usage error
 
 
 def test_a_generation_is_one_record_in_status_and_generations(layout: Layout) -> None:
@@ -137,6 +137,23 @@ def test_rollback_defaults_to_the_generation_before_the_active(layout: Layout) -
     assert b.history[-1].note == f"admin: rollback to {v1[:12]} (1)"
 
 
+def test_a_pending_rollback_can_be_cancelled_and_is_recorded_once(layout: Layout) -> None:
+    """A rollback repeated is refused (exit 1) and not recorded twice; ``rollback`` to the
+    active generation cancels the pending one: active again, nothing pending, one history
+    note naming both, and the cancelled generation is kept (retained)."""
+    v1, v2, _v3 = failed_upgrade(layout)
+    assert cli(layout, "rollback", "nvidia", v1[:12])[0] == 0
+    notes = len(load(layout.state).bundle("nvidia").history)
+    assert cli(layout, "rollback", "nvidia", v1[:12])[0] == 1
+    assert len(load(layout.state).bundle("nvidia").history) == notes
+    code, out = cli(layout, "rollback", "nvidia", v2[:12])
+    assert code == 0, out
+    b = load(layout.state).bundle("nvidia")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, v2, None) and v1 in b.generations
+    assert b.history[-1].note == (f"admin: rollback to active {v2[:12]} cancels pending {v1[:12]}")
+    assert cli(layout, "rollback", "nvidia", v2[:12])[0] == 1  # nothing pending: already active
+
+
 def test_hold_blocks_new_generations_and_reboots_until_release(layout: Layout) -> None:
     """hold: no reboot is required for a pending generation; release brings it back."""
     _v1, _v2, _v3 = failed_upgrade(layout)
@@ -186,9 +203,10 @@ def test_a_verb_waits_for_the_state_lock(layout: Layout) -> None:
 def test_an_unknown_bundle_is_a_clear_error(
     layout: Layout, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A verb on a bundle state does not know exits 1 naming the known bundles."""
+    """A verb on a bundle state does not know exits 2 (usage, as --help says) naming the
+    known bundles."""
     failed_upgrade(layout)
-    assert cli(layout, "hold", "amd")[0] == 1
+    assert cli(layout, "hold", "amd")[0] == 2
     assert "no bundle named 'amd'" in capsys.readouterr().err
 
 
@@ -250,3 +268,23 @@ def test_a_corrupt_state_is_named_and_left_in_place(
     layout.state.rename(layout.state.with_name("state.json.corrupt-1"))
     assert cli(layout, "generations")[0] == 1
     assert "state.json.corrupt-1" in capsys.readouterr().err
+
+
+def test_forget_clears_a_rejected_typo_that_kept_the_host_degraded(layout: Layout) -> None:
+    """A drop under a name nobody uses was rejected: the host is DEGRADED and retry does not
+    know the name. ``forget`` removes its status file (exit 0, saying so) and the host is
+    healthy again; a bundle whose generation is active is refused (exit 1), a name with
+    neither state nor status file is a usage error (exit 2)."""
+    from service.store.statusfile import write_status
+
+    save(layout.state, State())
+    write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")
+    assert cli(layout, "status")[0] != 0
+    assert cli(layout, "retry", "nvidai")[0] == 2
+    code, out = cli(layout, "forget", "nvidai")
+    assert code == 0 and "nvidai: forgotten" in out
+    assert not (layout.status / "nvidai.json").exists()
+    assert cli(layout, "status")[0] == 0
+    assert cli(layout, "forget", "nvidai")[0] == 2
+    failed_upgrade(layout)
+    assert cli(layout, "forget", "nvidia")[0] == 1

@@ -29,7 +29,7 @@ def test_a_drop_of_a_configured_incoming_directory_is_taken(
     stray = stage(other, bundle="b", version="1", kernel=kernel, modules=module)
     drop = stage(pod, bundle="b", version="1", kernel=kernel, modules=module)
     out = io.StringIO()
-    assert main(["intake", "--root", str(host.root), str(stray)], out) == 1
+    assert main(["intake", "--root", str(host.root), str(stray)], out) == 2  # usage
     assert stray.is_dir()
     assert main(["intake", "--root", str(host.root), str(drop)], out) == 0
     assert "pending b generation" in out.getvalue()

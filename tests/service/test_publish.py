@@ -167,7 +167,8 @@ def test_a_bad_digest_rejects_the_drop(
     (drop / DIGEST_NAME).write_bytes(content)
     [outcome] = make_intake(host, OPERATOR).run()
     assert not outcome.accepted
-    assert f"{drop / DIGEST_NAME}:" in outcome.reasons[0] and reason in outcome.reasons[0]
+    kept = host.quarantine / drop.name / DIGEST_NAME  # named where the quarantine keeps it
+    assert f"{kept}:" in outcome.reasons[0] and reason in outcome.reasons[0]
     assert load(host.state).bundle("nvidia").phase is Phase.NONE
 
 

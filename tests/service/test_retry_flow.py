@@ -48,10 +48,31 @@ def test_a_generation_refused_at_boot_loads_after_retry(
 def test_a_held_bundle_takes_no_new_generation(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """While held, a new drop is refused naming the hold; after release it is taken."""
-    _pending(host, kernel, [(signed["ms_exporter"], "")])
-    assert main(["hold", "--root", str(host.root), "test"], io.StringIO()) == 0
-    reasons = _stage_again(host, kernel, signed["ms_params"], "2")
-    assert reasons == ["bundle 'test' is held by an admin (modstage release)"]
-    assert main(["release", "--root", str(host.root), "test"], io.StringIO()) == 0
-    assert _stage_again(host, kernel, signed["ms_params"], "2") == []
+    """While held, a new drop is never thrown away: it waits in incoming (intake says so)
+    and the same drop is taken in after release; the pending generation recorded before the
+    hold does not load at boot while held (the last known good does), and loads after
+    release."""
+    v1 = _pending(host, kernel, [(signed["ms_exporter"], "")])
+    fake = FakeKernel()
+    _boot(host, fake).run()
+    v2 = _pending(host, kernel, [(signed["ms_params"], "")], version="2")
+    root = ["--root", str(host.root)]
+    out = io.StringIO()
+    assert main(["hold", *root, "test"], out) == 0
+    assert "waits for release while held" in out.getvalue()
+    fake = FakeKernel()
+    b = _boot(host, fake).run().bundle("test")
+    assert (b.active, b.pending) == (v1, v2) and fake.calls == [("load", "ms_exporter", "")]
+    drop = stage(
+        host.incoming,
+        bundle="test",
+        version="3",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_exporter"], "x=1")],
+    )
+    out = io.StringIO()
+    assert main(["intake", *root], out) == 1
+    assert "held by an admin" in out.getvalue() and drop.is_dir()
+    assert not (host.quarantine / drop.name).exists()
+    assert main(["release", *root, "test"], io.StringIO()) == 0
+    assert main(["intake", *root], io.StringIO()) == 0 and not drop.exists()

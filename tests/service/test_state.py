@@ -478,3 +478,16 @@ def test_corrupt_state_is_moved_aside_not_reset(tmp_path: Path, content: bytes) 
     assert info.value.aside.startswith(str(path) + ".corrupt-")
     with pytest.raises(StateCorrupt, match="an earlier state file was corrupt"):
         load(path)  # and on every later run, until an admin decides
+
+
+def test_a_generation_forgotten_by_retain_is_named_in_history() -> None:
+    """Intake's retain forgets the oldest generations: the pending move's history note names
+    each one forgotten, so a pruned generation never disappears without a trace."""
+    b = BundleState()
+    ids = [c * 64 for c in "abcd"]
+    for i, gid in enumerate(ids):
+        b = b.staged(Generation(gid, str(i), K, added=float(i + 1)), 2)
+    assert set(b.generations) == set(ids[2:])
+    notes = [h.note for h in b.history]
+    assert notes[2] == f"generation {ids[2][:12]} pending; retain 2 forgot {ids[0][:12]}"
+    assert notes[3] == f"generation {ids[3][:12]} pending; retain 2 forgot {ids[1][:12]}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import tomli_w
 
-from tests.stager.argv import stage_argv
+from tests.stager.argv import module_bytes, stage_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_stage_runs_in_a_venv_holding_only_tomli_w(tmp_path: Path) -> None:
     assert listed == ["tomli_w"]
 
     module = tmp_path / "ms_params.ko"
-    module.write_bytes(b"\x7fELF" + bytes(100))
+    module.write_bytes(module_bytes(104))
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     result = subprocess.run(

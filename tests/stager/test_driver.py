@@ -14,6 +14,7 @@ from stager.drop import DIGEST_NAME
 from stager.errors import StagerError
 from stager.manifest import Manifest
 from stager.paths import MANIFEST_NAME
+from tests.stager.argv import module_bytes
 
 KERNEL = "6.1.0-test-amd64"
 
@@ -25,7 +26,7 @@ def root(tmp_path: Path) -> Path:
     mods = r / f"opt/modstage/modules/{KERNEL}"
     mods.mkdir(parents=True)
     for name in ("nvidia", "nvidia-modeset", "nvidia-uvm"):
-        (mods / f"{name}.ko").write_bytes(name.encode() * 100)
+        (mods / f"{name}.ko").write_bytes(module_bytes(100 * len(name), name.encode()))
     fw = r / "opt/modstage/firmware/nvidia/2.0"
     fw.mkdir(parents=True)
     (fw / "gsp.bin").write_bytes(b"gsp")

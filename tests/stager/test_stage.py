@@ -17,7 +17,7 @@ from service.cli import main
 from stager.drop import ModuleSpec, remove_drop, stage
 from stager.errors import StageError
 from stager.paths import MANIFEST_NAME, parse_drop_name
-from tests.stager.argv import stage_argv
+from tests.stager.argv import module_bytes, stage_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def sources(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     (src / "firmware" / "nvidia" / "580.95.05").mkdir(parents=True)
     for name, size in [("nvidia.ko", 4096), ("nvidia-uvm.ko", 1000), ("nvidia-modeset.ko", 10)]:
-        (src / name).write_bytes(os.urandom(size))
+        (src / name).write_bytes(module_bytes(size, os.urandom(size)))
     (src / "firmware" / "nvidia" / "580.95.05" / "gsp_ga10x.bin").write_bytes(b"gsp" * 100)
     (src / "firmware" / "top.bin").write_bytes(b"")
     drivers = src / "drivers"
@@ -166,7 +166,7 @@ def test_restaging_supersedes_only_the_same_bundle(sources: Path, tmp_path: Path
 def test_concurrent_stagers_of_different_bundles(sources: Path, tmp_path: Path) -> None:
     """Two stagers running at once for two bundles both end with a complete drop."""
     big = sources / "big.ko"
-    big.write_bytes(os.urandom(8 << 20))
+    big.write_bytes(module_bytes(8 << 20, os.urandom(8 << 20)))
     procs = [
         subprocess.Popen(
             [

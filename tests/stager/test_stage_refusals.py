@@ -11,7 +11,7 @@ import pytest
 
 from service.cli import main
 from stager.drop import DIGEST_NAME
-from tests.stager.argv import stage_argv
+from tests.stager.argv import module_bytes, stage_argv
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def sources(tmp_path: Path) -> Path:
     """A module, a params directory and a firmware tree."""
     src = tmp_path / "src"
     (src / "firmware").mkdir(parents=True)
-    (src / "nvidia.ko").write_bytes(os.urandom(200_000))
+    (src / "nvidia.ko").write_bytes(module_bytes(200_000, os.urandom(200_000)))
     (src / "firmware" / "gsp.bin").write_bytes(b"gsp")
     (src / "drivers").mkdir()
     (tmp_path / "incoming").mkdir()
@@ -118,3 +118,45 @@ def test_config_digest_is_written_and_checked(
     assert main([*argv, "--config-digest", "4093727012"]) == 0
     [drop] = into.iterdir()
     assert (drop / DIGEST_NAME).read_text() == "4093727012\n"
+
+
+def test_a_file_that_is_not_a_kernel_module_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--module`` naming a symlink to a secret (``/etc/shadow``), a text file, an ELF
+    executable or a ``.ko.xz`` that is not xz is refused with exit 1, naming the file, and
+    nothing is copied into incoming."""
+    into = tmp_path / "incoming"
+    into.mkdir()
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret:19000:0:99999:7:::\n")
+    secret.chmod(0o640)
+    (tmp_path / "nvidia.ko").symlink_to(secret)
+    executable = bytearray(module_bytes())
+    executable[16:18] = (2).to_bytes(2, "little")  # ET_EXEC
+    (tmp_path / "exec.ko").write_bytes(bytes(executable))
+    (tmp_path / "fake.ko.xz").write_bytes(module_bytes())
+    for name in ("nvidia.ko", "exec.ko", "fake.ko.xz"):
+        assert main(_stage(into, "--module", str(tmp_path / name))) == 1
+        assert str(tmp_path / name) in _one_line(capsys)
+    assert list(into.iterdir()) == []
+
+
+def test_a_staged_copy_is_never_wider_than_its_source(tmp_path: Path) -> None:
+    """A module or firmware file copied into the drop keeps its source's mode masked with
+    0644: a 0600 module stays 0600, a 0755 one becomes 0644."""
+    into = tmp_path / "incoming"
+    into.mkdir()
+    private, wide = tmp_path / "private.ko", tmp_path / "wide.ko"
+    for path, mode in ((private, 0o600), (wide, 0o755)):
+        path.write_bytes(module_bytes())
+        path.chmod(mode)
+    (tmp_path / "fw").mkdir()
+    (tmp_path / "fw" / "gsp.bin").write_bytes(b"gsp")
+    (tmp_path / "fw" / "gsp.bin").chmod(0o640)
+    argv = _stage(into, "--module", str(private), "--module", str(wide))
+    assert main([*argv, "--firmware", str(tmp_path / "fw")]) == 0
+    (drop,) = into.iterdir()
+    modes = {p.name: p.stat().st_mode & 0o777 for p in drop.rglob("*") if p.is_file()}
+    assert modes["private.ko"] == 0o600 and modes["wide.ko"] == 0o644
+    assert modes["gsp.bin"] == 0o640

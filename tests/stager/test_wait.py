@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from service.cli import main
 from service.layout import Layout
@@ -22,6 +25,7 @@ from stager.wait import (
     read_status,
     wait_for,
 )
+from tests.stager.argv import module_bytes, stage_argv
 
 KERNEL = "6.1.0-test"
 GEN, OLD = "b" * 64, "a" * 64
@@ -243,3 +247,51 @@ def test_wait_keeps_waiting_through_a_digest_only_upgrade(tmp_path: Path) -> Non
         "reboot_scheduled",
         "generation",
     ]
+
+
+def _stage_then_wait(layout: Layout, tmp_path: Path, *, taken_in: bool) -> tuple[int, str]:
+    """The README's container: ``stage`` a drop into incoming, then ``wait --bundle`` alone,
+    while the status file still names the previous generation (GEN) active."""
+    write_status(layout, "nvidia", active(), generation=GEN)
+    layout.incoming.mkdir(parents=True)
+    module = tmp_path / "nvidia.ko"
+    module.write_bytes(module_bytes())
+    staged = io.StringIO()
+    assert main(stage_argv(layout.incoming, "--module", str(module)), staged) == 0
+    if taken_in:  # the host took the drop out of incoming but has not written its status yet
+        shutil.rmtree(staged.getvalue().strip())
+    out = io.StringIO()
+    argv = ["wait", "--status-dir", str(layout.status), "--bundle", "nvidia"]
+    return main([*argv, "--timeout", "0", "--interval", "0.01"], out), out.getvalue()
+
+
+def test_wait_after_stage_waits_for_that_drop_not_the_previous_generation(
+    tmp_path: Path,
+) -> None:
+    """``stage`` then ``wait --bundle`` (the README's first form) must not report the
+    previous generation's success: it waits for the drop just staged, whether the drop is
+    still in incoming or the host took it in already, and says which drop it waits for."""
+    for taken_in in (False, True):
+        root = tmp_path / str(taken_in)
+        code, text = _stage_then_wait(Layout(root), root, taken_in=taken_in)
+        assert code == EXIT_TIMEOUT, text
+        assert "waiting for the last drop staged, nvidia." in text
+        assert f"generation {GEN[:12]} is active" not in text
+
+
+def test_wait_sees_a_drop_in_incoming_it_did_not_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drop of the bundle still in the incoming directory beside the status directory
+    (staged by another process of the pod) is waited for, too."""
+    layout = Layout(tmp_path)
+    monkeypatch.setenv("MODSTAGE_STAGED_DIR", str(tmp_path / "elsewhere"))
+    write_status(layout, "nvidia", active(), generation=GEN)
+    layout.incoming.mkdir(parents=True)
+    module = tmp_path / "nvidia.ko"
+    module.write_bytes(module_bytes())
+    assert main(stage_argv(layout.incoming, "--module", str(module)), io.StringIO()) == 0
+    monkeypatch.setenv("MODSTAGE_STAGED_DIR", str(tmp_path / "another-container"))
+    out = io.StringIO()
+    argv = ["wait", "--status-dir", str(layout.status), "--bundle", "nvidia", "--timeout", "0"]
+    assert main(argv, out) == EXIT_TIMEOUT, out.getvalue()
