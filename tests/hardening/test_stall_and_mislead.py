@@ -412,7 +412,7 @@ def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
     try:
         daemon.take_drops()
     finally:
-        daemon.watcher.observer.unschedule_all()
+        daemon.watcher.stop()
     assert daemon.unwatched == 300 - DropWatcher.MAX_DROP_WATCHES
     assert daemon.poll_unwatched <= 1.0
 

@@ -564,3 +564,45 @@ def test_no_polling_while_every_drop_is_watched(host: Layout) -> None:
     daemon.loop()
     assert daemon.unwatched == 0 and len(daemon.watcher.drops) == DropWatcher.MAX_DROP_WATCHES
     assert _scans(daemon) == 2  # at start and at 300 s; the one at 600 s is the stop
+
+
+def test_a_real_inotify_overflow_makes_the_loop_rescan_at_once(
+    host: Layout, module: Path, kernel: str, tmp_path: Path
+) -> None:
+    """The kernel's inotify queue overflows while a drop arrives: the drop raised no event
+    of its own that survived, yet the loop, told of the overflow, logs it and rescans at
+    once (not at the periodic rescan 300 s later), and the drop is pending."""
+    from service.daemon.timers import Timers
+    from tests.service.test_events import _flood
+
+    clock = FakeClock()
+    daemon = _daemon(host, NoRebooter(), clock)
+    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    try:
+        daemon.reconcile()
+        daemon.take_drops()  # the scan at start: nothing yet
+        scans = _scans(daemon)
+        flood = tmp_path / "elsewhere"
+        flood.mkdir()
+        stage(flood, bundle="test", version="1", kernel=kernel, modules=[ModuleSpec(module)])
+        (drop,) = flood.iterdir()
+        junk = host.incoming / "junk.00000000000000000001.0000000000000001"
+        junk.mkdir()
+        daemon.watcher.track({junk.name})
+        _flood(junk)  # nobody reads: the kernel's queue overflows
+        drop.rename(host.incoming / drop.name)  # its event is lost with the rest
+        daemon.watcher.start()
+        batch: list[Event] = []
+        deadline = time.monotonic() + 10
+        while not any(e.kind is Kind.OVERFLOW for e in batch):
+            assert time.monotonic() < deadline, "no overflow event"
+            batch += daemon.next_batch(0.2)
+        timers = Timers.start(clock.mono, daemon.rescan_every, None)
+        timers.dirty = None  # no scan due but for the events (a drop event alone: debounced)
+        with capture_logs() as logs:
+            daemon.step(batch, timers)
+        assert any(e["event"] == "inotify.overflow" for e in logs), logs
+        assert _scans(daemon) == scans + 1
+        assert load(host.state).bundle("test").phase is Phase.PENDING
+    finally:
+        daemon.watcher.stop()

@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +42,6 @@ _ROOT_PACKAGES = (
     "util-linux,mount,e2fsprogs,xz-utils,zstd,openssl,{gcc},make,libc6-dev,libssl3t64,"
     "libelf1t64,binutils,dwarves"
 )
-# modstage pins watchdog>=7.1 (service/daemon/events.py); both suites ship 6.0: its wheel from
-# PyPI (pure Python, py3-none) goes into the root's /usr/local
-WATCHDOG = "watchdog==7.1.0"
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,7 @@ class Suite:
 
     name: str  # the archive's suite name: "trixie", "sid"
     series: str  # the upstream series of its linux-image-amd64: "6.12", "7.2"
-    python: str  # its python3's version, for the watchdog wheel and /usr/local's site path
+    python: str  # its python3's version
     gcc: str  # the compiler its kernel was built with (the headers' CONFIG_CC_VERSION_TEXT)
     components: str = "main"
     env_pin: str = ""  # an environment variable that pins the kernel release, if any
@@ -180,22 +176,6 @@ def fetch_debs(release: str, suite: Suite = TRIXIE) -> list[Path]:
     return [next(iter(sorted(into.glob(f"{name}_*.deb")))) for name in names]
 
 
-def _watchdog_wheel(suite: Suite) -> Path:
-    """The watchdog wheel for the suite's root, downloaded once with the host's pip."""
-    wheels = cache_dir() / f"wheels-python{suite.python}"
-    found = sorted(wheels.glob("watchdog-*.whl"))
-    if not found:
-        _run(
-            [
-                *("python3", "-m", "pip", "download", "--no-deps", "--only-binary=:all:"),
-                *("--python-version", suite.python, "--platform", "manylinux2014_x86_64"),
-                *("-d", str(wheels), WATCHDOG),
-            ]
-        )
-        found = sorted(wheels.glob("watchdog-*.whl"))
-    return found[-1]
-
-
 def built_once(final: Path, name: str, make: Callable[[Path], str]) -> Path:
     """`final`, a tree `make(tree)` builds at `tree` (returning what `.complete` records),
     built once: under a lock of `name` in the cache, in a scratch directory renamed into
@@ -221,14 +201,10 @@ def root(suite: Suite = TRIXIE) -> Path:
     """The suite's root with its kernel in it, built once per kernel version (cached)."""
     version, release = kernel_version(suite)
     packages = suite.root_packages
-    key = hashlib.sha256(f"{version}\0{release}\0{packages}\0{WATCHDOG}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{version}\0{release}\0{packages}".encode()).hexdigest()[:16]
 
     def make(tree: Path) -> str:
         _build(tree, fetch_debs(release, suite), release, suite)
-        site = tree / f"usr/local/lib/python{suite.python}/dist-packages"
-        site.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(_watchdog_wheel(suite)) as archive:
-            archive.extractall(site)
         return f"{version} {release}"
 
     return built_once(cache_dir() / f"root-{suite.name}-{key}", f"root-{suite.name}", make)
