@@ -163,8 +163,14 @@ def test_kured_sentinel_command_runs_modstage_in_the_host_namespace() -> None:
     installed = {shlex.split(unit(u)["ExecStart"][0])[0] for u in UNITS}
     script = shlex.split(argv[-1].replace(";", " ; "))
     (modstage,) = installed
+    # the paths the command tries: the package's (deploy/debian/rules rewrites the units'
+    # /usr/local/bin/modstage to /usr/bin/modstage) and deploy/install.sh's
+    tried = script[script.index("in") + 1 : script.index(";")]
+    rules = (DEPLOY / "debian/rules").read_text()
+    assert f"s|{modstage}|/usr/bin/modstage|" in rules
+    assert tried == ["/usr/bin/modstage", modstage], tried
     call = script[script.index("exec") + 1 :][:3]
-    assert call[0] == modstage, "the command must run the modstage the units install"
+    assert call[0] == "$m", "the command must run the modstage it found"
     assert build_parser().parse_args(call[1:]).reboot_required
 
 
@@ -193,15 +199,23 @@ SENTINEL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("where", ["/usr/local/bin", "/usr/bin"])
 @pytest.mark.parametrize(
     ("case", "installed", "state", "apt", "code"),
     SENTINEL_CASES,
     ids=[c[0] for c in SENTINEL_CASES],
 )
 def test_kured_sentinel_command_exit_codes(
-    tmp_path: Path, case: str, installed: bool, state: str | None, apt: bool, code: int
+    tmp_path: Path,
+    case: str,
+    installed: bool,
+    state: str | None,
+    apt: bool,
+    code: int,
+    where: str,
 ) -> None:
-    """Run as kured runs it (nsenter into a mount namespace standing in for the host's):
+    """Run as kured runs it (nsenter into a mount namespace standing in for the host's),
+    with modstage where deploy/install.sh links it or where the Debian package installs it:
     0 reboot, 1 silent no, 3 a warning with the reason; the host's files are never written."""
     from tests.mountns import Overlay, run
 
@@ -209,7 +223,7 @@ def test_kured_sentinel_command_exit_codes(
     for d in (bin_, lib / "modstage", run_):
         d.mkdir(parents=True)
     if installed:
-        shim = bin_ / "modstage"
+        shim = bin_ / "modstage"  # where deploy/install.sh links it, or the package's
         shim.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m service.cli "$@"\n')
         shim.chmod(0o755)
     if state is not None:
@@ -219,7 +233,7 @@ def test_kured_sentinel_command_exit_codes(
     if apt:
         (run_ / "reboot-required").write_text(NEEDS_REBOOT)
     overlays = [
-        Overlay("/usr/local/bin", bin_),
+        Overlay(where, bin_),
         Overlay("/var/lib", lib, tmp_path / "w-lib"),
         Overlay("/run", run_, tmp_path / "w-run"),
         Overlay("/etc", None, tmp_path / "w-etc"),
