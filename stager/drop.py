@@ -274,6 +274,8 @@ def module_problem(head: bytes, name: str) -> str | None:
             return None if head.startswith(magic) else f"not a {suffix} file (wrong magic)"
     if not name.endswith(".ko"):
         return f"not a module file name (it must end in {', '.join(MODULE_SUFFIXES)})"
+    if any(head.startswith(magic) for magic in _MAGIC.values()):
+        return None  # compressed under a .ko name: the host tells the format by content
     if len(head) < 18 or not head.startswith(b"\x7fELF"):
         return "not an ELF file (a kernel module is an ELF relocatable object)"
     e_type = head[16:18] if head[5] == 1 else head[17:15:-1]  # EI_DATA: 1 little, 2 big

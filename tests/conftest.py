@@ -5,6 +5,8 @@ shared and their load varies, so wall time per example says nothing about correc
 Performance is measured by the benchmarks under bench/, not by tests.
 """
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,13 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("modstage", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("modstage")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's own staged-notes directory, set before any fixture runs: a session
+    fixture that stages (tests/nvidia) would otherwise note its drop in the shared
+    ``<tmp>/modstage-<uid>/`` and a later ``wait --bundle`` would wait for that drop."""
+    os.environ["MODSTAGE_STAGED_DIR"] = tempfile.mkdtemp(prefix="modstage-test-notes-")
 
 
 @pytest.fixture(autouse=True)

@@ -187,7 +187,9 @@ def test_intake_cli_refuses_paths_outside_its_contract(
     plain.write_text("mine")
     for path in (host.var, plain, host.store, host.incoming, tmp_path / f"x/{queued.name}"):
         out = io.StringIO()
-        assert main(["intake", "--root", str(host.root), str(path)], out) == 1, path
+        assert main(["intake", "--root", str(host.root), str(path)], out) == 2, (
+            path
+        )  # refused as a usage error (exit 2)
     assert host.state.read_bytes() == state and plain.read_text() == "mine"
     assert queued.is_dir() and any(host.store.iterdir())
 

@@ -210,9 +210,20 @@ def test_wait_runs_with_the_standard_library_and_tomli_w_alone(tmp_path: Path) -
         "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.store.state'); "
         "print(rc, bad)"
     )
-    env = {"PYTHONPATH": f"{ROOT}:{tmp_path / 'lib'}", "PATH": "/usr/bin:/bin"}
+    # this test's own staged-notes directory: a note another process left in the shared tmp
+    # directory would make ``wait --bundle`` wait for that drop
+    env = {
+        "PYTHONPATH": f"{ROOT}:{tmp_path / 'lib'}",
+        "PATH": "/usr/bin:/bin",
+        "MODSTAGE_STAGED_DIR": str(tmp_path / "staged-notes"),
+    }
     result = subprocess.run(
-        [sys.executable, "-S", "-c", script], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-S", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert result.stdout.splitlines()[-1] == "0 []", result.stderr
 
