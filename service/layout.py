@@ -22,7 +22,7 @@ def root_problem(root: Path, *, modstage: bool = True) -> str | None:
     if modstage and not any((root / p).is_dir() for p in ("etc/modstage", "var/lib/modstage")):
         return (
             f"--root {root} is not a modstage host or sandbox: it holds neither etc/modstage "
-            "nor var/lib/modstage (lay one out with `modstage sandbox`, docs/sandbox.md)"
+            "nor var/lib/modstage (docs/sandbox.md says how to lay one out)"
         )
     return None
 

@@ -65,6 +65,7 @@ def test_installed_modstage_runs_from_its_own_venv(root: Path, tmp_path: Path) -
     assert "home = /usr/bin" in cfg and "include-system-site-packages = false" in cfg
     done = modstage(root, "--help")
     assert done.returncode == 0 and "usage: modstage" in done.stdout, done.stderr
+    (tmp_path / "var/lib/modstage").mkdir(parents=True)  # a host tree, empty
     done = modstage(root, "status", "--root", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reboot: not required" in done.stdout
@@ -176,7 +177,9 @@ def trixie(wheel: Path) -> Iterator[tuple[Path, str]]:
         checkout(scratch)
         shutil.copy(wheel, scratch / wheel.name)
         shutil.copytree(wheelhouse_for("3.13"), scratch / "wheels")
-        (scratch / "host").mkdir()  # an empty host tree for `modstage status --root`
+        # a host tree for `modstage status --root` (a root without etc/modstage or
+        # var/lib/modstage is refused as no host)
+        (scratch / "host/var/lib/modstage").mkdir(parents=True)
         (scratch / "target").mkdir()  # the root install.sh installs into
         yield root, f"/tmp/{scratch.name}"
     finally:
