@@ -268,7 +268,8 @@ ET_REL = 1  # a kernel module is a relocatable ELF object
 
 def module_problem(head: bytes, name: str) -> str | None:
     """Why a file whose first bytes are ``head`` and whose name is ``name`` is not a kernel
-    module file (an ELF relocatable object, or one compressed as its suffix says), or None."""
+    module file (an ELF relocatable object, one compressed as its suffix says, or compressed
+    content under a plain ``.ko`` name, as the host tells formats by content), or None."""
     for suffix, magic in _MAGIC.items():
         if name.endswith(suffix):
             return None if head.startswith(magic) else f"not a {suffix} file (wrong magic)"
