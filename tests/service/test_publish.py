@@ -492,9 +492,9 @@ def untrusted(modules: dict[str, Path], other_key: SigningKey, tmp_path: Path) -
 
 
 def _init_container(host: Layout, kernel_view: FakeKernel, digest: str | None) -> bool:
-    """k8s-driver-manager's ``uninstall_driver`` (FIELD-FACTS §2): with a driver loaded, it
-    unloads it unless the digest file holds exactly the pod's digest (an unset one counts as
-    changed). Whether it unloaded."""
+    """k8s-driver-manager's ``uninstall_driver`` (NVIDIA/k8s-driver-manager's driver-manager
+    script; docs/rollout.md): with a driver loaded, it unloads it unless the digest file holds
+    exactly the pod's digest (an unset one counts as changed). Whether it unloaded."""
     path = host.host(STATE_FILE)
     published = path.read_text().strip() if path.exists() else None
     if not kernel_view.live or (digest is not None and published == digest):
