@@ -26,14 +26,16 @@ THIRD_PARTY = {
     "stager": "the manifest schema and the crash-safe write",
     "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
     "structlog": "the log (service.logs); its import brings in the rest of this list",
-    "rich": "structlog.dev imports it when installed (its pretty tracebacks); modstage needs it "
-    "for status's tables, so it is installed on every host",
+}
+#: Imported only where installed: structlog.dev imports them if it can; modstage does not
+#: depend on them (rich is the `tables` extra, python3-rich a Suggests of the package, for
+#: status's tables; the build machine has them for the tests).
+WHEN_INSTALLED = {
+    "rich": "structlog.dev's pretty tracebacks",
     "pygments": "via rich.traceback (rich.syntax)",
     "attr": "via rich.pretty",
+    "colorama": "structlog.dev's colours on a terminal",
 }
-#: Imported only where installed: structlog.dev imports it if it can, modstage does not
-#: depend on it (on the build machine another package installed it).
-WHEN_INSTALLED = {"colorama": "structlog.dev's colours on a terminal"}
 #: Packages that must stay off the boot path (each was on it once).
 NEVER = {
     "http": "via prometheus_client",
