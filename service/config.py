@@ -1,7 +1,8 @@
 """The host's policy, ``/etc/modstage/config.toml``: what bundles may ask for and limits.
 
-Every key is optional; a missing file means the defaults. Unknown keys and
-wrong types are errors naming the key, reported together.
+Every key is optional; a missing file means the defaults. Unknown keys, wrong types
+and bad values are errors naming the key and the value, reported together.
+``docs/config.md`` is the reference: each key's type, default, meaning and an example.
 
 .. code-block:: toml
 
