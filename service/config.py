@@ -65,8 +65,8 @@ from stager.manifest import MemoryPolicy
 from stager.record import RecordError, load, spec
 
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
-#: a day is named by its first three letters (``DAYS``) or whole, in any case
 _WHOLE_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+#: a day is named by its first three letters (``DAYS``) or whole, in any case
 DAY_NAMES = {**{d: d for d in DAYS}, **{w: w[:3] for w in _WHOLE_DAYS}}
 
 
@@ -296,7 +296,7 @@ def _clock(value: Any, key: str, problems: list[str]) -> time:
     try:
         return time.fromisoformat(value)
     except (TypeError, ValueError):
-        problems.append(f'{key}: {shown(value)} is not a time of day as a string, like "22:00"')
+        problems.append(f'{key}: {shown(value)} is not a quoted time of day like "22:00"')
         return time(0, 0)
 
 
