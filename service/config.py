@@ -1,7 +1,8 @@
 """The host's policy, ``/etc/modstage/config.toml``: what bundles may ask for and limits.
 
-Every key is optional; a missing file means the defaults. Unknown keys and
-wrong types are errors naming the key, reported together.
+Every key is optional; a missing file means the defaults. Unknown keys, wrong types
+and bad values are errors naming the key and the value, reported together.
+``docs/config.md`` is the reference: each key's type, default, meaning and an example.
 
 .. code-block:: toml
 
@@ -53,7 +54,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
-from datetime import time
+from datetime import date, time
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,29 @@ from stager.manifest import MemoryPolicy
 from stager.record import RecordError, load, spec
 
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
+_WHOLE_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+#: a day is named by its first three letters (``DAYS``) or whole, in any case
+DAY_NAMES = {**{d: d for d in DAYS}, **{w: w[:3] for w in _WHOLE_DAYS}}
+
+
+def shown(value: Any) -> str:
+    """A parsed value as a problem shows it: the way ``config.toml`` spells it (a string
+    quoted as Python does), whole."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, date | time):
+        return value.isoformat()
+    return str(value)
 
 
 def _at_least_one(value: int) -> str | None:
-    return None if value >= 1 else "must be a positive integer"
+    return None if value >= 1 else f"{value} is not a positive integer"
 
 
 _POSITIVE = spec(check=_at_least_one)
@@ -173,26 +193,28 @@ def _host_paths(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
 
 def _publish(value: Any, _: str, problems: list[str]) -> Publish:
     if not isinstance(value, dict):
-        problems.append("publish: must be a table")
+        problems.append(f"publish: {shown(value)} is not a table")
         return Publish()
     known = {"status_dirs", "digest_files"}
     problems += [f"publish.{k}: unknown key" for k in sorted(set(value) - known)]
     status = _host_paths(value.get("status_dirs", []), "publish.status_dirs", problems)
     files = value.get("digest_files", {})
     if not isinstance(files, dict):
-        problems.append("publish.digest_files: must be a table of bundle = path")
+        problems.append(f"publish.digest_files: {shown(files)} is not a table of bundle = path")
         files = {}
     digests = []
     for bundle, path in sorted(files.items()):
-        digests += [
-            (bundle, p) for p in _host_paths([path], f"publish.digest_files.{bundle}", problems)
-        ]
+        at = f"publish.digest_files.{bundle}"
+        if not isinstance(path, str):
+            problems.append(f"{at}: {shown(path)} is not a path (a string)")
+            continue
+        digests += [(bundle, p) for p in _host_paths([path], at, problems)]
     return Publish(status_dirs=status, digest_files=tuple(digests))
 
 
 def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        problems.append(f"{key}: must be an array of strings")
+        problems.append(f"{key}: {shown(value)} is not an array of strings")
         return ()
     return tuple(value)
 
@@ -213,18 +235,23 @@ REBOOT_KEYS = {
 
 def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
     if not isinstance(value, dict):
-        problems.append("reboot: must be a table")
+        problems.append(f"reboot: {shown(value)} is not a table")
         return RebootConfig()
     problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - REBOOT_KEYS)]
     backend = value.get("backend", "none")
     chosen = BACKENDS.get(backend) if isinstance(backend, str) else None
     if chosen is None:
-        problems.append(f"reboot.backend: must be one of {'|'.join(BACKENDS)}")
+        problems.append(f"reboot.backend: {shown(backend)} is not one of {'|'.join(BACKENDS)}")
     command = _strings(value.get("command", []), "reboot.command", problems)
     if chosen is not None and chosen.needs_command and not command:
         problems.append(f'reboot.command: required (non-empty argv) for backend = "{backend}"')
-    days = tuple(d.lower()[:3] for d in _strings(value.get("days", []), "reboot.days", problems))
-    problems += [f"reboot.days: {d!r} is not a day" for d in days if d not in DAYS]
+    given = _strings(value.get("days", []), "reboot.days", problems)
+    problems += [
+        f"reboot.days: {shown(d)} is not a day (sun..sat)"
+        for d in given
+        if d.lower() not in DAY_NAMES
+    ]
+    days = tuple(DAY_NAMES.get(d.lower(), d) for d in given)
     window = Window(
         days=days,
         start=_clock(value.get("start", "00:00"), "reboot.start", problems),
@@ -240,7 +267,7 @@ def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
     )
     sentinel = value.get("sentinel")
     if sentinel is not None and not isinstance(sentinel, str):
-        problems.append("reboot.sentinel: must be a string")
+        problems.append(f"reboot.sentinel: {shown(sentinel)} is not a path (a string)")
         sentinel = None
     bound = value.get("upgrading_bound")
     return RebootConfig(
@@ -269,7 +296,7 @@ def _clock(value: Any, key: str, problems: list[str]) -> time:
     try:
         return time.fromisoformat(value)
     except (TypeError, ValueError):
-        problems.append(f'{key}: must be a time of day like "22:00"')
+        problems.append(f'{key}: {shown(value)} is not a quoted time of day like "22:00"')
         return time(0, 0)
 
 
@@ -279,24 +306,24 @@ def _zone(value: Any, problems: list[str]) -> str:
     try:
         ZoneInfo(value)
     except (TypeError, ValueError, ZoneInfoNotFoundError):
-        problems.append(f"reboot.timezone: {value!r} is not a known time zone")
+        problems.append(f"reboot.timezone: {shown(value)} is not a known time zone")
         return "UTC"
     return str(value)
 
 
 def _seconds(value: Any, key: str, problems: list[str]) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        problems.append(f"{key}: must be a non-negative number of seconds")
+        problems.append(f"{key}: {shown(value)} is not a non-negative number of seconds")
         return 0.0
     return float(value)
 
 
 def _hotplug(value: str) -> str | None:
-    return None if value in HOTPLUG else f"must be one of {'|'.join(HOTPLUG)}"
+    return None if value in HOTPLUG else f"{shown(value)} is not one of {'|'.join(HOTPLUG)}"
 
 
 def _some_directory(dirs: tuple[str, ...]) -> str | None:
-    return None if dirs else "must name at least one directory"
+    return None if dirs else "[] names no directory: at least one is needed"
 
 
 @dataclass(frozen=True)
@@ -364,4 +391,24 @@ class Config:
         try:
             return load(cls, data)
         except RecordError as exc:
-            raise ConfigError(path, list(exc.problems)) from None
+            raise ConfigError(path, [_with_value(p, data) for p in exc.problems]) from None
+
+
+# the type problems :mod:`stager.record` words for every record (``at: must be X, not Y``)
+_TYPE_PROBLEM = re.compile(r"(?P<at>[^:]+): must be (?P<what>.+), not [^,]+\Z")
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")  # ``limits.max_files``, ``allowed_bundles[1]``
+
+
+def _with_value(problem: str, data: dict[str, Any]) -> str:
+    """A type problem said with the value the file gave, as the other problems are
+    (``max_files: must be an integer, not a string``: ``max_files: '10k' is not an integer``)."""
+    match = _TYPE_PROBLEM.match(problem)
+    if match is None:
+        return problem
+    value: Any = data
+    try:
+        for name, index in _STEP.findall(match["at"]):
+            value = value[int(index)] if index else value[name]
+    except (KeyError, IndexError, TypeError):
+        return problem
+    return f"{match['at']}: {shown(value)} is not {match['what']}"

@@ -43,7 +43,7 @@ def test_a_name_outside_the_registry_is_refused_listing_the_registry() -> None:
     """``backend = "reboot-now"`` is a config problem naming every registered backend."""
     with pytest.raises(ConfigError) as info:
         Config.from_dict({"reboot": {"backend": "reboot-now"}})
-    assert f"reboot.backend: must be one of {'|'.join(BACKENDS)}" in info.value.problems
+    assert f"reboot.backend: 'reboot-now' is not one of {'|'.join(BACKENDS)}" in info.value.problems
 
 
 @pytest.mark.parametrize("name", [n for n, b in sorted(BACKENDS.items()) if b.needs_command])

@@ -253,7 +253,7 @@ def test_require_symbol_crcs_must_be_a_boolean() -> None:
     """The config key is validated like every other: a string is a named problem."""
     from service.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="require_symbol_crcs: must be a boolean"):
+    with pytest.raises(ConfigError, match="require_symbol_crcs: 'no' is not a boolean"):
         Config.from_dict({"require_symbol_crcs": "no"})
 
 
