@@ -22,7 +22,8 @@ def root_problem(root: Path, *, modstage: bool = True) -> str | None:
     if modstage and not any((root / p).is_dir() for p in ("etc/modstage", "var/lib/modstage")):
         return (
             f"--root {root} is not a modstage host or sandbox: it holds neither etc/modstage "
-            "nor var/lib/modstage (docs/sandbox.md says how to lay one out)"
+            f"nor var/lib/modstage (modstage sandbox {root} --kernel RELEASE --trust CERT "
+            "lays one out; docs/sandbox.md)"
         )
     return None
 

@@ -74,8 +74,10 @@ def _verify(sub: Subparsers) -> None:
         "paths",
         type=Path,
         nargs="+",
-        metavar="PATH",
-        help="module file (.ko, .ko.xz, .ko.zst, .ko.gz) or drop directory",
+        metavar="FILE|DIR",
+        help="a module file (.ko, .ko.xz, .ko.zst, .ko.gz) or a drop directory. FILEs named "
+        "together are judged as one bundle, in the order given (as intake and modprobe "
+        "resolve them); a DIR is a drop, judged as its own bundle",
     )
     p.set_defaults(command="service.cmd.verify")
 
@@ -138,6 +140,41 @@ def _serve_status(sub: Subparsers) -> None:
     )
 
 
+def _sandbox(sub: Subparsers) -> None:
+    """`sandbox`: lay out a --root sandbox from this host's kernel."""
+    text = (
+        "lay out a --root sandbox from this host's own kernel tree (docs/sandbox.md): the "
+        "certificate, the kernel's release, module tree, config and image, an empty incoming "
+        "directory, the sysfs files the boot writes"
+    )
+    p = sub.add_parser(
+        "sandbox", help="lay out a --root sandbox from this host's kernel", description=text
+    )
+    p.add_argument(
+        "sandbox",
+        type=Path,
+        metavar="ROOT",
+        help="the sandbox's directory: new, empty, or a sandbox already (it gains only what "
+        "it lacks)",
+    )
+    p.add_argument(
+        "--kernel",
+        required=True,
+        metavar="RELEASE",
+        help="the kernel release the sandbox runs; /lib/modules/RELEASE and its config and "
+        "image in /boot (or in that tree) must be this host's",
+    )
+    p.add_argument(
+        "--trust",
+        required=True,
+        type=Path,
+        metavar="CERT",
+        help="the PEM or DER certificate whose key signs the modules (copied to "
+        "etc/modstage/trusted.d)",
+    )
+    p.set_defaults(command="service.cmd.sandbox")
+
+
 EXIT_CODES = {
     "modstage": "0 success, 1 error, 2 usage (a --root other than / that is not a modstage host or "
     "sandbox, too); each command lists its own (COMMAND --help)",
@@ -164,6 +201,8 @@ EXIT_CODES = {
     "forget": "0 forgotten, 1 refused (a generation active or pending) or state unreadable, "
     "2 usage (no such bundle nor status file)",
     "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage (--keep below 0)",
+    "sandbox": "0 laid out, 1 a file could not be written, 2 usage (ROOT holds files and is "
+    "not a sandbox, no tree for RELEASE, CERT not a certificate)",
     "config": "0 config and certificates usable, 1 a problem (each named), 2 usage",
     "check": "0 config and certificates usable, 1 a problem (each named), 2 usage",
 }
@@ -183,11 +222,22 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+BUNDLE = "the bundle (slot) name its manifest gives, e.g. nvidia (modstage status lists them)"
+#: What ``GEN`` is for each verb that takes one.
+GEN = {
+    "retry": "the failed generation to try again: its id or a unique prefix of it (default: "
+    "the bundle's newest failed one; modstage generations BUNDLE lists them)",
+    "rollback": "the stored generation the next boot loads: its id or a unique prefix of it "
+    "(default: the one before the active one; the active one itself cancels a pending "
+    "generation)",
+}
+
+
 def _admin(sub: Subparsers) -> None:
     """The admin's verbs (service/cmd/admin.py, configcheck.py); each has --json."""
     module = "service.cmd.admin"
     gens = _host(sub, "generations", module, "list every stored generation and its role")
-    gens.add_argument("bundle", nargs="?", metavar="BUNDLE", help="only this bundle")
+    gens.add_argument("bundle", nargs="?", metavar="BUNDLE", help=f"only this bundle: {BUNDLE}")
     verbs = {
         "retry": "clear a failed generation's failure so the next boot tries it again",
         "rollback": "make an earlier generation the one the next boot loads",
@@ -199,16 +249,9 @@ def _admin(sub: Subparsers) -> None:
     }
     for verb, text in verbs.items():
         p = _host(sub, verb, module, text)
-        p.add_argument("bundle", metavar="BUNDLE")
-        if verb in ("retry", "rollback"):
-            p.add_argument(
-                "generation",
-                nargs="?",
-                metavar="GEN",
-                help="generation id or unique prefix (default: the newest failed one for "
-                "retry, the one before the active one for rollback; for rollback the active "
-                "one cancels a pending generation)",
-            )
+        p.add_argument("bundle", metavar="BUNDLE", help=BUNDLE)
+        if verb in GEN:
+            p.add_argument("generation", nargs="?", metavar="GEN", help=GEN[verb])
     prune = _host(
         sub, "prune", module, "remove generations beyond retention (never active or pending)"
     )
@@ -224,13 +267,61 @@ def _admin(sub: Subparsers) -> None:
         p.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _exit_codes(parser: argparse.ArgumentParser, name: str = "modstage") -> None:
-    """Add each command's exit codes to its --help, recursively."""
-    parser.epilog = f"exit codes: {EXIT_CODES.get(name, EXIT_CODES['modstage'])}"
+#: One worked example per command, shown under "example:" in its --help (the first line a
+#: command line naming it; ``\`` continues it, as in a shell).
+EXAMPLES = {
+    "modstage": "modstage status --root /tmp/sandbox",
+    "stage": "modstage stage --into /var/lib/modstage/incoming --bundle nvidia \\\n"
+    '    --version 580.95.05 --kernel "$(uname -r)" \\\n'
+    "    --module nvidia.ko:NVreg_OpenRmEnableUnsupportedGpus=1 --module nvidia-uvm.ko \\\n"
+    "    --firmware firmware/",
+    "verify": "modstage verify --kernel 6.1.0-57-amd64 nvidia.ko nvidia-uvm.ko\n"
+    "    (one bundle: nvidia-uvm.ko's imports may come from nvidia.ko, named before it)",
+    "intake": "modstage intake --root /tmp/sandbox",
+    "boot": "modstage boot --dry-run",
+    "serve": "modstage serve   (what modstage.service runs)",
+    "status": "modstage status --reboot-required   (kured's sentinel command: exit 0 = reboot)",
+    "wait": "modstage wait --bundle nvidia --timeout 900 --ready-file /run/modstage-ready\n"
+    "    (--status-dir defaults to /var/lib/modstage/status, the host's, mounted read-only)",
+    "generations": "modstage generations nvidia --json",
+    "retry": "modstage retry nvidia 9a93e95c   (after fixing what made it fail)",
+    "rollback": "modstage rollback nvidia   (the next boot loads the generation before)",
+    "hold": "modstage hold nvidia",
+    "release": "modstage release nvidia",
+    "forget": "modstage forget nvdia   (a typo'd bundle that was only ever rejected)",
+    "prune": "modstage prune --keep 2",
+    "config": "modstage config check",
+    "check": "modstage config check --json",
+    "sandbox": 'modstage sandbox /tmp/sandbox --kernel "$(uname -r)" --trust signing_key.pem',
+}
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Paragraphs filled to the terminal's width, as argparse fills them; an indented line
+    or one ending in ``\\`` (an example's command) kept as it is written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = argparse.HelpFormatter._fill_text
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") or line.endswith("\\") for line in lines):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(fill(self, paragraph, width, indent))
+        return "\n\n".join(out)
+
+
+def _epilogs(parser: argparse.ArgumentParser, name: str = "modstage") -> None:
+    """Add each command's example and exit codes to its --help, recursively."""
+    example = "\n".join(f"  {line}" for line in EXAMPLES[name].splitlines())
+    codes = EXIT_CODES.get(name, EXIT_CODES["modstage"])
+    parser.epilog = f"example:\n{example}\n\nexit codes: {codes}"
+    parser.formatter_class = _Formatter
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub_name, sub_parser in action.choices.items():
-                _exit_codes(sub_parser, sub_name)
+                _epilogs(sub_parser, sub_name)
 
 
 #: Each command's parser builder, in ``modstage --help``'s order (a builder adds its group).
@@ -242,6 +333,7 @@ COMMANDS: dict[str, Callable[[Subparsers], object]] = {
     "serve": _serve_status,
     "status": _serve_status,
     "wait": add_wait,
+    "sandbox": _sandbox,
     **dict.fromkeys(
         ("generations", "retry", "rollback", "hold", "release", "forget", "prune", "config"),
         _admin,
@@ -268,5 +360,5 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     builders = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
     for build in dict.fromkeys(builders):
         build(sub)
-    _exit_codes(parser)
+    _epilogs(parser)
     return parser

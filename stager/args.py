@@ -119,7 +119,7 @@ def add_wait(sub: Subparsers) -> argparse.ArgumentParser:
         type=Path,
         default=Path("/var/lib/modstage/status"),
         metavar="DIR",
-        help="the status directory mounted into the container",
+        help="the status directory mounted into the container (default: %(default)s)",
     )
     wait.add_argument("--bundle", required=True, help="bundle (slot) name, e.g. nvidia")
     wait.add_argument(

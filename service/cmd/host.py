@@ -37,7 +37,7 @@ def kernel_for(layout: Layout) -> Kernel:
             modules: Path | None = layout.modules_dir(layout.kernel_release())
         except OSError:
             modules = None
-        return RecordingKernel(layout.sys, identify=identify, modules=modules)
+        return RecordingKernel(layout.sys, identify=identify, modules=modules, shows=True)
     from service.kernel.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)

@@ -11,12 +11,18 @@ module's name is EEXIST, a module whose ``depends=`` are not live is ENOENT, a m
 others use is EWOULDBLOCK to unload, and ``modprobe`` of a name the target's module
 tree does not know is ENOENT. What only running the module tells (its init failing)
 it cannot know.
+
+With ``shows`` (a sandbox's boot, not a dry run) it also shows what it loads as the kernel
+does, under the sandbox's ``sys/module/<name>``: ``initstate`` ``live``, the module's
+``srcversion``, ``refcnt`` and ``holders/``; an unload removes the directory. ``status
+--root`` then finds the modules a sandbox boot loaded live, as on a host.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +67,8 @@ class RecordingKernel:
     stands in and no dependency is checked. ``modules`` is the target release's
     module tree (``lib/modules/RELEASE``): ``modprobe`` knows the names its
     ``modules.dep`` and ``modules.builtin`` list; without it, every name is taken as
-    in-tree.
+    in-tree. ``shows``: write each load and unload to ``sys/module`` (see the module's
+    docstring); the dry run leaves it off and writes nothing.
     """
 
     sys: Path
@@ -72,6 +79,7 @@ class RecordingKernel:
     _holders: dict[str, set[str]] = field(default_factory=dict)  # module -> its users
     _refs: dict[str, int] = field(default_factory=dict)  # references other than holders
     _intree: tuple[dict[str, tuple[str, ...]], frozenset[str]] | None = None
+    shows: bool = False
 
     def _view(self) -> dict[str, str | None]:
         if self._live is None:
@@ -130,8 +138,10 @@ class RecordingKernel:
         if missing := [d for d in depends if d not in live]:
             raise LoadError(errno.ENOENT, f"{describe(errno.ENOENT)}: {', '.join(missing)}")
         live[name] = srcversion
+        self._show(name)
         for dep in depends:
             self._holders.setdefault(dep, set()).add(name)
+            self._show(dep)
 
     def unload(self, name: str) -> None:
         """Record the unload; a module this kernel never saw is ENOENT, one in use is
@@ -146,8 +156,12 @@ class RecordingKernel:
         del live[name]
         self._holders.pop(name, None)
         self._refs.pop(name, None)
-        for users in self._holders.values():
-            users.discard(name)
+        if self.shows:
+            shutil.rmtree(self.sys / "module" / name, ignore_errors=True)
+        for dep, users in self._holders.items():
+            if name in users:
+                users.discard(name)
+                self._show(dep)
 
     def loaded(self) -> dict[str, str | None]:
         """The sandbox's live modules plus what this kernel recorded as loaded."""
@@ -174,10 +188,38 @@ class RecordingKernel:
                 unknown.append(name)
                 continue
             for module in (*reversed(deps[name]), name):  # modules.dep lists the deepest last
-                live.setdefault(module, None)
+                if module not in live:
+                    live[module] = None
+                    self._show(module)
         if unknown:
             why = "; ".join(f"modprobe: FATAL: Module {n} not found" for n in unknown)
             raise LoadError(errno.ENOENT, f"modprobe {' '.join(names)} failed: {why}")
+
+    def _show(self, name: str) -> None:
+        """Write live module ``name`` under ``sys/module/<name>`` as the kernel shows it:
+        ``initstate``, ``srcversion`` (where its ``.modinfo`` has one), ``refcnt`` (its
+        holders and other references) and ``holders/<user>`` links; nothing without
+        ``shows``."""
+        if not self.shows:
+            return
+        base = self.sys / "module" / name
+        holders = base / "holders"
+        users = self._holders.get(name, set())
+        srcversion = self._view().get(name)
+        try:
+            holders.mkdir(parents=True, exist_ok=True)
+            (base / "initstate").write_text("live\n")
+            if srcversion:
+                (base / "srcversion").write_text(f"{srcversion}\n")
+            (base / "refcnt").write_text(f"{len(users) + self._refs.get(name, 0)}\n")
+            for link in holders.iterdir():
+                if link.name not in users:
+                    link.unlink()
+            for user in users - {p.name for p in holders.iterdir()}:
+                (holders / user).symlink_to(f"../../{user}")
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            raise LoadError(code, f"cannot show {name} under {base}: {exc.strerror}") from exc
 
     def _in_tree(self) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
         """``modules.dep`` (module -> its dependencies) and ``modules.builtin``, by name."""

@@ -84,3 +84,39 @@ def test_every_exclusion_names_a_contract_case_and_a_reason() -> None:
     assert set(EXCLUDED) <= set(CASES)
     assert all(len(why.split()) > 5 for why in EXCLUDED.values())
     assert set(CASES) - set(EXCLUDED), "the recording kernel must keep some of the contract"
+
+
+#: The cases a sandbox's kernel keeps: the module calls and what sysfs shows of the modules
+#: (a sandbox's memory and firmware files are plain files, which take any write as it is).
+SANDBOX_CASES = (
+    *cases.MODULE_CASES,
+    cases.sysfs_shows_a_live_module_and_its_srcversion,
+    cases.sysfs_shows_who_uses_a_module,
+)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=EXCLUDED[c]))
+        if c is cases.a_failing_init_leaves_nothing_live
+        else c
+        for c in SANDBOX_CASES
+    ],
+    ids=[c.__name__ for c in SANDBOX_CASES],
+)
+def test_a_sandbox_kernel_keeps_the_kernel_contract(
+    case: Case, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The sandbox's kernel (``shows``: what it loads appears under ``sys/module``) keeps
+    each module case, and those of what sysfs shows of the modules, over the sandbox's own
+    sysfs tree (the dry run's kernel cannot: it writes nothing)."""
+    from service.kernel.sysfs import Sysfs
+
+    sys = contract_sys(tmp_path / "sys")
+    kernel = RecordingKernel(
+        sys, identify=ModInfo.from_elf, modules=module_tree(tmp_path / "lib/modules"), shows=True
+    )
+    subject = KernelSubject(kernel, Sysfs(sys))
+    modules = {n: ModuleFile(p, str(p)) for n, p in files.items()}
+    case(subject, Bench(modules, str(tmp_path / "run/firmware")))

@@ -53,3 +53,48 @@ def test_every_command_has_a_builder() -> None:
 def test_one_command_parser_gives_the_same_namespace(argv: list[str]) -> None:
     """Parsing a command line with its command's parser alone gives the whole parser's result."""
     assert build_parser(argv[0]).parse_args(argv) == build_parser().parse_args(argv)
+
+
+def _every_subcommand(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Each subcommand's words (``("config", "check")``) and parser, recursively."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [((*path, name), sub), *_every_subcommand(sub, (*path, name))]
+    return found
+
+
+@pytest.mark.parametrize("words", [w for w, _ in _every_subcommand(build_parser())], ids=" ".join)
+def test_every_help_has_a_worked_example_of_its_own_command(words: tuple[str, ...]) -> None:
+    """Each subcommand's --help has an ``example:`` section, after its arguments, whose
+    first line is a ``modstage`` command line naming that subcommand (``modstage config
+    check`` for ``check``), kept as written rather than refilled."""
+    (parser,) = [p for w, p in _every_subcommand(build_parser()) if w == words]
+    help_text = parser.format_help()
+    assert "\nexample:\n" in help_text, help_text
+    after = help_text.split("\nexample:\n", 1)[1]
+    first = after.splitlines()[0]
+    assert first.startswith("  modstage "), first
+    assert first.split()[1 : 1 + len(words)] == list(words), first
+    assert help_text.index("\nexample:\n") > help_text.index("options:")
+
+
+def test_the_help_names_each_argument() -> None:
+    """``BUNDLE`` and ``GEN`` are explained (``GEN`` differently for retry and rollback),
+    wait names its default status directory, and verify says how FILEs and DIRs are
+    judged."""
+    helps = {w: p.format_help() for w, p in _every_subcommand(build_parser())}
+    for verb in ("retry", "rollback", "hold", "release", "forget"):
+        assert "BUNDLE         the bundle (slot) name" in helps[(verb,)], helps[(verb,)]
+    gen = {v: helps[(v,)].split("  GEN ", 1)[1].split("options:")[0] for v in ("retry", "rollback")}
+    assert "failed" in gen["retry"] and "cancels a pending" in gen["rollback"]
+    assert gen["retry"] != gen["rollback"]
+    assert "/var/lib/modstage/status)" in helps[("wait",)]
+    flat = " ".join(helps[("verify",)].split())
+    assert (
+        "FILEs named together are judged as one bundle, in the order given (as intake and "
+        "modprobe resolve them); a DIR is a drop, judged as its own bundle" in flat
+    )

@@ -92,3 +92,35 @@ def test_a_module_the_sandbox_shows_in_use_cannot_be_unloaded(tmp_path: Path) ->
     kernel.unload("user")
     kernel.unload("used")
     assert kernel.loaded() == {"pinned": None}
+
+
+def test_a_sandbox_kernel_shows_its_loads_under_sys_module(
+    modules: dict[str, Path], tmp_path: Path
+) -> None:
+    """With ``shows`` (a sandbox's boot), a load is live under ``sys/module/<name>`` with the
+    ELF's srcversion, as ``status`` reads it: a user is in its dependency's ``holders/`` and
+    ``refcnt``, and an unload removes the module's directory and its holder link."""
+    from service.status.live import LiveModule, live_module
+
+    sys = tmp_path / "sys"
+    kernel = RecordingKernel(sys, identify=ModInfo.from_elf, shows=True)
+    for name in ("ms_exporter", "ms_consumer"):
+        kernel.load_image(modules[name].read_bytes(), f"{name}.ko", "")
+    exporter = live_module(sys, "ms_exporter")
+    consumer = ModInfo.from_bytes(modules["ms_consumer"].read_bytes()).srcversion
+    assert exporter is not None and exporter.refcnt == 1
+    assert live_module(sys, "ms_consumer") == LiveModule("ms_consumer", consumer, None, 0)
+    assert (sys / "module/ms_exporter/initstate").read_text() == "live\n"
+    assert [p.name for p in (sys / "module/ms_exporter/holders").iterdir()] == ["ms_consumer"]
+    assert kernel.loaded() == RecordingKernel(sys).loaded()  # a new kernel sees the same
+    kernel.unload("ms_consumer")
+    assert live_module(sys, "ms_consumer") is None
+    assert list((sys / "module/ms_exporter/holders").iterdir()) == []
+    assert (sys / "module/ms_exporter/refcnt").read_text() == "0\n"
+
+
+def test_without_shows_nothing_is_written(modules: dict[str, Path], tmp_path: Path) -> None:
+    """The dry run's kernel (``shows`` off) keeps its loads in memory: no ``sys`` is made."""
+    kernel = RecordingKernel(tmp_path / "sys", identify=ModInfo.from_elf)
+    kernel.load_image(modules["ms_params"].read_bytes(), "ms_params.ko", "")
+    assert "ms_params" in kernel.loaded() and not (tmp_path / "sys").exists()

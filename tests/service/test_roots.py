@@ -52,7 +52,9 @@ def test_a_root_that_is_not_a_modstage_host_is_refused(
     root = tmp_path / "EMPTY"
     root.mkdir()
     assert main([*argv, "--root", str(root)], io.StringIO()) == 2
-    assert "is not a modstage host or sandbox" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not a modstage host or sandbox" in err
+    assert f"modstage sandbox {root} --kernel RELEASE --trust CERT lays one out" in err
     assert _files(root) == []
 
 
