@@ -27,10 +27,11 @@ from typing import TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, TargetFileError
 from service.layout import Layout
+from service.verify.bundle import verify_paths
 from service.verify.signature.keyid import describe_key_id
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
-from service.verify.verdict import Verdict, verify_paths
+from service.verify.verdict import Verdict
 
 
 def format_line(verdict: Verdict) -> str:
