@@ -7,7 +7,9 @@ Human output is one line per file::
     note: symbols: /boot/vmlinuz-6.1.0-57-amd64 + 4023 in-tree modules under ...
 
 Each ``note:`` line is a fact of the target the verdicts used (where the exported symbols
-came from, what was missing and what was assumed instead).
+came from, what was missing and what was assumed instead), or that the files named were
+judged as one bundle in the order given (:func:`~service.verify.bundle.verify_paths`: as
+intake judges a drop listing them so; each drop directory stays its own bundle).
 
 ``--json`` prints a list of :meth:`~service.verify.verdict.Verdict.to_json` objects instead,
 each with the target's facts under ``"target"``. The target is read under ``--root``
