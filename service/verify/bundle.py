@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from service.errors import Refusal
+from service.verify.compressed.budget import run_all
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
-from service.verify.verdict import Verdict, verify_drop, verify_modules
+from service.verify.verdict import Verdict, verify_drop, verify_modules, verify_path
 from stager.paths import normalize_module_name
 
 
@@ -70,18 +72,26 @@ def in_order(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return out
 
 
-def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
+def verify_paths(
+    paths: list[Path], *, trust: TrustStore, kernel: str | Target, apart: bool = False
+) -> list[Verdict]:
     """Verdicts for module files and drop directories, in argument order.
 
     Judged as intake judges drops: the files as one bundle loaded in the order given,
     wherever drops sit between them (two or more say so in a note); each drop as its own
     bundle, in its manifest's order. Every bundle loads after no other (``after = []``):
-    none sees another's exports.
+    none sees another's exports. ``apart``: every file is judged alone instead (as if
+    loaded on a kernel where none of the others is).
     """
     drops = [p.is_dir() for p in paths]
     files = [p for p, drop in zip(paths, drops, strict=True) if not drop]
-    named = in_order(verify_modules(files, trust=trust, kernel=kernel)) if files else []
-    if len(files) > 1:
+    if apart:
+        named = run_all([partial(verify_path, p, trust=trust, kernel=kernel) for p in files])
+    elif files:
+        named = in_order(verify_modules(files, trust=trust, kernel=kernel))
+    else:
+        named = []
+    if len(files) > 1 and not apart:
         note = "judged as one bundle in the order given: " + ", ".join(map(str, files))
         named = [replace(v, notes=(*v.notes, note)) for v in named]
     loose = iter(named)
