@@ -7,7 +7,9 @@ Human output is one line per file::
     note: symbols: /boot/vmlinuz-6.1.0-57-amd64 + 4023 in-tree modules under ...
 
 Each ``note:`` line is a fact of the target the verdicts used (where the exported symbols
-came from, what was missing and what was assumed instead).
+came from, what was missing and what was assumed instead), or that the files named were
+judged as one bundle in the order given (:func:`~service.verify.bundle.verify_paths`: as
+intake judges a drop listing them so; each drop directory stays its own bundle).
 
 ``--json`` prints a list of :meth:`~service.verify.verdict.Verdict.to_json` objects instead,
 each with the target's facts under ``"target"``. The target is read under ``--root``
@@ -27,10 +29,11 @@ from typing import TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, TargetFileError
 from service.layout import Layout
+from service.verify.bundle import verify_paths
 from service.verify.signature.keyid import describe_key_id
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
-from service.verify.verdict import Verdict, verify_paths
+from service.verify.verdict import Verdict
 
 
 def format_line(verdict: Verdict) -> str:
@@ -119,7 +122,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         trust = host.trust
     if args.kernel_keys:
         trust, note = kernel_keys(layout, target.release, trust)
-    verdicts = verify_paths(list(args.paths), trust=trust, kernel=target)
+    apart = bool(getattr(args, "apart", False))  # judge each file alone (the oracle's way)
+    verdicts = verify_paths(list(args.paths), trust=trust, kernel=target, apart=apart)
     render(verdicts, out, as_json=args.json, target=target)
     if note is not None and not args.json:
         out.write(f"note: {note}\n")

@@ -5,7 +5,7 @@ open file; they are reported in the kernel's order (signature, ELF and ``.modinf
 vermagic), each as a reason naming the rule and errno. Hostile content never raises: it
 becomes a :class:`Verdict` with ``ok=False``. :func:`verify_files` verifies a drop's
 files in parallel, as far as :mod:`service.verify.compressed.budget` allows, and links its modules
-in load order.
+in load order; :func:`verify_modules` does the same for module files named together.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Verdict:
     image_sha256: str | None = None  # of the decompressed module (what the kernel hashes)
     pci: tuple[str, ...] = ()  # its ``alias=pci:...`` patterns: the devices it is for
     notes: tuple[str, ...] = ()  # target facts that were missing, and what was assumed
+    bundle: tuple[str, ...] = ()  # a module's: the files judged with it, in load order
 
     @classmethod
     def refused(cls, file: str, errno: str, message: str, **fields: Any) -> Verdict:
@@ -81,6 +82,7 @@ class Verdict:
         del out["refusal"]
         out["depends"], out["firmware"] = list(self.depends), list(self.firmware)
         out["notes"], out["pci"] = list(self.notes), list(self.pci)
+        out["bundle"] = list(self.bundle)
         out["reason"], out["errno"], out["policy"] = self.reason, self.errno, self.policy
         return out
 
@@ -190,15 +192,37 @@ def _linked(
     the exports of the modules before it (as the kernel will see them)."""
     bundle: dict[str, Export] = dict(before or {})
     out = []
-    for item, name in zip(done, names, strict=True):
+    for i, (item, name) in enumerate(zip(done, names, strict=True)):
         if isinstance(item, Verdict):
             out.append(item)
             continue
-        out.append(_finished(*item, target, bundle, open_ended=before is None))
+        verdict = _finished(*item, target, bundle, open_ended=before is None)
         linkage = item[1]
         if linkage is not None:
+            out.append(_exported_later(verdict, linkage, done[i + 1 :]))
             bundle.update({n: e._replace(owner=name) for n, e in linkage.exports.items()})
+        else:
+            out.append(verdict)
     return out
+
+
+def _exported_later(
+    verdict: Verdict, linkage: Linkage, later: list[tuple[Facts, Linkage | None] | Verdict]
+) -> Verdict:
+    """``verdict``, its unknown symbol's reason naming the bundle's file that exports it
+    but loads after it (the order is then the thing to fix)."""
+    refusal = verdict.refusal
+    if refusal is None or refusal.errno != "ENOENT":
+        return verdict
+    wanted = (i.name for i in linkage.unresolved)
+    symbol = next((n for n in wanted if refusal.message.startswith(f"Unknown symbol {n} (no ")), "")
+    for item in later:
+        if not symbol or isinstance(item, Verdict) or item[1] is None:
+            continue
+        if symbol in item[1].exports:
+            why = f"{refusal.message}; {item[0].display} exports it but loads after it"
+            return replace(verdict, refusal=refusal._replace(message=why))
+    return verdict
 
 
 def _firmware_at(root: Path, relative: str, display: str, expected: str) -> Verdict:
@@ -278,18 +302,25 @@ def verify_files(
     names = [module_name(m.file) for m in manifest.modules]
     verdicts = _linked(done[:count], names, target, before)
     verdicts += [v for v in done[count:] if isinstance(v, Verdict)]
+    files = tuple(str(at / m.file) for m in manifest.modules)
     for i, entry in enumerate(manifest.modules):
+        verdicts[i] = replace(verdicts[i], bundle=files)
         actual = verdicts[i].sha256
         if actual is not None and actual != entry.sha256:
             verdicts[i] = replace(verdicts[i], ok=False, refusal=_mismatch(actual, entry.sha256))
     return verdicts
 
 
-def verify_paths(paths: list[Path], *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
-    """Verdicts for module files and drop directories, in order; files verified in parallel."""
-    files = [partial(verify_path, p, trust=trust, kernel=kernel) for p in paths if not p.is_dir()]
-    done = iter(run_all(files))
-    out: list[Verdict] = []
-    for p in paths:
-        out += verify_drop(p, trust=trust, kernel=kernel) if p.is_dir() else [next(done)]
-    return out
+def verify_modules(paths: list[Path], *, trust: TrustStore, kernel: str | Target) -> list[Verdict]:
+    """Verify module files named together as one bundle loaded in the order given (no
+    ``after``): each verified alone in parallel, then linked as :func:`verify_files` links
+    a drop's modules, so a module may use what the files before it export (symlinks
+    followed: the paths come from the admin)."""
+    target = as_target(kernel)
+    drop = drop_budget()
+    jobs: list[Callable[[], tuple[Facts, Linkage | None] | Verdict]] = [
+        partial(_module_at, p.parent, p.name, str(p), trust, target, True, drop) for p in paths
+    ]
+    names = [module_name(p.name) for p in paths]
+    files = tuple(map(str, paths))
+    return [replace(v, bundle=files) for v in _linked(run_all(jobs), names, target, {})]

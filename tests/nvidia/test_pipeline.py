@@ -167,12 +167,12 @@ def test_each_module_alone_is_judged_by_where_its_dependencies_live(
     for line in driver.symvers.read_text().splitlines():
         _crc, symbol, owner, *_ = line.split("\t")
         owned[symbol] = Path(owner).name.replace("-", "_")
-    code, out = _cli(
-        "verify", "--json", "--root", str(real_host.root), "--kernel", driver.kernel,
-        *map(str, signed.values()),
-    )  # fmt: skip
-    verdicts = json.loads(out)
-    assert code == (0 if all(v["ok"] for v in verdicts) else 1)
+    verdicts = [
+        json.loads(_cli(
+            "verify", "--json", "--root", str(real_host.root), "--kernel", driver.kernel, str(ko)
+        )[1])[0]
+        for ko in signed.values()
+    ]  # fmt: skip
     for verdict, ko in zip(verdicts, signed.values(), strict=True):
         needs = {d.replace("-", "_") for d in depends(ko)}  # one module name, two spellings
         if needs & bundle:
@@ -202,3 +202,23 @@ def test_every_crc_the_modules_carry_is_the_one_their_export_has(
         assert dump, ko
         carried = {name: int(crc, 16) for crc, name in (line.split("\t") for line in dump)}
         assert {n: exported.get(n) for n in carried} == carried, ko.name
+
+
+def test_the_modules_named_together_are_judged_as_one_bundle_in_the_order_given(
+    real_host: Layout, signed: dict[str, Path], driver: Driver
+) -> None:
+    """Named together in the build's order (``nvidia`` first) the driver's modules verify
+    as a set, as intake takes them in; named with ``nvidia`` last, each module whose
+    ``depends`` (kmod's) names it is refused with ENOENT naming ``nvidia``'s file."""
+    argv = ["verify", "--json", "--root", str(real_host.root), "--kernel", driver.kernel]
+    code, out = _cli(*argv, *map(str, signed.values()))
+    assert code == 0, [v["reason"] for v in json.loads(out) if not v["ok"]]
+    last = [*list(signed.values())[1:], signed["nvidia"]]
+    code, out = _cli(*argv, *map(str, last))
+    for verdict, ko in zip(json.loads(out), last, strict=True):
+        if "nvidia" in depends(ko):
+            assert verdict["errno"] == "ENOENT", verdict
+            assert f"depends on nvidia ({signed['nvidia']})" in verdict["reason"]
+        else:
+            assert verdict["ok"], verdict["reason"]
+    assert code == 1

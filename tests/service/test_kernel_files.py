@@ -20,7 +20,8 @@ from service.layout import Layout
 from service.verify.modfile.symtab import Export
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import builtin_sysfs, vmlinux
-from tests.kmod.reference import disagreements, in_tree
+from stager.paths import module_name, normalize_module_name
+from tests.kmod.reference import disagreements, in_tree, kmod_field
 from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.kernel import SERIES, Kernel
 
@@ -37,6 +38,26 @@ def _sample(kernel: Kernel) -> list[Path]:
     modules = in_tree(kernel.modules)
     assert len(modules) > 3000, f"{kernel.modules} holds only {len(modules)} modules"
     return modules[::SAMPLE_EVERY]
+
+
+def _in_load_order(paths: list[Path]) -> list[Path]:
+    """``paths`` with every module after those of them its ``depends=`` names (kmod's
+    reading): verify judges files named together as one bundle loaded in that order."""
+    by_name = {module_name(p.name): p for p in paths}
+    out: list[Path] = []
+
+    def visit(path: Path) -> None:
+        if path in out:
+            return
+        for field in kmod_field(path, "depends"):
+            for dep in filter(None, field.split(",")):
+                if normalize_module_name(dep) in by_name:
+                    visit(by_name[normalize_module_name(dep)])
+        out.append(path)
+
+    for path in paths:
+        visit(path)
+    return out
 
 
 def test_modinfo_reads_as_kmod_does(kernel: Kernel) -> None:
@@ -105,6 +126,7 @@ def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Pat
     c2port = kernel.modules / "kernel/drivers/misc/c2port/core.ko.xz"
     if c2port.exists():
         paths.append(c2port)
+    paths = _in_load_order(paths)
     out = io.StringIO()
     argv = ["verify", "--root", str(root), "--kernel", kernel.release, "--kernel-keys"]
     code = main([*argv, *map(str, paths)], out)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from tests.kmod import SigningKey, install_target
+from tests.kmod import SigningKey, install_target, sign
 
 
 @pytest.fixture
@@ -34,10 +34,17 @@ def run(*argv: str) -> tuple[int, str]:
 
 
 def test_all_accepted_exits_0_with_one_line_each(
-    trusted: Path, root: Path, signed_rsa: Path, signed_ec: Path, kernel: str
+    trusted: Path,
+    root: Path,
+    signed_rsa: Path,
+    modules: dict[str, Path],
+    ec_key: SigningKey,
+    kernel: str,
+    tmp_path: Path,
 ) -> None:
     """Every file accepted: exit 0, one 'ok' line per file with signer and hash algorithm,
-    then the target's notes once (where its exports came from)."""
+    then the target's notes once (where its exports came from) and the bundle they made."""
+    signed_ec = sign(modules["ms_exporter"], ec_key, tmp_path / "ec.ko", hash="sha384", skid=True)
     code, out = run(
         "--root",
         str(root),
@@ -49,10 +56,11 @@ def test_all_accepted_exits_0_with_one_line_each(
         str(signed_ec),
     )
     lines = out.splitlines()
-    assert code == 0 and len(lines) == 3
+    assert code == 0 and len(lines) == 4
     assert lines[0] == f'ok        {signed_rsa}  signer="modstage rsa" hash=sha256 name=ms_params'
     assert lines[1].startswith("ok ") and 'signer="modstage ec" hash=sha384' in lines[1]
     assert lines[2] == f"note: symbols: {root}/lib/modules/{kernel}/build/Module.symvers"
+    assert lines[3] == f"note: judged as one bundle in the order given: {signed_rsa}, {signed_ec}"
 
 
 def test_one_rejection_exits_1_and_prints_the_reason(

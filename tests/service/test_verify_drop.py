@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from service.verify.bundle import verify_paths
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
-from service.verify.verdict import verify_drop, verify_paths
+from service.verify.verdict import verify_drop
 from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
 from tests.kmod import SigningKey, sign
 
@@ -111,15 +112,15 @@ def test_symlinks_and_fifos_in_a_drop_are_not_followed(
 
 def test_verify_paths_keeps_argument_order(
     drop: Path,
-    signed_rsa: Path,
     signed_ec: Path,
     modules: dict[str, Path],
+    signed: dict[str, Path],
     trust: TrustStore,
     kernel: str,
     target: Target,
 ) -> None:
     """Files verified in parallel and drops come back in the order they were given."""
-    paths = [signed_ec, drop, modules["ms_params"], signed_rsa, drop / "nothere.ko"]
+    paths = [signed_ec, drop, modules["ms_enodev"], signed["ms_firmware"], drop / "nothere.ko"]
     verdicts = verify_paths(paths, trust=trust, kernel=target)
     assert [v.file for v in verdicts] == [
         str(signed_ec),
@@ -131,8 +132,8 @@ def test_verify_paths_keeps_argument_order(
                 "firmware/modstage/test.bin",
             )
         ),
-        str(modules["ms_params"]),
-        str(signed_rsa),
+        str(modules["ms_enodev"]),
+        str(signed["ms_firmware"]),
         str(drop / "nothere.ko"),
     ]
     assert [v.ok for v in verdicts] == [True, True, True, True, False, True, False]
