@@ -71,6 +71,15 @@ def _verify(sub: Subparsers) -> None:
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of verdicts")
     p.add_argument(
+        "--apart",
+        action="store_true",
+        help=(
+            "judge each FILE alone, as loaded on a kernel where none of the other files "
+            "named is loaded (default: FILEs named together are one bundle, loaded in the "
+            "order given)"
+        ),
+    )
+    p.add_argument(
         "paths",
         type=Path,
         nargs="+",

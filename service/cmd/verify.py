@@ -122,8 +122,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         trust = host.trust
     if args.kernel_keys:
         trust, note = kernel_keys(layout, target.release, trust)
-    apart = bool(getattr(args, "apart", False))  # judge each file alone (the oracle's way)
-    verdicts = verify_paths(list(args.paths), trust=trust, kernel=target, apart=apart)
+    verdicts = verify_paths(list(args.paths), trust=trust, kernel=target, apart=args.apart)
     render(verdicts, out, as_json=args.json, target=target)
     if note is not None and not args.json:
         out.write(f"note: {note}\n")

@@ -104,9 +104,10 @@ def write_cases(cases: list[Case], directory: Path) -> dict[str, Path]:
 
 
 def modstage_verdicts(paths: list[Path], root: Path, trusted: Path, release: str) -> dict[str, Any]:
-    """`modstage verify --json` over every path in one process, each judged alone (as the
-    guest loads each alone: tests/oracle/verify_apart.py); resolved path -> verdict."""
-    argv = [sys.executable, "-m", "tests.oracle.verify_apart", "--json", "--root", str(root)]
+    """`modstage verify --apart --json` over every path in one process, each judged alone
+    (as the guest loads each alone); resolved path -> verdict."""
+    argv = [sys.executable, "-m", "service.cli", "verify", "--apart", "--json"]
+    argv += ["--root", str(root)]
     argv += ["--kernel", release, "--trusted", str(trusted), *map(str, paths)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, check=False)

@@ -41,7 +41,7 @@ def no_depends(
     return sign(unsigned, rsa_key, unsigned.with_name("ms_consumer.signed.ko"))
 
 
-def verify(host: Layout, kernel: str, *paths: Path, as_json: bool = False) -> tuple[int, str]:
+def verify(host: Layout, kernel: str, *paths: Path | str, as_json: bool = False) -> tuple[int, str]:
     out = io.StringIO()
     argv = ["verify", "--root", str(host.root), "--kernel", kernel, *(["--json"] * as_json)]
     return main([*argv, *map(str, paths)], out), out.getvalue()
@@ -107,6 +107,21 @@ def test_the_same_module_named_twice_is_refused_the_second_time(
     assert code == 1 and lines[0].startswith("ok ")
     assert lines[1].endswith(f"reason: EEXIST: module ms_params is also {signed['ms_params']}, "
                              "earlier in the bundle")  # fmt: skip
+
+
+def test_apart_judges_each_file_alone(
+    host: Layout, signed: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """``--apart``: each file is judged alone, so two builds of one module are both accepted,
+    a consumer named after its exporter is refused (the exporter is not loaded for it), and
+    no bundle note is printed."""
+    again = sign(signed["ms_params"], rsa_key, tmp_path / "again.ko")
+    exporter, consumer = signed["ms_exporter"], signed["ms_consumer"]
+    code, out = verify(host, kernel, "--apart", signed["ms_params"], again, exporter, consumer)
+    lines = out.splitlines()
+    assert code == 1 and "judged as one bundle" not in out, out
+    assert [line.split()[0] for line in lines[:4]] == ["ok", "ok", "ok", "REJECTED"], out
+    assert "ENOENT: Unknown symbol ms_exporter_value" in lines[3]
 
 
 def test_each_drop_is_its_own_bundle_and_the_files_around_it_are_one(
