@@ -42,7 +42,8 @@ def host(host_tree: HostTree, signed: dict[str, Path]) -> Layout:
 
 def command(layout: Layout, *words: str) -> tuple[int, list[str], list[dict[str, Any]]]:
     """Run ``modstage boot --root ROOT WORDS``: exit code, printed lines, logged events
-    (the JSON lines main's log writes to stderr)."""
+    (the JSON lines main's log writes to stderr; any other stderr line, such as an error
+    message, as a ``(not a log line)`` event holding its text)."""
     out, err = io.StringIO(), io.StringIO()
     saved, sys.stderr = sys.stderr, err
     try:
@@ -50,7 +51,11 @@ def command(layout: Layout, *words: str) -> tuple[int, list[str], list[dict[str,
     finally:
         sys.stderr = saved
         logs.reset()
-    return code, out.getvalue().splitlines(), [json.loads(x) for x in err.getvalue().splitlines()]
+    events = [
+        json.loads(x) if x.startswith("{") else {"event": "(not a log line)", "text": x}
+        for x in err.getvalue().splitlines()
+    ]
+    return code, out.getvalue().splitlines(), events
 
 
 def another_version_loaded(layout: Layout, module: str) -> None:
@@ -115,3 +120,21 @@ def test_the_dry_run_lists_the_metrics_the_boot_retires_and_keeps_them(host: Lay
     assert host.metrics.exists()
     assert command(host)[0] == 0
     assert not host.metrics.exists()
+
+
+def test_a_corrupt_state_is_rebuilt_by_the_dry_run_as_by_the_boot(host: Layout) -> None:
+    """After a boot made ``nvidia`` active, ``state.json`` is corrupted: the dry run does
+    not refuse; it logs ``state.rebuilt`` and ends as the boot then does (the last known
+    good loaded), while leaving the corrupt file where it is and setting nothing aside."""
+    assert command(host)[0] == 0
+    host.state.write_text("{not json")
+    dry_code, dry_lines, dry_events = command(host, "--dry-run")
+    assert host.state.read_text() == "{not json"
+    assert sorted(p.name for p in host.state.parent.glob("state.json*")) == ["state.json"]
+    boot_code, boot_lines, boot_events = command(host)
+    assert [e["event"] for e in dry_events if e["event"] == "state.rebuilt"] == ["state.rebuilt"]
+    assert "state.rebuilt" in {e["event"] for e in boot_events}
+    assert dry_code == boot_code == 0
+    ends = [line for line in boot_lines if not line.startswith("sandbox ")]
+    assert ends and dry_lines[-len(ends) :] == [PREVIEW + line for line in ends]
+    assert read(host.state).bundle("nvidia").phase is Phase.ACTIVE
