@@ -10,17 +10,21 @@ point (:func:`service.cli.main` for every host command, the intake child's ``mai
 * one JSON object per line when the stream is not a terminal (systemd/journald, CI), the
   traceback of ``log.exception`` in ``exception``; one readable line on a terminal;
 * when the stream is the journal (``JOURNAL_STREAM`` names its device and inode), the line's
-  syslog priority in front (``<3>`` error ... ``<7>`` debug), which journald files it at.
+  syslog priority in front (``<3>`` error ... ``<7>`` debug), which journald files it at;
+* the fields bound for a span of work (:func:`preview`: ``preview=true`` on every line of
+  ``boot --dry-run``), through structlog's context variables.
 
-Tests read the events with ``structlog.testing.capture_logs()``.
+Tests read the events with ``structlog.testing.capture_logs()`` (given
+``structlog.contextvars.merge_contextvars`` to see the bound fields).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TextIO
 
 import structlog
@@ -39,6 +43,7 @@ PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
 #: What every line gets, whichever library logged it.
 SHARED: list[Processor] = [
+    structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -48,6 +53,14 @@ SHARED: list[Processor] = [
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     """The logger named ``name``; it follows the configuration in force at each event."""
     return structlog.stdlib.get_logger(name)
+
+
+@contextlib.contextmanager
+def preview() -> Iterator[None]:
+    """Every event inside, modstage's and other libraries', carries ``preview=True``: it
+    tells what a run would do (``boot --dry-run``), not what was done."""
+    with structlog.contextvars.bound_contextvars(preview=True):
+        yield
 
 
 class JournalPriority:

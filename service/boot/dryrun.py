@@ -16,11 +16,11 @@ and who drives them now (an init that returns ENODEV without one leaves it ``no_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from service.boot.loader import Boot
+from service.boot.loader import Boot, summary
 from service.boot.persist import Recorded
 from service.config import Config
 from service.kernel import pci
@@ -29,12 +29,16 @@ from service.kernel.pci import PciDevice
 from service.kernel.recording import Identify, RecordingKernel
 from service.kernel.sysfs import RecordingSysfs, Sysfs
 from service.layout import Layout
+from service.store.phase import Phase
 from service.store.state import State
 
 if TYPE_CHECKING:
     from service.verify.signature.trust import TrustStore
 
 Event = tuple[str, ...]
+
+#: What leads every line a dry run prints: none of it was done.
+PREVIEW = "preview: "
 
 
 @dataclass(frozen=True)
@@ -64,50 +68,59 @@ def dry_run(
         layout, config, trust, kernel, sysfs, persist=Recorded(layout, events), firmware=firmware
     )
     state = boot.run()
-    failed = tuple(n for n, b in sorted(state.bundles.items()) if b.phase.value == "failed")
+    failed = tuple(n for n, b in sorted(state.bundles.items()) if b.phase is Phase.FAILED)
     return DryRun(tuple(events), state, failed)
 
 
 def render(run: DryRun, layout: Layout, out: TextIO) -> None:
-    """The recorded boot as an admin reads it: each step under the bundle it belongs to."""
+    """Print :func:`plan`, every line led by :data:`PREVIEW`."""
+    for line in plan(run, layout):
+        print(f"{PREVIEW}{line}", file=out)
+
+
+def plan(run: DryRun, layout: Layout) -> Iterator[str]:
+    """The recorded boot as an admin reads it: each step under the bundle it belongs to,
+    then the boot's own last lines (:func:`~service.boot.loader.summary`), each followed
+    by the present devices the bundle's modules match."""
     release = layout.kernel_release()
-    print(f"dry run: nothing is loaded, written or rebooted (kernel {release})", file=out)
+    yield f"nothing is loaded, written or rebooted (kernel {release})"
     if not run.state.bundles:
-        print("no bundles", file=out)
+        yield "no bundles"
     step = 0
     for kind, *rest in run.events:
         if kind == "state":
             name, phase, note = rest
-            print(f"{name}: would be {phase}{f' ({note})' if note else ''}", file=out)
+            yield f"{name}: would be {phase}{f' ({note})' if note else ''}"
             step = 0
+            continue
+        if kind == "remove":
+            yield f"remove {rest[0]} (the previous boot's metrics)"
             continue
         step += 1
         if kind == "finit_module":
             path, params = rest
             file = path.rsplit("/", 2)
             shown = "/".join(file[-2:]) if len(file) > 1 else path
-            print(f"   {step}) finit_module {shown}{f' {params}' if params else ''}", file=out)
+            yield f"   {step}) finit_module {shown}{f' {params}' if params else ''}"
         elif kind == "modprobe":
-            print(f"   {step}) modprobe {' '.join(rest)}", file=out)
+            yield f"   {step}) modprobe {' '.join(rest)}"
         elif kind == "delete_module":
-            print(f"   {step}) delete_module {rest[0]} (undoing this attempt)", file=out)
+            yield f"   {step}) delete_module {rest[0]} (undoing this attempt)"
         elif kind == "write":
             attribute, value = rest
             shown = "(cleared)" if value == "\0" else value
             what = PATH_PARAM if attribute == PATH_PARAM else attribute
-            print(f"   {step}) write {what} = {shown}", file=out)
+            yield f"   {step}) write {what} = {shown}"
         elif kind == "link":
-            print(f"   {step}) link firmware {rest[0]}", file=out)
+            yield f"   {step}) link firmware {rest[0]}"
         elif kind == "unlink":
-            print(f"   {step}) unlink the firmware of {rest[0]}", file=out)
+            yield f"   {step}) unlink the firmware of {rest[0]}"
     present: tuple[PciDevice, ...] | None = None
-    for name, b in sorted(run.state.bundles.items()):
-        print(
-            f"=> {name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})",
-            file=out,
-        )
+    bundles = sorted(run.state.bundles.items())
+    for (_, b), line in zip(bundles, summary(run.state), strict=True):
+        yield line
         aliases = {m.module: m.pci for m in b.loaded if m.pci}
         if aliases:
             present = present if present is not None else pci.present(Sysfs(layout.sys))
             found = pci.devices_for(aliases, present, [m.module for m in b.loaded])
-            print(f"   devices now: {found.summary()}", file=out)
+            yield f"   devices now: {found.summary()}"

@@ -326,6 +326,15 @@ class Boot:
                 log.error("module.unload_failed", module=name, reason=str(exc))
 
 
+def summary(state: State) -> list[str]:
+    """Each bundle's end, in name order: phase, active and pending generation (the last
+    lines ``modstage boot`` prints, and its dry run)."""
+    return [
+        f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})"
+        for name, b in sorted(state.bundles.items())
+    ]
+
+
 def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None, str | None]:
     """(stored file's sha256, decompressed image, format) of a compressed module;
     (None, None, None) if plain."""

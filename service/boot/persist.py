@@ -96,14 +96,12 @@ class Recorded:
         yield
 
     def load(self, store: Store) -> State:
-        """``state.json`` as it is (a corrupt one is an error: nothing is moved aside)."""
-        from service.errors import StateError
-        from service.store.statefile import read
+        """The state the boot would start from: a corrupt ``state.json`` rebuilt from the
+        last-good pointer and the store, as :meth:`Durable.load` does, with nothing moved
+        aside nor saved."""
+        from service.store.recover import load_or_rebuild
 
-        try:
-            return read(self.layout.state)
-        except OSError as exc:
-            raise StateError(f"{self.layout.state}: cannot read: {exc.strerror or exc}") from exc
+        return load_or_rebuild(self.layout.state, store, durable=False)
 
     def save(self, state: State, step: str) -> None:
         """Nothing is saved: the transitions are recorded by :meth:`status`."""

@@ -69,15 +69,17 @@ def _mtime(store: Store, generation: str) -> float:
         return 0.0
 
 
-def load_or_rebuild(path: Path, store: Store) -> State:
+def load_or_rebuild(path: Path, store: Store, *, durable: bool = True) -> State:
     """``state.load``, or on a corrupt state a state rebuilt from the pointer and the store.
 
     Boot calls it (the caller holds the state lock), and so does the daemon when a step
     found the state corrupt. The rebuilt state is saved at once, so later boots and the
     daemon start from it and the boot unit never finds state.json missing.
+    ``durable=False`` (``boot --dry-run``) decides the same and writes nothing: the
+    corrupt file is not moved aside, the rebuilt state not saved.
     """
     try:
-        return load(path)
+        return load(path, set_aside=durable)
     except StateCorrupt as exc:
         why = f"state.json was corrupt and is set aside at {exc.aside}"
         pointer = read_last_good(path.with_name(LAST_GOOD))
@@ -89,5 +91,6 @@ def load_or_rebuild(path: Path, store: Store) -> State:
             reason=str(exc),
             bundles={n: b.active for n, b in state.bundles.items()},
         )
-        save(path, state, step="rebuilt")
+        if durable:
+            save(path, state, step="rebuilt")
         return state

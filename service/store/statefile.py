@@ -102,13 +102,14 @@ def read(path: Path) -> State:
         raise StateError(f"{path}: {exc}") from exc
 
 
-def load(path: Path) -> State:
+def load(path: Path, *, set_aside: bool = True) -> State:
     """Read ``path``; a missing file is an empty state, unless a corrupt one was set aside.
 
     A corrupt file is renamed to ``state.json.corrupt-<time>`` and
     :class:`StateCorrupt` is raised naming both paths. Until an admin removes the
     set-aside file, every later load raises too: modstage never silently forgets
-    which generation was good.
+    which generation was good. ``set_aside=False`` (a dry run) raises the same and
+    renames nothing: the error names the path the file would be moved to.
     """
     if not path.exists():
         aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
@@ -123,8 +124,9 @@ def load(path: Path) -> State:
         return read(path)
     except StateError as exc:
         aside_path = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
-        path.rename(aside_path)
-        fsync_dir(path.parent)
+        if set_aside:
+            path.rename(aside_path)
+            fsync_dir(path.parent)
         raise StateCorrupt(path, aside_path, str(exc).removeprefix(f"{path}: ")) from exc
 
 

@@ -174,7 +174,7 @@ def test_dry_run_names_the_devices_the_bundle_would_drive(
     out = io.StringIO()
     dry_run(host, out)
     assert (
-        "   devices now: 0 of 1 device bound; 0000:00:04.0 (1234:11e8) bound to ms_pci_rival"
-        in out.getvalue().splitlines()
+        "preview:    devices now: 0 of 1 device bound; 0000:00:04.0 (1234:11e8) bound to "
+        "ms_pci_rival" in out.getvalue().splitlines()
     ), out.getvalue()
     assert host.state.read_bytes() == before

@@ -134,6 +134,24 @@ def test_json_line_holds_fields_event_level_logger_and_a_utc_timestamp() -> None
     assert abs((now - stamp).total_seconds()) < 60
 
 
+def test_every_line_inside_preview_carries_the_mark_and_none_after() -> None:
+    """Inside ``logs.preview()`` a modstage event, a bound logger's event and a standard
+    library record each carry ``preview: true``; the same three after it do not."""
+    stream = io.StringIO()
+    logs.configure(stream, json=True, journal=False)
+
+    def three() -> None:
+        logs.get_logger("modstage.t").info("m.event")
+        logs.get_logger("modstage.t").bind(bundle="b").error("b.event")
+        logging.getLogger("watchdog.x").warning("a library's record")
+
+    with logs.preview():
+        three()
+    three()
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [e.get("preview") for e in events] == [True, True, True, None, None, None]
+
+
 def test_standard_library_records_share_the_stream_and_its_processors() -> None:
     """A library logging through ``logging`` (watchdog, pyudev) and a ``warnings.warn`` land
     in the same stream as JSON lines with level, logger, timestamp and journal priority;
