@@ -126,8 +126,10 @@ def _boot(sub: Subparsers) -> None:
     boot.add_argument(
         "--dry-run",
         action="store_true",
-        help="print what would load (order, parameters, firmware, memory policy, verdicts) "
-        "and change nothing",
+        help="print what the next boot would do (order, parameters, firmware, memory "
+        "policy, verdicts), decided as the boot decides (a config.toml with a typo salvaged "
+        "alike); every printed line starts 'preview:' and every log line carries "
+        "preview=true; changes nothing",
     )
 
 
