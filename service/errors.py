@@ -105,13 +105,16 @@ class StateError(ServiceError):
 
 
 class StateCorrupt(StateError):
-    """``state.json`` could not be read; it was moved to ``aside`` and must be looked at."""
+    """``state.json`` could not be read; it was moved to ``aside`` (``moved``; a dry run
+    moves nothing and says where it would go) and must be looked at."""
 
-    def __init__(self, path: object, aside: object, reason: str) -> None:
+    def __init__(self, path: object, aside: object, reason: str, *, moved: bool = True) -> None:
         self.path = str(path)
         self.aside = str(aside)
         self.reason = reason
-        super().__init__(f"{self.path}: {reason}; moved aside to {self.aside}")
+        self.moved = moved
+        where = "moved aside to" if moved else "the boot would move it aside to"
+        super().__init__(f"{self.path}: {reason}; {where} {self.aside}")
 
 
 class IllegalTransition(StateError):

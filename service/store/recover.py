@@ -81,7 +81,8 @@ def load_or_rebuild(path: Path, store: Store, *, durable: bool = True) -> State:
     try:
         return load(path, set_aside=durable)
     except StateCorrupt as exc:
-        why = f"state.json was corrupt and is set aside at {exc.aside}"
+        where = "is set aside at" if exc.moved else "would be set aside at"
+        why = f"state.json was corrupt and {where} {exc.aside}"
         pointer = read_last_good(path.with_name(LAST_GOOD))
         state = rebuild(pointer, store, why)
         log.error(

@@ -127,7 +127,8 @@ def load(path: Path, *, set_aside: bool = True) -> State:
         if set_aside:
             path.rename(aside_path)
             fsync_dir(path.parent)
-        raise StateCorrupt(path, aside_path, str(exc).removeprefix(f"{path}: ")) from exc
+        reason = str(exc).removeprefix(f"{path}: ")
+        raise StateCorrupt(path, aside_path, reason, moved=set_aside) from exc
 
 
 def save(path: Path, state: State, *, step: str = "state") -> None:

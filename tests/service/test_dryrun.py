@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +124,21 @@ def test_the_dry_run_lists_the_metrics_the_boot_retires_and_keeps_them(host: Lay
     assert not host.metrics.exists()
 
 
+def play_reboot(layout: Layout) -> None:
+    """A reboot of the sandbox: the recording kernel's ``sys/module`` entries of the bundle
+    go, and the boot id changes (docs/sandbox.md)."""
+    for name in ("ms_exporter", "ms_params"):
+        shutil.rmtree(layout.sys / "module" / name)
+    (layout.root / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
+
+
 def test_a_corrupt_state_is_rebuilt_by_the_dry_run_as_by_the_boot(host: Layout) -> None:
-    """After a boot made ``nvidia`` active, ``state.json`` is corrupted: the dry run does
-    not refuse; it logs ``state.rebuilt`` and ends as the boot then does (the last known
-    good loaded), while leaving the corrupt file where it is and setting nothing aside."""
+    """After a boot made ``nvidia`` active and a reboot, ``state.json`` is corrupted: the dry
+    run does not refuse; it logs ``state.rebuilt`` and ends as the boot then does (the last
+    known good loaded), while leaving the corrupt file where it is and setting nothing
+    aside."""
     assert command(host)[0] == 0
+    play_reboot(host)
     host.state.write_text("{not json")
     dry_code, dry_lines, dry_events = command(host, "--dry-run")
     assert host.state.read_text() == "{not json"
@@ -134,6 +146,8 @@ def test_a_corrupt_state_is_rebuilt_by_the_dry_run_as_by_the_boot(host: Layout) 
     boot_code, boot_lines, boot_events = command(host)
     assert [e["event"] for e in dry_events if e["event"] == "state.rebuilt"] == ["state.rebuilt"]
     assert "state.rebuilt" in {e["event"] for e in boot_events}
+    (rebuilt,) = (e for e in dry_events if e["event"] == "state.rebuilt")
+    assert "the boot would move it aside to" in rebuilt["reason"], rebuilt
     assert dry_code == boot_code == 0
     ends = [line for line in boot_lines if not line.startswith("sandbox ")]
     assert ends and dry_lines[-len(ends) :] == [PREVIEW + line for line in ends]
