@@ -2,7 +2,9 @@
 
 Every top-level package a module under ``stager/`` imports is the standard library's, the
 project's own, or a distribution in ``[project] dependencies`` (the container side installs
-nothing else); under ``service/`` it may also be one of the ``host`` extra. A library the
+nothing else); under ``service/`` it may also be one of the ``host`` extra, or of the
+``tables`` extra (rich, for status's tables: optional, so its import must be guarded, which
+``tests/service/test_status.py`` checks by rendering with rich not importable). A library the
 tests alone use (asn1crypto builds their deliberately odd CMS blobs) stays out of the product.
 """
 
@@ -54,7 +56,7 @@ def imported(package: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize(("package", "extras"), [("stager", ()), ("service", ("host",))])
+@pytest.mark.parametrize(("package", "extras"), [("stager", ()), ("service", ("host", "tables"))])
 def test_every_third_party_import_is_declared(package: str, extras: tuple[str, ...]) -> None:
     """Each third-party package the product imports comes from a declared distribution."""
     distributions = importlib.metadata.packages_distributions()
@@ -98,3 +100,28 @@ def test_watchdog_is_neither_declared_nor_imported() -> None:
     and no extra declares it (a Debian host needs no python3-watchdog)."""
     assert "watchdog" not in imported("service") | imported("stager")
     assert "watchdog" not in declared("host")
+
+
+def test_status_on_a_terminal_without_rich_prints_the_plain_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rich is optional (the ``tables`` extra): on a terminal without it ``status`` prints
+    the same plain lines it prints off a terminal, no error."""
+    import io
+
+    from service.status.collect import collect
+    from service.status.view import lines, render
+    from service.store.state import State
+    from tests.service.test_status import failed_new, host
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    doc = collect(host(tmp_path, State({"nvidia": failed_new(fallback=True)})))
+    monkeypatch.setitem(sys.modules, "rich", None)
+    for name in [m for m in sys.modules if m.startswith("rich.")]:
+        monkeypatch.delitem(sys.modules, name)
+    out = Terminal()
+    render(doc, out)
+    assert out.getvalue() == "\n".join(lines(doc)) + "\n"
