@@ -89,6 +89,26 @@ def check_args(args: argparse.Namespace) -> None:
             f"--generation {args.generation!r} is not a generation id "
             "(8 to 64 lowercase hex digits, as `modstage stage` and `status` print)"
         )
+    if args.drop is not None:
+        _check_drop(args.drop, args.bundle)
+
+
+def _check_drop(drop: Path, bundle: str) -> None:
+    """``--drop`` names a drop of ``bundle`` (``<bundle>.<time>.<token>``): an empty value
+    (``"$(modstage stage …)"`` after a failed stage) would wait for whatever the status names."""
+    named = parse_drop_name(drop.name)
+    if not drop.name:
+        raise WaitUsage(
+            "--drop is empty: the `modstage stage` before it probably failed (see its error); "
+            "nothing was staged to wait for"
+        )
+    if named is None:
+        raise WaitUsage(
+            f"--drop {str(drop)!r} is not a drop (<bundle>.<time>.<token>, the path "
+            "`modstage stage` prints): the stage before it probably failed"
+        )
+    if named[0] != bundle:
+        raise WaitUsage(f"--drop {drop.name!r} is a drop of bundle {named[0]!r}, not {bundle!r}")
 
 
 @dataclass(frozen=True)
