@@ -17,20 +17,21 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from stager.atomic import fsync_dir, fsync_file, write_atomic
 from stager.errors import ManifestError, StageError
 from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
+from stager.modfile import HEAD, Unchecked, compression, elf_problem, payload_head
 from stager.params import ParamsError, merge_params, parse_params
 from stager.paths import (
     DIGEST_NAME,
     MANIFEST_NAME,
-    MODULE_SUFFIXES,
     drop_name,
     parse_drop_name,
     strip_module_suffix,
@@ -94,9 +95,13 @@ def _rmtree(path: Path) -> None:
 
 
 def firmware_files(root: Path) -> list[tuple[Path, str]]:
-    """Every regular file under ``root`` with its relative path, sorted."""
+    """Every regular file under ``root`` with its relative path, sorted. A symlinked file
+    is copied from the file it leads to, by that file's real path, only if that lies under
+    ``root`` too (linux-firmware links one name to another); one leading outside (to
+    ``/etc/shadow``) is refused, as is a symlinked directory."""
     if not root.is_dir():
         raise StageError(root, "firmware directory does not exist or is not a directory")
+    real_root = os.path.realpath(root)
     found: list[tuple[Path, str]] = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=_walk_error):
         for name in dirnames:
@@ -107,8 +112,23 @@ def firmware_files(root: Path) -> list[tuple[Path, str]]:
                 )
         for name in filenames:
             path = Path(dirpath) / name
-            found.append((path, path.relative_to(root).as_posix()))
+            found.append((_inside(path, real_root, root), path.relative_to(root).as_posix()))
     return sorted(found, key=lambda item: item[1])
+
+
+def _inside(path: Path, real_root: str, root: Path) -> Path:
+    """``path``, or for a symlink the real path of the file it leads to, if that lies under
+    ``real_root``; else :class:`StageError` naming the symlink."""
+    if not path.is_symlink():
+        return path
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise StageError(
+            path,
+            f"a symlink leading outside the firmware directory {root} (to {real}): refused; "
+            "copy the file into the directory instead",
+        )
+    return Path(real)
 
 
 def _walk_error(exc: OSError) -> None:
@@ -156,6 +176,7 @@ def stage(
     after: tuple[str, ...] = (),
     memory: str | None = None,
     config_digest: str | None = None,
+    warn: Callable[[str], None] = lambda note: None,
 ) -> Path:
     """Write a complete drop for ``bundle`` into ``into`` and return its path.
 
@@ -164,7 +185,9 @@ def stage(
     the error is one :class:`StageError` naming the file and the reason.
     """
     header = _header(bundle, version, kernel, after, memory)
-    params, fw_sources = _checked(into, header, modules, params_dir, firmware_dirs, config_digest)
+    params, fw_sources = _checked(
+        into, header, modules, params_dir, firmware_dirs, config_digest, warn
+    )
     drop = into / drop_name(bundle, time.time_ns(), secrets.token_hex(8))
     try:
         drop.mkdir(mode=0o755)
@@ -190,6 +213,7 @@ def _checked(
     params_dir: Path | None,
     firmware_dirs: tuple[Path, ...],
     config_digest: str | None,
+    warn: Callable[[str], None],
 ) -> tuple[list[str], list[tuple[Path, str]]]:
     """Check every input before anything is written; the modules' merged parameters and
     the firmware files (source, relative path)."""
@@ -199,7 +223,8 @@ def _checked(
         raise StageError(into, "incoming directory does not exist")
     _validated(header, [ModuleEntry("modules/x.ko", "0" * 64)], [])  # fail before copying
     for spec in modules:
-        _check_module(spec.source)
+        if (note := _check_module(spec.source)) is not None:
+            warn(note)
     if params_dir is not None and not params_dir.is_dir():
         raise StageError(params_dir, "parameters directory does not exist or is not a directory")
     if config_digest is not None and not _digest_ok(config_digest):
@@ -261,42 +286,38 @@ def _check_readable(path: Path, what: str) -> None:
         raise StageError(path, f"cannot open: {exc.strerror}") from exc
 
 
-#: What each module suffix's file starts with: an ELF header, or the compressor's magic.
-_MAGIC = {".ko.xz": b"\xfd7zXZ\x00", ".ko.zst": b"\x28\xb5\x2f\xfd", ".ko.gz": b"\x1f\x8b"}
-ET_REL = 1  # a kernel module is a relocatable ELF object
-
-
-def module_problem(head: bytes, name: str) -> str | None:
-    """Why a file whose first bytes are ``head`` and whose name is ``name`` is not a kernel
-    module file (an ELF relocatable object, one compressed as its suffix says, or compressed
-    content under a plain ``.ko`` name, as the host tells formats by content), or None."""
-    for suffix, magic in _MAGIC.items():
-        if name.endswith(suffix):
-            return None if head.startswith(magic) else f"not a {suffix} file (wrong magic)"
-    if not name.endswith(".ko"):
-        return f"not a module file name (it must end in {', '.join(MODULE_SUFFIXES)})"
-    if any(head.startswith(magic) for magic in _MAGIC.values()):
-        return None  # compressed under a .ko name: the host tells the format by content
-    if len(head) < 18 or not head.startswith(b"\x7fELF"):
-        return "not an ELF file (a kernel module is an ELF relocatable object)"
-    e_type = head[16:18] if head[5] == 1 else head[17:15:-1]  # EI_DATA: 1 little, 2 big
-    if head[5] not in (1, 2) or int.from_bytes(e_type, "little") != ET_REL:
-        return "an ELF file but not a relocatable object: not a kernel module"
-    return None
-
-
-def _check_module(path: Path) -> None:
-    """``path`` is a readable regular file that looks like a kernel module, or
-    :class:`StageError` (a symlink to ``/etc/shadow`` is refused, never copied)."""
+def _check_module(path: Path) -> str | None:
+    """``path`` is a readable regular file that looks like a kernel module, compressed ones
+    by the start of their payload (:mod:`stager.modfile`), or :class:`StageError` (a
+    symlink to ``/etc/shadow``, plain or compressed, is refused, never copied). Returns a
+    note when the payload could not be checked (a ``.ko.zst`` without ``zstandard``)."""
     _check_readable(path, "module")
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
+            head = f.read(HEAD)
+            suffix, why = compression(head, path.name)
+            if why is None and suffix is None:
+                why = elf_problem(head)
+            elif why is None and suffix is not None:
+                f.seek(0)
+                why = _payload_problem(f, suffix)
+    except Unchecked as exc:
+        return f"{path}: its zstd payload cannot be checked ({exc}); accepted by its magic"
     except OSError as exc:
         raise StageError(path, f"cannot read: {exc.strerror}") from exc
-    why = module_problem(head, path.name)
     if why is not None:
         raise StageError(path, f"refused as a module: {why}")
+    return None
+
+
+def _payload_problem(f: BinaryIO, suffix: str) -> str | None:
+    """Why the compressed module file ``f`` does not hold a kernel module, or None."""
+    try:
+        payload = payload_head(f, suffix)
+    except ValueError as exc:
+        return f"not a valid {suffix} file: {exc}"
+    why = elf_problem(payload)
+    return None if why is None else f"its {suffix} payload is {why[:1].lower()}{why[1:]}"
 
 
 def _digest_ok(text: str) -> bool:
@@ -361,6 +382,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         after=tuple(args.after),
         memory=args.memory,
         config_digest=args.config_digest,
+        warn=lambda note: print(f"modstage stage: note: {note}", file=sys.stderr),
     )
     remember(drop, Manifest.read(drop).digest)  # ``wait --bundle`` waits for this drop
     print(drop, file=out)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stager.errors import StagerError
-from stager.record import RecordError, dump, is_none, load, spec
+from stager.record import RecordError, dump, is_empty, is_none, load, spec
 
 REJECTED = "rejected"  # the phases ``wait`` acts on (the host's ``Phase`` values)
 FAILED = "failed"
@@ -55,8 +55,10 @@ _ABSENT_IF_NONE = spec(omit=is_none)
 class StatusFile:
     """One bundle's status: its phase, generations, and what the host's last step found.
 
-    ``drop`` (on a rejection), ``version`` and ``kernel`` (on intake), ``reboot`` (the
-    daemon's recorded request) and ``generations`` (in copies for a pod) are optional:
+    ``held`` is true while an admin holds the bundle (a drop then waits in incoming, named
+    by ``drop``). ``drop`` (on a rejection or a hold), ``version`` and ``kernel`` (on
+    intake), ``reboot`` (the daemon's recorded request) and ``generations`` (in copies for a
+    pod) are optional: None (``held``: false) means the key is absent from the file.
     None means the key is absent from the file.
     """
 
@@ -75,6 +77,7 @@ class StatusFile:
     kernel: str | None = field(default=None, metadata=_ABSENT_IF_NONE)
     reboot: Mapping[str, Any] | None = field(default=None, metadata=_ABSENT_IF_NONE)
     generations: Mapping[str, GenerationInfo] | None = field(default=None, metadata=_ABSENT_IF_NONE)
+    held: bool = field(default=False, metadata=spec(omit=is_empty))
 
     def known(self) -> set[str]:
         """Every generation id this status names."""

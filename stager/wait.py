@@ -33,7 +33,7 @@ from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
 from stager.paths import parse_drop_name
-from stager.staged import last_drop
+from stager.staged import Seen, last_drop
 from stager.statusfile import FAILED, NO_DEVICE, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
@@ -89,6 +89,26 @@ def check_args(args: argparse.Namespace) -> None:
             f"--generation {args.generation!r} is not a generation id "
             "(8 to 64 lowercase hex digits, as `modstage stage` and `status` print)"
         )
+    if args.drop is not None:
+        _check_drop(args.drop, args.bundle)
+
+
+def _check_drop(drop: Path, bundle: str) -> None:
+    """``--drop`` names a drop of ``bundle`` (``<bundle>.<time>.<token>``): an empty value
+    (``"$(modstage stage …)"`` after a failed stage) would wait for whatever the status names."""
+    named = parse_drop_name(drop.name)
+    if not drop.name:
+        raise WaitUsage(
+            "--drop is empty: the `modstage stage` before it probably failed (see its error); "
+            "nothing was staged to wait for"
+        )
+    if named is None:
+        raise WaitUsage(
+            f"--drop {str(drop)!r} is not a drop (<bundle>.<time>.<token>, the path "
+            "`modstage stage` prints): the stage before it probably failed"
+        )
+    if named[0] != bundle:
+        raise WaitUsage(f"--drop {drop.name!r} is a drop of bundle {named[0]!r}, not {bundle!r}")
 
 
 @dataclass(frozen=True)
@@ -140,13 +160,23 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
     if doc.phase == FAILED and doc.generation == gen:
         return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
+    what = f"drop {target.drop} (generation {short})" if target.drop else f"generation {short}"
+    if doc.held:
+        return Outcome(None, f"the bundle is held by an admin: {what} waits for modstage release")
     other, running = doc.pending_kernel, doc.running_kernel
     if gen is not None and doc.pending == gen and other and running and other != running:
         return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
     if gen is not None and gen not in doc.known():
-        known = f"pending {str(doc.pending)[:12]}, active {str(doc.active)[:12]}"
+        known = f"the host names pending {_short(doc.pending)}, active {_short(doc.active)}"
+        if target.drop:
+            return Outcome(None, f"waiting for the host to take in {what} ({known})")
         return Outcome(None, f"generation {short} is not known to the host yet ({known})")
     return Outcome(None, f"{doc.phase} (generation {short})")
+
+
+def _short(generation: str | None) -> str:
+    """A generation id as a line shows it: 12 digits, or ``none``."""
+    return generation[:12] if generation else "none"
 
 
 def _full(generation: str | None, doc: StatusFile) -> str | None:
@@ -189,9 +219,12 @@ def wait_for(
         sleep(interval if left is None else max(0.0, min(interval, left)))
 
 
-def choose_target(args: argparse.Namespace, emit: Callable[[str], None]) -> Target:
+def choose_target(
+    args: argparse.Namespace, emit: Callable[[str], None], doc: StatusFile | None = None
+) -> Target:
     """``--drop``, else ``--generation``, else the last drop of the bundle this container can
-    see (:mod:`stager.staged`): never an answer for a generation older than that drop."""
+    see (:mod:`stager.staged`) unless the status ``doc`` shows the host moved past it: never
+    an answer for a generation older than that drop."""
     if args.drop is not None:
         return Target.from_drop(args.drop, args.generation)
     if args.generation is not None:
@@ -199,10 +232,41 @@ def choose_target(args: argparse.Namespace, emit: Callable[[str], None]) -> Targ
     seen = last_drop(args.bundle, args.status_dir)
     if seen is None:
         return Target()
-    target = Target.from_drop(*seen)
-    short = target.generation[:12] if target.generation else "unknown yet"
-    emit(f"waiting for the last drop staged, {seen[0].name} (generation {short})")
+    target = Target.from_drop(seen.drop, seen.generation)
+    if superseded(seen, target, doc):
+        emit(
+            f"the last drop staged, {seen.drop.name} (generation {_short(target.generation)}), "
+            f"was superseded: the host names generation {_short(doc.generation if doc else None)} "
+            "since; waiting for that"
+        )
+        return Target()
+    where = "in" if seen.in_incoming else "taken in from"
+    emit(
+        f"waiting for the last drop staged, {seen.drop.name} (generation "
+        f"{_short(target.generation) if target.generation else 'unknown yet'}; {where} "
+        f"{seen.drop.parent})"
+    )
     return target
+
+
+def superseded(seen: Seen, target: Target, doc: StatusFile | None) -> bool:
+    """Whether the host moved past the noted drop ``seen``: it is gone from incoming, and a
+    status written after it was staged names neither its generation nor the drop (a newer
+    drop was taken in since). Waiting for it would wait forever."""
+    if seen.in_incoming or doc is None or target.generation is None or target.since is None:
+        return False
+    if doc.updated < target.since or doc.drop == seen.drop.name:
+        return False
+    return _full(target.generation, doc) not in doc.known()
+
+
+def _status_now(path: Path) -> StatusFile | None:
+    """The status file as it is when wait starts; None if absent or unreadable (the wait's
+    own reads report an unreadable one)."""
+    try:
+        return read_status(path)
+    except StagerError:
+        return None
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -213,7 +277,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     def emit(message: str) -> None:
         print(f"{args.bundle}: {message}", file=out, flush=True)
 
-    target = choose_target(args, emit)
+    target = choose_target(args, emit, _status_now(path))
 
     if not args.status_dir.is_dir():
         emit(

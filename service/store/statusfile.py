@@ -52,6 +52,7 @@ def write_status(
         version=version,
         kernel=kernel,
         reboot=reboot,
+        held=state.held,
     )
     layout.status.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.status / f"{bundle}.json", status.to_json())

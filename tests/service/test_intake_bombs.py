@@ -20,6 +20,7 @@ from service.verify.compressed.stated import MAX_WINDOW
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
 from tests.service.fakes import make_intake
+from tests.stager.argv import module_bytes
 
 MiB = 1 << 20
 SMALL = Config(limits=replace(Limits(), max_decompressed_bytes=256 * MiB))  # a faster test
@@ -35,10 +36,11 @@ def good(modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
 
 
 def _bombs(where: Path, count: int, size: int) -> list[Path]:
-    """``count`` zstd frames of ``size`` zeros each, written by a streaming compressor (no
-    stated size: only the stream's cap stops them)."""
+    """``count`` zstd frames of ``size`` zeros each behind an ELF module header (what
+    ``stage`` checks), written by a streaming compressor (no stated size: only the stream's
+    cap stops them)."""
     c = zstandard.ZstdCompressor().compressobj()
-    blob = c.compress(bytes(size)) + c.flush()
+    blob = c.compress(module_bytes(64)) + c.compress(bytes(size)) + c.flush()
     where.mkdir(exist_ok=True)
     out = []
     for i in range(count):
