@@ -19,6 +19,7 @@ from service.errors import ConfigError, StateError
 from service.kernel import pci
 from service.layout import Layout
 from service.reboot import sentinel_path
+from service.status import required
 from service.status.glance import Heartbeat, iso, read_heartbeat, why_no_reboot
 from service.status.hardware import (
     PciView,
@@ -49,6 +50,7 @@ from service.status.report import (
     UpgradingRow,
     WindowRow,
 )
+from service.status.required import CannotTell, read_fact
 from service.status.signers import signer_rows as signers_of
 from service.status.unloads import read_unloads
 from service.store import quarantine
@@ -68,11 +70,23 @@ def read_state(path: Path) -> State:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _read_text(path: Path) -> str | None:
+#: what status cannot tell without each of the host's facts (after "<file> could not be read")
+_UNKNOWN_WITHOUT = {
+    "os_release": "the running kernel is unknown: no generation is checked against it, and "
+    "whether a reboot is required cannot be told",
+    "boot_id": "this boot is unknown: whether modstage boot ran in it, and whether a reboot is "
+    "required, cannot be told",
+}
+
+
+def _fact(layout: Layout, name: str) -> tuple[str | None, list[Problem]]:
+    """One of the host's facts (``os_release``, ``boot_id``), or a degraded problem naming
+    the file and why it could not be read (as ``status --reboot-required`` names it)."""
+    path: Path = getattr(layout, name)
     try:
-        return path.read_text().strip()
-    except OSError:
-        return None
+        return read_fact(path), []
+    except CannotTell as exc:
+        return None, [Problem(None, Health.DEGRADED, f"{exc}: {_UNKNOWN_WITHOUT[name]}")]
 
 
 def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
@@ -314,14 +328,17 @@ def _reboot(
         why_not_asked=why,
         sentinel=str(sentinel),
         sentinel_present=sentinel.exists(),
+        unknown=required.answer(layout).unknown,  # the sentinel command's own answer
     )
 
 
 def collect(layout: Layout, *, now: float | None = None) -> Report:
     """What ``status`` shows of the host under ``layout`` (``now``: epoch seconds)."""
     now = time.time() if now is None else now
-    kernel, boot_id = _read_text(layout.os_release), _read_text(layout.boot_id)
-    state, state_error, problems = _state(layout)
+    kernel, problems = _fact(layout, "os_release")
+    boot_id, boot_problems = _fact(layout, "boot_id")
+    state, state_error, state_problems = _state(layout)
+    problems += boot_problems + state_problems
     config, config_error = _config(layout)
     if config_error:
         problems.append(Problem(None, Health.DEGRADED, config_error))

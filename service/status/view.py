@@ -53,8 +53,8 @@ def _reboot_line(doc: Report) -> str:
     if r.scheduled:
         line += "; scheduled for " + ", ".join(r.scheduled)
     line += f": {r.why_not_asked}" if r.why_not_asked else ""
-    if doc.state_error:
-        return "unknown: the state cannot be read (see above); kured's sentinel command says so"
+    if r.unknown is not None:  # status --reboot-required exits 3 ("cannot tell") alike
+        return f"unknown: {r.unknown}"
     if r.backend is None or r.window is None:
         return f"{line} (backend and window unknown: the config is invalid)"
     w = r.window
