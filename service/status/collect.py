@@ -70,23 +70,26 @@ def read_state(path: Path) -> State:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-#: what status cannot tell without each of the host's facts (after "<file> could not be read")
-_UNKNOWN_WITHOUT = {
-    "os_release": "the running kernel is unknown: no generation is checked against it, and "
-    "whether a reboot is required cannot be told",
-    "boot_id": "this boot is unknown: whether modstage boot ran in it, and whether a reboot is "
-    "required, cannot be told",
-}
-
-
-def _fact(layout: Layout, name: str) -> tuple[str | None, list[Problem]]:
-    """One of the host's facts (``os_release``, ``boot_id``), or a degraded problem naming
-    the file and why it could not be read (as ``status --reboot-required`` names it)."""
-    path: Path = getattr(layout, name)
+def _kernel(layout: Layout) -> tuple[str | None, list[Problem]]:
+    """The running kernel's release, or a degraded problem naming the file and why it could
+    not be read (as ``status --reboot-required`` names it): nothing is checked against a
+    kernel status cannot name."""
     try:
-        return read_fact(path), []
+        return read_fact(layout.os_release), []
     except CannotTell as exc:
-        return None, [Problem(None, Health.DEGRADED, f"{exc}: {_UNKNOWN_WITHOUT[name]}")]
+        why = (
+            f"{exc}: the running kernel is unknown: no generation is checked against it, "
+            "and whether a reboot is required cannot be told"
+        )
+        return None, [Problem(None, Health.DEGRADED, why)]
+
+
+def _boot_id(layout: Layout) -> str | None:
+    """This boot's id (None: unreadable; the reboot line then says why)."""
+    try:
+        return read_fact(layout.boot_id)
+    except CannotTell:
+        return None
 
 
 def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
@@ -335,10 +338,10 @@ def _reboot(
 def collect(layout: Layout, *, now: float | None = None) -> Report:
     """What ``status`` shows of the host under ``layout`` (``now``: epoch seconds)."""
     now = time.time() if now is None else now
-    kernel, problems = _fact(layout, "os_release")
-    boot_id, boot_problems = _fact(layout, "boot_id")
+    kernel, problems = _kernel(layout)
+    boot_id = _boot_id(layout)
     state, state_error, state_problems = _state(layout)
-    problems += boot_problems + state_problems
+    problems += state_problems
     config, config_error = _config(layout)
     if config_error:
         problems.append(Problem(None, Health.DEGRADED, config_error))

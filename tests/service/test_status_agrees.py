@@ -52,7 +52,8 @@ def test_plain_status_says_unknown_exactly_when_the_sentinel_cannot_tell(
     spoil: Callable[[Layout], object],
 ) -> None:
     """Over each cause: the sentinel exits 3, and plain status's reboot line (and its JSON
-    ``reboot.unknown``) carries the very reason it printed; the host is not ``ok``."""
+    ``reboot.unknown``) carries the very reason it printed; the host is not ``ok`` (an
+    unreadable boot id alone leaves the grade to the bundles)."""
     layout = host(tmp_path, State({"nvidia": pending()}))  # waits for a reboot
     spoil(layout)
     code, why = sentinel(tmp_path, capsys)
@@ -60,7 +61,8 @@ def test_plain_status_says_unknown_exactly_when_the_sentinel_cannot_tell(
     exit_code, text = status(tmp_path)
     top = text.splitlines()
     assert top[1] == f"reboot: unknown: {why}", case
-    assert not top[0].startswith("host: ok") and exit_code != 0, case
+    if case != "no boot id":
+        assert not top[0].startswith("host: ok") and exit_code != 0, case
     _, raw = status(tmp_path, "--json")
     assert json.loads(raw)["reboot"]["unknown"] == why, case
 
