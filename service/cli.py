@@ -28,7 +28,7 @@ EXIT_USAGE = 2
 EXIT_ERROR = 1
 EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
 EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader went away: as a tool killed by SIGPIPE exits
-NO_MODSTAGE_ROOT = {"service.cmd.verify"}  # its --root is any tree holding a kernel's files
+KERNEL_TREE_ROOT = {"service.cmd.verify"}  # its --root may be a kernel's tree alone
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # (kured's sentinel answers every error itself, exit 3: service.status.required)
         from service.layout import root_problem
 
-        problem = root_problem(root, modstage=args.command not in NO_MODSTAGE_ROOT)
+        problem = root_problem(root, kernel_tree=args.command in KERNEL_TREE_ROOT)
         if problem is not None:
             print(f"modstage {args.subcommand}: error: {problem}", file=sys.stderr)
             return EXIT_USAGE
