@@ -12,6 +12,7 @@ configured here (:func:`service.logs.configure`). The parser is
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_ERROR = 1
 EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
-NO_MODSTAGE_ROOT = {"service.cmd.verify"}  # its --root is any tree holding a kernel's files
+EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader went away: as a tool killed by SIGPIPE exits
+KERNEL_TREE_ROOT = {"service.cmd.verify"}  # its --root may be a kernel's tree alone
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -44,7 +46,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         # (kured's sentinel answers every error itself, exit 3: service.status.required)
         from service.layout import root_problem
 
-        problem = root_problem(root, modstage=args.command not in NO_MODSTAGE_ROOT)
+        problem = root_problem(root, kernel_tree=args.command in KERNEL_TREE_ROOT)
         if problem is not None:
             print(f"modstage {args.subcommand}: error: {problem}", file=sys.stderr)
             return EXIT_USAGE
@@ -90,8 +92,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``modstage`` console script: :func:`main`, its code the process's exit status."""
-    sys.exit(main())
+    """The ``modstage`` console script: :func:`main`, its code the process's exit status.
+
+    A reader that stops early (``modstage status --json | head``) closes the pipe: the next
+    write, or the flush at exit, raises BrokenPipeError. modstage then stops quietly, as
+    ``cat`` or ``yes`` killed by SIGPIPE do: no traceback, exit :data:`EXIT_BROKEN_PIPE`
+    (128 + SIGPIPE, the status a shell shows for them). stdout is pointed at /dev/null
+    first, as Python's documentation of SIGPIPE advises, so that the interpreter's own
+    flush at exit does not fail again.
+    """
+    try:
+        code = main()
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ arguments live beside their code, in :mod:`stager.args`.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -352,6 +352,24 @@ COMMANDS: dict[str, Callable[[Subparsers], object]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that refuses the arguments it does not know itself.
+
+    argparse hands a subcommand's unknown arguments (``status nosuch``, ``boot --dry-run
+    --json``) up to the top-level parser, which prints its own usage; every parser of
+    modstage's (subcommands inherit the class) reports them with its own usage instead.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse ``args``; what is left over is this parser's usage error (exit 2)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``modstage`` argument parser; with ``command``, only that command's group.
 
@@ -359,7 +377,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     fifteen costs ``modstage boot`` (on every node's boot path) a few milliseconds of
     gettext lookups; ``modstage --help`` and anything else get the whole parser.
     """
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(  # its subcommands' parsers are _Parser too
         prog="modstage",
         description=(
             "Stage signed out-of-tree kernel modules from a container and load them on the "

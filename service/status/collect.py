@@ -19,6 +19,7 @@ from service.errors import ConfigError, StateError
 from service.kernel import pci
 from service.layout import Layout
 from service.reboot import sentinel_path
+from service.status import required
 from service.status.glance import Heartbeat, iso, read_heartbeat, why_no_reboot
 from service.status.hardware import (
     PciView,
@@ -49,6 +50,7 @@ from service.status.report import (
     UpgradingRow,
     WindowRow,
 )
+from service.status.required import CannotTell, read_fact
 from service.status.signers import signer_rows as signers_of
 from service.status.unloads import read_unloads
 from service.store import quarantine
@@ -68,10 +70,25 @@ def read_state(path: Path) -> State:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _read_text(path: Path) -> str | None:
+def _kernel(layout: Layout) -> tuple[str | None, list[Problem]]:
+    """The running kernel's release, or a degraded problem naming the file and why it could
+    not be read (as ``status --reboot-required`` names it): nothing is checked against a
+    kernel status cannot name."""
     try:
-        return path.read_text().strip()
-    except OSError:
+        return read_fact(layout.os_release), []
+    except CannotTell as exc:
+        why = (
+            f"{exc}: the running kernel is unknown: no generation is checked against it, "
+            "and whether a reboot is required cannot be told"
+        )
+        return None, [Problem(None, Health.DEGRADED, why)]
+
+
+def _boot_id(layout: Layout) -> str | None:
+    """This boot's id (None: unreadable; the reboot line then says why)."""
+    try:
+        return read_fact(layout.boot_id)
+    except CannotTell:
         return None
 
 
@@ -314,14 +331,17 @@ def _reboot(
         why_not_asked=why,
         sentinel=str(sentinel),
         sentinel_present=sentinel.exists(),
+        unknown=required.answer(layout).unknown,  # the sentinel command's own answer
     )
 
 
 def collect(layout: Layout, *, now: float | None = None) -> Report:
     """What ``status`` shows of the host under ``layout`` (``now``: epoch seconds)."""
     now = time.time() if now is None else now
-    kernel, boot_id = _read_text(layout.os_release), _read_text(layout.boot_id)
-    state, state_error, problems = _state(layout)
+    kernel, problems = _kernel(layout)
+    boot_id = _boot_id(layout)
+    state, state_error, state_problems = _state(layout)
+    problems += state_problems
     config, config_error = _config(layout)
     if config_error:
         problems.append(Problem(None, Health.DEGRADED, config_error))

@@ -206,6 +206,8 @@ class RebootReport:
     why_not_asked: str
     sentinel: str = field(metadata=spec(key="sentinel.path"))
     sentinel_present: bool = field(metadata=spec(key="sentinel.present"))
+    # why ``status --reboot-required`` cannot tell (it exits 3); None: it can
+    unknown: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ host's mount namespace and reads only the exit code:
 * :data:`REQUIRED` (0): reboot the node;
 * :data:`NOT_REQUIRED` (1): nothing to do, and kured says nothing;
 * :data:`UNKNOWN` (3): modstage cannot tell (corrupt or unreadable state, an unreadable
-  config, a wrong ``--root``). kured treats any code other than 0 and 1 as "not required"
-  and logs a warning carrying our stderr, so the reason reaches kured's log and the node
-  is never rebooted on a guess. Exit 1 is never used for an error.
+  config, an unreadable kernel release or boot id, a wrong ``--root``). kured treats any
+  code other than 0 and 1 as "not required" and logs a warning carrying our stderr, so
+  the reason reaches kured's log and the node is never rebooted on a guess. Exit 1 is
+  never used for an error.
 
 A reboot is required when either
 
@@ -19,6 +20,9 @@ A reboot is required when either
   with ``[reboot] backend = "none"`` at once (kured's window and lock decide when); with
   any other backend only once the daemon has recorded its request in this boot (its
   ``min_delay`` and window let several drops share one reboot).
+
+Plain ``status`` shows the same answer (:func:`answer`): its reboot line says
+``unknown: <file> could not be read (<reason>)`` exactly when this command exits 3.
 """
 
 from __future__ import annotations
@@ -29,20 +33,36 @@ from typing import TextIO
 
 from service.backends import admin_reboots
 from service.config import Config
-from service.errors import ServiceError
+from service.errors import ConfigError, ServiceError
 from service.layout import Layout
-from service.status.collect import read_state
 from service.store.state import State
+from service.store.statefile import read
 
 REQUIRED, NOT_REQUIRED, UNKNOWN = 0, 1, 3
 
 
+class CannotTell(ServiceError):
+    """An input of the answer at ``path`` could not be read or used; ``reason`` says why."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{self.path} could not be read ({reason})")
+
+    @classmethod
+    def of(cls, path: Path, exc: ServiceError) -> CannotTell:
+        """``exc`` about the file at ``path`` (its text without the path it may start with)."""
+        text = str(exc).removeprefix(f"{path}: ").removeprefix("cannot read: ")
+        return cls(path, text or type(exc).__name__)
+
+
 @dataclass(frozen=True)
 class Answer:
-    """Whether a reboot is required, and why (one line per reason)."""
+    """Whether a reboot is required, and why (one line per reason); ``unknown``: why
+    modstage cannot tell (then ``required`` is False and means nothing)."""
 
     required: bool
     reasons: tuple[str, ...] = ()
+    unknown: str | None = None
 
 
 def decide(
@@ -64,11 +84,16 @@ def decide(
     return Answer(bool(reasons), tuple(reasons))
 
 
-def _read(path: Path, what: str) -> str:
+def read_fact(path: Path) -> str:
+    """A one-line fact of the host (its kernel release, its boot id); raises
+    :class:`CannotTell` when it cannot be read or is empty."""
     try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise ServiceError(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CannotTell(path, getattr(exc, "strerror", None) or str(exc)) from exc
+    if not text:
+        raise CannotTell(path, "it is empty")
+    return text
 
 
 def _state(path: Path) -> State:
@@ -76,17 +101,27 @@ def _state(path: Path) -> State:
     if not path.exists() and not path.is_symlink():
         aside = sorted(path.parent.glob(f"{path.name}.corrupt-*"))
         if aside:
-            raise ServiceError(f"{aside[-1]}: an earlier state file was corrupt, set aside")
-    return read_state(path)
+            raise CannotTell(aside[-1], "an earlier state file was corrupt, set aside")
+    try:
+        return read(path)
+    except OSError as exc:
+        raise CannotTell(path, exc.strerror or str(exc)) from exc
+    except ServiceError as exc:
+        raise CannotTell.of(path, exc) from exc
 
 
 def check(layout: Layout) -> Answer:
-    """Read the host under ``layout`` and decide; any unreadable input raises ServiceError."""
+    """Read the host under ``layout`` and decide; any unreadable input raises
+    :class:`CannotTell`."""
     if not layout.root.is_dir():
-        raise ServiceError(f"--root {layout.root}: not a directory")
-    config = Config.load(layout.config)
-    kernel = _read(layout.os_release, "the running kernel's release")
-    boot_id = _read(layout.boot_id, "the boot id")
+        raise CannotTell(layout.root, "--root is not a directory")
+    try:
+        config = Config.load(layout.config)
+    except ConfigError as exc:
+        why = "; ".join(p.removeprefix("cannot read: ") for p in exc.problems)
+        raise CannotTell(layout.config, why) from exc
+    kernel = read_fact(layout.os_release)
+    boot_id = read_fact(layout.boot_id)
     state = _state(layout.state)
     host = layout.reboot_sentinel
     return decide(
@@ -98,18 +133,22 @@ def check(layout: Layout) -> Answer:
     )
 
 
+def answer(layout: Layout) -> Answer:
+    """:func:`check`, with why it cannot tell in ``unknown`` instead of an exception: the
+    one answer both ``status`` and ``status --reboot-required`` give."""
+    try:
+        return check(layout)
+    except ServiceError as exc:
+        return Answer(False, unknown=str(exc))
+    except Exception as exc:  # kured must get a warning, never a traceback and exit 1
+        return Answer(False, unknown=f"{type(exc).__name__}: {exc}")
+
+
 def run(layout: Layout, out: TextIO, err: TextIO) -> int:
     """Print the reasons (or "no reboot required") and return kured's exit code."""
-    try:
-        answer = check(layout)
-    except ServiceError as exc:
-        print(f"modstage status --reboot-required: cannot tell: {exc}", file=err)
+    found = answer(layout)
+    if found.unknown is not None:
+        print(f"modstage status --reboot-required: cannot tell: {found.unknown}", file=err)
         return UNKNOWN
-    except Exception as exc:  # kured must get a warning, never a traceback and exit 1
-        print(
-            f"modstage status --reboot-required: cannot tell: {type(exc).__name__}: {exc}",
-            file=err,
-        )
-        return UNKNOWN
-    print("\n".join(answer.reasons) if answer.required else "no reboot required", file=out)
-    return REQUIRED if answer.required else NOT_REQUIRED
+    print("\n".join(found.reasons) if found.required else "no reboot required", file=out)
+    return REQUIRED if found.required else NOT_REQUIRED

@@ -63,6 +63,27 @@ class Holder(Protocol):
         """The asymmetric keys /proc/keys describes."""
 
 
+#: a sandbox's keyring note: its modules are for a kernel that is not the one running, whose
+#: keyrings would say nothing of them (and a sandbox has no /proc/keys of its own)
+NO_KEYRINGS = "keyrings not searched (a sandbox has none)"
+
+
+class NoKeyrings:
+    """A sandbox's keyrings (``--root`` other than ``/``): none to search."""
+
+    def where(self, key_id: str) -> str | None:
+        """None: no keyring holds anything."""
+        return None
+
+    def visible(self) -> bool:
+        """False: there are none to see."""
+        return False
+
+    def descriptions(self) -> tuple[KeyDescription, ...]:
+        """No keys."""
+        return ()
+
+
 def loaded_verdict(
     taint: str | None,
     *,
@@ -139,6 +160,8 @@ class _Known:
 
 def _where(keyring: Holder, key_id: str) -> tuple[str | None, str | None]:
     """(the keyring holding the key, why that is unknown)."""
+    if isinstance(keyring, NoKeyrings):
+        return None, NO_KEYRINGS
     try:
         where = keyring.where(key_id)
         if where is None and not keyring.visible():
@@ -213,11 +236,13 @@ def signer_rows(
     """Each module of the active and pending generations: who signed it, the running
     kernel's keyring that holds the key, and for a live module of the active generation the
     kernel's verdict (read-only: the store, ``trusted.d``, /proc/keys, keyctl searches and
-    the taint files). ``keyring`` defaults to the running kernel's."""
+    the taint files). ``keyring`` defaults to the running kernel's, or in a sandbox to none:
+    its kernel is not the running one, so the running kernel's keyrings are not searched."""
     if b is None:
         return ()
     store = Store(layout.store)
-    ring: Holder = keyring if keyring is not None else KernelKeyring(layout.proc)
+    ring: Holder = NoKeyrings() if layout.sandboxed() else KernelKeyring(layout.proc)
+    ring = keyring if keyring is not None else ring
     known, kernel = _Known(layout.trusted, ring), _Kernel(layout)
     recorded = {m.module for m in b.loaded}
     rows: list[SignerRow] = []

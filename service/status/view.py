@@ -53,8 +53,8 @@ def _reboot_line(doc: Report) -> str:
     if r.scheduled:
         line += "; scheduled for " + ", ".join(r.scheduled)
     line += f": {r.why_not_asked}" if r.why_not_asked else ""
-    if doc.state_error:
-        return "unknown: the state cannot be read (see above); kured's sentinel command says so"
+    if r.unknown is not None:  # status --reboot-required exits 3 ("cannot tell") alike
+        return f"unknown: {r.unknown}"
     if r.backend is None or r.window is None:
         return f"{line} (backend and window unknown: the config is invalid)"
     w = r.window
@@ -108,6 +108,12 @@ def _move(h: HistoryRow) -> str:
     return f"{h.from_} -> {h.to}"
 
 
+def _history_text(h: HistoryRow) -> str:
+    """One history entry with its note (``active -> pending: admin: rollback to …``)."""
+    note = f": {h.note}" if h.note and h.from_ != h.to else ""
+    return f"{_move(h)}{note}"
+
+
 def generation_name(generation: str, version: str | None) -> str:
     """A generation as people name it: its version and short id (``2.0 (bbbbbbbbbbbb)``)."""
     return f"{version} ({short(generation)})" if version else short(generation)
@@ -149,12 +155,8 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         out.append(f"  {signer_text(sig)}")
         if issuers and sig.issuer:
             out.append(f"    issuer {sig.issuer}")
-    for h in b.history[-5:]:
-        if h.from_ == h.to:
-            out.append(f"  {when(h.at)} {_move(h)}")
-            continue
-        note = f": {h.note}" if h.note and not _said(h.note, out) else ""
-        out.append(f"  {when(h.at)} {_move(h)}{note}")
+    for h in b.history[-5:]:  # each entry with its own note, however often it recurs
+        out.append(f"  {when(h.at)} {_history_text(h)}")
     for err in b.errors[-5:]:
         text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
         if not _said(text, out):
@@ -181,7 +183,8 @@ def _quarantine_lines(doc: Report) -> list[str]:
 
 
 def lines(doc: Report, *, issuers: bool = False) -> list[str]:
-    """The plain-text view, one line per fact; each failure is printed once (``issuers``:
+    """The plain-text view, one line per fact; each failure is printed once outside the
+    history, which shows every entry with its own note (``issuers``:
     each signer's whole issuer name on a line below it)."""
     out = [
         f"host: {_MARK[doc.health]}  kernel {doc.kernel or '?'}",
@@ -235,8 +238,7 @@ def _rich_bundle(console: Console, name: str, b: BundleReport, *, issuers: bool 
             keys.add_row(*(escape(c) for c in cells))
         console.print(keys)
     for h in b.history[-5:]:
-        note = f": {h.note}" if h.note and h.from_ != h.to else ""
-        console.print(f"  {when(h.at)} {_move(h)}{note}", markup=False, highlight=False)
+        console.print(f"  {when(h.at)} {_history_text(h)}", markup=False, highlight=False)
 
 
 def render_rich(doc: Report, out: TextIO, *, issuers: bool = False) -> None:

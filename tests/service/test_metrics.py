@@ -117,6 +117,9 @@ def test_label_values_are_escaped(tmp_path: Path) -> None:
 def test_empty_host_exports_health_but_no_bundles(tmp_path: Path) -> None:
     """With no state yet the host is healthy and no bundle series exist."""
     layout = Layout(tmp_path)
+    layout.boot_id.parent.mkdir(parents=True)
+    layout.os_release.write_text("6.1.0-test\n")
+    layout.boot_id.write_text("boot-1\n")
     got = samples(render(families(collect(layout))))
     assert got[("modstage_health", ())] == 0 and got[("modstage_state_readable", ())] == 1
     assert not [k for k in got if k[0].startswith("modstage_bundle_")]

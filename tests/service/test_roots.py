@@ -24,6 +24,7 @@ VERBS = [
     ["boot", "--dry-run"],
     ["intake"],
     ["config", "check"],
+    ["verify", "m.ko"],
 ]
 
 

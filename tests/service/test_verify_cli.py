@@ -145,10 +145,13 @@ def test_defaults_come_from_the_root(
 def test_operational_errors_are_one_line_exit_1(
     tmp_path: Path, signed_rsa: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A missing trust directory or an unknown running kernel: one message on stderr, exit 1."""
-    assert run("--root", str(tmp_path), "--kernel", "6.1.0-57-amd64", str(signed_rsa)) == (1, "")
+    """A kernel's tree without a trust directory or a running kernel: one message on
+    stderr, exit 1."""
+    root = tmp_path / "root"
+    (root / "lib/modules").mkdir(parents=True)
+    assert run("--root", str(root), "--kernel", "6.1.0-57-amd64", str(signed_rsa)) == (1, "")
     assert "cannot list trusted certificates" in capsys.readouterr().err
-    assert run("--root", str(tmp_path), str(signed_rsa)) == (1, "")
+    assert run("--root", str(root), str(signed_rsa)) == (1, "")
     err = capsys.readouterr().err.strip()
     assert err.startswith("modstage verify: error: cannot read the running kernel release")
     assert err.endswith("pass --kernel RELEASE") and "\n" not in err
