@@ -21,7 +21,7 @@ STATE_DISK_MOUNT = "commit=600"
 DEFAULT_SIZE = 512 << 20
 
 
-def make_ext4_image(path: Path, size: int = DEFAULT_SIZE) -> Path:
+def make_ext4_image(path: Path, size: int = DEFAULT_SIZE, label: str = "modstage-state") -> Path:
     """Create an empty ext4 image of `size` bytes at `path` (sparse; package e2fsprogs)."""
     mkfs = shutil.which("mkfs.ext4") or "/usr/sbin/mkfs.ext4"
     if not Path(mkfs).exists():
@@ -31,7 +31,7 @@ def make_ext4_image(path: Path, size: int = DEFAULT_SIZE) -> Path:
     # Inode tables and journal written now, so the guest's ext4lazyinit does no I/O of its own.
     options = "lazy_itable_init=0,lazy_journal_init=0"
     done = subprocess.run(
-        [mkfs, "-q", "-F", "-m", "0", "-L", "modstage-state", "-E", options, str(path)],
+        [mkfs, "-q", "-F", "-m", "0", "-L", label, "-E", options, str(path)],
         capture_output=True,
         text=True,
         check=False,

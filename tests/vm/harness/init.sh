@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # PID 1 of the test VM, in two stages. Stage 1 (on the initramfs) mounts the host's root
-# read-only over virtio-9p with a tmpfs overlay on top, the state share at /var/lib/modstage
+# read-only over virtio-9p with a tmpfs overlay on top (or, given modstage.rootdisk=DEV, an
+# overlay kept on that ext4 disk), the state share at /var/lib/modstage
 # (or, given modstage.statedisk=DEV, that ext4 disk there and the share at /mnt/modstage-share),
 # and binds the initramfs itself at /run/modstage-vm. It then chroots PID 1 into the overlay
 # and re-executes this script from there as stage 2. PID 1 must own the new root because the
@@ -58,7 +59,24 @@ done </modules.order
 NINEP="trans=virtio,version=9p2000.L,msize=512000"
 mkdir -p /lower /rw /newroot
 mount -t 9p -o "$NINEP,ro,cache=loose" hostroot /lower || fail "cannot mount the host root"
-mount -t tmpfs -o mode=0755 rw /rw
+rootdisk=$(arg rootdisk)
+if [ -n "$rootdisk" ]; then
+    # The overlay's upper layer on an ext4 disk (modstage.rootdisk=DEV, harness/disk.py): what
+    # the guest writes to its root survives a reboot, as on an installed host. The modules
+    # come from the root's own tree (ext4's crc32c first, as for the state disk below).
+    mount -t proc proc /lower/proc || fail "cannot mount /proc for modprobe"
+    chroot /lower modprobe -a virtio_blk crc32c_generic ext4 || fail "cannot load ext4"
+    umount /lower/proc
+    tries=0
+    until [ -b "$rootdisk" ]; do
+        tries=$((tries + 1))
+        [ "$tries" -gt 100 ] && fail "no root disk $rootdisk"
+        usleep 100000
+    done
+    mount -t ext4 "$rootdisk" /rw || fail "cannot mount the root disk $rootdisk"
+else
+    mount -t tmpfs -o mode=0755 rw /rw
+fi
 mkdir -p /rw/upper /rw/work
 mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay /newroot \
     || fail "cannot mount the overlay root"

@@ -40,7 +40,9 @@ class Machine:
     """Everything that decides how one boot is started (the same for every reboot of a Vm).
 
     With `state_disk` (an ext4 image, see disk.py) the guest mounts that disk at
-    GUEST_STATE_DIR and the state share at GUEST_SHARE_DIR instead.
+    GUEST_STATE_DIR and the state share at GUEST_SHARE_DIR instead. With `root_disk` (another
+    ext4 image) the root's overlay keeps its changes there instead of on a tmpfs, so what the
+    guest writes to its root (a package it installs) is still there after a reboot.
     """
 
     vmlinux: Path
@@ -55,6 +57,11 @@ class Machine:
     root: Path = Path("/")  # the guest's root file system: the host's, or a Debian 13 root
     devices: tuple[str, ...] = ()  # extra `-device` values (e.g. "edu", "pci-testdev")
     uefi: Uefi | None = None  # Secure Boot through firmware, shim and grub instead of -kernel
+    root_disk: Path | None = None  # the overlay's upper layer, kept across reboots
+
+    def _disks(self) -> list[Path]:
+        """The virtio disks in their order (/dev/vda, /dev/vdb)."""
+        return [d for d in (self.state_disk, self.root_disk) if d is not None]
 
     @property
     def own_root(self) -> bool:
@@ -75,6 +82,8 @@ class Machine:
         disk: tuple[str, ...] = ()
         if self.state_disk is not None:
             disk = ("modstage.statedisk=/dev/vda", f"modstage.statemount={STATE_DISK_MOUNT}")
+        if self.root_disk is not None:
+            disk += (f"modstage.rootdisk=/dev/vd{'b' if self.state_disk else 'a'}",)
         extra = (*agent, *repo, *mode, *disk, *self.kernel_args)
         return " ".join((*BASE_KERNEL_ARGS, *extra))
 
@@ -87,9 +96,8 @@ class Machine:
         nine_p = "security_model=none,multidevs=remap"
         serial = "mon:stdio" if self.shell else "stdio"
         disk: list[str] = []
-        if self.state_disk is not None:
-            mode = cache_mode(self.state_disk)
-            disk = ["-drive", f"file={self.state_disk},if=virtio,format=raw,cache={mode}"]
+        for image in self._disks():
+            disk += ["-drive", f"file={image},if=virtio,format=raw,cache={cache_mode(image)}"]
         if self.own_root:
             disk += ["-virtfs", f"local,path={REPO},mount_tag=repo,readonly=on,{nine_p}"]
         machine = ["-machine", "pc"]

@@ -61,6 +61,7 @@ class Vm:
     disk instead, so that `kill()` is a power cut for it, and `state_dir` is mounted at
     GUEST_SHARE_DIR (`share_dir`) for handing files in. `devices` are extra qemu `-device`
     values (PCI devices such as "edu"); `start`/`reboot` may change them for the next boot.
+    With `root_disk` (another ext4 image) the root's changes are kept there across reboots.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Vm:
         boot_timeout: float = BOOT_TIMEOUT,
         state_disk: Path | None = None,
         devices: Sequence[str] = (),
+        root_disk: Path | None = None,
     ) -> None:
         kernel = kernel or Kernel.find()
         self.name = name
@@ -93,6 +95,7 @@ class Vm:
             state_disk=None if state_disk is None else Path(state_disk).resolve(),
             root=kernel.root,
             devices=tuple(devices),
+            root_disk=None if root_disk is None else Path(root_disk).resolve(),
         )
         self.kernel = kernel
         self.boot_timeout = boot_timeout

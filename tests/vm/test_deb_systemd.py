@@ -1,0 +1,234 @@
+"""modstage's Debian package installed on a node under systemd as PID 1, on a real kernel.
+
+One node per kernel, two boots. The node's root keeps what is written to it across the
+reboot, as an installed Debian host's does: the root's overlay has its upper layer on an
+ext4 disk of its own (``Vm(root_disk=...)``). Boot 1: the package built from this tree
+(``deploy/debian/build``, as tests/test_deb.py builds it) is installed with ``apt-get install
+./modstage_*_all.deb``, so its maintainer scripts run (on 6.1, the host's Debian 12 root, the
+python3 libraries apt would fetch are handed in beside it; the Debian 13 root already has
+them). systemd-analyze scores the packaged units as it scores deploy/systemd's. The admin
+then writes a config with the systemd reboot backend and a trusted certificate into
+/etc/modstage and restarts the daemon; a drop staged with the packaged ``modstage stage`` is
+taken in and the daemon reboots the node. Boot 2: the package's boot unit loads the
+generation and ``modstage status`` says healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.store.phase import Phase
+from tests.kmod import SigningKey, cache_root, make_key
+from tests.test_units import TARGETS
+from tests.vm.harness import Vm, VmFactory, kmod
+from tests.vm.harness.disk import make_ext4_image
+from tests.vm.harness.errors import VmBootError
+from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.systemd import events, journal, poll, require_systemd, show, systemd_args
+from tests.vm.node import live_modules, prepare, state
+from tests.vm.test_systemd import BOOT, CONFIG, DAEMON, active_since, wait_for_reboot
+
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the same path in the guest
+SCORE = re.compile(r"Overall exposure level for \S+: (\d+\.\d)")
+INST = re.compile(r"^Inst (\S+) \((\S+) .*\[(\S+)\]\)$", re.MULTILINE)
+NONINTERACTIVE = {"DEBIAN_FRONTEND": "noninteractive"}
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    """The vendor's signing key."""
+    return make_key(tmp_path_factory.mktemp("deb-key"), "rsa4096", cn="deb vendor")
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package built from this tree (0.1.0), as tests/test_deb.py builds it (6 s)."""
+    out = tmp_path_factory.mktemp("deb")
+    argv = [str(ROOT / "deploy/debian/build"), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def fetched_by_apt(deb: Path) -> dict[str, str]:
+    """What this host's apt would download to install `deb` (``apt-get -s``): the file name
+    `apt-get download` gives each package -> ``name=version`` to ask it for."""
+    argv = ["apt-get", "-s", "install", str(deb)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {
+        f"{name}_{version.replace(':', '%3a')}_{arch}.deb": f"{name}={version}"
+        for name, version, arch in INST.findall(done.stdout)
+        if name != "modstage"
+    }
+
+
+def downloaded(packages: dict[str, str]) -> list[Path]:
+    """`packages` (see `fetched_by_apt`) from this host's archive, downloaded once (cached)."""
+    cache = cache_root() / "deb-dependencies"
+    cache.mkdir(exist_ok=True)
+    missing = [wanted for file, wanted in packages.items() if not (cache / file).exists()]
+    if missing:
+        argv = ["apt-get", "-oAPT::Sandbox::User=root", "download", "-qq", *missing]
+        subprocess.run(argv, cwd=cache, check=True, timeout=600)
+    return [cache / file for file in packages]
+
+
+@pytest.fixture(scope="module")
+def packages(deb: Path, kernel: Kernel) -> Iterator[str]:
+    """The package, and on 6.1 the libraries the host's root lacks, in a directory of the
+    node's root (its /tmp: the guest sees the root as it is at boot); its guest path."""
+    placed = Path(tempfile.mkdtemp(prefix="modstage-deb-", dir=kernel.root / "tmp"))
+    placed.chmod(0o755)  # apt reads local packages as its unprivileged user
+    try:
+        shutil.copy(deb, placed)
+        if not kernel.own_root:  # Debian 12's own python3 libraries, from its archive
+            for dependency in downloaded(fetched_by_apt(deb)):
+                shutil.copy(dependency, placed)
+        yield "/" + str(placed.relative_to(kernel.root))
+    finally:
+        shutil.rmtree(placed, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def node(
+    boot_vm: VmFactory, tmp_path_factory: pytest.TempPathFactory, kernel: Kernel
+) -> Iterator[Vm]:
+    """The node, booted with systemd as PID 1 and its root's changes kept on a disk."""
+    disk = tmp_path_factory.mktemp(f"deb-root-{kernel.series}") / "root.img"
+    make_ext4_image(disk, 1 << 30, label="modstage-root")
+    vm = boot_vm("deb", kernel_args=systemd_args(), root_disk=disk)
+    require_systemd(vm)
+    yield vm
+    vm.close()
+
+
+def installed(vm: Vm) -> bool:
+    """Whether dpkg has the package installed and configured on the node."""
+    status = vm.run(["dpkg-query", "-W", "-f", "${Status}", "modstage"]).stdout
+    return status == "install ok installed"
+
+
+def exposure(vm: Vm, *argv: str) -> float:
+    """The overall exposure level ``systemd-analyze security ARGV`` gives (the node's systemd)."""
+    done = vm.run(["systemd-analyze", "security", "--no-pager", *argv], timeout=120)
+    match = SCORE.search(done.stdout)
+    assert match, f"no score from {argv}:\n{done.stdout}{done.stderr}"
+    return float(match[1])
+
+
+def test_apt_installs_the_package_enables_both_units_and_starts_the_daemon(
+    node: Vm, packages: str
+) -> None:
+    """``apt-get install ./modstage_*_all.deb`` on the running node: dpkg configures it, its
+    postinst enables both units and starts the daemon (READY with the shipped example
+    config's reboot backend), never the boot unit (skipped on its condition until there is
+    state); the units run /usr/bin/modstage, which is on the PATH; dpkg owns the state
+    directory."""
+    # a build container's root (6.1's is the host's) forbids starting services from a
+    # maintainer script (policy-rc.d exits 101); a Debian host has none
+    node.run(["rm", "-f", "/usr/sbin/policy-rc.d"]).check()
+    files = node.run(f"ls {packages}/*.deb").check().stdout.split()
+    done = node.run(["apt-get", "install", "--yes", *files], env=NONINTERACTIVE, timeout=900)
+    assert done.rc == 0 and "Setting up modstage (0.1.0)" in done.stdout, (
+        done.stdout[-4000:] + done.stderr[-4000:]
+    )
+    assert installed(node)
+    assert node.run(["systemctl", "is-enabled", BOOT, DAEMON]).stdout.split() == ["enabled"] * 2
+    daemon = show(node, DAEMON, "ActiveState", "SubState", "NRestarts", "ExecStart")
+    assert (daemon["ActiveState"], daemon["SubState"], daemon["NRestarts"]) == (
+        "active",
+        "running",
+        "0",
+    ), daemon
+    assert "path=/usr/bin/modstage " in daemon["ExecStart"], daemon
+    shipped = tomllib.loads((ROOT / "deploy/config.example.toml").read_text())
+    ready = [e for e in events(journal(node, DAEMON)) if e["event"] == "daemon.ready"]
+    assert [e["backend"] for e in ready] == [shipped["reboot"]["backend"]], ready
+    boot = show(node, BOOT, "ActiveState", "ConditionResult", "ExecStart")
+    assert (boot["ActiveState"], boot["ConditionResult"]) == ("inactive", "no"), boot
+    assert "path=/usr/bin/modstage " in boot["ExecStart"], boot
+    assert node.run("command -v modstage").stdout.strip() == "/usr/bin/modstage"
+    owner = node.run(["dpkg-query", "-S", "/var/lib/modstage"]).stdout.strip()
+    assert owner == "modstage: /var/lib/modstage", owner
+
+
+def test_systemd_scores_the_packaged_units_as_the_installers(node: Vm) -> None:
+    """systemd-analyze security (the node's own systemd) gives each packaged unit, loaded
+    and as its file, the exposure it gives the same unit in deploy/systemd (the file
+    deploy/install.sh installs unchanged), within tests/test_units.py's target."""
+    assert installed(node), "the package is not installed (see the test before)"
+    for source, target in TARGETS.items():
+        path = show(node, source.name, "FragmentPath")["FragmentPath"]
+        assert path.endswith(f"/lib/systemd/system/{source.name}"), path
+        loaded = exposure(node, source.name)
+        packaged = exposure(node, "--offline=yes", path)
+        installer = exposure(node, "--offline=yes", str(source))
+        assert loaded == packaged == installer <= target, (
+            f"{source.name}: loaded {loaded}, packaged {packaged}, install.sh's {installer}"
+        )
+
+
+def test_a_staged_driver_is_taken_in_rebooted_into_and_loaded_by_the_package(
+    node: Vm, kernel: Kernel, test_modules: dict[str, Path], key: SigningKey, tmp_path: Path
+) -> None:
+    """With the admin's config (systemd backend) and certificate in /etc/modstage and the
+    daemon restarted, a drop staged with the packaged ``modstage stage`` is taken in and the
+    daemon reboots the node. At the next boot the package is still installed, its boot unit
+    has loaded the generation before sysinit.target (the parameter set), ``modstage status``
+    exits 0 with the bundle healthy and each module live (its recorded srcversion), and the daemon
+    reconciles the reboot."""
+    assert installed(node), "the package is not installed (see the tests before)"
+    prepare(node, {"vendor.pem": key.cert_pem.read_bytes()}, CONFIG)
+    # on 6.1 the certificate, a new file, came back empty after the daemon's reboot without
+    # this (delayed allocation on the root disk; systemd 252's shutdown did not write it)
+    node.run(["sync"]).check()
+    node.run(["systemctl", "restart", DAEMON], timeout=180).check()
+    ready = [e for e in events(journal(node, DAEMON)) if e["event"] == "daemon.ready"]
+    assert ready[-1]["backend"] == "systemd", ready
+    modules = {}
+    for name in ("ms_exporter", "ms_params"):
+        signed = kmod.sign(kernel, test_modules[name], key, tmp_path / f"{name}.ko")
+        modules[name] = node.put(signed, f"vendor/{name}.ko")
+    stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
+    stage += ["--version", "1", "--kernel", kernel.release, "--module", modules["ms_exporter"]]
+    node.run([*stage, "--module", f"{modules['ms_params']}:count=7"]).check()
+    wait_for_reboot(node, 300)
+    intent = state(node).reboot
+    assert intent is not None and intent.backend == "systemd" and intent.bundles == ("test",)
+
+    node.start()
+    try:
+        require_systemd(node)
+    except VmBootError as exc:
+        pytest.fail(f"{exc}\n{node.run(['journalctl', '-b', '--no-pager', '-u', BOOT]).stdout}")
+    assert installed(node), "the package did not survive the reboot"
+    boot = show(node, BOOT, "ActiveState", "Result", "ExecMainStatus")
+    assert boot == {"ActiveState": "active", "Result": "success", "ExecMainStatus": "0"}
+    assert 0 < active_since(node, BOOT) <= active_since(node, "sysinit.target")
+    assert {"ms_exporter", "ms_params"} <= set(live_modules(node))
+    assert node.read("/sys/module/ms_params/parameters/count") == "7"
+    assert state(node).bundle("test").phase is Phase.ACTIVE
+    done = node.run(["/usr/bin/modstage", "status", "--json"], timeout=120)
+    doc = json.loads(done.stdout)
+    assert done.rc == 0 and doc["health"] == "healthy", doc["problems"]
+    loaded = doc["bundles"]["test"]["loaded"]
+    assert sorted(m["module"] for m in loaded) == ["ms_exporter", "ms_params"], loaded
+    for module in loaded:
+        assert module["live"] is not None, module
+        assert module["live"]["srcversion"] == module["srcversion"], module
+    poll(
+        lambda: any(e["event"] == "reboot.happened" for e in events(journal(node, DAEMON))),
+        120,
+        "the daemon to reconcile the reboot",
+    )
