@@ -186,8 +186,9 @@ def test_a_staged_driver_is_taken_in_rebooted_into_and_loaded_by_the_package(
     daemon restarted, a drop staged with the packaged ``modstage stage`` is taken in and the
     daemon reboots the node. At the next boot the package is still installed, its boot unit
     has loaded the generation before sysinit.target (the parameter set), ``modstage status``
-    exits 0 with the bundle healthy and each module live (its recorded srcversion), and the daemon
-    reconciles the reboot."""
+    exits 0 with the bundle healthy and each module live (its recorded srcversion), the boot
+    unit logged no error (the previous boot's metrics textfile removed within its sandbox),
+    and the daemon reconciles the reboot."""
     assert installed(node), "the package is not installed (see the tests before)"
     prepare(node, {"vendor.pem": key.cert_pem.read_bytes()}, CONFIG)
     # on 6.1 the certificate, a new file, came back empty after the daemon's reboot without
@@ -203,6 +204,8 @@ def test_a_staged_driver_is_taken_in_rebooted_into_and_loaded_by_the_package(
     stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
     stage += ["--version", "1", "--kernel", kernel.release, "--module", modules["ms_exporter"]]
     node.run([*stage, "--module", f"{modules['ms_params']}:count=7"]).check()
+    metrics = "/var/lib/prometheus/node-exporter/modstage.prom"
+    assert node.run(["test", "-s", metrics]).rc == 0, "the daemon wrote no metrics to retire"
     wait_for_reboot(node, 300)
     intent = state(node).reboot
     assert intent is not None and intent.backend == "systemd" and intent.bundles == ("test",)
@@ -215,6 +218,10 @@ def test_a_staged_driver_is_taken_in_rebooted_into_and_loaded_by_the_package(
     assert installed(node), "the package did not survive the reboot"
     boot = show(node, BOOT, "ActiveState", "Result", "ExecMainStatus")
     assert boot == {"ActiveState": "active", "Result": "success", "ExecMainStatus": "0"}
+    # the previous boot's metrics (the daemon's, kept on this root) removed, not refused by
+    # the unit's sandbox (ProtectSystem=strict with the directory writable)
+    said = [e for e in events(journal(node, BOOT)) if e.get("level") in ("error", "critical")]
+    assert said == [], said
     assert 0 < active_since(node, BOOT) <= active_since(node, "sysinit.target")
     assert {"ms_exporter", "ms_params"} <= set(live_modules(node))
     assert node.read("/sys/module/ms_params/parameters/count") == "7"
