@@ -416,3 +416,18 @@ def test_the_daemons_rejection_reads_the_digest_the_drop_carried(
     assert not outcome.accepted and (b.phase, b.pending) == (Phase.PENDING, b.active)
     assert b.refused is not None and (b.refused.version, b.refused.digest) == (None, "digest-2")
     assert b.refused.reason == "killed"
+
+
+def test_an_incoming_directory_that_cannot_be_listed_takes_nothing_and_says_why(
+    host: Layout,
+) -> None:
+    """When the incoming directory cannot be listed (a file in its place), a run takes in
+    nothing, does not raise, and logs ``scan.failed`` naming the directory."""
+    from structlog.testing import capture_logs
+
+    host.incoming.rmdir()
+    host.incoming.write_text("not a directory")
+    with capture_logs() as logs:
+        assert make_intake(host).run() == []
+    [failed] = [e for e in logs if e["event"] == "scan.failed"]
+    assert failed["incoming"] == str(host.incoming) and failed["log_level"] == "error"

@@ -68,3 +68,24 @@ def test_a_blacklisted_hash_is_the_kernels_refusal_before_6_17_and_policy_after(
     assert said[0] == f"m.ko: EKEYREJECTED: module hash {digest} is in .blacklist"
     assert said[1].startswith(f"m.ko: EKEYREJECTED (policy): module hash {digest} is in")
     assert "dropped it in 6.17" in said[1]
+
+
+def test_the_hash_check_ends_exactly_at_6_17(host: Layout) -> None:
+    """Debian dropped its `.blacklist` hash patch in 6.17: the running kernel's own refusal
+    holds for a 6.16 release and the policy refusal from 6.17.0 on."""
+    from service.store.admit import preflight
+    from service.verify.target.kernel import Target
+    from service.verify.verdict import Verdict
+    from stager.manifest import Manifest, ModuleEntry
+
+    digest = "cd" * 32
+    said = {}
+    for release in ("6.16.12-1-amd64", "6.17.0-1-amd64"):
+        host.os_release.write_text(release + "\n")
+        manifest = Manifest("p", "1", release, (ModuleEntry("m.ko", ""),))
+        verdict = Verdict("m.ko", True, key_id="aa", sha256=digest)
+        keyring = FakeKeyring({"aa"}, blacklist={digest})
+        [said[release]] = preflight(host, keyring, manifest, [verdict], Target.from_spec(release))
+    before, after = said.values()
+    assert before.startswith("m.ko: EKEYREJECTED: module hash")
+    assert after.startswith("m.ko: EKEYREJECTED (policy): module hash")

@@ -1,0 +1,63 @@
+"""The quarantine's own promises (``service.store.quarantine``): its directory is private, a
+drop it could not keep is not recorded as kept, and its record files are read strictly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from service.config import Limits
+from service.layout import Layout
+from service.store.quarantine import Record, put
+from tests.service.conftest import HostTree
+
+
+def a_drop(layout: Layout) -> Path:
+    drop = layout.incoming / "bad"
+    drop.mkdir(parents=True)
+    (drop / "manifest.toml").write_text("junk")
+    return drop
+
+
+def test_the_quarantine_directory_is_made_private(host_tree: HostTree) -> None:
+    """The quarantine directory ``put`` makes is mode 0700 whatever the umask (a rejected
+    drop may hold what its container should not show the node's other users), and the drop
+    is kept in it."""
+    layout = host_tree()
+    old = os.umask(0)
+    try:
+        record = put(layout, a_drop(layout), "b", ["why"], Limits())
+    finally:
+        os.umask(old)
+    assert os.stat(layout.quarantine).st_mode & 0o7777 == 0o700
+    assert record.kept and (layout.quarantine / "bad").is_dir()
+
+
+def test_a_drop_the_quarantine_cannot_take_is_not_recorded_as_kept(
+    host_tree: HostTree,
+) -> None:
+    """When the quarantine directory cannot be made (a file is in its place), the drop is
+    removed, and its record says it was not kept and measures nothing."""
+    layout = host_tree()
+    layout.quarantine.write_text("in the way")
+    drop = a_drop(layout)
+    record = put(layout, drop, "b", ["why"], Limits())
+    assert not record.kept and record.size == 0
+    assert not drop.exists()
+
+
+def test_a_record_written_before_sizes_were_recorded_reads_as_size_zero() -> None:
+    """A record file without ``size`` (older modstage) reads with size 0: nothing is counted
+    against the quarantine's bytes for it."""
+    doc = {"drop": "d", "bundle": None, "reasons": ["r"], "at": 1.0, "kept": False}
+    assert Record.from_dict(doc).size == 0
+
+
+def test_a_table_that_is_not_a_record_is_a_value_error() -> None:
+    """A record file's table missing its fields, or of the wrong types, raises ValueError
+    (the caller skips it) rather than giving a record."""
+    for doc in ({"drop": "d"}, {"drop": 1, "bundle": None, "reasons": [], "at": 1.0}):
+        with pytest.raises(ValueError, match="not a quarantine record"):
+            Record.from_dict(doc)
