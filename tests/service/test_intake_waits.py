@@ -144,8 +144,25 @@ def test_a_drop_for_a_kernel_not_installed_waits_until_its_tree_exists(
     assert doc.phase != Phase.REJECTED.value and doc.drop == drop.name
     assert any(f"{tree} is missing" in e for e in doc.errors), doc.errors
     assert not any("rejected" in r for r in collect(host).bundles["test"].reasons)
+    assert f"{tree} is missing" in _cli(host, "status")[1]
     assert "test" not in load(host.state).bundles
     install_target(host.root, kernel)
     [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
     assert not drop.exists() and load(host.state).bundle("test").pending == outcome.generation
+
+
+def test_wait_says_why_a_drop_waits(host: Layout, signed: dict[str, Path], kernel: str) -> None:
+    """``modstage wait`` for a drop deferred behind a rollback keeps waiting (no exit code)
+    and says why, from the status file intake wrote; before the deferral it did not."""
+    from stager.wait import Target, judge
+
+    v1, _v2 = _rolled_back(host, kernel, signed)
+    drop = _drop(host, kernel, signed["ms_params"], "3")
+    target = Target.from_drop(drop)
+    assert "waits" not in judge(_status(host), target).message
+    make_intake(host).run()
+    outcome = judge(_status(host), target)
+    assert outcome.code is None
+    assert outcome.message.startswith("the drop waits in incoming: ")
+    assert f"pending rollback to {v1[:12]}" in outcome.message
