@@ -166,6 +166,9 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
     other, running = doc.pending_kernel, doc.running_kernel
     if gen is not None and doc.pending == gen and other and running and other != running:
         return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
+    waits = doc.drop is not None and doc.drop == target.drop and doc.errors
+    if gen is not None and gen not in doc.known() and waits:  # deferred: kept in incoming
+        return Outcome(None, f"the drop waits in incoming: {errors}")
     if gen is not None and gen not in doc.known():
         known = f"the host names pending {_short(doc.pending)}, active {_short(doc.active)}"
         if target.drop:

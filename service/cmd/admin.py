@@ -22,11 +22,13 @@ from service.status.collect import generation_rows as status_rows
 from service.status.collect import read_state
 from service.store import verbs
 from service.store.generations import Store
+from service.store.phase import Phase
 from service.store.publish import mirror_status
 from service.store.state import BundleState, State
 from service.store.statefile import locked, save
 from service.store.statusfile import write_status
 from stager.record import dump
+from stager.statusfile import StatusFile, StatusFileError
 
 Change = Callable[[BundleState], BundleState]
 
@@ -76,8 +78,7 @@ def change(layout: Layout, name: str, how: Change) -> BundleState:
     with locked(layout.var):
         state = current(layout)
         if name not in state.bundles:
-            known = ", ".join(sorted(state.bundles)) or "none"
-            raise UsageError(f"no bundle named {name!r} in {layout.state} (known: {known})")
+            raise UsageError(unknown_bundle(layout, state, name))
         try:
             bundle = how(state.bundles[name])
         except StateError as exc:
@@ -86,6 +87,22 @@ def change(layout: Layout, name: str, how: Change) -> BundleState:
         write_status(layout, name, bundle)
         _publish(layout)
     return bundle
+
+
+def unknown_bundle(layout: Layout, state: State, name: str) -> str:
+    """The error for a verb on a bundle ``state`` does not know; when a rejected drop's
+    status file is all there is of it, the error names the verb that clears it (``forget``)."""
+    known = ", ".join(sorted(state.bundles)) or "none"
+    message = f"no bundle named {name!r} in {layout.state} (known: {known})"
+    status = layout.status / f"{name}.json"
+    try:
+        doc = StatusFile.read(status)
+    except StatusFileError:
+        doc = None  # a garbled one: status names it
+    if doc is not None and doc.phase == Phase.REJECTED.value:
+        message += f"; only its rejected drop is recorded ({status}): modstage forget {name}"
+        message += " clears it"
+    return message
 
 
 def _publish(layout: Layout) -> None:

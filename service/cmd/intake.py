@@ -3,7 +3,8 @@
 ``intake PATH`` takes only what the daemon would: an entry of an incoming
 directory (``incoming_dirs`` in config.toml) whose name is a drop's name.
 Anything else (the state directory, the store, a file elsewhere) is refused
-before anything is read or removed.
+before anything is read or removed. A drop that waits (its bundle held, an admin's
+rollback pending, its target kernel not installed yet) is deferred, not failed: exit 0.
 """
 
 from __future__ import annotations
@@ -51,13 +52,17 @@ def line(o: Outcome) -> str:
     reasons = "; ".join(shown(r, MAX_REASON) for r in o.reasons)
     if o.gone:
         return f"{name}: {reasons}"
+    if o.waiting:
+        return f"{name}: deferred (drop kept, waiting): {reasons}"
     if o.deferred:
         return f"{name}: deferred (drop kept): {reasons}"
     return f"{name}: rejected: {reasons}"
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Take in the given drops (or all); exit 1 if any was rejected or deferred."""
+    """Take in the given drops (or all); exit 1 if any was rejected or the host failed to
+    take it in (the drop kept), 0 when the rest were accepted or wait (deferred: a hold, an
+    admin's pending rollback, the target kernel not installed yet): waiting is no failure."""
     layout = Layout(args.root)
     host = Host(layout)
     drops = [drop_path(d, incoming_dirs(layout, host.config)) for d in args.drops]
@@ -67,4 +72,4 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         raise ServiceError(f"{exc.filename or layout.var}: {exc.strerror or exc}") from exc
     for o in outcomes:
         print(line(o), file=out)
-    return 0 if all(o.accepted or o.gone for o in outcomes) else 1
+    return 0 if all(o.accepted or o.gone or o.waiting for o in outcomes) else 1

@@ -40,6 +40,20 @@ def bundle_exports(directory: Path, manifest: Manifest) -> dict[str, Export]:
     return out
 
 
+def missing_tree(layout: Layout, release: str) -> tuple[str, str] | None:
+    """Why a drop for kernel ``release`` cannot be judged yet (log event, reason), or None:
+    the release's module tree (where its vermagic, built-ins and exports are read) is not
+    on this host. A kernel not installed yet is no fault of the drop: it waits."""
+    tree = layout.modules_dir(release)
+    if tree.is_dir():
+        return None
+    reason = (
+        f"{tree} is missing: the target kernel {release} is not installed, so the drop "
+        "cannot be judged yet; it waits in incoming until that tree exists"
+    )
+    return "drop.target_missing", reason
+
+
 def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> list[str]:
     """Every way ``manifest`` breaks the host's policy, or its bundle's state forbids it."""
     problems = []

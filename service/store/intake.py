@@ -11,6 +11,10 @@ that generation is pending again (:mod:`service.store.rejection`). Either way th
 drop is removed from ``incoming/`` once its outcome is recorded. A failure of
 the host's own (an ``OSError`` writing the store, state or status: a full disk)
 is not the drop's fault: the drop is kept for the next run, and the error shown.
+A drop that cannot be judged yet waits in ``incoming/``, its status file saying why:
+its bundle is held, an admin's rollback is pending (a container re-dropping the driver
+the admin rolled back from would undo it), or the target kernel's module tree is not
+installed (:func:`~service.store.admit.missing_tree`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from service.config import Config
 from service.errors import DropError, ServiceError
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.admit import bundle_exports, policy_problems, verify_copy
+from service.store.admit import bundle_exports, missing_tree, policy_problems, verify_copy
 from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
@@ -159,11 +163,14 @@ class Intake:
             digest = self._digest(drop)
             carried = Carried(manifest.version, manifest.digest, digest)
             held = load(self.layout.state).bundle(bundle)
-            if held.held:  # before any check that could refuse it: a hold never loses a drop
-                return self._held(drop, bundle, held)
+            # before any check that could refuse it: a hold never loses a drop
+            if (wait := _behind_admin(bundle, held, manifest.digest)) is not None:
+                return self._waits(drop, bundle, held, wait)
             state = self._screen(manifest)
             faults.hit("intake.verifying")
             if not self.store.has(manifest.digest):
+                if (missing := missing_tree(self.layout, manifest.kernel)) is not None:
+                    return self._waits(drop, bundle, state.bundle(bundle), missing)
                 self.building(drop)
                 try:
                     self._build(drop, manifest, started, self._exported_before(state, manifest))
@@ -184,16 +191,14 @@ class Intake:
         self.drops.remove(drop, "taken in")
         return Outcome(drop, bundle, manifest.digest, True, seconds=seconds)
 
-    def _held(self, drop: Path, name: str, bundle: BundleState) -> Outcome:
-        """A drop of a held bundle waits in incoming, untouched, until ``modstage release``
-        (the daemon's next scan takes it in then); its status file says so."""
-        reason = (
-            f"bundle {name!r} is held by an admin: the drop waits in incoming until "
-            "modstage release"
-        )
-        log.warning("drop.held", drop=drop.name, bundle=name)
+    def _waits(self, drop: Path, name: str, bundle: BundleState, wait: tuple[str, str]) -> Outcome:
+        """The drop waits in incoming, untouched, until what it waits for changes (the
+        daemon's next scan, or ``modstage intake``, takes it in then); its status file and
+        the log (``wait``: event, reason) say why."""
+        event, reason = wait
+        log.warning(event, drop=drop.name, bundle=name, reason=reason)
         write_status(self.layout, name, bundle, errors=[reason], drop=drop.name)
-        return Outcome(drop, name, None, False, (reason,), deferred=True)
+        return Outcome(drop, name, None, False, (reason,), deferred=True, waiting=True)
 
     def _screen(self, manifest: Manifest) -> State:
         """The current state, once the drop passed the host's policy; status says verifying."""
@@ -223,6 +228,14 @@ class Intake:
             after = before.reloading(generation)
         else:
             after = before.staged(gen, self.config.retain)
+        choice = before.admin_choice
+        if choice is not None and after.pending != choice.generation:
+            log.warning(
+                "drop.replaces_admin_choice",
+                bundle=name,
+                generation=generation,
+                replaces=f"the admin's pending {choice.what}",
+            )
         record_digest(self.layout, generation, digest)  # before state names it
         save(self.layout.state, state.with_bundle(name, after), step="pending")
         forget_digests(self.layout, state.with_bundle(name, after))
@@ -340,6 +353,28 @@ class Intake:
             self.store.publish(tmp, manifest.digest)
         finally:
             self.store.discard(tmp)
+
+
+def _behind_admin(name: str, bundle: BundleState, generation: str) -> tuple[str, str] | None:
+    """Why a drop of ``generation`` must wait for an admin (log event, reason), or None:
+    the bundle is held, or an admin's rollback to another generation is pending."""
+    if bundle.held:
+        reason = (
+            f"bundle {name!r} is held by an admin: the drop waits in incoming until "
+            "modstage release"
+        )
+        return "drop.held", reason
+    choice = bundle.admin_choice
+    if choice is None or choice.verb != "rollback" or choice.generation == generation:
+        return None
+    cancel = (
+        f" or modstage rollback {name} {bundle.active[:12]} cancels it" if bundle.active else ""
+    )
+    reason = (
+        f"bundle {name!r} has the admin's pending {choice.what}: the drop waits in "
+        f"incoming until that generation is live (the next boot){cancel}"
+    )
+    return "drop.waits_for_rollback", reason
 
 
 def _referenced(layout: Layout) -> set[str] | None:

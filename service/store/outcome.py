@@ -23,9 +23,12 @@ class Outcome:
     generation: str | None
     accepted: bool
     reasons: tuple[str, ...] = ()
-    deferred: bool = False  # the host failed; the drop is kept and retried
+    deferred: bool = False  # the drop is kept in incoming and taken again later
     seconds: float | None = None  # how long taking it in took (copy and verification)
     gone: bool = False  # vanished before it could be taken (another intake took it)
+    # deferred because it must wait (a hold, an admin's pending rollback, the target
+    # kernel's files not installed yet): not a failure; otherwise the host failed
+    waiting: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the drop as a string path)."""

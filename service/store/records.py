@@ -71,3 +71,17 @@ class RefusedDrop:
             other.generation,
             other.digest,
         )
+
+
+@dataclass(frozen=True)
+class AdminChoice:
+    """The generation an admin made pending (``rollback`` or ``retry``), as long as it is.
+
+    A drop does not replace a pending rollback (an admin's reaction to a bad driver: the
+    container re-dropping that driver would undo it); it replaces a pending retry, and the
+    new pending generation's history note says so (:meth:`BundleState.staged`).
+    """
+
+    verb: str  # "rollback" or "retry"
+    generation: str  # the id it made pending
+    what: str  # how it is named: "rollback to 3f2a... (1.0)"

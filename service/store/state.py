@@ -35,7 +35,13 @@ from typing import Any
 
 from service.errors import IllegalTransition
 from service.store.phase import Phase, next_phase
-from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, RefusedDrop
+from service.store.records import (
+    AdminChoice,
+    HistoryEntry,
+    ModuleLoad,
+    RebootIntent,
+    RefusedDrop,
+)
 from stager.record import is_none, spec
 
 FORMAT = 1
@@ -83,6 +89,16 @@ class BundleState:
     # active generation, which is pending again; its digest is published until a drop is
     # accepted (see :meth:`after_refusal` and :meth:`published_digest`)
     refused: RefusedDrop | None = field(default=None, metadata=spec(omit=is_none))
+    # the admin's rollback or retry that made the pending generation pending; it lapses
+    # when another generation is pending or none is (see :meth:`move`, :attr:`admin_choice`)
+    chosen: AdminChoice | None = field(default=None, metadata=spec(omit=is_none))
+
+    @property
+    def admin_choice(self) -> AdminChoice | None:
+        """The admin's rollback or retry the pending generation stands for (None: the
+        pending one came from a drop, or nothing is pending)."""
+        chosen = self.chosen
+        return chosen if chosen is not None and chosen.generation == self.pending else None
 
     @property
     def last_known_good(self) -> str | None:
@@ -124,12 +140,16 @@ class BundleState:
         """A copy in phase ``target`` with ``changes``, the move appended to history.
 
         The low-level step the named transitions below are made of (tests use it to
-        build states); it checks only the phase table.
+        build states); it checks only the phase table. An admin's choice (:attr:`chosen`)
+        lapses once the generation it made pending no longer is.
         """
         phase = next_phase(self.phase, target)
         entry = HistoryEntry(round(time.time(), 3), self.phase.value, phase.value, note)
         history = (*self.history, entry)[-HISTORY_LIMIT:]
-        return replace(self, phase=phase, history=history, **changes)
+        moved = replace(self, phase=phase, history=history, **changes)
+        if moved.chosen is not None and moved.admin_choice is None:
+            moved = replace(moved, chosen=None)
+        return moved
 
     def with_generation(self, gen: Generation) -> BundleState:
         """A copy that knows ``gen`` (replacing what it knew of that id)."""
@@ -163,13 +183,17 @@ class BundleState:
 
         Unchanged when ``gen`` is already pending or active and the bundle did not fail,
         but for a refused drop recorded, which no longer stands (the accepted drop's pod is
-        the one deployed now). Refused while the bundle is being loaded or held, and for a
-        generation that failed.
+        the one deployed now). Refused while the bundle is being loaded or held, for a
+        generation that failed, and while an admin's rollback is pending (the drop waits:
+        :attr:`admin_choice`); an admin's pending retry it replaces is named in the note.
         """
         if gen.id in (self.pending, self.active) and self.phase is not Phase.FAILED:
             return replace(self, refused=None) if self.refused else self
         self._refuse("staged", self.phase is Phase.LOADING, "the bundle is being loaded")
         self._refuse("staged", self.held, "the bundle is held by an admin")
+        choice = self.admin_choice
+        rollback = choice is not None and choice.verb == "rollback"
+        self._refuse("staged", rollback, f"the admin's {choice and choice.what} is pending")
         known = self.generations.get(gen.id)
         failed = known is not None and known.failed is not None
         self._refuse("staged", failed, f"generation {gen.id[:12]} already failed")
@@ -178,6 +202,8 @@ class BundleState:
         keep = {g for g in (self.active, gen.id) if g} | newest
         gone = sorted(g[:12] for g in every if g not in keep)
         note = f"generation {gen.id[:12]} pending"
+        if self.admin_choice is not None:  # the admin's retry it replaces (a rollback waits)
+            note += f"; replaces the admin's pending {self.admin_choice.what}"
         if gone:  # said where the admin looks: the pruned ones leave no other trace
             note += f"; retain {retain} forgot {', '.join(gone)}"
         moved = self.with_generation(gen).move(

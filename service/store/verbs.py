@@ -2,7 +2,10 @@
 
 Each is a pure transition of a :class:`~service.store.state.BundleState`, built on its
 records and refused with :class:`StateError` when it cannot apply; the callers
-(``service.cmd.admin``) take the state lock, apply one, and save.
+(``service.cmd.admin``) take the state lock, apply one, and save. A retry or rollback
+is recorded as the admin's choice (:class:`~service.store.records.AdminChoice`) while its
+generation is pending: a drop then waits in incoming behind a rollback, and names the
+retry it replaces.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import replace
 
 from service.errors import StateError
 from service.store.phase import Phase
+from service.store.records import AdminChoice
 from service.store.state import BundleState, Generation, added
 
 
@@ -40,8 +44,12 @@ def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
         raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
     _not_loading(bundle, "retry")
     cleared = replace(gen, failed=None, attempts=0)
+    chosen = AdminChoice("retry", gen.id, f"retry of {gen.id[:12]} ({gen.version})")
     return bundle.with_generation(cleared).move(
-        Phase.PENDING, pending=gen.id, note=f"admin: retry {gen.id[:12]} ({gen.failed})"
+        Phase.PENDING,
+        pending=gen.id,
+        chosen=chosen,
+        note=f"admin: retry {gen.id[:12]} ({gen.failed})",
     )
 
 
@@ -64,9 +72,12 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     if gen.failed:
         raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
     _not_loading(bundle, "rollback")
-    note = f"admin: rollback to {gen.id[:12]} ({gen.version})"
+    what = f"rollback to {gen.id[:12]} ({gen.version})"
     return bundle.with_generation(replace(gen, attempts=0)).move(
-        Phase.PENDING, pending=gen.id, note=note
+        Phase.PENDING,
+        pending=gen.id,
+        chosen=AdminChoice("rollback", gen.id, what),
+        note=f"admin: {what}",
     )
 
 

@@ -387,6 +387,8 @@ def _other_kernel(ctx: Ctx) -> list[str | re.Pattern[str]]:
     data = ctx.manifest()
     data["kernel"] = "6.12.0-1-amd64"
     ctx.rewrite(data)
+    # that kernel's tree, bare: without one the drop waits (deferred), it is not judged
+    ctx.layout.modules_dir("6.12.0-1-amd64").mkdir(parents=True)
     return [
         f"{ctx.d}/{M}: ENOEXEC (policy): vermagic is for kernel {ctx.kernel}, not 6.12.0-1-amd64; "
         "without the target's config it is not known whether the kernel has modversions (then "

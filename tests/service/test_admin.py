@@ -288,3 +288,21 @@ def test_forget_clears_a_rejected_typo_that_kept_the_host_degraded(layout: Layou
     assert cli(layout, "forget", "nvidai")[0] == 2
     failed_upgrade(layout)
     assert cli(layout, "forget", "nvidia")[0] == 1
+
+
+def test_a_verb_on_a_name_known_only_from_a_rejected_drop_points_at_forget(
+    layout: Layout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """retry (or any verb) on a name only a rejected drop's status file knows exits 2 with
+    one line naming that file and ``modstage forget NAME``; a name with no trace at all is
+    not told to forget anything."""
+    from service.store.statusfile import write_status
+
+    failed_upgrade(layout)
+    write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")
+    assert cli(layout, "retry", "nvidai")[0] == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "no bundle named 'nvidai'" in line and "modstage forget nvidai" in line
+    assert str(layout.status / "nvidai.json") in line
+    assert cli(layout, "rollback", "amd")[0] == 2
+    assert "forget" not in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,12 +133,24 @@ def test_untrusted_signature_is_rejected_and_changes_nothing(
     assert not drop.exists()
 
 
-def test_vermagic_for_another_kernel_is_rejected(host: Layout, signed: dict[str, Path]) -> None:
-    """A manifest claiming another kernel than the modules' vermagic is refused."""
-    _stage(host, [signed["ms_exporter"]], "6.12.0-1-amd64")
+def test_vermagic_for_another_kernel_is_rejected(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A manifest claiming another installed kernel (its module tree and config here, a
+    build without modversions: its same_magic compares the release too) than the modules'
+    vermagic is judged against that kernel and refused for the release: not deferred, as a
+    drop for a kernel whose tree is missing is."""
+    other = "6.12.0-1-amd64"
+    shutil.copytree(host.modules_dir(kernel), host.root / "lib/modules" / other)
+    config = (host.root / "boot" / f"config-{kernel}").read_text()
+    unset = "CONFIG_MODVERSIONS=n\n"  # the last line of an option wins
+    (host.root / "boot" / f"config-{other}").write_text(config + unset)
+    _stage(host, [signed["ms_exporter"]], other)
     [outcome] = make_intake(host).run()
-    assert not outcome.accepted
-    assert any("vermagic" in r for r in outcome.reasons), outcome.reasons
+    assert not outcome.accepted and not outcome.deferred
+    assert any(f"vermagic is for kernel {kernel}, not {other}" in r for r in outcome.reasons), (
+        outcome.reasons
+    )
 
 
 @pytest.mark.parametrize(

@@ -491,3 +491,39 @@ def test_a_generation_forgotten_by_retain_is_named_in_history() -> None:
     notes = [h.note for h in b.history]
     assert notes[2] == f"generation {ids[2][:12]} pending; retain 2 forgot {ids[0][:12]}"
     assert notes[3] == f"generation {ids[3][:12]} pending; retain 2 forgot {ids[1][:12]}"
+
+
+def test_an_admins_rollback_is_kept_from_drops_until_it_lapses(tmp_path: Path) -> None:
+    """While an admin's rollback is pending, staging another generation is refused (the drop
+    waits); the choice is saved and read back, and lapses once its generation is live (a
+    drop is staged again after that) or the admin cancels it (then absent from the file)."""
+    two = live(A).staged(gen(B, added=2.0), retain=3).booting(B)
+    two = two.went_live(B, (ModuleLoad("nvidia", "S2", 1.0),))
+    rolled = verbs.rollback(two, A)
+    assert rolled.admin_choice is not None and rolled.admin_choice.verb == "rollback"
+    with pytest.raises(IllegalTransition, match="rollback to aaaaaaaaaaaa"):
+        rolled.staged(gen(C, added=3.0), retain=3)
+    assert rolled.staged(gen(A), retain=3) == rolled  # the rollback's own generation again
+    save(tmp_path / "state.json", State({"nvidia": rolled}))
+    assert load(tmp_path / "state.json").bundle("nvidia") == rolled
+    back = rolled.reboot_asked("asked").booting(A).went_live(A, ())
+    assert back.admin_choice is None and back.chosen is None
+    assert back.staged(gen(C, added=3.0), retain=3).pending == C
+    cancelled = verbs.rollback(rolled, B)
+    assert cancelled.chosen is None and cancelled.active == B
+    assert "chosen" not in json.loads(encode(State({"nvidia": cancelled})))["bundles"]["nvidia"]
+
+
+def test_a_drop_replacing_an_admins_retry_names_it() -> None:
+    """A drop staged over an admin's pending retry replaces it, and its history note says
+    which; a drop over a drop's pending generation says nothing of the kind."""
+    failed = live(A).staged(gen(B, added=2.0), retain=3).booting(B).failed(B, "ENOKEY")
+    retried = verbs.retry(failed.booting(A).went_live(A, ()))
+    replaced = retried.staged(gen(C, added=3.0), retain=3)
+    assert replaced.pending == C and replaced.chosen is None
+    assert (
+        replaced.history[-1].note == f"generation {C[:12]} pending; replaces the admin's "
+        f"pending retry of {B[:12]} (v-b)"
+    )
+    plain = live(A).staged(gen(B, added=2.0), retain=3).staged(gen(C, added=3.0), retain=3)
+    assert plain.history[-1].note == f"generation {C[:12]} pending"
