@@ -192,7 +192,9 @@ EXIT_CODES = {
     "stage": "0 drop written (its path printed), 1 error (a file refused, unreadable), "
     "2 usage (no --module)",
     "verify": "0 every module accepted, 1 any rejected or unreadable, 2 usage",
-    "intake": "0 every drop accepted, 1 any rejected or deferred, 2 usage",
+    "intake": "0 every drop accepted or waiting in incoming (held, behind an admin's pending "
+    "rollback, its target kernel not installed), 1 any rejected or the host failed to take "
+    "one in (the drop kept), 2 usage",
     "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
     "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
     "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2), "

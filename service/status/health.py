@@ -129,8 +129,13 @@ def bundle_health(
     upgrading = None
     if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
         why = "; ".join(status_doc.errors) or "no reason given"
-        note = _refusal_note(bundle, live) if bundle is not None else None
-        found.append((Health.DEGRADED, f"the last drop was rejected: {why}{note or ''}"))
+        if bundle is not None:
+            note = _refusal_note(bundle, live) or ""
+        else:  # a name no generation has: a typo, or a container nobody runs any more
+            note = (
+                f"; no bundle of that name is known: modstage forget {status_doc.bundle} clears it"
+            )
+        found.append((Health.DEGRADED, f"the last drop was rejected: {why}{note}"))
     elif bundle is not None and (kept := _refused_keeps(bundle)):
         found.append((Health.DEGRADED, kept))
     if bundle is not None:

@@ -272,14 +272,16 @@ def test_a_corrupt_state_is_named_and_left_in_place(
 
 def test_forget_clears_a_rejected_typo_that_kept_the_host_degraded(layout: Layout) -> None:
     """A drop under a name nobody uses was rejected: the host is DEGRADED and retry does not
-    know the name. ``forget`` removes its status file (exit 0, saying so) and the host is
+    know the name (status says to forget it). ``forget`` removes its status file (exit 0,
+    saying so) and the host is
     healthy again; a bundle whose generation is active is refused (exit 1), a name with
     neither state nor status file is a usage error (exit 2)."""
     from service.store.statusfile import write_status
 
     save(layout.state, State())
     write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")
-    assert cli(layout, "status")[0] != 0
+    code, out = cli(layout, "status")
+    assert code != 0 and "no bundle of that name is known: modstage forget nvidai clears it" in out
     assert cli(layout, "retry", "nvidai")[0] == 2
     code, out = cli(layout, "forget", "nvidai")
     assert code == 0 and "nvidai: forgotten" in out
