@@ -70,6 +70,12 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
     failed = bundle.generations.get(manifest.digest)
     if failed is not None and failed.failed:
         problems.append(f"generation {manifest.digest[:12]} already failed: {failed.failed}")
+    if failed is not None and failed.rolled_back:
+        problems.append(
+            f"generation {manifest.digest[:12]} was rolled back by an admin "
+            f"({failed.rolled_back}); modstage retry {manifest.bundle} "
+            f"{manifest.digest[:12]} brings it back"
+        )
     return problems
 
 

@@ -59,6 +59,9 @@ class Generation:
     added: float = 0.0
     attempts: int = 0
     failed: str | None = None
+    # the admin's rollback that moved the bundle away from this generation (its note, e.g.
+    # "rollback to 1a2b3c4d5e6f (550.1)"): a drop of it is refused until ``modstage retry``
+    rolled_back: str | None = field(default=None, metadata=spec(omit=is_none))
 
 
 def added(gen: Generation) -> float:
@@ -197,6 +200,8 @@ class BundleState:
         known = self.generations.get(gen.id)
         failed = known is not None and known.failed is not None
         self._refuse("staged", failed, f"generation {gen.id[:12]} already failed")
+        away = known is not None and known.rolled_back is not None
+        self._refuse("staged", away, f"an admin rolled generation {gen.id[:12]} back")
         every = {**self.generations, gen.id: gen}
         newest = {g.id for g in sorted(every.values(), key=added)[-retain:]}
         keep = {g for g in (self.active, gen.id) if g} | newest

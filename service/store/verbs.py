@@ -29,27 +29,31 @@ def resolve(bundle: BundleState, generation: str) -> Generation:
 
 
 def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
-    """Clear a failed generation's failure and make it pending for the next boot.
+    """Clear a failed generation's failure, or an admin's rollback away from a generation,
+    and make it pending for the next boot.
 
-    Without ``generation``: the most recently added failed one.
+    Without ``generation``: the most recently added failed or rolled-back one.
     """
     if generation is None:
-        failed = sorted((g for g in bundle.generations.values() if g.failed), key=added)
-        if not failed:
-            raise StateError("no failed generation to retry")
-        gen = failed[-1]
+        barred = (g for g in bundle.generations.values() if g.failed or g.rolled_back)
+        latest = sorted(barred, key=added)
+        if not latest:
+            raise StateError("no failed or rolled-back generation to retry")
+        gen = latest[-1]
     else:
         gen = resolve(bundle, generation)
-    if not gen.failed:
+    if not gen.failed and not gen.rolled_back:
         raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
+    if gen.id == bundle.active:  # rolled back from, the rollback not live yet
+        return cancel(bundle)
     _not_loading(bundle, "retry")
-    cleared = replace(gen, failed=None, attempts=0)
+    cleared = replace(gen, failed=None, attempts=0, rolled_back=None)
     chosen = AdminChoice("retry", gen.id, f"retry of {gen.id[:12]} ({gen.version})")
     return bundle.with_generation(cleared).move(
         Phase.PENDING,
         pending=gen.id,
         chosen=chosen,
-        note=f"admin: retry {gen.id[:12]} ({gen.failed})",
+        note=f"admin: retry {gen.id[:12]} ({gen.failed or 'rolled back: ' + str(gen.rolled_back)})",
     )
 
 
@@ -73,6 +77,9 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
         raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
     _not_loading(bundle, "rollback")
     what = f"rollback to {gen.id[:12]} ({gen.version})"
+    for away in (g for g in (bundle.active, bundle.pending) if g and g != gen.id):
+        # kept out of later drops until a retry (policy_problems)
+        bundle = bundle.with_generation(replace(bundle.generations[away], rolled_back=what))
     return bundle.with_generation(replace(gen, attempts=0)).move(
         Phase.PENDING,
         pending=gen.id,
@@ -92,6 +99,11 @@ def cancel(bundle: BundleState) -> BundleState:
             "with an active one to stay on, before the reboot is asked)"
         )
     note = f"admin: rollback to active {bundle.active[:12]} cancels pending {bundle.pending[:12]}"
+    choice = bundle.admin_choice
+    if choice is not None and choice.verb == "rollback":  # what it kept out comes back
+        for gen in bundle.generations.values():
+            if gen.rolled_back == choice.what:
+                bundle = bundle.with_generation(replace(gen, rolled_back=None))
     return bundle.move(Phase.ACTIVE, pending=None, note=note)
 
 

@@ -105,6 +105,40 @@ def test_a_drop_waits_until_the_rollback_is_live(
     assert b.history[-1].note == f"generation {str(second.generation)[:12]} pending"
 
 
+def test_the_generation_rolled_back_from_is_not_taken_back_until_a_retry(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Once the rollback is live, the driver's container dropping the generation the admin
+    rolled back from (the same build again) is refused, naming the rollback and the retry
+    that brings it back, so a driver an admin took off a node is not marched back onto it;
+    a newer build is taken in. ``retry`` brings the rolled-back one back; cancelling the
+    rollback before its boot lifts the bar too."""
+    v1, v2 = _rolled_back(host, kernel, signed)
+    assert load(host.state).bundle("test").generations[v2].rolled_back is not None
+    _boot(host, FakeKernel()).run()
+    again = _drop(host, kernel, signed["ms_params"], "2")
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted and not again.exists()
+    said = " ".join(outcome.reasons)
+    assert f"was rolled back by an admin (rollback to {v1[:12]} (1))" in said, said
+    assert f"modstage retry test {v2[:12]} brings it back" in said, said
+    b = load(host.state).bundle("test")
+    # v1 stays; with this test's kernel its modules look unloaded, so the refusal makes v1
+    # pending again (reloaded, as after a driver pod's unload), never v2
+    assert b.active == v1 and b.pending in (None, v1)
+    code, out = _cli(host, "retry", "test", v2[:12])
+    assert code == 0, out
+    b = load(host.state).bundle("test")
+    assert b.pending == v2 and b.generations[v2].rolled_back is None
+    assert b.history[-1].note.startswith(f"admin: retry {v2[:12]} (rolled back: rollback to")
+    # a rollback cancelled before its boot keeps nothing out
+    _boot(host, FakeKernel()).run()
+    assert _cli(host, "rollback", "test", v1[:12])[0] == 0
+    assert load(host.state).bundle("test").generations[v2].rolled_back is not None
+    assert _cli(host, "rollback", "test", v2[:12])[0] == 0
+    assert load(host.state).bundle("test").generations[v2].rolled_back is None
+
+
 def test_a_drop_replaces_a_pending_retry_and_says_so(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
