@@ -2,7 +2,8 @@
 
 Every top-level package a module under ``stager/`` imports is the standard library's, the
 project's own, or a distribution in ``[project] dependencies`` (the container side installs
-nothing else); under ``service/`` it may also be one of the ``host`` extra, or of the
+nothing else) or the optional ``zstd`` extra (stage checks a ``.ko.zst`` payload with it when
+installed, and accepts it by its magic without: ``tests/stager/test_stage_payload.py``); under ``service/`` it may also be one of the ``host`` extra, or of the
 ``tables`` extra (rich, for status's tables: optional, so its import must be guarded, which
 ``tests/service/test_status.py`` checks by rendering with rich not importable). A library the
 tests alone use (asn1crypto builds their deliberately odd CMS blobs) stays out of the product.
@@ -56,7 +57,7 @@ def imported(package: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize(("package", "extras"), [("stager", ()), ("service", ("host", "tables"))])
+@pytest.mark.parametrize(("package", "extras"), [("stager", ("zstd",)), ("service", ("host", "tables"))])
 def test_every_third_party_import_is_declared(package: str, extras: tuple[str, ...]) -> None:
     """Each third-party package the product imports comes from a declared distribution."""
     distributions = importlib.metadata.packages_distributions()
