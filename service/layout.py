@@ -14,15 +14,17 @@ def root_problem(root: Path, *, kernel_tree: bool = False) -> str | None:
     """Why ``--root`` cannot be acted on, or None. ``/`` always can (a fresh host has nothing
     yet); any other root must be a directory holding ``etc/modstage`` or ``var/lib/modstage``
     (a host or sandbox, docs/sandbox.md), or with ``kernel_tree`` (``verify``, which judges
-    against any kernel's files) a kernel's ``lib/modules`` or ``boot``: a typo is refused
+    against any kernel's files) a kernel's ``lib/modules``, ``usr/lib/modules`` (merged /usr)
+    or ``boot``: a typo is refused
     before any command creates a file under it."""
     if root.resolve() == Path(root.resolve().anchor):
         return None
     if not root.is_dir():
         return f"--root {root} does not exist or is not a directory"
-    marks = ("etc/modstage", "var/lib/modstage", *(("lib/modules", "boot") * kernel_tree))
+    trees = ("lib/modules", "usr/lib/modules", "boot")
+    marks = ("etc/modstage", "var/lib/modstage", *(trees * kernel_tree))
     if not any((root / p).is_dir() for p in marks):
-        tree = ", nor a kernel tree (lib/modules, boot)" if kernel_tree else ""
+        tree = ", nor a kernel tree (lib/modules, usr/lib/modules, boot)" if kernel_tree else ""
         return (
             f"--root {root} is not a modstage host or sandbox: it holds neither etc/modstage "
             f"nor var/lib/modstage{tree} (modstage sandbox {root} --kernel RELEASE --trust CERT "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,7 +66,10 @@ def test_installed_modstage_runs_from_its_own_venv(root: Path, tmp_path: Path) -
     assert "home = /usr/bin" in cfg and "include-system-site-packages = false" in cfg
     done = modstage(root, "--help")
     assert done.returncode == 0 and "usage: modstage" in done.stdout, done.stderr
-    (tmp_path / "var/lib/modstage").mkdir(parents=True)  # a host tree, empty
+    (tmp_path / "var/lib/modstage").mkdir(parents=True)  # a host tree, no state yet
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)  # its running kernel
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.1.0-57-amd64\n")
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
     done = modstage(root, "status", "--root", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reboot: not required" in done.stdout
@@ -180,6 +184,9 @@ def trixie(wheel: Path) -> Iterator[tuple[Path, str]]:
         # a host tree for `modstage status --root` (a root without etc/modstage or
         # var/lib/modstage is refused as no host)
         (scratch / "host/var/lib/modstage").mkdir(parents=True)
+        (scratch / "host/proc/sys/kernel/random").mkdir(parents=True)  # its running kernel
+        (scratch / "host/proc/sys/kernel/osrelease").write_text("6.12.57+deb13-amd64\n")
+        (scratch / "host/proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
         (scratch / "target").mkdir()  # the root install.sh installs into
         yield root, f"/tmp/{scratch.name}"
     finally:

@@ -57,7 +57,9 @@ def imported(package: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize(("package", "extras"), [("stager", ("zstd",)), ("service", ("host", "tables"))])
+@pytest.mark.parametrize(
+    ("package", "extras"), [("stager", ("zstd",)), ("service", ("host", "tables"))]
+)
 def test_every_third_party_import_is_declared(package: str, extras: tuple[str, ...]) -> None:
     """Each third-party package the product imports comes from a declared distribution."""
     distributions = importlib.metadata.packages_distributions()
