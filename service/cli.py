@@ -99,16 +99,32 @@ def entry() -> None:
     ``cat`` or ``yes`` killed by SIGPIPE do: no traceback, exit :data:`EXIT_BROKEN_PIPE`
     (128 + SIGPIPE, the status a shell shows for them). stdout is pointed at /dev/null
     first, as Python's documentation of SIGPIPE advises, so that the interpreter's own
-    flush at exit does not fail again.
+    flush at exit does not fail again. Only stdout's own broken pipe is taken so: an EPIPE
+    of anything else (the daemon's child, a socket) is raised as any error is.
     """
     try:
         code = main()
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
     except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         code = EXIT_BROKEN_PIPE
     sys.exit(code)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports POLLERR on the
+    writing end of a pipe with no reader left)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

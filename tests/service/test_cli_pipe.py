@@ -39,3 +39,25 @@ def test_a_pipe_closed_by_its_reader_ends_quietly(tmp_path: Path, argv: list[str
         os.close(write_end)
     assert done.returncode == EXIT_BROKEN_PIPE == 141, done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_not_hidden(tmp_path: Path) -> None:
+    """An EPIPE raised by something other than stdout (a child's pipe, a socket) while
+    stdout is fine is an error like any other: a traceback and exit 1, not a quiet 141."""
+    probe = (
+        "import sys\n"
+        "import service.cli as cli\n"
+        "def broken(argv=None, out=None):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "cli.main = broken\n"
+        "cli.entry()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "BrokenPipeError" in done.stderr, done
