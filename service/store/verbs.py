@@ -43,7 +43,9 @@ def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
     else:
         gen = resolve(bundle, generation)
     if not gen.failed and not gen.rolled_back:
-        raise StateError(f"generation {gen.id[:12]} has not failed; use rollback")
+        raise StateError(
+            f"generation {gen.id[:12]} neither failed nor was rolled back; use rollback"
+        )
     if gen.id == bundle.active:  # rolled back from, the rollback not live yet
         return cancel(bundle)
     _not_loading(bundle, "retry")
