@@ -52,6 +52,16 @@ arg() {
     done
 }
 
+# wait up to 10 s for the block device $1 to appear ($2 names it if it does not)
+block_device() {
+    tries=0
+    until [ -b "$1" ]; do
+        tries=$((tries + 1))
+        [ "$tries" -gt 100 ] && fail "no $2 $1"
+        usleep 100000
+    done
+}
+
 while read -r module; do
     insmod "/modules/$module" || fail "insmod $module failed"
 done </modules.order
@@ -67,12 +77,7 @@ if [ -n "$rootdisk" ]; then
     mount -t proc proc /lower/proc || fail "cannot mount /proc for modprobe"
     chroot /lower modprobe -a virtio_blk crc32c_generic ext4 || fail "cannot load ext4"
     umount /lower/proc
-    tries=0
-    until [ -b "$rootdisk" ]; do
-        tries=$((tries + 1))
-        [ "$tries" -gt 100 ] && fail "no root disk $rootdisk"
-        usleep 100000
-    done
+    block_device "$rootdisk" "root disk"
     mount -t ext4 "$rootdisk" /rw || fail "cannot mount the root disk $rootdisk"
 else
     mount -t tmpfs -o mode=0755 rw /rw
@@ -95,12 +100,7 @@ if [ -n "$disk" ]; then
     # new root, where the host's module tree is; ext4 asks for crc32c through the crypto API,
     # whose request_module would run the initramfs's busybox modprobe: load it first.
     chroot /newroot modprobe -a virtio_blk crc32c_generic ext4 || fail "cannot load ext4"
-    tries=0
-    until [ -b "$disk" ]; do
-        tries=$((tries + 1))
-        [ "$tries" -gt 100 ] && fail "no state disk $disk"
-        usleep 100000
-    done
+    block_device "$disk" "state disk"
     mount -t ext4 -o "$(arg statemount)" "$disk" /newroot/var/lib/modstage \
         || fail "cannot mount the state disk $disk"
     mkdir -p /newroot/mnt/modstage-share
