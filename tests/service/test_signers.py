@@ -183,7 +183,8 @@ def test_find_with_two_ids_looks_up_the_first_and_requires_the_second_as_the_key
     """find_asymmetric_key(id_0, id_1): the search is by id_0 alone; the key it finds must
     also have id_1 as its second id (kids->id[1], the SKID), else EKEYREJECTED, also when the
     key has no SKID. Given one id, that id matches either of a key's ids. Not found is
-    ENOKEY, naming the id looked for."""
+    ENOKEY, naming the id looked for; an empty id ("ex:" with no hex) is EINVAL
+    (asymmetric_key_hex_to_key_id)."""
     ring = Keyring(
         [_kernel_key(b"serial+ca", b"ca-skid", "ca"), _kernel_key(b"bare", None, "bare")]
     )
@@ -200,6 +201,9 @@ def test_find_with_two_ids_looks_up_the_first_and_requires_the_second_as_the_key
         ring.find(b"reissued-serial+ca", b"ca-skid")  # the SKID is known, id_0 is not
     assert missing.value.code == errno.ENOKEY
     assert b"reissued-serial+ca".hex() in missing.value.why
+    with pytest.raises(Refused) as empty:
+        ring.find(b"", b"ca-skid")
+    assert empty.value.code == errno.EINVAL
 
 
 # --- pkcs7_verify_sig_chain (pkcs7_verify.c): the certificates a message carries -----------
@@ -424,6 +428,25 @@ def test_a_second_signer_through_an_untrusted_chain_is_refused_from_the_cache() 
         validate_trust(msg, keyring(issue("elsewhere", "other", serial=122)), have, False)
     assert refused.value.code == errno.ENOKEY
     assert all(c.seen and not c.verified for c in msg.certs)
+
+
+def test_the_cache_refuses_a_signer_its_own_walk_would_have_trusted() -> None:
+    """pkcs7_validate_trust_one returns "ENOKEY [cached]" at a certificate an earlier signer
+    found untrusted, before its own last resort (the direct lookup of the signer's id):
+    two leaves of one carried, untrusted intermediate, the keyring holding a certificate
+    with the second leaf's issuer+serial and key (another SKID, so the walk skips it). The
+    second signer alone is trusted directly; after the first, it is ENOKEY."""
+    root = issue("cache root", "root", serial=140)
+    mid = issue("cache intermediate", "mid", by=root, serial=141)
+    first = issue("cache leaf one", "leaf", by=mid, serial=142)
+    second = issue("cache leaf two", "leaf-2", by=mid, serial=143)
+    twin = issue("cache leaf two", "leaf-2", by=mid, serial=143, skid=b"\x03" * 20)
+    alone = ordered([signer_info(PAYLOAD, second)], (second, mid))
+    assert decide(alone, [twin])[1].key.subject == "cache leaf two"
+    both = ordered(
+        [signer_info(PAYLOAD, first), signer_info(PAYLOAD, second)], (first, second, mid)
+    )
+    assert refusal(both, [twin]).code == errno.ENOKEY
 
 
 def test_the_trusted_certificate_and_the_chain_below_it_are_marked_verified() -> None:
