@@ -321,3 +321,11 @@ def test_the_walk_over_padding_stops_after_its_steps(tmp_path: Path) -> None:
     blob = tool(["xz", "-c"], b"module")
     assert stated_from_disk(blob + bytes(4 * (MAX_XZ_STEPS - 2)), tmp_path) == 6
     assert stated_from_disk(blob + bytes(4 * (MAX_XZ_STEPS - 1)), tmp_path) is None
+
+
+def test_an_xz_file_cut_before_its_footer_could_fit_states_nothing(tmp_path: Path) -> None:
+    """A file ``xz`` wrote, cut to fewer bytes than a stream header and footer (24), states
+    nothing; it is not read before its start."""
+    blob = tool(["xz", "-c"], b"module")
+    for size in range(len(XZ_MAGIC), 24):
+        assert stated_from_disk(blob[:size], tmp_path) is None
