@@ -329,3 +329,14 @@ def test_an_xz_file_cut_before_its_footer_could_fit_states_nothing(tmp_path: Pat
     blob = tool(["xz", "-c"], b"module")
     for size in range(len(XZ_MAGIC), 24):
         assert stated_from_disk(blob[:size], tmp_path) is None
+
+
+def test_an_index_reaching_into_the_stream_header_is_not_read(tmp_path: Path) -> None:
+    """A footer stating an index one to six words longer than the room between the stream
+    header and itself states nothing, read from disk (no seek before the file's start)."""
+    blob = tool(["xz", "-c"], b"module")
+    room = len(blob) - 24
+    for words in range(1, 7):
+        index = room + 4 * words
+        footer = blob[-12:-8] + struct.pack("<I", index // 4 - 1) + blob[-4:]
+        assert stated_from_disk(blob[:-12] + footer, tmp_path) is None
