@@ -236,6 +236,17 @@ def test_the_decompressor_is_held_to_the_window_it_was_admitted_for() -> None:
 
 
 @pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
+def test_the_cap_is_exact(kind: str) -> None:
+    """A stream that makes exactly ``cap`` bytes decompresses whole; with a cap one byte
+    smaller it is refused (EFBIG naming that cap)."""
+    data = bytes(range(256)) * 1000
+    blob = compress(data, kind)
+    assert b"".join(chunks(io.BytesIO(blob).read, kind, len(data))) == data
+    with pytest.raises(ModuleRejected, match=f"exceeds {len(data) - 1} bytes"):
+        b"".join(chunks(io.BytesIO(blob).read, kind, len(data) - 1))
+
+
+@pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
 def test_decompressed_pieces_are_bounded(kind: str) -> None:
     """However much a piece of input expands, no piece of output is larger than a chunk
     (zstd's: two MiB), so memory does not follow the compression ratio."""

@@ -109,6 +109,8 @@ def _xz_size(f: BinaryIO, size: int) -> int | None:
         for _ in range(MAX_XZ_STEPS):  # past it (a file of zeros): nothing stated
             if end <= 0:
                 return first
+            if end < 4:  # neither padding nor a stream; a file's seek before its start fails
+                return None
             f.seek(end - 4)
             if f.read(4) == bytes(4):  # stream padding
                 end -= 4
