@@ -49,3 +49,21 @@ def test_names_of_unallocated_sections_are_checked_from_6_12(
         assert "6.12's ELF validation" in said and "name outside the name table" in said
     else:
         assert said == _outcome(ko, release)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: the checks Linux 6.4 added are gated at 6.12 (loadrules.load_rules)",
+)
+def test_a_second_modinfo_is_refused_from_6_4(modules: dict[str, Path]) -> None:
+    """A second ``.modinfo``, allocated or not: since Linux 6.4 (torvalds/linux "module: move
+    more elf validity checks to elf_validity_check()", Luis Chamberlain, merged for
+    6.4-rc1 with "module: add sanity check for ELF module section") ``elf_validity_check``
+    counts the sections of that name and refuses more than one (ENOEXEC), so a 6.6 target
+    (Talos 1.7 and 1.8) refuses it as 6.12 does."""
+    from tests.oracle import elf
+
+    ko = modules["ms_params"].read_bytes()
+    name = int(elf.sections(ko)[elf.index_of(ko, ".modinfo")]["name"])
+    said = _outcome(elf.set_section(ko, ".comment", name=name), "6.6.0")
+    assert said is not None and said.startswith("ENOEXEC: ") and "ELF validation" in said, said
