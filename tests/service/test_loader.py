@@ -1,0 +1,68 @@
+"""The boot loader's own judgement of a generation, against what intake accepted."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.kernel.modules import describe
+from service.layout import Layout
+from service.store.phase import Phase
+from service.verify.signature.trust import TrustStore
+from service.verify.verdict import verify_module
+from stager.drop import ModuleSpec, stage
+from tests.service.fakes import FakeKernel, boot_with, make_intake
+
+
+def _unchecked(host: Layout, signed: dict[str, Path], kernel: str) -> str:
+    """Take in ms_exporter and ms_consumer where none of the target's exports can be read
+    (no image, no Module.symvers, no cache) under ``require_symbol_crcs = false``: their
+    imports' CRCs are unchecked. Returns the pending generation."""
+    assert not host.kernel_image(kernel).exists()
+    assert not host.exports_cache(kernel).exists()
+    (host.modules_dir(kernel) / "build/Module.symvers").unlink()
+    mods = [signed["ms_exporter"], signed["ms_consumer"]]
+    stage(host.incoming, bundle="test", version="1", kernel=kernel,
+          modules=[ModuleSpec(p, "") for p in mods])  # fmt: skip
+    [outcome] = make_intake(host, Config(require_symbol_crcs=False)).run()
+    assert outcome.accepted, outcome.reasons
+    return str(outcome.generation)
+
+
+def test_a_generation_taken_in_with_unchecked_crcs_boots(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A generation intake took in with unchecked CRCs (``require_symbol_crcs = false``)
+    loads at boot, and the boot's own re-verification (its full target, used to explain a
+    refusal) accepts each module as intake did: it leaves unknown CRCs to the kernel."""
+    gen = _unchecked(host, signed, kernel)
+    fake = FakeKernel()
+    boot = boot_with(host, fake, require_symbol_crcs=False)
+    state = boot.run()
+    b = state.bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, gen), b.generations[gen].failed
+    assert [c[1] for c in fake.calls] == ["ms_exporter", "ms_consumer"]
+    assert not boot.full_target.exports.complete  # nothing more was known at boot
+    trust = TrustStore.from_directory(host.trusted)
+    for name in ("ms_exporter", "ms_consumer"):
+        with open(signed[name], "rb") as f:
+            v = verify_module(f, display=name, trust=trust, kernel=boot.full_target)
+        assert v.ok, v.reason
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOENT])
+def test_a_kernel_refusal_of_such_a_module_keeps_the_kernels_words(
+    host: Layout, signed: dict[str, Path], kernel: str, code: int
+) -> None:
+    """When the kernel refuses (EINVAL or ENOENT) a module taken in with unchecked CRCs,
+    boot judges it again with the target's exports to name the symbol; knowing no more
+    CRCs than intake did, that judgement accepts it as intake did, so the generation's
+    failure is the kernel's own words, never a policy refusal of unknown symbols."""
+    gen = _unchecked(host, signed, kernel)
+    state = boot_with(host, FakeKernel(fail={"ms_consumer": code})).run()
+    b = state.bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.FAILED, None, None)
+    assert b.generations[gen].failed == f"modules/ms_consumer.ko: {describe(code)}"
