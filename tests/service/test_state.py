@@ -527,3 +527,47 @@ def test_a_drop_replacing_an_admins_retry_names_it() -> None:
     )
     plain = live(A).staged(gen(B, added=2.0), retain=3).staged(gen(C, added=3.0), retain=3)
     assert plain.history[-1].note == f"generation {C[:12]} pending"
+
+
+def test_the_second_guards_of_the_transitions_refuse_on_their_own() -> None:
+    """Each transition refuses what its callers also check first (intake's preflight, boot's
+    plan), so a race or a caller's slip cannot move a bundle wrongly: a drop of a generation
+    an admin rolled back is refused (naming its 12-character id); booting a generation that
+    is neither pending nor active, no device outside a load, and expiry with nothing pending
+    are refused."""
+    two = live(A).staged(gen(B, added=2.0), retain=3).booting(B)
+    two = two.went_live(B, (ModuleLoad("nvidia", "S2", 1.0),))
+    rolled = verbs.rollback(two, A).reboot_asked("asked").booting(A).went_live(A, ())
+    assert rolled.generations[B].rolled_back
+    with pytest.raises(IllegalTransition, match=f"rolled generation {B[:12]} back"):
+        rolled.staged(gen(B, added=2.0), retain=3)
+    stale = live(A).with_generation(gen(C, added=3.0))
+    with pytest.raises(IllegalTransition, match=f"{C[:12]} is neither pending nor active"):
+        stale.booting(C)
+    with pytest.raises(IllegalTransition, match="nothing is being loaded"):
+        live(A).no_device(A, "no device")
+    with pytest.raises(IllegalTransition, match="no generation is pending"):
+        live(A).expired("attempts spent")
+
+
+def test_no_device_gives_the_pending_generations_attempt_back() -> None:
+    """A boot that found no device for the pending generation gives back the attempt
+    `booting` counted (and never goes below zero); the active generation's count is not
+    touched."""
+    pending = live(A).staged(gen(B, added=2.0), retain=3)
+    booted = pending.booting(B)
+    assert booted.generations[B].attempts == 1
+    back = booted.no_device(B, "no device")
+    assert back.generations[B].attempts == 0 and back.pending == B
+    again = back.booting(B).no_device(B, "no device").booting(B)
+    assert again.generations[B].attempts == 1
+    zero = replace(
+        booted, generations={**booted.generations, B: replace(booted.generations[B], attempts=0)}
+    )
+    assert zero.no_device(B, "no device").generations[B].attempts == 0
+    twice = replace(
+        pending, generations={**pending.generations, B: replace(gen(B, 2.0), attempts=1)}
+    )
+    assert twice.booting(B).no_device(B, "no device").generations[B].attempts == 1
+    active = live(A).booting(A).no_device(A, "no device")
+    assert active.generations[A].attempts == live(A).generations[A].attempts
