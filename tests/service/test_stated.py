@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.verify.compressed.stated import MAX_WINDOW, MAX_XZ_STEPS, _varint, _xz_window, stated
+from tests.service.test_decompress_bounds import varint
 
 MiB = 1 << 20
 LZMA2, DELTA, X86, SPARC = 0x21, 0x03, 0x04, 0x09
@@ -36,16 +37,6 @@ def spec_dictionary(props: int) -> int:
     """The LZMA2 dictionary size of property byte ``props`` (xz file format 1.1.0, 5.3.1):
     40 is 4 GiB - 1; below it ``2 or 3`` shifted left by ``props // 2 + 11``."""
     return 0xFFFF_FFFF if props == 40 else (2 | (props & 1)) << (props // 2 + 11)
-
-
-def varint(value: int) -> bytes:
-    """xz's multibyte integer (format 1.2): seven bits a byte, low first, the top bit set on
-    every byte but the last."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    return bytes([*out, value])
 
 
 def block_header(
