@@ -1,9 +1,10 @@
 """The kernel's load-time rules after ``.modinfo`` is read, and modstage's policies on them.
 
-In ``load_module``'s order: on 6.12 the rest of ``elf_validity_cache_copy`` (what its ELF
-validation adds to 6.1's, :attr:`~service.verify.elf.Elf.strict_problem`) and the size of
-``.gnu.linkonce.this_module`` (6.1 does not check it and crashes on a short one), the
-``module_layout`` CRC
+In ``load_module``'s order: the rest of the ELF validation, what 6.4's ``elf_validity_check``
+adds to 6.1's (:attr:`~service.verify.modfile.elf.Elf.problem_6_4`) and what 6.12's
+``elf_validity_cache_copy`` adds (:attr:`~service.verify.modfile.elf.Elf.strict_problem`),
+and the size of ``.gnu.linkonce.this_module`` (checked from 6.4 on; 6.1 crashes on a short
+one), the ``module_layout`` CRC
 (``check_modstruct_version``), vermagic (``check_modinfo``), ``STRICT_MODULE_RWX``
 (``module_enforce_rwx_sections``), symbol resolution (``simplify_symbols``, see
 :mod:`service.verify.linking`), then a module that is built into the target
@@ -32,6 +33,8 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     """
     if info.elf_strict is not None and target.version >= (6, 12):
         raise ModuleRejected("ENOEXEC", f"{info.elf_strict} (6.12's ELF validation)")
+    if info.elf_6_4 is not None and target.version >= (6, 4):
+        raise ModuleRejected("ENOEXEC", f"{info.elf_6_4} (6.4's ELF validation)")
     _struct_module(info, target)
     if target.modversions is not False:
         check_crcs(info, target.exports, layout=True)
@@ -133,7 +136,7 @@ def _struct_module(info: ModInfo, target: Target) -> None:
         f".gnu.linkonce.this_module is {size} bytes, not sizeof(struct module) = {expected} "
         "(as in the target's in-tree modules)"
     )
-    if target.version >= (6, 12):
+    if target.version >= (6, 4):
         raise ModuleRejected("ENOEXEC", f"{said}")
     raise ModuleRejected(
         "ENOEXEC",

@@ -8,6 +8,9 @@ sections only, so a non-allocated section is invisible to it), and finds the W+X
 section ``module_enforce_rwx_sections`` refuses. Like the kernel it reads the headers in
 the host's byte order and does not look at ``EI_CLASS``/``EI_DATA`` or the name table's
 type. Anything it refuses raises :class:`~service.errors.ModuleRejected` with ``ENOEXEC``.
+What 6.4's and 6.12's validation refuse beyond that is recorded, not raised
+(:attr:`Elf.problem_6_4`, :attr:`Elf.strict_problem`): the target's release decides
+(:mod:`service.verify.loadrules`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Elf(NamedTuple):
     sections: tuple[Section, ...]
     # what 6.12's ELF validation (``elf_validity_cache_copy``) refuses and 6.1's lets by
     strict_problem: str | None = None
+    # what 6.4's (``elf_validity_check``) refuses and 6.1's lets by
+    problem_6_4: str | None = None
 
     def find_sec(self, name: bytes) -> Section | None:
         """The kernel's ``find_sec``: the first SHF_ALLOC section of that name."""
@@ -128,7 +133,29 @@ def parse_elf(read_at: ReadAt, size: int, machine: int | None = None) -> Elf:
                 raise rejected(f"allocated section {i} has its name outside the name table")
         name = strtab[sh_name : strtab.index(b"\0", sh_name)] if sh_name < str_len else None
         sections.append(Section(i, name, sh_type, flags, addr, offset, length, link))
-    return Elf(e_machine, tuple(sections), _strict_problem(tuple(sections), raw[shstrndx][1]))
+    found = tuple(sections)
+    return Elf(e_machine, found, _strict_problem(found, raw[shstrndx][1]), _problem_6_4(found))
+
+
+def _problem_6_4(sections: tuple[Section, ...]) -> str | None:
+    """The first thing Linux 6.4's ``elf_validity_check`` refuses (ENOEXEC) that 6.1's does
+    not (torvalds/linux "module: move more elf validity checks to elf_validity_check()" and
+    "module: add sanity check for ELF module section", merged for 6.4-rc1). Its loop counts
+    sections by name, skipping SHT_NULL and SHT_NOBITS ones: more than one ``.modinfo``,
+    not exactly one ``.gnu.linkonce.this_module`` or one not SHF_ALLOC, not exactly one
+    symbol table. (The size of ``this_module``: :mod:`service.verify.loadrules`.)"""
+    counted = [s for s in sections[1:] if s.type not in (SHT_NULL, SHT_NOBITS)]
+    if sum(s.name == b".modinfo" for s in counted) > 1:
+        return "more than one .modinfo section"
+    mods = [s for s in counted if s.name == b".gnu.linkonce.this_module"]
+    if len(mods) != 1:
+        return f"{len(mods)} .gnu.linkonce.this_module sections with contents, not exactly one"
+    if not mods[0].flags & SHF_ALLOC:
+        return ".gnu.linkonce.this_module is not allocated"
+    symtabs = sum(s.type == SHT_SYMTAB for s in counted)
+    if symtabs != 1:
+        return f"{symtabs} symbol tables, not exactly one"
+    return None
 
 
 def _strict_problem(sections: tuple[Section, ...], strtab_type: int) -> str | None:

@@ -54,6 +54,7 @@ class ModInfo:
     this_module_size: int | None = None  # .gnu.linkonce.this_module: sizeof(struct module)
     symbols: Symbols | None = None  # imports and exports, when asked for (not at boot)
     elf_strict: str | None = None  # what 6.12's ELF validation adds to 6.1's refuses here
+    elf_6_4: str | None = None  # what 6.4's ELF validation adds to 6.1's refuses here
     exports_symbols: bool = False  # a non-empty __ksymtab: the module exports symbols
     kflagstab: bool = False  # an allocated __kflagstab (7.2's flags of its exports)
 
@@ -113,6 +114,7 @@ class ModInfo:
                 "versions": () if vers is None else _versions(read, vers),
                 "this_module_size": this.size,
                 "elf_strict": elf.strict_problem,
+                "elf_6_4": elf.problem_6_4,
                 "exports_symbols": ksymtab is not None and ksymtab.size >= 12,
                 "kflagstab": elf.find_sec(b"__kflagstab") is not None,
                 "symbols": read_symbols(elf, read) if symbols else None,

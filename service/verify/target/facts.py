@@ -61,7 +61,8 @@ FACTS = (
     ),
     Fact(
         "ELF validation",
-        "the release: 6.12 on (Debian's 6.12 carries 6.13's elf_validity checks), no config symbol",
+        "the release: 6.4 on (one .modinfo, one symbol table, this_module's size), 6.12 on "
+        "(Debian's 6.12 carries 6.13's elf_validity checks), no config symbol",
         "an unparseable release is judged as the newest known",
     ),
     Fact(
