@@ -66,3 +66,50 @@ def test_a_kernel_refusal_of_such_a_module_keeps_the_kernels_words(
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.FAILED, None, None)
     assert b.generations[gen].failed == f"modules/ms_consumer.ko: {describe(code)}"
+
+
+def _pending(host: Layout, signed: dict[str, Path], kernel: str) -> str:
+    """Take in ms_exporter and ms_consumer, signed by the trusted key; the pending id."""
+    mods = [signed["ms_exporter"], signed["ms_consumer"]]
+    stage(host.incoming, bundle="test", version="1", kernel=kernel,
+          modules=[ModuleSpec(p, "") for p in mods])  # fmt: skip
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    return str(outcome.generation)
+
+
+def test_a_module_changed_in_the_store_is_not_loaded(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Boot loads only the bytes intake recorded: a stored module replaced by another one,
+    validly signed by the same trusted key, is refused for its digest before the kernel is
+    asked, and the generation fails with nothing of it left loaded."""
+    gen = _pending(host, signed, kernel)
+    [stored] = host.store.glob(f"{gen}*/**/ms_consumer.ko")
+    stored.chmod(0o644)
+    stored.write_bytes(signed["ms_params"].read_bytes())
+    fake = FakeKernel()
+    b = boot_with(host, fake).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.FAILED, None)
+    failed = b.generations[gen].failed
+    assert failed is not None and "digest changed in the store" in failed, failed
+    assert [c[1] for c in fake.calls if c[0] == "load"] == ["ms_exporter"]
+    assert not fake.loaded()  # ms_exporter unloaded again
+
+
+def test_a_module_its_host_no_longer_trusts_is_not_loaded(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Boot verifies each stored module again with the host's certificates of the moment:
+    once the signer's certificate is gone from ``trusted.d``, nothing of the generation is
+    loaded and its failure names the signature's refusal."""
+    gen = _pending(host, signed, kernel)
+    for cert in host.trusted.iterdir():
+        cert.unlink()
+    fake = FakeKernel()
+    b = boot_with(host, fake).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.FAILED, None)
+    failed = b.generations[gen].failed
+    assert failed is not None and failed.startswith("modules/ms_exporter.ko: "), failed
+    assert "ENOKEY" in failed or "not trusted" in failed or "no trusted" in failed, failed
+    assert not [c for c in fake.calls if c[0] == "load"]
