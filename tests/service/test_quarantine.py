@@ -61,3 +61,25 @@ def test_a_table_that_is_not_a_record_is_a_value_error() -> None:
     for doc in ({"drop": "d"}, {"drop": 1, "bundle": None, "reasons": [], "at": 1.0}):
         with pytest.raises(ValueError, match="not a quarantine record"):
             Record.from_dict(doc)
+
+
+def test_a_drop_that_cannot_be_measured_keeps_its_record_not_its_contents(
+    host_tree: HostTree,
+) -> None:
+    """A rejected drop deeper than the 32 levels the quarantine measures counts as more than
+    the quarantine's byte limit: even into an empty quarantine its contents are removed at
+    once and its record stays, saying so (an unmeasured drop could hold any size)."""
+    from service.store.quarantine import records
+    from stager.paths import drop_name
+
+    layout = host_tree()
+    drop = layout.incoming / drop_name("b", 1, "ab")
+    deep = drop.joinpath(*["d"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "file").write_bytes(b"x")
+    put(layout, drop, "b", ["why"], Limits())
+    assert not drop.exists()
+    assert not (layout.quarantine / drop.name).exists()
+    [record] = records(layout)
+    assert (record.drop, record.kept, record.size) == (drop.name, False, 0)
+    assert record.reasons[-1] == "contents removed: over the quarantine's size limit"
