@@ -39,13 +39,19 @@ def test_a_drop_the_quarantine_cannot_take_is_not_recorded_as_kept(
     host_tree: HostTree,
 ) -> None:
     """When the quarantine directory cannot be made (a file is in its place), the drop is
-    removed, and its record says it was not kept and measures nothing."""
+    removed, its record says it was not kept and measures nothing, and the failed move is
+    logged as a warning naming the drop."""
+    from structlog.testing import capture_logs
+
     layout = host_tree()
     layout.quarantine.write_text("in the way")
     drop = a_drop(layout)
-    record = put(layout, drop, "b", ["why"], Limits())
+    with capture_logs() as logs:
+        record = put(layout, drop, "b", ["why"], Limits())
     assert not record.kept and record.size == 0
     assert not drop.exists()
+    [failed] = [e for e in logs if e["event"] == "quarantine.move_failed"]
+    assert (failed["drop"], failed["log_level"]) == ("bad", "warning")
 
 
 def test_a_record_written_before_sizes_were_recorded_reads_as_size_zero() -> None:
