@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from service.errors import ModuleRejected
-from service.verify.loadrules import load_rules
+from service.verify.loadrules import finish, load_rules
 from service.verify.modfile.modinfo import ModInfo
+from service.verify.modfile.symtab import Export
 from service.verify.target.kernel import Target
 
 
@@ -135,3 +137,97 @@ def test_this_modules_size_is_the_kernels_check_from_6_4(
     refusal = refused.value.refusal
     assert (refusal.errno, refusal.policy) == ("ENOEXEC", not kernel)
     assert ".gnu.linkonce.this_module is" in refusal.message
+
+
+def _with_symbols(ko: Path) -> ModInfo:
+    data = ko.read_bytes()
+    return ModInfo.from_elf(lambda at, n: data[at : at + n], len(data), symbols=True)
+
+
+def _vm_target(info: ModInfo, exports: Mapping[str, Export] | None = None) -> Target:
+    """Debian 12's 6.1 as the rules need it, built for ``info``'s vermagic; ``exports`` the
+    whole table of its exports (None: only what a probe knows, nothing)."""
+    from service.verify.target.exports import KernelExports
+    from service.verify.target.kconfig import KernelConfig
+
+    config = KernelConfig.parse("CONFIG_MODVERSIONS=y\n", "test")
+    known = KernelExports(None, {}) if exports is None else KernelExports.known(exports, "test")
+    return Target("6.1.0-57-amd64", info.vermagic, "test", config, exports=known,
+                  struct_module=info.this_module_size)  # fmt: skip
+
+
+def test_imports_nothing_known_exports_are_one_policy_refusal(modules: dict[str, Path]) -> None:
+    """When the target's exports are not all known and CRCs are required, the imports that
+    neither the target nor the bundle's earlier modules export are one policy refusal
+    (EINVAL) counting them and naming the first in symbol-table order; an import the
+    bundle exports is not among them, and once every import is found nothing is refused."""
+    info = _with_symbols(modules["ms_consumer"])
+    assert info.symbols is not None
+    names = [imp.name for imp in info.symbols.imports]
+    provider = _with_symbols(modules["ms_exporter"])
+    assert provider.symbols is not None
+    bundle = {e: Export(None, False, "", "ms_exporter") for e in provider.symbols.exports}
+    from_bundle = [n for n in names if n in bundle]
+    assert from_bundle and len(from_bundle) < len(names)
+    target = _vm_target(info)
+    linkage = load_rules(info, target)
+    assert linkage is not None and [i.name for i in linkage.unresolved] == names
+    with pytest.raises(ModuleRejected) as refused:
+        finish(linkage, target, bundle)
+    rest = [n for n in names if n not in bundle]
+    assert str(refused.value.refusal).startswith(
+        f"EINVAL (policy): {len(rest)} imported symbols are not among the target's known "
+        f"exports (e.g. {rest[0]}; "
+    )
+    everything = {**bundle, **{n: Export(None, False, "", "vmlinux") for n in rest}}
+    finish(linkage, target, everything)  # nothing left: nothing refused
+    one = {**everything}
+    del one[rest[-1]]
+    with pytest.raises(
+        ModuleRejected, match=rf"\(policy\): 1 imported symbols .*\(e.g. {rest[-1]};"
+    ):
+        finish(linkage, target, one)
+
+
+def test_an_import_the_targets_files_disagree_about_is_a_policy_refusal(
+    modules: dict[str, Path],
+) -> None:
+    """An export whose CRC the image and ``Module.symvers`` give differently is not known:
+    a module importing it is refused as modstage's policy (EINVAL, the kernel's CRC is not
+    known), naming the symbol and both files, even though the table has the symbol."""
+    info = _with_symbols(modules["ms_params"])
+    assert info.symbols is not None
+    exports = {i.name: Export(None, False, "", "vmlinux") for i in info.symbols.imports}
+    target = _vm_target(info, exports)
+    name = info.symbols.imports[0].name
+    table = target.exports.table
+    disagree = {name: "vmlinuz gives CRC 0x1, Module.symvers gives 0x2"}
+    target.exports._table = table._replace(disagree=disagree)
+    linkage = load_rules(info, target)
+    assert linkage is not None
+    with pytest.raises(ModuleRejected) as refused:
+        finish(linkage, target, {})
+    assert str(refused.value.refusal) == (
+        f"EINVAL (policy): the target's files disagree about the CRC of {name}: "
+        "vmlinuz gives CRC 0x1, Module.symvers gives 0x2"
+    )
+    target.exports._table = table
+    finish(load_rules(info, target) or pytest.fail("no linkage"), target, {})
+
+
+def test_of_several_policy_failures_the_last_symbols_is_reported(
+    modules: dict[str, Path],
+) -> None:
+    """``simplify_symbols`` returns its last failing symbol's error: among policy failures
+    too, the one at the latest symbol is reported, and the unknown imports stand at the
+    last of them, so a disagreement about an earlier symbol is not what is reported."""
+    info = _with_symbols(modules["ms_consumer"])
+    assert info.symbols is not None and len(info.symbols.imports) >= 3
+    target = _vm_target(info)
+    middle = info.symbols.imports[1].name
+    table = target.exports.table
+    target.exports._table = table._replace(disagree={middle: "two files"})
+    linkage = load_rules(info, target)
+    assert linkage is not None
+    with pytest.raises(ModuleRejected, match=r"imported symbols are not among"):
+        finish(linkage, target, {})
