@@ -89,3 +89,29 @@ def test_a_drop_that_cannot_be_measured_keeps_its_record_not_its_contents(
     [record] = records(layout)
     assert (record.drop, record.kept, record.size) == (drop.name, False, 0)
     assert record.reasons[-1] == "contents removed: over the quarantine's size limit"
+
+
+def test_a_record_that_cannot_be_written_is_logged_and_the_drop_kept(
+    host_tree: HostTree,
+) -> None:
+    """When the record cannot be written (a directory stands at its name), ``put`` does not
+    raise: the error is logged naming the drop, the drop is in the quarantine, and the
+    quarantining itself is logged (kept, left nowhere)."""
+    from structlog.testing import capture_logs
+
+    from stager.paths import drop_name
+
+    layout = host_tree()
+    drop = layout.incoming / drop_name("b", 1, "ab")
+    drop.mkdir(parents=True)
+    (layout.quarantine / f"{drop.name}.json").mkdir(parents=True)
+    with capture_logs() as logs:
+        record = put(layout, drop, "b", ["why"], Limits())
+    assert record.kept and (layout.quarantine / drop.name).is_dir()
+    events = {e["event"]: e for e in logs}
+    assert events["quarantine.unwritable"]["drop"] == drop.name
+    assert events["quarantine.unwritable"]["log_level"] == "error"
+    done = events["drop.quarantined"]
+    assert (done["drop"], done["kept"], done["left"], done["log_level"]) == (
+        drop.name, True, None, "info"
+    )  # fmt: skip
