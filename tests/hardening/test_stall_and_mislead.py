@@ -579,3 +579,23 @@ def test_a_cross_file_system_copy_over_the_bound_keeps_only_the_record(
     assert not record.kept
     assert not (host.quarantine / record.drop).exists()
     assert not drop.exists()
+
+
+def test_a_cross_file_system_copy_never_writes_over_the_quarantine(
+    incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
+) -> None:
+    """A rejected drop on another file system whose name the quarantine already holds is
+    not copied into or over that entry: the entry keeps exactly what it held, the drop's
+    record says it was not kept, and the drop is removed from the incoming directory."""
+    host = incoming_on_tmpfs
+    drop = _good(host, kernel, signed, bundle="cross")
+    (drop / "modules" / f"{M}.ko").write_bytes(b"junk")
+    there = host.quarantine / drop.name
+    there.mkdir(parents=True)
+    (there / "earlier").write_bytes(b"held before")
+    make_intake(host, Config()).run()
+    [record] = quarantine.records(host)
+    assert record.drop == drop.name and not record.kept
+    assert os.listdir(there) == ["earlier"]
+    assert (there / "earlier").read_bytes() == b"held before"
+    assert not drop.exists()
