@@ -303,6 +303,39 @@ def test_a_drop_that_cannot_be_removed_is_taken_in_once(
     assert "stays in place" in str(status["errors"])
 
 
+def test_a_rejected_drop_left_in_place_is_skipped_by_a_later_intake(
+    host: Layout, modules: dict[str, Path], kernel: str
+) -> None:
+    """A rejected drop that can be neither moved nor removed (a read-only mount) is logged
+    as unremovable and recorded in the quarantine as left in place; an intake started later
+    (nothing remembered in memory) reads that record and skips the drop: no second
+    rejection, no second record."""
+    import subprocess
+
+    from structlog.testing import capture_logs
+
+    from service.store import quarantine
+
+    drop = _stage(host, [modules["ms_params"]], kernel)  # unsigned: rejected
+    subprocess.run(["mount", "--bind", str(drop), str(drop)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(drop)], check=True)
+        with capture_logs() as logs:
+            [first] = make_intake(host).run()
+        [record] = quarantine.records(host)
+        with capture_logs() as later_logs:
+            later = make_intake(host).run()
+    finally:
+        subprocess.run(["umount", "-l", str(drop)], check=False)
+    assert not first.accepted and (drop / "manifest.toml").exists()
+    assert record.drop == drop.name and record.left == str(drop)
+    unremovable = [e for e in logs if e["event"] == "drop.unremovable"]
+    assert unremovable and unremovable[0]["drop"] == drop.name
+    assert later == []
+    assert not [e for e in later_logs if e["event"] == "drop.rejected"]
+    assert quarantine.records(host) == [record]
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
