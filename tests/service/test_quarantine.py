@@ -115,3 +115,26 @@ def test_a_record_that_cannot_be_written_is_logged_and_the_drop_kept(
     assert (done["drop"], done["kept"], done["left"], done["log_level"]) == (
         drop.name, True, None, "info"
     )  # fmt: skip
+
+
+def test_a_drop_moved_in_without_its_record_is_removed_at_the_next_put(
+    host_tree: HostTree,
+) -> None:
+    """A drop moved into the quarantine whose record was never written (the intake was
+    killed in between) counts against no bound and is removed when the next drop is put
+    there; an entry whose name is not a drop's (an admin's) is left alone, and the new
+    drop is kept."""
+    from stager.paths import drop_name
+
+    layout = host_tree()
+    layout.quarantine.mkdir(parents=True)
+    orphan = layout.quarantine / drop_name("b", 1, "aa")
+    orphan.mkdir()
+    (orphan / "manifest.toml").write_text("moved, never recorded")
+    (layout.quarantine / "notes").mkdir()
+    drop = layout.incoming / drop_name("b", 2, "bb")
+    drop.mkdir(parents=True)
+    record = put(layout, drop, "b", ["why"], Limits())
+    assert not orphan.exists()
+    assert (layout.quarantine / "notes").is_dir()
+    assert record.kept and (layout.quarantine / drop.name).is_dir()
