@@ -138,3 +138,49 @@ def test_a_drop_moved_in_without_its_record_is_removed_at_the_next_put(
     assert not orphan.exists()
     assert (layout.quarantine / "notes").is_dir()
     assert record.kept and (layout.quarantine / drop.name).is_dir()
+
+
+@pytest.mark.parametrize(("spare", "kept"), [(0, True), (-1, False)])
+def test_a_drop_exactly_at_the_byte_limit_is_kept(
+    host_tree: HostTree, spare: int, kept: bool
+) -> None:
+    """The quarantine keeps drops up to ``quarantine_bytes`` inclusive: a drop measuring
+    exactly the limit keeps its contents, one byte less of limit removes them (the record
+    stays)."""
+    from service.store.dropfs import tree_size
+    from stager.paths import drop_name
+
+    layout = host_tree()
+    drop = layout.incoming / drop_name("b", 1, "ab")
+    drop.mkdir(parents=True)
+    (drop / "manifest.toml").write_bytes(b"x" * 5000)
+    size = tree_size(layout.incoming, drop.name, max_entries=100)
+    assert size is not None and size >= 5000
+    put(layout, drop, "b", ["why"], Limits(quarantine_bytes=size + spare))
+    assert (layout.quarantine / drop.name).exists() == kept
+
+
+def test_a_quarantined_drop_that_cannot_be_removed_keeps_its_record(
+    host_tree: HostTree,
+) -> None:
+    """A drop in the quarantine that must go (too many entries to measure counts as over
+    the byte limit) but cannot be removed (more entries than removal may walk) is logged as
+    unremovable, and its record is written all the same, as it was: nothing the quarantine
+    holds is left without a record."""
+    from structlog.testing import capture_logs
+
+    from service.store.quarantine import records
+    from stager.paths import drop_name
+
+    layout = host_tree()
+    drop = layout.incoming / drop_name("b", 1, "ab")
+    drop.mkdir(parents=True)
+    for i in range(12):
+        (drop / f"f{i}").write_bytes(b"x")
+    with capture_logs() as logs:
+        put(layout, drop, "b", ["why"], Limits(max_tree_entries=4))
+    assert (layout.quarantine / drop.name).is_dir()
+    [record] = records(layout)
+    assert (record.drop, record.kept, record.reasons) == (drop.name, True, ("why",))
+    [failed] = [e for e in logs if e["event"] == "quarantine.unremovable"]
+    assert (failed["drop"], failed["log_level"]) == (drop.name, "error")
