@@ -336,6 +336,34 @@ def test_a_rejected_drop_left_in_place_is_skipped_by_a_later_intake(
     assert quarantine.records(host) == [record]
 
 
+def test_a_store_that_cannot_be_cleaned_is_logged_and_the_drop_taken_in(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """What a killed intake left in the store is removed before each run; when that fails
+    (here a leftover temporary directory on a read-only mount), the error is logged and the
+    run goes on: the drop is taken in."""
+    import subprocess
+
+    from structlog.testing import capture_logs
+
+    from service.store.generations import TMP_PREFIX
+
+    leftover = host.store / f"{TMP_PREFIX}killed"
+    leftover.mkdir(parents=True)
+    (leftover / "half").write_bytes(b"half a copy")
+    _stage(host, [signed["ms_exporter"]], kernel)
+    subprocess.run(["mount", "--bind", str(leftover), str(leftover)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(leftover)], check=True)
+        with capture_logs() as logs:
+            [outcome] = make_intake(host).run()
+    finally:
+        subprocess.run(["umount", "-l", str(leftover)], check=False)
+    assert outcome.accepted, outcome.reasons
+    [failed] = [e for e in logs if e["event"] == "store.clean_failed"]
+    assert failed["log_level"] == "error" and leftover.name in failed["error"], failed
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
