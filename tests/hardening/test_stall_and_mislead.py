@@ -570,11 +570,17 @@ def test_a_cross_file_system_copy_over_the_bound_keeps_only_the_record(
     incoming_on_tmpfs: Layout, kernel: str, signed: dict[str, Path]
 ) -> None:
     """A copy that would pass ``quarantine_bytes`` is removed again: the record stays (not
-    kept), no partial copy is left, and the drop is gone from the incoming directory."""
+    kept), no partial copy is left, the drop is gone from the incoming directory, and the
+    failed copy is logged as a warning naming the drop."""
+    from structlog.testing import capture_logs
+
     host = incoming_on_tmpfs
     drop = _good(host, kernel, signed, bundle="big")
     (drop / "modules" / f"{M}.ko").write_bytes(os.urandom(64 << 10))
-    make_intake(host, Config(limits=Limits(quarantine_bytes=16 << 10))).run()
+    with capture_logs() as logs:
+        make_intake(host, Config(limits=Limits(quarantine_bytes=16 << 10))).run()
+    [failed] = [e for e in logs if e["event"] == "quarantine.copy_failed"]
+    assert (failed["drop"], failed["log_level"]) == (drop.name, "warning")
     [record] = quarantine.records(host)
     assert not record.kept
     assert not (host.quarantine / record.drop).exists()
