@@ -140,7 +140,10 @@ def test_this_modules_size_is_the_kernels_check_from_6_4(
 
 
 def _with_symbols(ko: Path) -> ModInfo:
-    data = ko.read_bytes()
+    return _with_symbols_of(ko.read_bytes())
+
+
+def _with_symbols_of(data: bytes) -> ModInfo:
     return ModInfo.from_elf(lambda at, n: data[at : at + n], len(data), symbols=True)
 
 
@@ -231,3 +234,42 @@ def test_of_several_policy_failures_the_last_symbols_is_reported(
     assert linkage is not None
     with pytest.raises(ModuleRejected, match=r"imported symbols are not among"):
         finish(linkage, target, {})
+
+
+def test_a_common_symbol_is_the_kernels_enoexec_naming_it(modules: dict[str, Path]) -> None:
+    """``simplify_symbols`` refuses a SHN_COMMON symbol that is not LTO's ("please compile
+    with -fno-common", ENOEXEC); with every import known, that is the refusal, naming the
+    symbol; with an import unknown too (ENOENT), the kernel returns the error of the later
+    of the two in the symbol table."""
+    from tests.oracle import elf
+
+    ko = modules["ms_params"].read_bytes()
+    offset, size = elf.section_data(ko, ".symtab")
+    for at in range(offset + elf.SYM.size, offset + size, elf.SYM.size):
+        name_at, info, other, shndx, value, length = elf.SYM.unpack_from(ko, at)
+        if name_at and 0 < shndx < 0xFF00 and info & 0xF in (1, 2):  # a named object or function
+            break
+    else:
+        pytest.fail("no defined symbol")
+    edited = bytearray(ko)
+    elf.SYM.pack_into(edited, at, name_at, info, other, 0xFFF2, value, length)  # SHN_COMMON
+    info_ = _with_symbols_of(bytes(edited))
+    assert info_.symbols is not None and info_.symbols.problem is not None
+    index, said = info_.symbols.problem
+    assert index == (at - offset) // elf.SYM.size and said.startswith("common symbol ")
+    exports = {i.name: Export(None, False, "", "vmlinux") for i in info_.symbols.imports}
+    target = _vm_target(info_, exports)
+    linkage = load_rules(info_, target)
+    assert linkage is not None
+    with pytest.raises(ModuleRejected) as refused:
+        finish(linkage, target, {})
+    assert str(refused.value.refusal) == f"ENOEXEC: {said}"
+    missing = info_.symbols.imports[0]  # not exported: ENOENT at its own index
+    del exports[missing.name]
+    target = _vm_target(info_, exports)
+    linkage = load_rules(info_, target)
+    assert linkage is not None
+    with pytest.raises(ModuleRejected) as both:
+        finish(linkage, target, {})
+    later = "ENOENT" if missing.at > index else "ENOEXEC"
+    assert both.value.refusal.errno == later, (missing.at, index)
