@@ -273,3 +273,35 @@ def test_a_common_symbol_is_the_kernels_enoexec_naming_it(modules: dict[str, Pat
         finish(linkage, target, {})
     later = "ENOENT" if missing.at > index else "ENOEXEC"
     assert both.value.refusal.errno == later, (missing.at, index)
+
+
+@pytest.mark.parametrize("loader_knows", [True, False])
+def test_a_module_namespace_naming_the_module_is_judged_where_the_image_says_so(
+    modules: dict[str, Path], tmp_path: Path, loader_knows: bool
+) -> None:
+    """An export in a ``module:`` namespace that names the importing module needs no
+    ``MODULE_IMPORT_NS`` where the target's image says its loader knows such namespaces
+    (7.2's ``verify_module_namespace``); where the image was read and says it does not, the
+    import is refused as the kernel refuses any namespace not imported (EINVAL)."""
+    from dataclasses import replace
+
+    from service.verify.target.exports import KernelExports, Sources
+
+    info = _with_symbols(modules["ms_params"])
+    assert info.symbols is not None
+    imports = info.symbols.imports
+    exports = {i.name: Export(None, False, "", "vmlinux") for i in imports}
+    name = imports[0].name
+    exports[name] = Export(None, False, "module:ms_params", "vmlinux")
+    target = _vm_target(info)
+    read = KernelExports(Sources(tmp_path / "vmlinuz", tmp_path / "modules", None), {})
+    table = KernelExports.known(exports, "test").table
+    read._table = table._replace(module_namespaces=loader_knows, kflagstab=False)
+    target = replace(target, exports=read)
+    linkage = load_rules(info, target)
+    assert linkage is not None
+    if loader_knows:
+        finish(linkage, target, {})
+    else:
+        with pytest.raises(ModuleRejected, match=rf"EINVAL: module uses symbol {name} from"):
+            finish(linkage, target, {})
