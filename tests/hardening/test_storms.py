@@ -220,7 +220,7 @@ def test_full_disk_during_intake_loses_nothing(
     drop = stage_drop(layout, kernel, [signed["ms_exporter"]], firmware=(fw,))
     before = (layout.state.read_bytes(), sorted(p.name for p in layout.store.iterdir()))
     [outcome] = make_intake(layout).run()
-    assert outcome.deferred and not outcome.accepted
+    assert outcome.deferred and not outcome.accepted and outcome.bundle == "test"
     assert "No space left on device" in outcome.reasons[0]
     assert outcome.reasons[0].startswith("the host could not take the drop in, it is kept")
     assert complete_drops(layout) == [drop]
