@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from structlog.testing import capture_logs
 
 from service.config import Config, Limits
 from service.layout import Layout
@@ -207,8 +208,8 @@ def test_full_disk_during_intake_loses_nothing(
     tmp_path: Path, tmpfs: Mount, kernel: str, rsa_key: SigningKey, signed: dict[str, Path]
 ) -> None:
     """ENOSPC while copying into the store: the drop is kept (not rejected), the error is
-    shown in the bundle's status, state and store are unchanged and no temporary is left;
-    once there is room, the next intake takes the drop in."""
+    shown in the bundle's status and logged, state and store are unchanged and no temporary
+    is left; once there is room, the next intake takes the drop in."""
     root = tmp_path / "root"
     var = tmpfs(root / "var/lib/modstage", "6m")
     layout = make_host(root, kernel, rsa_key.cert_pem)
@@ -219,8 +220,13 @@ def test_full_disk_during_intake_loses_nothing(
     (fw / "big/blob.bin").write_bytes(os.urandom(3 << 20))
     drop = stage_drop(layout, kernel, [signed["ms_exporter"]], firmware=(fw,))
     before = (layout.state.read_bytes(), sorted(p.name for p in layout.store.iterdir()))
-    [outcome] = make_intake(layout).run()
+    with capture_logs() as logs:
+        [outcome] = make_intake(layout).run()
     assert outcome.deferred and not outcome.accepted and outcome.bundle == "test"
+    [deferred] = [e for e in logs if e["event"] == "drop.deferred"]
+    assert (deferred["drop"], deferred["bundle"], deferred["log_level"]) == (
+        drop.name, "test", "error"
+    )  # fmt: skip
     assert "No space left on device" in outcome.reasons[0]
     assert outcome.reasons[0].startswith("the host could not take the drop in, it is kept")
     assert complete_drops(layout) == [drop]
