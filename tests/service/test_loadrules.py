@@ -305,3 +305,42 @@ def test_a_module_namespace_naming_the_module_is_judged_where_the_image_says_so(
     else:
         with pytest.raises(ModuleRejected, match=rf"EINVAL: module uses symbol {name} from"):
             finish(linkage, target, {})
+
+
+@pytest.mark.parametrize(
+    ("running", "refused"),
+    [(None, "policy"), (frozenset(), None), (frozenset({"ms_params"}), "kernel")],
+)
+def test_a_builtin_name_is_judged_by_where_sysfs_names_were_read(
+    modules: dict[str, Path],
+    tmp_path: Path,
+    running: frozenset[str] | None,
+    refused: str | None,
+) -> None:
+    """A module named in ``modules.builtin``: the running kernel's /sys/module is the whole
+    answer (an entry there is the kernel's EINVAL, none is no refusal); read from the image
+    only, a name the image does not list may still get its entry when its built-in driver
+    registers, so it is refused as policy (EINVAL)."""
+    from dataclasses import replace
+
+    from service.verify.target.exports import KernelExports, Sources
+
+    info = _with_symbols(modules["ms_params"])
+    assert info.symbols is not None
+    exports = {i.name: Export(None, False, "", "vmlinux") for i in info.symbols.imports}
+    read = KernelExports(Sources(tmp_path / "vmlinuz", tmp_path / "modules", None), {})
+    read._table = KernelExports.known(exports, "test").table._replace(
+        builtin_sysfs=frozenset({"other"}), kflagstab=False, module_namespaces=False
+    )
+    target = replace(
+        _vm_target(info), exports=read, builtin=frozenset({"ms_params"}), builtin_sysfs=running
+    )
+    linkage = load_rules(info, target)
+    assert linkage is not None
+    if refused is None:
+        finish(linkage, target, {})
+        return
+    with pytest.raises(ModuleRejected) as caught:
+        finish(linkage, target, {})
+    assert caught.value.refusal.errno == "EINVAL"
+    assert caught.value.refusal.policy == (refused == "policy")
