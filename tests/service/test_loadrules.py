@@ -344,3 +344,5 @@ def test_a_builtin_name_is_judged_by_where_sysfs_names_were_read(
         finish(linkage, target, {})
     assert caught.value.refusal.errno == "EINVAL"
     assert caught.value.refusal.policy == (refused == "policy")
+    if refused == "policy":
+        assert "which a built-in driver adds when it registers" in caught.value.reason
