@@ -165,6 +165,18 @@ def test_check_vermagic_policies_name_themselves() -> None:
         check_vermagic(info_with(None), target_with(VM))
 
 
+def test_another_release_without_crcs_is_the_kernels_refusal_even_unread() -> None:
+    """A module without ``__versions`` built for another release: ``same_magic`` compares
+    the whole vermagic, release included, so the kernel refuses it (ENOEXEC, not a policy)
+    even where the target's own vermagic could not be read."""
+    other = info_with(VM.replace("-57-", "-56-"), has_versions=False)
+    with pytest.raises(ModuleRejected) as refused:
+        check_vermagic(other, target_with(None))
+    assert str(refused.value.refusal) == (
+        "ENOEXEC: vermagic is for kernel 6.1.0-56-amd64, not 6.1.0-57-amd64"
+    )
+
+
 def test_boot_judges_the_known_crcs_and_built_in_modules(modules: dict[str, Path]) -> None:
     """At boot (no symbol table read) a CRC the target is known to export and the module
     disagrees with is EINVAL naming the symbol, and a module built into the target is EINVAL:
