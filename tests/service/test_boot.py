@@ -236,6 +236,20 @@ def test_firmware_view_and_path(
     assert (view / "modstage/test.bin").read_bytes() == b"x" * 1234
 
 
+def test_a_boot_linking_no_firmware_clears_the_path_left_by_an_earlier_one(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """When nothing brought up links firmware, boot clears ``firmware_class.path`` if it
+    still names modstage's view (left by an earlier boot): the kernel must not look for
+    firmware in a view that no longer holds any."""
+    param = host.sys / "module/firmware_class/parameters/path"
+    param.write_text(f"{host.run / 'firmware'}\n")
+    _pending(host, kernel, [(signed["ms_params"], "")])
+    b = _boot(host, FakeKernel()).run().bundle("test")
+    assert b.phase is Phase.ACTIVE
+    assert param.read_text().strip("\n\0") == ""
+
+
 def test_boot_hands_hot_added_memory_to_the_hosts_policy_and_moves_misplaced_blocks(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
