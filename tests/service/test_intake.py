@@ -364,6 +364,29 @@ def test_a_store_that_cannot_be_cleaned_is_logged_and_the_drop_taken_in(
     assert failed["log_level"] == "error" and leftover.name in failed["error"], failed
 
 
+def test_an_unforeseen_error_rejects_the_drop_for_its_bundle(
+    host: Layout, signed: dict[str, Path], kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a drop makes go wrong is never fatal: an error nobody foresaw (here raised
+    while reading the manifest) rejects the drop naming the error, under the bundle its
+    directory name gives, and the bundle's status file says so."""
+    from service.store.intake import Intake
+
+    drop = _stage(host, [signed["ms_exporter"]], kernel)
+
+    def broken(self: Intake, drop: Path) -> None:
+        raise RuntimeError("unforeseen")
+
+    monkeypatch.setattr(Intake, "_manifest", broken)
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted and not outcome.deferred
+    assert (outcome.bundle, outcome.reasons) == (
+        "test", ("cannot be taken in: RuntimeError: unforeseen",)
+    )  # fmt: skip
+    assert "RuntimeError: unforeseen" in str(_status(host)["errors"])
+    assert not drop.exists()
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
