@@ -184,6 +184,30 @@ def test_choose_takes_the_pending_generation_only_when_it_may_run() -> None:
     assert spent.expired == "did not complete boot in 3 attempts (max_boot_attempts)"
 
 
+def test_a_pending_generation_out_of_attempts_is_expired_and_logged(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A pending generation that used up ``max_boot_attempts`` without completing a boot
+    (each boot died while loading it: the state says loading, three attempts) is not loaded
+    again: boot expires it with the reason, nothing is left pending, and the expiry is
+    logged as an error naming the bundle, the generation and the reason."""
+    gen = _pending(host, kernel, [(signed["ms_params"], "")])
+    state = load(host.state)
+    b = state.bundle("test")
+    spent = replace(b.generations[gen], attempts=3)
+    died = replace(b, phase=Phase.LOADING, generations={**b.generations, gen: spent})
+    bundles = {**state.bundles, "test": died}
+    save(host.state, replace(state, bundles=bundles))
+    fake = FakeKernel()
+    with capture_logs() as logs:
+        after = _boot(host, fake).run().bundle("test")
+    assert after.pending is None and after.active is None and fake.calls == []
+    why = "did not complete boot in 3 attempts (max_boot_attempts)"
+    [expired] = [e for e in logs if e["event"] == "generation.expired"]
+    assert (expired["bundle"], expired["generation"], expired["reason"]) == ("test", gen, why)
+    assert expired["log_level"] == "error"
+
+
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
     """A live module with the same srcversion counts as loaded; another version is an error."""
     _pending(host, kernel, [(signed["ms_params"], "")])
