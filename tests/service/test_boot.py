@@ -190,7 +190,8 @@ def test_a_pending_generation_out_of_attempts_is_expired_and_logged(
     """A pending generation that used up ``max_boot_attempts`` without completing a boot
     (each boot died while loading it: the state says loading, three attempts) is not loaded
     again: boot expires it with the reason, nothing is left pending, and the expiry is
-    logged as an error naming the bundle, the generation and the reason."""
+    logged as an error naming the bundle, the generation and the reason (then that the
+    bundle has nothing to load)."""
     gen = _pending(host, kernel, [(signed["ms_params"], "")])
     state = load(host.state)
     b = state.bundle("test")
@@ -206,6 +207,8 @@ def test_a_pending_generation_out_of_attempts_is_expired_and_logged(
     [expired] = [e for e in logs if e["event"] == "generation.expired"]
     assert (expired["bundle"], expired["generation"], expired["reason"]) == ("test", gen, why)
     assert expired["log_level"] == "error"
+    [nothing] = [e for e in logs if e["event"] == "bundle.nothing_to_load"]
+    assert nothing["bundle"] == "test" and nothing["log_level"] == "info"
 
 
 def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kernel: str) -> None:
