@@ -47,18 +47,22 @@ def test_pending_generation_loads_in_order_with_params(
 def test_failed_second_module_unloads_first_and_restores_last_good(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """A failing module: this attempt's loads are undone, the generation is failed, LKG reloads."""
+    """A failing module: this attempt's loads are undone, the generation is failed (and
+    logged so), LKG reloads."""
     good = _pending(host, kernel, [(signed["ms_exporter"], "")])
     _boot(host, FakeKernel()).run()
     bad = _pending(host, kernel, [(signed["ms_params"], ""), (signed["ms_enodev"], "")], "2")
     fake = FakeKernel(fail={"ms_enodev": errno.ENODEV})
-    state = _boot(host, fake).run()
+    with capture_logs() as logs:
+        state = _boot(host, fake).run()
     assert fake.calls == [
         ("load", "ms_params", ""),
         ("load", "ms_enodev", ""),
         ("unload", "ms_params"),
         ("load", "ms_exporter", ""),
     ]
+    [failed] = [e for e in logs if e["event"] == "generation.failed"]
+    assert (failed["bundle"], failed["generation"], failed["log_level"]) == ("test", bad, "error")
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
     assert b.generations[bad].failed == (

@@ -10,6 +10,8 @@ import errno
 import os
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.health import Health
@@ -51,12 +53,14 @@ def test_absent_device_is_no_device_no_attempt_no_fallback_and_loads_once_presen
 ) -> None:
     """ENODEV from a module whose aliases match no present device: the bundle is no_device,
     the attempt is given back, the generation is not failed, the last known good is not
-    loaded and status stays healthy saying so; the next boot with the device loads it."""
+    loaded and status stays healthy saying so (the log warns); the next boot with the device
+    loads it."""
     good = _pending(host, kernel, [(signed["ms_exporter"], "")])
     _boot(host, FakeKernel()).run()
     gen = _pending(host, kernel, [(signed["ms_exporter"], ""), (signed["ms_pci"], "")], "2")
     fake = FakeKernel(fail={"ms_pci": errno.ENODEV})
-    state = _boot(host, fake).run()
+    with capture_logs() as logs:
+        state = _boot(host, fake).run()
     assert fake.calls == [
         ("load", "ms_exporter", ""),
         ("load", "ms_pci", ""),
@@ -64,6 +68,8 @@ def test_absent_device_is_no_device_no_attempt_no_fallback_and_loads_once_presen
     ]
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending, b.loaded) == (Phase.NO_DEVICE, good, gen, ())
+    [absent] = [e for e in logs if e["event"] == "generation.no_device"]
+    assert (absent["bundle"], absent["generation"], absent["log_level"]) == ("test", gen, "warning")
     assert b.generations[gen].attempts == 0 and b.generations[gen].failed is None
     assert "no device its 1 PCI alias(es) match is present" in b.history[-1].note
     report = collect(host)
