@@ -387,6 +387,19 @@ def test_an_unforeseen_error_rejects_the_drop_for_its_bundle(
     assert not drop.exists()
 
 
+def test_a_drop_whose_manifest_cannot_be_read_is_rejected_for_the_bundle_it_names(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Before its manifest is read a drop is known only by its directory name: a manifest
+    that is not TOML rejects the drop under the bundle that name gives, whose status file
+    then says why."""
+    drop = _stage(host, [signed["ms_exporter"]], kernel)
+    (drop / "manifest.toml").write_bytes(b"not = [toml")
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted and outcome.bundle == "test"
+    assert _status(host)["phase"] == "rejected"
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
