@@ -63,6 +63,8 @@ def test_failed_second_module_unloads_first_and_restores_last_good(
     ]
     [failed] = [e for e in logs if e["event"] == "generation.failed"]
     assert (failed["bundle"], failed["generation"], failed["log_level"]) == ("test", bad, "error")
+    [active] = [e for e in logs if e["event"] == "generation.active"]
+    assert (active["generation"], active["modules"]) == (good, 1)
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
     assert b.generations[bad].failed == (

@@ -39,10 +39,17 @@ def _status(layout: Layout) -> dict[str, object]:
 def test_drop_becomes_a_pending_read_only_generation(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """A good drop is copied, verified, published read-only, recorded pending, and removed."""
+    """A good drop is copied, verified, published read-only, recorded pending, and removed;
+    the time it took is the outcome's and the log's (in milliseconds)."""
+    from structlog.testing import capture_logs
+
     drop = _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
-    [outcome] = make_intake(host).run()
+    with capture_logs() as logs:
+        [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
+    assert 0 < outcome.seconds < 60
+    [accepted] = [e for e in logs if e["event"] == "drop.accepted"]
+    assert accepted["ms"] == round(outcome.seconds * 1000)
     state = load(host.state).bundle("test")
     assert state.phase is Phase.PENDING and state.pending == outcome.generation
     generation = host.store / str(outcome.generation)
