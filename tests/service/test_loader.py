@@ -113,3 +113,34 @@ def test_a_module_its_host_no_longer_trusts_is_not_loaded(
     assert failed is not None and failed.startswith("modules/ms_exporter.ko: "), failed
     assert "ENOKEY" in failed or "not trusted" in failed or "no trusted" in failed, failed
     assert not [c for c in fake.calls if c[0] == "load"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [("invalid", "the generation's manifest is invalid: "), ("missing", "cannot read the ")],
+)
+def test_a_generation_whose_stored_manifest_is_damaged_fails_alone(
+    host: Layout, signed: dict[str, Path], kernel: str, damage: str, said: str
+) -> None:
+    """A generation whose manifest in the store cannot be read or parsed fails with the
+    reason (nothing of it is loaded), and boot goes on: the bundle's other generation, the
+    active one, is brought back."""
+    good = _pending(host, signed, kernel)
+    boot_with(host, FakeKernel()).run()
+    stage(host.incoming, bundle="test", version="2", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_params"], "")])  # fmt: skip
+    [outcome] = make_intake(host).run()
+    bad = str(outcome.generation)
+    manifest = host.store / bad / "manifest.toml"
+    manifest.parent.chmod(0o755)
+    if damage == "invalid":
+        manifest.chmod(0o644)
+        manifest.write_bytes(b"not = [toml")
+    else:
+        manifest.unlink()
+    fake = FakeKernel()
+    b = boot_with(host, fake).run().bundle("test")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, good, None)
+    failed = b.generations[bad].failed
+    assert failed is not None and said in failed, failed
+    assert "ms_params" not in [c[1] for c in fake.calls]
