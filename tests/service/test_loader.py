@@ -144,3 +144,20 @@ def test_a_generation_whose_stored_manifest_is_damaged_fails_alone(
     failed = b.generations[bad].failed
     assert failed is not None and said in failed, failed
     assert "ms_params" not in [c[1] for c in fake.calls]
+
+
+def test_a_module_missing_from_the_store_fails_its_generation_saying_so(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A module file gone from the store (the store damaged behind modstage's back) fails
+    its generation with the file and the system's words for it, nothing of the generation
+    left loaded."""
+    gen = _pending(host, signed, kernel)
+    stored = host.store / gen / "modules" / "ms_consumer.ko"
+    stored.parent.chmod(0o755)
+    stored.unlink()
+    fake = FakeKernel()
+    b = boot_with(host, fake).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.FAILED, None)
+    assert b.generations[gen].failed == "modules/ms_consumer.ko: No such file or directory"
+    assert not fake.loaded()
