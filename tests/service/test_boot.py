@@ -241,6 +241,25 @@ def test_same_module_already_loaded(host: Layout, signed: dict[str, Path], kerne
     ]
 
 
+def test_a_failed_generation_never_unloads_a_module_it_found_loaded(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Undoing a failed attempt unloads only what that attempt loaded: a module of the
+    generation already live (same srcversion) before boot stays loaded when a later module
+    of the generation fails."""
+    from service.verify.verdict import verify_path
+
+    _pending(host, kernel, [(signed["ms_params"], ""), (signed["ms_enodev"], "")])
+    src = verify_path(
+        signed["ms_params"], trust=TrustStore.from_directory(host.trusted), kernel=kernel
+    ).srcversion
+    fake = FakeKernel(live={"ms_params": src}, fail={"ms_enodev": errno.ENODEV})
+    b = _boot(host, fake).run().bundle("test")
+    assert b.phase is Phase.FAILED
+    assert fake.calls == [("load", "ms_enodev", "")]
+    assert "ms_params" in fake.loaded()
+
+
 def test_firmware_view_and_path(
     host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
 ) -> None:
