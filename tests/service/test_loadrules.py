@@ -1,4 +1,5 @@
-"""``load_rules`` on plain values: which target release a rule starts at."""
+"""``load_rules`` and ``finish`` on plain values: which target release a rule starts at, and
+how the refusals symbol resolution leaves for the bundle are judged."""
 
 from __future__ import annotations
 
