@@ -407,6 +407,21 @@ def test_a_drop_whose_manifest_cannot_be_read_is_rejected_for_the_bundle_it_name
     assert _status(host)["phase"] == "rejected"
 
 
+def test_a_bundles_first_drop_shows_verifying_while_it_is_checked(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """While a drop is copied and verified, its bundle's status file says so (phase
+    verifying, naming the generation the drop would become), for a bundle state.json does
+    not know yet too."""
+    _stage(host, [signed["ms_exporter"]], kernel)
+    intake = make_intake(host)
+    seen: list[dict[str, object]] = []
+    intake.building = lambda drop: seen.append(_status(host)) if drop is not None else None
+    [outcome] = intake.run()
+    assert outcome.accepted, outcome.reasons
+    assert [(s["phase"], s["generation"]) for s in seen] == [("verifying", outcome.generation)]
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
