@@ -422,6 +422,26 @@ def test_a_bundles_first_drop_shows_verifying_while_it_is_checked(
     assert [(s["phase"], s["generation"]) for s in seen] == [("verifying", outcome.generation)]
 
 
+@pytest.mark.parametrize(("provider", "accepted"), [("ms_exporter", True), ("ms_params", False)])
+def test_imports_from_a_bundle_loaded_before_are_judged_with_its_exports(
+    host: Layout, signed: dict[str, Path], kernel: str, provider: str, accepted: bool
+) -> None:
+    """A drop whose bundle loads after another (``after``) is judged with the exports of
+    that bundle's pending generation, as the kernel will see them: ms_consumer after a
+    bundle of ms_exporter is taken in; after a bundle that does not export its imports it is
+    refused at intake, not left for a boot to fail."""
+    stage(host.incoming, bundle="a-first", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed[provider], "")])  # fmt: skip
+    [first] = make_intake(host).run()
+    assert first.accepted, first.reasons
+    stage(host.incoming, bundle="b-then", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_consumer"], "")], after=("a-first",))  # fmt: skip
+    [then] = make_intake(host).run()
+    assert then.accepted == accepted, then.reasons
+    if not accepted:
+        assert "ms_consumer" in " ".join(then.reasons)
+
+
 def _live_then_refused(
     host: Layout,
     modules: dict[str, Path],
