@@ -99,12 +99,12 @@ def test_what_6_12s_elf_validation_adds_is_refused_only_on_6_12(modules: dict[st
             assert "6.12's ELF validation" not in str(exc), what
 
 
-def test_a_this_module_of_the_wrong_size_is_the_kernels_enoexec_from_6_12(
+def test_a_this_module_of_the_wrong_size_is_the_kernels_enoexec_on_6_12(
     modules: dict[str, Path],
 ) -> None:
-    """From 6.12 the kernel checks .gnu.linkonce.this_module against sizeof(struct module)
-    (ENOEXEC, its own refusal); 6.1 does not and may crash, so there it is modstage's named
-    safety policy; the right size is no refusal of either."""
+    """6.12 (as every kernel from 6.4, test_loadrules.py) checks .gnu.linkonce.this_module
+    against sizeof(struct module) (ENOEXEC, its own refusal); 6.1 does not and may crash, so
+    there it is modstage's named safety policy; the right size is no refusal of either."""
     from dataclasses import replace
 
     from service.errors import ModuleRejected

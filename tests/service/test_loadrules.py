@@ -239,7 +239,7 @@ def test_of_several_policy_failures_the_last_symbols_is_reported(
 
 def test_a_common_symbol_is_the_kernels_enoexec_naming_it(modules: dict[str, Path]) -> None:
     """``simplify_symbols`` refuses a SHN_COMMON symbol that is not LTO's ("please compile
-    with -fno-common", ENOEXEC); with every import known, that is the refusal, naming the
+    with -fno-common", ENOEXEC; read in kernel/module/main.c, no VM case loads one); with every import known, that is the refusal, naming the
     symbol; with an import unknown too (ENOENT), the kernel returns the error of the later
     of the two in the symbol table."""
     from tests.oracle import elf
