@@ -583,3 +583,55 @@ def test_an_incoming_directory_that_cannot_be_listed_takes_nothing_and_says_why(
         assert make_intake(host).run() == []
     [failed] = [e for e in logs if e["event"] == "scan.failed"]
     assert failed["incoming"] == str(host.incoming) and failed["log_level"] == "error"
+
+
+def test_an_intake_leaves_no_descriptor_open(
+    host: Layout,
+    modules: dict[str, Path],
+    other_key: SigningKey,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+) -> None:
+    """Every descriptor an intake opens on a drop (its manifest's directory, its digest's,
+    the copy's) is closed again, whether the drop is accepted or rejected after its copy was
+    verified: a daemon that takes in drops for months never runs out of descriptors."""
+    fds = Path("/proc/self/fd")
+    make_intake(host).run()  # whatever a first run opens for good
+    before = sorted(p.name for p in fds.iterdir())
+    _stage(host, [signed["ms_exporter"]], kernel)
+    [accepted] = make_intake(host).run()
+    assert accepted.accepted, accepted.reasons
+    bad = sign(modules["ms_params"], other_key, tmp_path / "ms_params.ko")
+    _stage(host, [bad], kernel, version="2")
+    [rejected] = make_intake(host).run()
+    assert "ENOKEY" in rejected.reasons[0]
+    assert sorted(p.name for p in fds.iterdir()) == before
+
+
+def test_a_status_unwritable_after_a_host_error_is_logged_and_the_drop_kept(
+    host: Layout, signed: dict[str, Path], kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drop the host could not take in (the store's copy fails) whose status file cannot be
+    written either (the disk that failed the copy fails this too) is still deferred and kept
+    in incoming, and the status write's failure is logged as an error naming the bundle and
+    the error: the intake goes on, and the admin reads why in the log."""
+    import errno
+
+    from structlog.testing import capture_logs
+
+    import service.store.intake as intake_module
+    from service.store.generations import Store
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Store, "copy_drop", no_room)
+    monkeypatch.setattr(intake_module, "write_status", no_room)
+    drop = _stage(host, [signed["ms_exporter"]], kernel)
+    with capture_logs() as logs:
+        [outcome] = make_intake(host).run()
+    assert outcome.deferred and not outcome.accepted and drop.is_dir()
+    [unwritable] = [e for e in logs if e["event"] == "status.unwritable"]
+    assert (unwritable["bundle"], unwritable["log_level"]) == ("test", "error")
+    assert "No space left on device" in unwritable["error"]

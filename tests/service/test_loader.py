@@ -161,3 +161,86 @@ def test_a_module_missing_from_the_store_fails_its_generation_saying_so(
     assert (b.phase, b.active) == (Phase.FAILED, None)
     assert b.generations[gen].failed == "modules/ms_consumer.ko: No such file or directory"
     assert not fake.loaded()
+
+
+def _consumer_alone(host: Layout, signed: dict[str, Path], kernel: str) -> str:
+    """Take in ms_consumer alone (its imports come from ms_exporter, which the bundle does
+    not carry) with the target's exports unknown and ``require_symbol_crcs = false``."""
+    (host.modules_dir(kernel) / "build/Module.symvers").unlink()
+    stage(host.incoming, bundle="test", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_consumer"], "")])  # fmt: skip
+    [outcome] = make_intake(host, Config(require_symbol_crcs=False)).run()
+    assert outcome.accepted, outcome.reasons
+    return str(outcome.generation)
+
+
+def test_a_dependency_outside_the_bundle_is_loaded_by_modprobe_first(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A module whose ``depends`` names a module neither live nor in its bundle (an in-tree
+    one) has it loaded by ``modprobe`` before ``finit_module``: without that the kernel
+    refuses the module's unresolved symbols (ENOENT) and the generation fails."""
+    gen = _consumer_alone(host, signed, kernel)
+    fake = FakeKernel(intree={"ms_exporter": None})
+    b = boot_with(host, fake, require_symbol_crcs=False).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, gen), b.generations[gen].failed
+    assert fake.calls == [("modprobe", "ms_exporter"), ("load", "ms_consumer", "")]
+
+
+def test_modprobe_is_asked_only_for_dependencies_not_live(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A dependency already live (loaded before this boot's turn) is never handed to
+    ``modprobe`` (nor is one the bundle loads itself:
+    ``test_a_generation_taken_in_with_unchecked_crcs_boots``): it runs only for what the
+    kernel lacks."""
+    trust = TrustStore.from_directory(host.trusted)
+    with open(signed["ms_exporter"], "rb") as f:
+        srcversion = verify_module(f, display="ms_exporter", trust=trust, kernel=kernel).srcversion
+    gen = _consumer_alone(host, signed, kernel)
+    fake = FakeKernel(live={"ms_exporter": srcversion})
+    b = boot_with(host, fake, require_symbol_crcs=False).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, gen), b.generations[gen].failed
+    assert fake.calls == [("load", "ms_consumer", "")]
+
+
+def test_a_digest_file_that_cannot_be_written_is_logged_and_the_boot_goes_on(
+    host: Layout, signed: dict[str, Path], kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generation gone live whose digest file cannot be written (a full disk) stays live:
+    the boot does not fail modules the kernel already runs, and logs the write's failure as
+    an error naming the bundle and the error."""
+    from structlog.testing import capture_logs
+
+    from service.boot.persist import Durable
+
+    def no_room(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    gen = _pending(host, signed, kernel)
+    monkeypatch.setattr(Durable, "publish_digest", no_room)
+    with capture_logs() as logs:
+        b = boot_with(host, FakeKernel()).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, gen)
+    [unwritable] = [e for e in logs if e["event"] == "digest.unwritable"]
+    assert (unwritable["bundle"], unwritable["log_level"]) == ("test", "error")
+    assert unwritable["error"] == "[Errno 28] No space left on device"
+
+
+def test_a_module_is_known_by_the_name_its_elf_registers_not_its_file_name(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """A module file named apart from the module it holds (``renamed-exporter.ko`` holding
+    ``ms_exporter``, as ``nvidia-580.ko`` may hold ``nvidia``) is recorded live under the
+    kernel's name: the name ``/sys/module`` shows it by, which later checks of what is
+    live (a module found loaded, one that left the kernel) look up."""
+    renamed = tmp_path / "renamed-exporter.ko"
+    renamed.write_bytes(signed["ms_exporter"].read_bytes())
+    stage(host.incoming, bundle="test", version="1", kernel=kernel,
+          modules=[ModuleSpec(renamed, "")])  # fmt: skip
+    [outcome] = make_intake(host).run()
+    assert outcome.accepted, outcome.reasons
+    fake = FakeKernel()
+    b = boot_with(host, fake).run().bundle("test")
+    assert (b.phase, b.active) == (Phase.ACTIVE, outcome.generation)
+    assert [m.module for m in b.loaded] == ["ms_exporter"] == list(fake.loaded())
