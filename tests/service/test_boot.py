@@ -21,7 +21,11 @@ from tests.service.fakes import pending as _pending
 def test_pending_generation_loads_in_order_with_params(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """Modules load in manifest order with their params; the generation becomes active."""
+    """Modules load in manifest order with their params; the generation becomes active.
+    Each module's load time, recorded and logged (``module.loaded``, milliseconds), lies
+    within the boot's own time."""
+    import time
+
     gen = _pending(
         host,
         kernel,
@@ -29,11 +33,17 @@ def test_pending_generation_loads_in_order_with_params(
         memory="online_movable",
     )
     fake = FakeKernel()
-    state = _boot(host, fake).run()
+    started = time.monotonic()
+    with capture_logs() as logs:
+        state = _boot(host, fake).run()
+    took = (time.monotonic() - started) * 1000
     assert fake.calls == [("load", "ms_exporter", ""), ("load", "ms_params", "count=7 label=hi")]
     b = state.bundle("test")
     assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, gen, None)
     assert [m.module for m in b.loaded] == ["ms_exporter", "ms_params"]
+    assert all(m.ms is not None and 0 <= m.ms <= took for m in b.loaded), b.loaded
+    loaded = [(e["module"], e["ms"]) for e in logs if e["event"] == "module.loaded"]
+    assert loaded == [(m.module, m.ms) for m in b.loaded]
     assert state.boot_id == "11111111-2222-3333-4444-555555555555"
     memory = host.sys / "devices/system/memory"
     assert (memory / "auto_online_blocks").read_text() == "online_movable"

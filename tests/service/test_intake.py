@@ -635,3 +635,23 @@ def test_a_status_unwritable_after_a_host_error_is_logged_and_the_drop_kept(
     [unwritable] = [e for e in logs if e["event"] == "status.unwritable"]
     assert (unwritable["bundle"], unwritable["log_level"]) == ("test", "error")
     assert "No space left on device" in unwritable["error"]
+
+
+def test_a_bundle_loaded_before_whose_generation_left_the_store_counts_as_unknown(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A drop loading after a bundle whose generation state names but the store no longer
+    holds (removed behind modstage's back) is judged as one loading after a bundle with no
+    generation yet, its exports unknown: taken in, never deferred run after run on the
+    missing directory."""
+    stage(host.incoming, bundle="a-first", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_exporter"], "")])  # fmt: skip
+    [first] = make_intake(host).run()
+    gone = host.store / str(first.generation)
+    for p in [gone, *gone.rglob("*")]:
+        p.chmod(0o755)
+    shutil.rmtree(gone)
+    stage(host.incoming, bundle="b-then", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_consumer"], "")], after=("a-first",))  # fmt: skip
+    [then] = make_intake(host).run()
+    assert then.accepted and not then.deferred, then.reasons

@@ -227,6 +227,47 @@ def test_rsa_key_sizes_the_kernel_cannot_use_are_not_in_its_keyring(
     assert "cannot load" in v.reason and "odd size" in v.reason
 
 
+def test_only_a_missing_key_names_the_certificates_the_target_cannot_load(
+    payload: bytes, alice: Cert, mallory: Cert, target: Target
+) -> None:
+    """The note naming trusted certificates the target cannot load explains ENOKEY alone,
+    and only when there are such certificates: an unknown signer with every trusted
+    certificate loadable is a plain ENOKEY, and a bad signature by a trusted key
+    (EKEYREJECTED) says nothing of a certificate the target dropped."""
+    odd = make_cert("odd size", bits=3000, serial=31)
+    unknown = verdict(
+        payload,
+        signed_data([signer_info(payload, mallory)]),
+        TrustStore.from_der(alice.der),
+        target,
+    )
+    assert unknown.reason is not None and unknown.reason.startswith("ENOKEY"), unknown.reason
+    assert "cannot load" not in unknown.reason
+    bad = signed_data([signer_info(payload + b"other bytes", alice)])
+    rejected = verdict(payload, bad, TrustStore.from_der(alice.der, odd.der), target)
+    assert rejected.reason is not None and rejected.reason.startswith("EKEYREJECTED")
+    assert "cannot load" not in rejected.reason and "odd size" not in rejected.reason
+
+
+def test_a_refused_message_reports_its_first_signer(
+    payload: bytes, mallory: Cert, bob: Cert, alice: Cert, target: Target
+) -> None:
+    """A message no signer of which verifies reports what its first SignerInfo (in the
+    message's order, as the kernel's parser lists them) says: its digest and key id,
+    whatever the others say. (DER sorts a SET OF, so which one is first is read back.)"""
+    trust = TrustStore.from_der(alice.der)
+    infos = [signer_info(payload, mallory), signer_info(payload, bob, hash="sha512")]
+    blob = signed_data(infos)
+    encoded = cms.ContentInfo.load(blob)["content"]["signer_infos"]
+    order = [i["digest_algorithm"]["algorithm"].native for i in encoded]
+    assert sorted(order) == ["sha256", "sha512"]
+    first = infos[0] if order[0] == "sha256" else infos[1]
+    alone = verdict(payload, signed_data([first]), trust, target)
+    v = verdict(payload, blob, trust, target)
+    assert v.reason is not None and v.reason.startswith("ENOKEY"), v.reason
+    assert (v.hash, v.key_id) == (order[0], alone.key_id) and alone.key_id
+
+
 def test_ec_keys_need_crypto_ecdsa_in_the_target(
     payload: bytes, target: Target, debian_target: Target
 ) -> None:
