@@ -19,7 +19,14 @@ from service.errors import ModuleRejected
 from service.verify.checks import Facts, check
 from service.verify.compressed import budget
 from service.verify.compressed.budget import DropBudget, Gate, per_drop
-from service.verify.compressed.decompress import CHUNK, chunks, decompress_into
+from service.verify.compressed.decompress import (
+    CHUNK,
+    Hashed,
+    chunks,
+    decompress,
+    decompress_file,
+    decompress_into,
+)
 from service.verify.compressed.stated import MAX_WINDOW, stated
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
@@ -279,6 +286,24 @@ def test_several_frames_or_members_are_refused_after_the_first() -> None:
     ):
         with pytest.raises(ModuleRejected, match="data after the end"):
             b"".join(chunks(io.BytesIO(blob).read, kind))
+
+
+@pytest.mark.parametrize("kind", ["xz", "zst", "gz"])
+def test_a_whole_file_is_hashed_even_when_its_stream_is_refused(kind: str) -> None:
+    """``decompress_file`` refuses data after the stream by default (a module is exact, as
+    is ``decompress`` called without ``exact``), yet every byte of the file, the trailing
+    ones too, goes through the digest it is given: the stored file's sha256 is known either
+    way. Without a digest of the caller's it decompresses all the same."""
+    data = b"\x7fELF" + bytes(range(256)) * 300
+    blob = compress(data, kind) + b"trailing junk" * (CHUNK // 4)  # over 3 CHUNKs
+    hashed = Hashed()
+    with pytest.raises(ModuleRejected, match="data after the end"):
+        decompress_file(io.BytesIO(blob), kind, hashed=hashed)
+    assert hashed.sha256.hexdigest() == hashlib.sha256(blob).hexdigest()
+    with pytest.raises(ModuleRejected, match="data after the end"):
+        decompress(io.BytesIO(blob).read, kind)
+    assert decompress(io.BytesIO(blob).read, kind, exact=False) == data
+    assert decompress_file(io.BytesIO(compress(data, kind)), kind) == data
 
 
 def test_the_gate_admits_costs_while_they_fit() -> None:
