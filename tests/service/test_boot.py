@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from service.boot.loader import summary
 from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load, save
@@ -57,8 +58,9 @@ def test_pending_generation_loads_in_order_with_params(
 def test_failed_second_module_unloads_first_and_restores_last_good(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """A failing module: this attempt's loads are undone, the generation is failed (and
-    logged so), LKG reloads."""
+    """A failing module: this attempt's loads are undone (each unload logged), the
+    generation is failed (and logged so), LKG reloads; the boot's last lines say where each
+    bundle ended, ``-`` for a generation it has none of."""
     good = _pending(host, kernel, [(signed["ms_exporter"], "")])
     _boot(host, FakeKernel()).run()
     bad = _pending(host, kernel, [(signed["ms_params"], ""), (signed["ms_enodev"], "")], "2")
@@ -81,6 +83,27 @@ def test_failed_second_module_unloads_first_and_restores_last_good(
         "modules/ms_enodev.ko: ENODEV: the module's init found no device (init returned -ENODEV)"
     )
     assert [h.target for h in b.history[-4:]] == ["loading", "failed", "loading", "active"]
+    [unloaded] = [e for e in logs if e["event"] == "module.unloaded"]
+    assert (unloaded["module"], unloaded["log_level"]) == ("ms_params", "info")
+    assert summary(state) == [f"test: active (active {good}, pending -)"]
+    failed_alone = replace(state, bundles={"test": replace(b, active=None)})
+    assert summary(failed_alone) == ["test: active (active -, pending -)"]
+
+
+def test_a_module_that_cannot_be_unloaded_after_a_failure_is_logged(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """When undoing a failed attempt cannot unload a module (something holds a reference to
+    it), the boot goes on to the fallback and logs the module and the kernel's reason as an
+    error: the admin learns what is left loaded."""
+    _pending(host, kernel, [(signed["ms_params"], ""), (signed["ms_enodev"], "")])
+    fake = FakeKernel(fail={"ms_enodev": errno.ENODEV}, refcnt={"ms_params": 1})
+    with capture_logs() as logs:
+        _boot(host, fake).run()
+    assert ("unload", "ms_params") in fake.calls
+    [stuck] = [e for e in logs if e["event"] == "module.unload_failed"]
+    assert (stuck["module"], stuck["log_level"]) == ("ms_params", "error")
+    assert "Resource temporarily unavailable" in stuck["reason"]
 
 
 def test_attempts_are_persisted_before_loading_and_expire(

@@ -58,8 +58,8 @@ def test_a_drop_waits_behind_an_admins_pending_rollback(
 ) -> None:
     """After ``rollback``, a new drop of the bundle does not replace the rollback: it waits in
     incoming (deferred, exit 0, not quarantined), its status file and ``status`` say it waits
-    for the rollback, the log warns, state is unchanged; once the admin cancels the rollback
-    the same drop is taken in."""
+    for the rollback and name the command that cancels it, the log warns, state is
+    unchanged; once the admin runs that command the same drop is taken in."""
     v1, v2 = _rolled_back(host, kernel, signed)
     before = host.state.read_bytes()
     drop = _drop(host, kernel, signed["ms_params"], "3")
@@ -79,7 +79,9 @@ def test_a_drop_waits_behind_an_admins_pending_rollback(
     code, shown = _cli(host, "status")
     assert f"pending rollback to {v1[:12]}" in shown, shown
     assert not any("rejected" in r for r in collect(host).bundles["test"].reasons)
-    assert _cli(host, "rollback", "test", v2[:12])[0] == 0  # cancel: v2 stays
+    command = f"modstage rollback test {v2[:12]}"  # the 12 characters status shows of an id
+    assert f"or {command} cancels it" in outcome.reasons[0], outcome.reasons
+    assert _cli(host, *command.split()[1:])[0] == 0  # the command it names cancels: v2 stays
     [outcome] = make_intake(host).run()
     assert outcome.accepted and not drop.exists()
     b = load(host.state).bundle("test")
