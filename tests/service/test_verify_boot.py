@@ -11,6 +11,7 @@ import pytest
 from service.boot.loader import Boot
 from service.config import Config
 from service.layout import Layout
+from service.store.phase import Phase
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
@@ -211,3 +212,25 @@ def test_kernel_einval_with_agreeing_crcs_keeps_the_kernels_words(
         failed
         == "modules/ms_params.ko: EINVAL: invalid module or parameter (or a symbol version mismatch)"
     )
+
+
+def test_a_compressed_module_damaged_in_the_store_fails_its_generation(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """A compressed module whose stored stream no longer decompresses (the store damaged
+    behind modstage's back) fails its generation with the file and the decompressor's
+    refusal; nothing is handed to the kernel and the boot goes on."""
+    module = tmp_path / "drop" / "ms_params.ko"
+    module.parent.mkdir()
+    module.write_bytes(compress(signed["ms_params"].read_bytes(), "xz"))
+    pending(host, kernel, module)
+    [gen] = [p for p in host.store.iterdir()]
+    stored = gen / "modules" / "ms_params.ko"
+    stored.parent.chmod(0o755)
+    stored.chmod(0o644)
+    stored.write_bytes(stored.read_bytes()[:-64])  # the stream's end cut off
+    fake = ImageKernel()
+    b = Boot(host, Config(), TrustStore.from_directory(host.trusted), fake).run().bundle("z")
+    assert (b.phase, b.active) == (Phase.FAILED, None)
+    assert b.generations[gen.name].failed == "modules/ms_params.ko: EINVAL: truncated xz stream"
+    assert fake.calls == [] and fake.images == []
