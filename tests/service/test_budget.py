@@ -114,3 +114,44 @@ def test_run_all_returns_results_in_order_and_runs_jobs_at_once(
 
     assert run_all([lambda: job(0), lambda: job(1)]) == [0, 1]
     assert run_all([lambda: 5]) == [5]
+
+
+_FREED_BUFFER_PROBE = """
+import ctypes, os, sys
+from service.verify.compressed import budget
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+        "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = Mallinfo2
+if sys.argv[1] == "run_all":
+    os.environ[budget.WORKERS_ENV] = "2"
+    budget.run_all([lambda: 0, lambda: 1])
+libc.free(libc.malloc(4 << 20))  # glibc's dynamic threshold would rise to 4 MiB
+before = libc.mallinfo2().hblks
+buffer = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblks - before)
+libc.free(buffer)
+"""
+
+
+@pytest.mark.parametrize(("how", "mapped"), [("run_all", "1"), ("alone", "0")])
+def test_parallel_verification_makes_glibc_give_freed_buffers_back(how: str, mapped: str) -> None:
+    """After ``run_all`` started a pool, a 1 MiB buffer is its own mapping (given back to the
+    system when freed) even once a 4 MiB one was freed, which without it raises glibc's
+    threshold to 4 MiB: the decompressors' buffers are not kept in each worker's arena. The
+    control (no ``run_all``) shows glibc's default rising threshold, so the probe can fail.
+    In a fresh interpreter: the threshold is per process."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run(
+        [sys.executable, "-c", _FREED_BUFFER_PROBE, how],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert probe.stdout.strip() == mapped, probe.stderr
