@@ -6,6 +6,7 @@ Performance is measured by the benchmarks under bench/, not by tests.
 """
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,14 @@ def pytest_configure(config: pytest.Config) -> None:
     fixture that stages (tests/nvidia) would otherwise note its drop in the shared
     ``<tmp>/modstage-<uid>/`` and a later ``wait --bundle`` would wait for that drop."""
     os.environ["MODSTAGE_STAGED_DIR"] = tempfile.mkdtemp(prefix="modstage-test-notes-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's staged-notes directory goes with the session (a mutation run starts
+    hundreds of sessions)."""
+    notes = os.environ.pop("MODSTAGE_STAGED_DIR", None)
+    if notes:
+        shutil.rmtree(notes, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
