@@ -218,9 +218,16 @@ def test_a_refused_drop_after_an_unload_makes_the_active_generation_pending_agai
 
 def test_a_refused_drop_while_the_modules_are_loaded_changes_nothing() -> None:
     """Modules still in the kernel, nothing active, or an admin's hold: after_refusal
-    returns the bundle itself (state.json is not written, no reboot is awaited)."""
+    returns the bundle itself (state.json is not written, no reboot is awaited). So does
+    a new generation waiting for its reboot, loaded or not: the refused drop is recorded
+    only while the active generation itself waits to be reloaded."""
     for b in (live(A), BundleState(), BundleState().staged(gen(A), 3)):
         assert b.after_refusal(REFUSED_B, unloaded=False) is b
+    newer = live(A).staged(gen(C, added=2.0), retain=3)
+    for waiting in (newer, newer.reboot_asked("asked")):
+        assert waiting.pending == C and waiting.active == A
+        for unloaded in (False, True):
+            assert waiting.after_refusal(REFUSED_B, unloaded) is waiting
     held = verbs.hold(live(A))
     assert held.after_refusal(REFUSED_B, unloaded=True) is held
     assert held.after_refusal(REFUSED_B, unloaded=True).awaits_reboot(K) is False
