@@ -125,6 +125,12 @@ class Layout:
         return self.run / "heartbeat.json"
 
     @property
+    def boot_window(self) -> Path:
+        """Which boot's one chance to load modules is taken, and by whom
+        (:mod:`service.boot.once`)."""
+        return self.run / "boot-window.json"
+
+    @property
     def unloads(self) -> Path:
         """When each module left the kernel in this boot (the daemon's record of the
         kernel's module ``remove`` uevents; :mod:`service.status.unloads`)."""

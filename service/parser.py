@@ -131,6 +131,13 @@ def _boot(sub: Subparsers) -> None:
         "alike); every printed line starts 'preview:' and every log line carries "
         "preview=true; changes nothing",
     )
+    boot.add_argument(
+        "--force-live-load",
+        action="store_true",
+        help="run even though modstage boot already ran in this boot, or the daemon started "
+        "before it: this loads and unloads modules in the running system, which a driver in "
+        "use may not survive (without it, such a run changes nothing and says so, exit 0)",
+    )
 
 
 def _serve_status(sub: Subparsers) -> None:
@@ -195,7 +202,9 @@ EXIT_CODES = {
     "intake": "0 every drop accepted or waiting in incoming (held, behind an admin's pending "
     "rollback, its target kernel not installed), 1 any rejected or the host failed to take "
     "one in (the drop kept), 2 usage",
-    "boot": "0 every bundle up (possibly on its last known good), 1 a bundle ended failed, 2 usage",
+    "boot": "0 every bundle up (possibly on its last known good), or nothing done because "
+    "this boot's loads already happened (see --force-live-load), 1 a bundle ended failed, "
+    "2 usage",
     "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
     "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2), "
     "4 upgrading (a bundle's driver was unloaded for a pending generation and waits for its "

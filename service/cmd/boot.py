@@ -7,6 +7,10 @@ instead of made. ``--dry-run`` runs the same boot, from the same host (``config.
 salvaged, each problem logged as ``config.invalid``), with every effect recorded and
 prints it: nothing changes. Every line a dry run prints starts ``preview:`` and every
 line it logs carries ``preview=true``, so no line of it reads as the boot's own.
+
+A boot acts once per boot (:mod:`service.boot.once`): run again in a boot whose loads
+already happened, or after the daemon started in it, it changes nothing, says so and
+exits 0; ``--force-live-load`` is the admin's explicit, loud override.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return dry_run(layout, out)
     from service.boot.loader import Boot, summary
 
+    if not once_per_boot(layout, out, force=getattr(args, "force_live_load", False)):
+        return 0
     host = host_for(layout)
     kernel = host.kernel
     state = Boot(layout, host.config, lambda: host.trust, kernel).run()  # read if used
@@ -74,6 +80,44 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(line, file=out)
     retire_metrics(layout)
     return exit_code(state)
+
+
+def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:
+    """Whether this run may act: close this boot's window and say True, or, if it was
+    closed already and ``force`` is not given, say why nothing is done and return False.
+
+    A record that cannot be written is logged and the boot goes on (``state.json``'s boot
+    id, saved with the boot's first transition, still tells a second run); refusing would
+    boot the node without its driver.
+    """
+    import time
+
+    from service.boot import once
+    from service.boot.loader import log
+
+    boot_id = layout.boot_id.read_text().strip()
+    before = once.closed(layout, boot_id)
+    if before is not None and not force:
+        log.warning("boot.already_done", boot_id=boot_id, by=before.by, at=before.at)
+        print(
+            f"modstage boot: nothing done: {before.sentence()}. Loading now would load or "
+            "unload modules in the running system; pending generations load at the next "
+            "boot (--force-live-load runs anyway)",
+            file=out,
+        )
+        return False
+    if before is not None:
+        log.warning("boot.forced_live", boot_id=boot_id, by=before.by, at=before.at)
+        print(
+            f"modstage boot: --force-live-load: {before.sentence()}; loading into the "
+            "running system",
+            file=out,
+        )
+    try:
+        once.close(layout, boot_id, once.BOOT, time.time())
+    except OSError as exc:
+        log.error("boot.window_unrecorded", path=str(layout.boot_window), error=str(exc))
+    return True
 
 
 def retire_metrics(layout: Layout, *, recorded: list[tuple[str, ...]] | None = None) -> None:

@@ -116,6 +116,22 @@ class Daemon:
             elif state.reboot:
                 log.info("daemon.restarted", reboot_intent=dump(state.reboot))
 
+    def close_boot_window(self) -> None:
+        """Close this boot's window for ``modstage boot`` if no boot closed it: the daemon
+        runs, so the boot's early moment is over (:mod:`service.boot.once`). A boot unit
+        started later in this boot (a package upgrade, an admin) then changes nothing."""
+        from service.boot import once
+
+        boot_id = self.layout.boot_id.read_text().strip()
+        if once.closed(self.layout, boot_id) is not None:
+            return
+        try:
+            once.close(self.layout, boot_id, once.DAEMON, self.clock.now().timestamp())
+        except OSError as exc:
+            log.error("boot.window_unrecorded", path=str(self.layout.boot_window), error=str(exc))
+            return
+        log.info("boot.window_closed", by="daemon", boot_id=boot_id)
+
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (watching the drops first)."""
         watchers = [self.watcher] if self.watcher is not None else []
@@ -345,6 +361,7 @@ class Daemon:
         self.intake.tick = self.feed_watchdog
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event(Kind.STOP, "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event(Kind.STOP, "SIGINT")))
+        self._guarded(self.close_boot_window)
         self._guarded(self.reconcile)
         notify("READY=1", "STATUS=watching for drops")
         log.info(

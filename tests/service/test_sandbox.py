@@ -275,6 +275,7 @@ kill -TERM $A $B; wait $A $B
 {cli} status --root {a} --reboot-required; echo "required-rc=$?"
 {cli} status --root {a} > /dev/null; echo "status-rc=$?"
 {cli} boot --root {a} --dry-run
+echo 00000000-0000-0000-0000-0000000000b2 > {a}/proc/sys/kernel/random/boot_id  # the reboot
 {cli} boot --root {a}
 """
     tmp = KeepOverlay("/tmp", upper=shm / "tmp", keep=tmp_path, hold=shm / "hold")
