@@ -170,3 +170,26 @@ def test_both_units_may_write_the_node_feature_directory(unit: Path) -> None:
         for word in line.split("=", 1)[1].split()
     ]
     assert f"-{FEATURES_DIR}" in writable
+
+
+def unit_section(unit: Path) -> dict[str, list[str]]:
+    """The [Unit] section's keys (repeatable) with their values, each split on spaces."""
+    keys: dict[str, list[str]] = {}
+    section = ""
+    for line in unit.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif section == "Unit" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            keys.setdefault(key.strip(), []).extend(value.split())
+    return keys
+
+
+def test_the_daemon_never_pulls_the_boot_unit_in() -> None:
+    """The daemon is ordered after the boot unit and depends on it in no way that starts it:
+    starting or restarting the daemon (an upgrade, an admin, ``Restart=``) must never run
+    ``modstage boot`` in a running system."""
+    keys = unit_section(DAEMON)
+    assert BOOT.name in keys["After"]
+    pulls = ("Wants", "Requires", "Requisite", "BindsTo", "PartOf", "Upholds", "OnSuccess")
+    assert not [k for k in pulls if BOOT.name in keys.get(k, [])], keys
