@@ -26,8 +26,15 @@ def prepare(vm: Vm, certificates: dict[str, bytes], config: str = "") -> None:
     vm.python(f"open('/etc/modstage/config.toml', 'w').write({config!r})")
 
 
-def modstage(vm: Vm, *argv: str, timeout: float = 120) -> tuple[int, str]:
-    """Run ``modstage ARGV`` inside the guest's long-lived Python; (exit code, output)."""
+def modstage(vm: Vm, *argv: str, timeout: float = 120, replay_boot: bool = True) -> tuple[int, str]:
+    """Run ``modstage ARGV`` inside the guest's long-lived Python; (exit code, output).
+
+    Most tests play a reboot in place: ``modstage boot`` run again in the same guest boot,
+    which modstage refuses (once per boot) unless told ``--force-live-load``; so a ``boot``
+    (not ``--dry-run``) gets that flag unless ``replay_boot`` is False. The tests of the
+    once-per-boot guard itself (tests/vm/test_deb_systemd.py) reboot for real."""
+    if replay_boot and argv[:1] == ("boot",) and "--dry-run" not in argv:
+        argv = (*argv, "--force-live-load")
     out = vm.python(
         "import io, sys\n"
         "from service.cli import main\n"

@@ -1,16 +1,20 @@
 """modstage's Debian package installed on a node under systemd as PID 1, on a real kernel.
 
-One node per kernel, two boots. The node's root keeps what is written to it across the
-reboot, as an installed Debian host's does: the root's overlay has its upper layer on an
+One node per kernel, three boots. The node's root keeps what is written to it across
+reboots, as an installed Debian host's does: the root's overlay has its upper layer on an
 ext4 disk of its own (``Vm(root_disk=...)``). Boot 1: the package built from this tree
 (``deploy/debian/build``, as tests/test_deb.py builds it) is installed with ``apt-get install
 ./modstage_*_all.deb``, so its maintainer scripts run (on 6.1, the host's Debian 12 root, the
 python3 libraries apt would fetch are handed in beside it; the Debian 13 root already has
-them). systemd-analyze scores the packaged units as it scores deploy/systemd's. The admin
-then writes a config with the systemd reboot backend and a trusted certificate into
-/etc/modstage and restarts the daemon; a drop staged with the packaged ``modstage stage`` is
-taken in and the daemon reboots the node. Boot 2: the package's boot unit loads the
-generation and ``modstage status`` says healthy.
+them). systemd-analyze scores the packaged units as it scores deploy/systemd's. The node is a
+fresh one whose boot unit was skipped (no state at boot): a drop is taken in and its
+generation waits for kured's reboot; the daemon killed, the package upgraded to a newer
+build, the daemon restarted and the boot unit started by hand each leave the running
+kernel's modules and the bundle's record alone. Boot 2 (``systemctl reboot``, as kured
+does): the boot unit loads the generation. The admin then writes a config with the systemd
+reboot backend into /etc/modstage and restarts the daemon; a second drop is taken in and the
+daemon reboots the node. Boot 3: the package's boot unit loads the generation and
+``modstage status`` says healthy.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import subprocess
 import tempfile
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,13 +90,26 @@ def downloaded(packages: dict[str, str]) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def packages(deb: Path, kernel: Kernel) -> Iterator[str]:
+def newer_deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same tree built as 0.1.1: the upgrade an admin's ``apt-get install`` brings."""
+    out = tmp_path_factory.mktemp("deb-newer")
+    argv = [str(ROOT / "deploy/debian/build"), "--out", str(out), "--version", "0.1.1"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def packages(deb: Path, newer_deb: Path, kernel: Kernel) -> Iterator[str]:
     """The package, and on 6.1 the libraries the host's root lacks, in a directory of the
-    node's root (its /tmp: the guest sees the root as it is at boot); its guest path."""
+    node's root (its /tmp: the guest sees the root as it is at boot); its guest path. The
+    newer build waits in its ``newer/`` subdirectory."""
     placed = Path(tempfile.mkdtemp(prefix="modstage-deb-", dir=kernel.root / "tmp"))
     placed.chmod(0o755)  # apt reads local packages as its unprivileged user
     try:
         shutil.copy(deb, placed)
+        (placed / "newer").mkdir(mode=0o755)
+        shutil.copy(newer_deb, placed / "newer")
         if not kernel.own_root:  # Debian 12's own python3 libraries, from its archive
             for dependency in downloaded(fetched_by_apt(deb)):
                 shutil.copy(dependency, placed)
@@ -177,6 +195,157 @@ def test_systemd_scores_the_packaged_units_as_the_installers(node: Vm) -> None:
         assert loaded == packaged == installer <= target, (
             f"{source.name}: loaded {loaded}, packaged {packaged}, install.sh's {installer}"
         )
+
+
+GUARD_CONFIG = """\
+allowed_bundles = ["test"]
+[reboot]
+backend = "kured"
+sentinel = "/run/modstage/reboot-required"
+min_delay = 0
+"""
+SENTINEL = "/run/modstage/reboot-required"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What must not change while a generation waits for its reboot on a running node."""
+
+    modules: frozenset[str]
+    phase: Phase
+    pending: str | None
+    history: int
+    reboot: object
+
+
+def waiting(node: Vm) -> Waiting:
+    """The node's loaded modules and bundle ``test``'s record as they are now."""
+    bundle = state(node).bundle("test")
+    return Waiting(
+        frozenset(live_modules(node)),
+        bundle.phase,
+        bundle.pending,
+        len(bundle.history),
+        state(node).reboot,
+    )
+
+
+def broken_by(node: Vm, case: str, before: Waiting) -> list[str]:
+    """What ``case`` changed that it must not have: a module loaded or unloaded, the
+    bundle's phase, pending generation or history, a failure recorded, the reboot intent
+    or kured's sentinel gone, ``status --reboot-required`` no longer 0, or any load or
+    unload the boot unit logged in this boot."""
+    now = waiting(node)
+    found = []
+    if now.modules != before.modules:
+        found.append(f"{case}: modules {sorted(before.modules ^ now.modules)} loaded or unloaded")
+    for name in ("phase", "pending", "history", "reboot"):
+        if getattr(now, name) != getattr(before, name):
+            found.append(f"{case}: {name} {getattr(before, name)!r} -> {getattr(now, name)!r}")
+    failed = [g for g in state(node).bundle("test").generations.values() if g.failed]
+    if failed:
+        found.append(f"{case}: marked failed: {[g.failed for g in failed]}")
+    if node.run(["test", "-e", SENTINEL]).rc != 0:
+        found.append(f"{case}: kured's sentinel is gone")
+    required = node.run(["modstage", "status", "--reboot-required"], timeout=120).rc
+    if required != 0:
+        found.append(f"{case}: status --reboot-required exits {required}")
+    acted = [
+        e["event"]
+        for e in events(journal(node, BOOT))
+        if e["event"].startswith(("generation.", "module.", "bundle.", "memory.", "firmware."))
+    ]
+    if acted:
+        found.append(f"{case}: the boot unit acted in the running system: {acted}")
+    return found
+
+
+def daemon_ready(node: Vm, old_pid: str) -> str:
+    """Wait until a daemon other than ``old_pid`` is active (READY: ``Type=notify``); its PID."""
+    return str(
+        poll(
+            lambda: (
+                (s := show(node, DAEMON, "ActiveState", "MainPID"))["ActiveState"] == "active"
+                and s["MainPID"] not in ("0", old_pid)
+                and s["MainPID"]
+            ),
+            180,
+            f"a daemon other than {old_pid} to be active",
+        )
+    )
+
+
+def test_upgrades_restarts_and_crashes_never_run_the_boot_on_the_live_node(
+    node: Vm,
+    kernel: Kernel,
+    test_modules: dict[str, Path],
+    key: SigningKey,
+    tmp_path: Path,
+    packages: str,
+) -> None:
+    """A node whose boot unit was skipped at boot (no state then: the package was installed
+    on the running node) takes a drop in; its generation waits for kured's reboot (the
+    sentinel written, the intent recorded). Then, each on the running node: (c) the daemon
+    killed and restarted by ``Restart=``, (a) ``apt-get install`` of a newer build of the
+    package (its maintainer scripts), (b) ``systemctl restart modstage.service``, (e) an
+    admin's ``systemctl start modstage-boot.service``. After each: no module loaded or
+    unloaded, nothing marked failed, the bundle's record and the reboot request unchanged,
+    ``status --reboot-required`` still 0, no load logged by the boot unit; the admin's start
+    says ``boot.already_done`` (the daemon closed this boot). Every case is checked before
+    the test fails, so one run names each that breaks. Then kured's reboot (``systemctl
+    reboot``): the boot unit loads the generation and ``status`` is healthy."""
+    assert installed(node), "the package is not installed (see the tests before)"
+    prepare(node, {"vendor.pem": key.cert_pem.read_bytes()}, GUARD_CONFIG)
+    node.run(["sync"]).check()
+    node.run(["systemctl", "restart", DAEMON], timeout=180).check()
+    signed = kmod.sign(kernel, test_modules["ms_exporter"], key, tmp_path / "ms_exporter.ko")
+    module = node.put(signed, "vendor/ms_exporter.ko")
+    stage = ["modstage", "stage", "--into", "/var/lib/modstage/incoming", "--bundle", "test"]
+    node.run([*stage, "--version", "0", "--kernel", kernel.release, "--module", module]).check()
+    poll(lambda: node.run(["test", "-e", SENTINEL]).rc == 0, 180, "kured's sentinel")
+    before = waiting(node)
+    assert before.phase is Phase.REBOOT_SCHEDULED and before.pending, before
+    assert "ms_exporter" not in before.modules
+    boot = show(node, BOOT, "ActiveState", "ConditionResult")
+    assert boot == {"ActiveState": "inactive", "ConditionResult": "no"}, boot
+    broken: list[str] = []
+
+    pid = show(node, DAEMON, "MainPID")["MainPID"]
+    node.run(["kill", "-9", pid]).check()
+    pid = daemon_ready(node, pid)  # Restart=on-failure, RestartSec=5s
+    broken += broken_by(node, "(c) daemon killed", before)
+
+    newer = node.run(f"ls {packages}/newer/*.deb").check().stdout.split()
+    done = node.run(["apt-get", "install", "--yes", *newer], env=NONINTERACTIVE, timeout=900)
+    assert done.rc == 0 and "Setting up modstage (0.1.1)" in done.stdout, (
+        done.stdout[-4000:] + done.stderr[-4000:]
+    )
+    pid = daemon_ready(node, pid)  # the postinst's restart
+    broken += broken_by(node, "(a) apt-get install of 0.1.1", before)
+
+    node.run(["systemctl", "restart", DAEMON], timeout=180).check()
+    daemon_ready(node, pid)
+    broken += broken_by(node, "(b) systemctl restart", before)
+
+    started = node.run(["systemctl", "start", BOOT], timeout=180)
+    broken += broken_by(node, "(e) systemctl start modstage-boot", before)
+    said = [e for e in events(journal(node, BOOT)) if e["event"] == "boot.already_done"]
+    if started.rc != 0 or [e["by"] for e in said] != ["daemon"]:
+        broken.append(f"(e) the boot unit did not say the daemon closed this boot: {said}")
+    assert not broken, "\n".join(broken)
+
+    node.run(["systemctl", "--no-block", "reboot"]).check()  # as kured does in its window
+    wait_for_reboot(node, 300)
+    node.start()
+    require_systemd(node)
+    boot = show(node, BOOT, "ActiveState", "Result", "ExecMainStatus")
+    assert boot == {"ActiveState": "active", "Result": "success", "ExecMainStatus": "0"}, boot
+    assert "ms_exporter" in live_modules(node)
+    bundle = state(node).bundle("test")
+    assert (bundle.phase, bundle.active, bundle.pending) == (Phase.ACTIVE, before.pending, None)
+    assert node.run(["dpkg-query", "-W", "-f", "${Version}", "modstage"]).stdout == "0.1.1"
+    done = node.run(["modstage", "status", "--json"], timeout=120)
+    assert done.rc == 0 and json.loads(done.stdout)["health"] == "healthy", done.stdout
 
 
 def test_a_staged_driver_is_taken_in_rebooted_into_and_loaded_by_the_package(
