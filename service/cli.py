@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_ERROR = 1
 EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
+EXIT_CONFIG = 78  # serve: the config is invalid (sysexits' EX_CONFIG; the unit does not restart)
 EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader went away: as a tool killed by SIGPIPE exits
 KERNEL_TREE_ROOT = {"service.cmd.verify"}  # its --root may be a kernel's tree alone
 
@@ -80,6 +81,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return error if error == EXIT_UNKNOWN else EXIT_USAGE
         if isinstance(exc, ServiceError):
             print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
+            from service.errors import ConfigError
+
+            if isinstance(exc, ConfigError) and args.subcommand == "serve":
+                return EXIT_CONFIG  # permanent until an admin edits it: no restart loop
             return error
         if isinstance(exc, OSError) and exc.filename is not None:  # a file no layer named
             print(

@@ -60,7 +60,7 @@ from typing import Any
 
 from service.backends import BACKENDS
 from service.errors import ConfigError
-from service.window import DAYS, Guard, Window
+from service.window import DAYS, Guard, Window, zone
 from stager.manifest import MemoryPolicy
 from stager.record import RecordError, load, spec
 
@@ -301,12 +301,14 @@ def _clock(value: Any, key: str, problems: list[str]) -> time:
 
 
 def _zone(value: Any, problems: list[str]) -> str:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # the [reboot] table's only
+    from zoneinfo import TZPATH, ZoneInfoNotFoundError  # the [reboot] table's only
 
     try:
-        ZoneInfo(value)
+        zone(value)
     except (TypeError, ValueError, ZoneInfoNotFoundError):
-        problems.append(f"reboot.timezone: {shown(value)} is not a known time zone")
+        found = any(Path(directory, "UTC").exists() for directory in TZPATH)
+        tzdata = "" if found else " (no time zone database: is tzdata installed?)"
+        problems.append(f"reboot.timezone: {shown(value)} is not a known time zone{tzdata}")
         return "UTC"
     return str(value)
 

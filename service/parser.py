@@ -205,7 +205,8 @@ EXIT_CODES = {
     "boot": "0 every bundle up (possibly on its last known good), or nothing done because "
     "this boot's loads already happened (see --force-live-load), 1 a bundle ended failed, "
     "2 usage",
-    "serve": "0 stopped by a signal, 1 cannot start (e.g. invalid config), 2 usage",
+    "serve": "0 stopped by a signal, 1 cannot start, 2 usage, 78 config.toml is invalid (the "
+    "unit's RestartPreventExitStatus=78: no restart until an admin fixes it)",
     "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2), "
     "4 upgrading (a bundle's driver was unloaded for a pending generation and waits for its "
     "reboot, within [reboot] upgrading_bound); --reboot-required has its own, see that option",

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta, tzinfo
 
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def zone(name: str) -> tzinfo:
+    """The time zone ``name``: ``UTC`` built in (a host without tzdata, as slim images are,
+    knows it), any other from the system's tz database (ZoneInfoNotFoundError without it)."""
+    if name == "UTC":
+        return UTC
+    from zoneinfo import ZoneInfo  # not on the boot path, which has no window
+
+    return ZoneInfo(name)
 
 
 @dataclass(frozen=True)
@@ -25,9 +35,7 @@ class Window:
 
     def contains(self, when: datetime) -> bool:
         """Whether the aware datetime ``when`` lies in the window."""
-        from zoneinfo import ZoneInfo  # not on the boot path, which has no window
-
-        local = when.astimezone(ZoneInfo(self.timezone))
+        local = when.astimezone(zone(self.timezone))
         days = self.days or DAYS
         now = local.time()
         if self.start <= self.end:
@@ -40,13 +48,11 @@ class Window:
         """``now`` if the window is open, else the next moment it opens (within 8 days)."""
         if self.contains(now):
             return now
-        from zoneinfo import ZoneInfo
-
-        zone = ZoneInfo(self.timezone)
-        local = now.astimezone(zone)
+        local_zone = zone(self.timezone)
+        local = now.astimezone(local_zone)
         for days in range(0, 9):
             day = (local + timedelta(days=days)).date()
-            start = datetime.combine(day, self.start, tzinfo=zone)
+            start = datetime.combine(day, self.start, tzinfo=local_zone)
             if start > now and self.contains(start):
                 return start.astimezone(UTC)
         return None

@@ -93,6 +93,7 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
         "python3-pyudev (>= 0.24)",
         "python3-tomli-w (>= 1.0)",
         "python3:any (>= 3.11~)",
+        "tzdata",
     ):
         assert dep in fields, fields
     # status's tables only: structlog imports rich whenever it is installed, and every boot
