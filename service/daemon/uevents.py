@@ -122,6 +122,38 @@ class Source(Protocol):
         ...
 
 
+def size_receive_buffer(monitor: Any, wanted: int = RCVBUF) -> int:
+    """Give ``monitor``'s netlink socket a receive buffer of ``wanted`` bytes, or as much of it
+    as this process may; the size it got (as the kernel counts it: twice what was set).
+
+    libudev sets it with ``SO_RCVBUFFORCE``, which needs ``CAP_NET_ADMIN`` (the daemon's unit
+    does not grant it); without it, plain ``SO_RCVBUF``, which the kernel caps at
+    ``net.core.rmem_max`` (``net/core/sock.c``, ``sk_setsockopt``). A buffer that still
+    overflows loses events the daemon notices (ENOBUFS: a full rescan), so a capped buffer is
+    logged as information, and only a socket that takes no size at all as a warning.
+    """
+    import socket
+
+    try:
+        monitor.set_receive_buffer_size(wanted)
+        how = "SO_RCVBUFFORCE"
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EACCES):
+            log.warning("uevents.buffer_unset", wanted=wanted, error=str(exc))
+            return 0
+        how = "SO_RCVBUF (capped at net.core.rmem_max)"
+        try:
+            with socket.fromfd(monitor.fileno(), socket.AF_NETLINK, socket.SOCK_RAW) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, wanted)
+        except OSError as again:
+            log.warning("uevents.buffer_unset", wanted=wanted, error=str(again))
+            return 0
+    with socket.fromfd(monitor.fileno(), socket.AF_NETLINK, socket.SOCK_RAW) as sock:
+        got = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    log.info("uevents.buffer", bytes=got, wanted=wanted, set_with=how)
+    return int(got)
+
+
 class KernelUevents:
     """pyudev's monitor of the kernel's uevents for :data:`SUBSYSTEMS`, receiving from the
     moment it is made (so a block added before anyone enumerates is not missed)."""
@@ -131,10 +163,7 @@ class KernelUevents:
         self.monitor: Any = pyudev.Monitor.from_netlink(context, source="kernel")
         for subsystem in SUBSYSTEMS:
             self.monitor.filter_by(subsystem)
-        try:  # libudev asks for SO_RCVBUFFORCE (CAP_NET_ADMIN), else what rmem_max allows
-            self.monitor.set_receive_buffer_size(RCVBUF)
-        except OSError as exc:
-            log.warning("uevents.small_buffer", wanted=RCVBUF, error=str(exc))
+        size_receive_buffer(self.monitor)
         self.monitor.start()
 
     def fileno(self) -> int:

@@ -3,8 +3,10 @@ thread, fed by a fake event source (the pyudev source is proved in the test VM).
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
+import socket
 import threading
 import time
 from pathlib import Path
@@ -12,7 +14,13 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from service.daemon.events import Event, Kind
-from service.daemon.uevents import Overflow, Uevent, UeventListener, online_block
+from service.daemon.uevents import (
+    Overflow,
+    Uevent,
+    UeventListener,
+    online_block,
+    size_receive_buffer,
+)
 from service.kernel.sysfs import Sysfs
 from stager.manifest import MemoryPolicy
 
@@ -236,3 +244,43 @@ def test_starting_takes_memory_over_from_a_kernel_that_onlines_by_itself(
         ("memory.handed_over", None, None),
         ("memory.onlined", 8, "Normal"),
     ]
+
+
+class _Monitor:
+    """A monitor whose libudev sizing fails as it does without CAP_NET_ADMIN, over a real
+    netlink socket (the kernel's own uevent family)."""
+
+    def __init__(self, error: int) -> None:
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 15)  # NETLINK_KOBJECT_UEVENT
+        self.error = error
+
+    def set_receive_buffer_size(self, size: int) -> None:
+        raise OSError(self.error, os.strerror(self.error))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+
+def test_without_cap_net_admin_the_buffer_is_sized_without_a_warning() -> None:
+    """libudev's SO_RCVBUFFORCE refused (EPERM: no CAP_NET_ADMIN, as under the daemon's
+    unit): the socket still gets SO_RCVBUF, as large as net.core.rmem_max allows (more than
+    the default it had), logged as information, not a warning; the monitor's own socket
+    stays open."""
+    monitor = _Monitor(errno.EPERM)
+    before = monitor.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    with capture_logs() as logs:
+        got = size_receive_buffer(monitor, 1 << 24)
+    assert got == monitor.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    assert got == min(2 * rmem_max, 2 * (1 << 24)) and got >= before
+    assert [(e["event"], e["log_level"]) for e in logs] == [("uevents.buffer", "info")]
+    monitor.sock.close()
+
+
+def test_a_socket_that_takes_no_size_is_a_warning() -> None:
+    """Any other failure of libudev's sizing (not a missing capability) is a warning."""
+    monitor = _Monitor(errno.EBADF)
+    with capture_logs() as logs:
+        assert size_receive_buffer(monitor, 1 << 24) == 0
+    assert [(e["event"], e["log_level"]) for e in logs] == [("uevents.buffer_unset", "warning")]
+    monitor.sock.close()
