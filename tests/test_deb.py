@@ -146,6 +146,70 @@ def _scripts(deb: Path) -> dict[str, str]:
     return {n: _control(deb, n) for n in names if n in scripts}
 
 
+def _purge_root(root: Path, firmware_path: str, foreign_exporter: bool) -> None:
+    """A node's files as modstage leaves them, under ``root``."""
+    files = {
+        "etc/modstage/config.toml": "",
+        "etc/kubernetes/node-feature-discovery/features.d/modstage": "modstage.io/x=1\n",
+        "etc/kubernetes/node-feature-discovery/features.d/other": "other.io/y=1\n",
+        "sys/module/firmware_class/parameters/path": firmware_path,
+        "var/lib/prometheus/node-exporter/modstage.prom": "modstage_up 1\n",
+        "var/lib/modstage/state.json": "{}",
+        "run/modstage/firmware/x.bin": "fw",
+    }
+    if foreign_exporter:
+        files["var/lib/prometheus/node-exporter/other.prom"] = "other 1\n"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.mark.parametrize("foreign", [False, True], ids=["own", "foreign"])
+def test_purge_removes_everything_modstage_made_outside_its_directories(
+    tmp_path: Path, foreign: bool
+) -> None:
+    """The package's postrm, ``purge`` under ``DPKG_ROOT``: modstage's label file in NFD's
+    features.d goes (NFD's directory and another file in it stay), firmware_class.path is
+    cleared when it names modstage's view and left alone when it names another's, the
+    metrics file goes and node-exporter's directory with it when nothing else is in it (no
+    package owns it here), the config, state and runtime directories go."""
+    root = tmp_path / "root"
+    _purge_root(root, "/opt/other/firmware\n" if foreign else "/run/modstage/firmware\n", foreign)
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy/debian/postrm"), "purge"],
+        env={"DPKG_ROOT": str(root), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    expected = [
+        "etc",
+        "etc/kubernetes",
+        "etc/kubernetes/node-feature-discovery",
+        "etc/kubernetes/node-feature-discovery/features.d",
+        "etc/kubernetes/node-feature-discovery/features.d/other",
+        "run",
+        "sys",
+        "sys/module",
+        "sys/module/firmware_class",
+        "sys/module/firmware_class/parameters",
+        "sys/module/firmware_class/parameters/path",
+        "var",
+        "var/lib",
+    ]
+    if foreign:
+        expected += [
+            "var/lib/prometheus",
+            "var/lib/prometheus/node-exporter",
+            "var/lib/prometheus/node-exporter/other.prom",
+        ]
+    assert left == sorted(expected)
+    firmware = (root / "sys/module/firmware_class/parameters/path").read_text()
+    assert firmware == ("/opt/other/firmware\n" if foreign else "\0")
+
+
 def test_lintian_finds_no_error_and_no_warning(debs: dict[str, Path]) -> None:
     """lintian (pedantic, info shown) fails on no error and no warning; every tag it would
     report is overridden in deploy/debian/modstage.lintian-overrides, each with a reason."""
