@@ -104,7 +104,7 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     files = _contents(deb)
     assert not [p for p in files if p.startswith(("/opt", "/usr/local"))]
     assert files["/usr/bin/modstage"].mode & 0o111
-    assert "/usr/lib/python3/dist-packages/service/daemon/inotify.py" in files
+    assert "/usr/lib/python3/dist-packages/service/daemon/loop.py" in files
     assert "/usr/lib/python3/dist-packages/stager/manifest.py" in files
     state = files["/var/lib/modstage"]
     assert state.isdir() and state.mode & 0o7777 == 0o755
@@ -135,6 +135,71 @@ def test_the_daemon_is_started_and_restarted_the_boot_unit_only_enabled(
             invoked = [ln for ln in script.splitlines() if "deb-systemd-invoke" in ln]
             assert not [ln for ln in invoked if "modstage-boot" in ln], invoked
             assert "systemctl start modstage-boot" not in script
+
+
+def test_the_package_carries_the_admins_documents(debs: dict[str, Path]) -> None:
+    """The manual, written from the parser at build time: every command (``config check``
+    too) has its section with each of its options, its example and exit status, and EXIT
+    STATUS lists every command; the config's manual names every key of docs/config.md;
+    groff renders both without a warning. Both units' ``Documentation=`` is the manual;
+    README.Debian, NEWS.Debian, bash completion (valid bash) and the examples (alert rules,
+    Kubernetes manifests, driver container, example config) are shipped; the installed
+    metadata, which ``--version`` reads, says the package's own version."""
+    import gzip
+    import re
+
+    from service.parser import COMMANDS, build_parser
+
+    for version, deb in debs.items():
+        files = _contents(deb)
+        docs = "/usr/share/doc/modstage"
+        for name in ("README.Debian", "NEWS.Debian.gz", "examples/modstage-alerts.yml"):
+            assert f"{docs}/{name}" in files, name
+        for name in ("kubernetes/kured-daemonset.yaml", "driver-container/Containerfile"):
+            assert f"{docs}/examples/{name}" in files, name
+        assert f"{docs}/examples/config.example.toml" in files
+        for unit in ("modstage.service", "modstage-boot.service"):
+            text = _file(deb, f"lib/systemd/system/{unit}")
+            assert "Documentation=man:modstage(1) man:modstage-config(5)" in text.splitlines()
+        metadata = _file(
+            deb, f"usr/lib/python3/dist-packages/modstage-{version}.dist-info/METADATA"
+        )
+        assert f"Version: {version}" in metadata.splitlines()
+        completion = _file(deb, "usr/share/bash-completion/completions/modstage")
+        assert subprocess.run(["bash", "-n"], input=completion, text=True).returncode == 0
+    deb = debs["0.1.0"]
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(data.stdout)) as tar:
+        pages = {}
+        for name in ("man1/modstage.1.gz", "man5/modstage-config.5.gz"):
+            member = tar.extractfile(f"./usr/share/man/{name}")
+            assert member is not None, name
+            pages[name] = gzip.decompress(member.read()).decode()
+    manual = pages["man1/modstage.1.gz"]
+    exit_status = manual[manual.index(".SH EXIT STATUS") :]
+    parser = build_parser()
+    names = [n for n in COMMANDS if n != "config"] + ["config check"]
+    for name in names:
+        section = f".SS modstage {name}".replace("-", "\\-")
+        assert section in manual, name
+        assert f".B {name}\n" in exit_status, name
+        words = name.split()
+        sub = parser._subparsers._group_actions[0].choices[words[0]]  # type: ignore[union-attr]
+        if len(words) == 2:
+            sub = sub._subparsers._group_actions[0].choices[words[1]]  # type: ignore[union-attr]
+        for action in sub._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert option.replace("-", "\\-") in manual, (name, option)
+    keys = re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "docs/config.md").read_text(), re.M)
+    assert len(keys) > 20
+    for key in keys:
+        assert f".B {key}\n".replace("-", "\\-") in pages["man5/modstage-config.5.gz"], key
+    for text in pages.values():
+        done = subprocess.run(
+            ["groff", "-man", "-z", "-ww"], input=text, capture_output=True, text=True
+        )
+        assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def _scripts(deb: Path) -> dict[str, str]:
