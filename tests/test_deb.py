@@ -85,7 +85,8 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     """Architecture all, Debian's python3 libraries as dependencies (Debian 12's lowest
     versions, no watchdog, rich only suggested), /usr/bin/modstage, both units running /usr/bin/modstage,
     the example config as the conffile /etc/modstage/config.toml, /var/lib/modstage 0755,
-    the modules under Debian's Python path, and nothing under /opt or /usr/local."""
+    the modules private to the command in /usr/share/modstage (Debian's Python policy:
+    nothing in dist-packages), and nothing under /opt or /usr/local."""
     deb = debs["0.1.0"]
     fields = subprocess.run(
         ["dpkg-deb", "-f", str(deb), "Architecture", "Depends", "Suggests", "Version"],
@@ -112,8 +113,12 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     files = _contents(deb)
     assert not [p for p in files if p.startswith(("/opt", "/usr/local"))]
     assert files["/usr/bin/modstage"].mode & 0o111
-    assert "/usr/lib/python3/dist-packages/service/daemon/loop.py" in files
-    assert "/usr/lib/python3/dist-packages/stager/manifest.py" in files
+    # Debian's Python policy: private modules, not the generic names service and stager in
+    # the shared dist-packages
+    assert "/usr/share/modstage/service/daemon/loop.py" in files
+    assert "/usr/share/modstage/stager/manifest.py" in files
+    assert not [p for p in files if "dist-packages" in p or "site-packages" in p]
+    assert 'sys.path.insert(0, "/usr/share/modstage")' in _file(deb, "usr/bin/modstage")
     state = files["/var/lib/modstage"]
     assert state.isdir() and state.mode & 0o7777 == 0o755
     assert _control(deb, "conffiles").split() == ["/etc/modstage/config.toml"]
@@ -168,9 +173,7 @@ def test_the_package_carries_the_admins_documents(debs: dict[str, Path]) -> None
         for unit in ("modstage.service", "modstage-boot.service"):
             text = _file(deb, f"usr/lib/systemd/system/{unit}")
             assert "Documentation=man:modstage(1) man:modstage-config(5)" in text.splitlines()
-        metadata = _file(
-            deb, f"usr/lib/python3/dist-packages/modstage-{version}.dist-info/METADATA"
-        )
+        metadata = _file(deb, f"usr/share/modstage/modstage-{version}.dist-info/METADATA")
         assert f"Version: {version}" in metadata.splitlines()
         completion = _file(deb, "usr/share/bash-completion/completions/modstage")
         assert subprocess.run(["bash", "-n"], input=completion, text=True).returncode == 0
