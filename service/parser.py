@@ -221,7 +221,7 @@ EXIT_CODES = {
     "2 usage (an unknown bundle)",
     "hold": "0 held, 1 already held or state unreadable, 2 usage (an unknown bundle)",
     "release": "0 released, 1 not held or state unreadable, 2 usage (an unknown bundle)",
-    "forget": "0 forgotten, 1 refused (a generation active or pending) or state unreadable, "
+    "forget": "0 forgotten, 1 refused (a generation active, or being loaded) or state unreadable, "
     "2 usage (no such bundle nor status file)",
     "prune": "0 done (or nothing to prune), 1 state or config unreadable, 2 usage (--keep below 0)",
     "sandbox": "0 laid out, 1 a file could not be written, 2 usage (ROOT holds files and is "
@@ -267,8 +267,8 @@ def _admin(sub: Subparsers) -> None:
         "hold": "take no new generation and ask for no reboot for BUNDLE until released: its "
         "drops wait in incoming, the boot loads its last known good (a pending one waits)",
         "release": "undo hold",
-        "forget": "forget BUNDLE (nothing active or pending): its state, generations and "
-        "status files, e.g. a rejected typo'd name that keeps the host degraded",
+        "forget": "forget BUNDLE (nothing active; a pending generation goes with it): its "
+        "state, generations and status files, e.g. a typo'd name that keeps the host degraded",
     }
     for verb, text in verbs.items():
         p = _host(sub, verb, module, text)

@@ -204,10 +204,11 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def forget(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
-    """Forget a bundle with nothing active or pending: its state (and the generations only
-    it names, from the store) and its status files, so a rejected typo'd or hostile name no
-    longer keeps the host degraded. Its history goes with it: the note is in the journal
-    (``admin.forget``) and on stdout."""
+    """Forget a bundle with nothing active (nothing of it was ever loaded; a pending
+    generation goes with it): its state (and the generations only it names, from the
+    store) and its status files, so a typo'd or hostile name, rejected or pending, no longer
+    keeps the host degraded nor claims another bundle's modules. Its history goes with it:
+    the note is in the journal (``admin.forget``) and on stdout."""
     from service.logs import get_logger
 
     name = args.bundle
@@ -220,12 +221,13 @@ def forget(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(
                 f"no bundle named {name!r} in {layout.state} nor a status file (known: {known})"
             )
-        if b is not None and (b.active or b.pending):
-            live = b.active or b.pending
+        if b is not None and b.active:
             raise StateError(
-                f"{name}: generation {str(live)[:12]} is active or pending and loads at boot; "
-                "forget takes only a bundle with nothing active or pending"
+                f"{name}: generation {b.active[:12]} is active (the last known good, loaded "
+                "at every boot); forget takes only a bundle with nothing active"
             )
+        if b is not None and b.phase is Phase.LOADING:
+            raise StateError(f"{name}: cannot forget while the bundle is being loaded")
         gone = sorted(b.generations) if b is not None else []
         if b is not None:
             rest = {k: v for k, v in state.bundles.items() if k != name}

@@ -79,6 +79,26 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
     return problems
 
 
+def claimed_modules(manifest: Manifest, owners: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Each module of ``manifest`` another bundle owns: ``owners`` maps a module name to
+    the bundle and generation whose active or pending generation loads it. Two bundles
+    cannot share a module: the kernel loads a name once, and the bundle booted second
+    would fail (a typo'd bundle name carrying the real bundle's module is the usual case).
+    """
+    problems = []
+    for module in manifest.modules:
+        owner = owners.get(module.name)
+        if owner is None or owner[0] == manifest.bundle:
+            continue
+        bundle, generation = owner
+        problems.append(
+            f"{module.file}: module {module.name!r} belongs to bundle {bundle!r} (generation "
+            f"{generation[:12]}): stage it as bundle {bundle!r}, or first modstage forget "
+            f"{bundle} if that name is the mistake"
+        )
+    return problems
+
+
 def verify_copy(
     tmp: Path,
     manifest: Manifest,

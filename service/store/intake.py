@@ -30,7 +30,13 @@ from service.config import Config
 from service.errors import DropError, ServiceError
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.admit import bundle_exports, missing_tree, policy_problems, verify_copy
+from service.store.admit import (
+    bundle_exports,
+    claimed_modules,
+    missing_tree,
+    policy_problems,
+    verify_copy,
+)
 from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
@@ -207,6 +213,7 @@ class Intake:
         if state.bundle(bundle).phase is Phase.LOADING:
             raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
         problems = policy_problems(self.config, manifest, state.bundle(bundle))
+        problems += claimed_modules(manifest, self._owners(state, bundle))
         if problems:
             raise Rejected(problems)
         if bundle in state.bundles or may_keep_status(self.layout, self.config, bundle):
@@ -218,6 +225,19 @@ class Intake:
                 generation=manifest.digest,
             )
         return state
+
+    def _owners(self, state: State, bundle: str) -> dict[str, tuple[str, str]]:
+        """Module name -> (bundle, generation) for the active and pending generations of
+        the bundles other than ``bundle`` (a generation gone from the store owns nothing)."""
+        owners: dict[str, tuple[str, str]] = {}
+        for name, other in sorted(state.bundles.items()):
+            for generation in sorted(other.keep()) if name != bundle else ():
+                try:
+                    modules = self.store.manifest(generation).modules
+                except (OSError, ManifestError):
+                    continue
+                owners.update({m.name: (name, generation) for m in modules})
+        return owners
 
     def _record(self, state: State, manifest: Manifest, digest: str | None) -> None:
         """The published generation staged as pending, saved; what fell past retain collected."""

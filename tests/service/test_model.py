@@ -226,9 +226,7 @@ class HostModel(RuleBasedStateMachine):
     def daemon_starts(self) -> None:
         """The daemon starts (after a reboot, or restarted): it reconciles the boot id."""
         host = Host(self.layout)
-        self.daemon = Daemon(
-            self.layout, host.config, host.intake, host.rebooter, clock=self.clock
-        )
+        self.daemon = Daemon(self.layout, host.config, host.intake, host.rebooter, clock=self.clock)
         self.daemon.reconcile()
 
     @precondition(lambda self: self.daemon is not None)
@@ -242,7 +240,10 @@ class HostModel(RuleBasedStateMachine):
         self.daemon.write_metrics()
         self.classify()
 
-    @rule(verb=st.sampled_from(["hold", "release", "retry", "rollback"]), bundle=st.sampled_from(BUNDLES))
+    @rule(
+        verb=st.sampled_from(["hold", "release", "retry", "rollback"]),
+        bundle=st.sampled_from(BUNDLES),
+    )
     def verb(self, verb: str, bundle: str) -> None:
         """An admin's verb on a bundle (refusals are fine; a traceback is not)."""
         code, _ = cli(verb, "--root", self.root, bundle)
@@ -251,7 +252,9 @@ class HostModel(RuleBasedStateMachine):
     @rule(verb=st.sampled_from(["retry", "rollback"]), data=st.data())
     def verb_on_generation(self, verb: str, data: st.DataObject) -> None:
         """``retry``/``rollback`` naming a generation the bundle knows."""
-        known = [(n, g) for n, b in sorted(self.state().bundles.items()) for g in sorted(b.generations)]
+        known = [
+            (n, g) for n, b in sorted(self.state().bundles.items()) for g in sorted(b.generations)
+        ]
         if not known:
             return
         bundle, gen = data.draw(st.sampled_from(known))
