@@ -133,10 +133,19 @@ def hold(bundle: BundleState) -> BundleState:
 
 
 def release(bundle: BundleState) -> BundleState:
-    """Undo :func:`hold`."""
+    """Undo :func:`hold`. A pending generation a boot passed over while held (the boot
+    brought the last known good up, so the phase moved on) is pending again: the daemon
+    asks the reboot that loads it."""
     if not bundle.held:
         raise StateError("not held")
-    return replace(bundle, held=False).record("admin: release")
+    released = replace(bundle, held=False)
+    gen = bundle.generations.get(bundle.pending) if bundle.pending else None
+    passed_over = bundle.phase in (Phase.ACTIVE, Phase.FAILED, Phase.NO_DEVICE)
+    if gen is not None and not gen.failed and gen.id != bundle.active and passed_over:
+        return released.move(
+            Phase.PENDING, note=f"admin: release; generation {gen.id[:12]} pending again"
+        )
+    return released.record("admin: release")
 
 
 def prune(bundle: BundleState, retain: int) -> tuple[BundleState, list[str]]:

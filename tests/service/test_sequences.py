@@ -5,10 +5,13 @@ found."""
 from __future__ import annotations
 
 import io
+import shutil
+import uuid
 from pathlib import Path
 
 from service.cli import main
 from service.layout import Layout
+from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake, pending
@@ -54,3 +57,38 @@ def test_a_bundle_with_only_a_pending_generation_can_be_forgotten(
     assert code == 0, out
     assert "dmeo" not in load(host.state).bundles
     assert not (host.store / gen).exists() and not (host.status / "dmeo.json").exists()
+
+
+def test_hold_reboot_release_asks_the_reboot_that_loads_the_pending_generation(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 active, v2 pending, held, a reboot brings v1 up (v2 passed over): after
+    ``release`` the bundle is pending again, a reboot is required for it, ``wait`` does not
+    call v2 active, and the next boot loads it."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    assert cli("hold", *root, "demo")[0] == 0
+    reboot(host)
+    assert cli("boot", *root)[0] == 0
+    code, out = cli("release", *root, "demo")
+    assert code == 0 and f"pending {v2[:12]} (loads at the next boot)" in out
+    b = load(host.state).bundle("demo")
+    assert (b.phase, b.pending) == (Phase.PENDING, v2)
+    assert cli("status", *root, "--reboot-required")[0] == 0
+    wait = ["wait", "--bundle", "demo", "--generation", v2, "--timeout", "0"]
+    code, out = cli(*wait, "--status-dir", str(host.status))
+    assert code == 3 and "active" not in out, out
+    reboot(host)
+    assert cli("boot", *root)[0] == 0
+    assert load(host.state).bundle("demo").active == v2
+
+
+def reboot(host: Layout) -> None:
+    """A reboot of the sandbox: a new boot id, no module live, ``run/`` empty."""
+    host.boot_id.write_text(f"{uuid.uuid4()}\n")
+    for live in (host.sys / "module").iterdir():
+        if live.name != "firmware_class":
+            shutil.rmtree(live)
+    shutil.rmtree(host.run, ignore_errors=True)
