@@ -170,6 +170,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     what = {"retry": "retry recorded", "rollback": "rollback recorded"}.get(verb, f"{verb} done")
     if verb == "rollback" and b.pending is None:
         what = "pending generation cancelled (rollback to the active one)"
+    if verb == "retry" and b.pending is None:
+        what = "pending rollback cancelled (retry of the active generation)"
     _report(args.bundle, b, what, args, out)
     return 0
 

@@ -79,9 +79,14 @@ class AdminChoice:
 
     A drop does not replace a pending rollback (an admin's reaction to a bad driver: the
     container re-dropping that driver would undo it); it replaces a pending retry, and the
-    new pending generation's history note says so (:meth:`BundleState.staged`).
+    new pending generation's history note says so (:meth:`BundleState.staged`). A retry
+    keeps what it cleared (``failed``, ``rolled_back``): undoing it (``rollback`` to the
+    active generation, :func:`service.store.verbs.cancel`) records them again.
     """
 
     verb: str  # "rollback" or "retry"
     generation: str  # the id it made pending
     what: str  # how it is named: "rollback to 3f2a... (1.0)"
+    # a retry's: the failure and the rollback mark it cleared, given back if it is undone
+    failed: str | None = field(default=None, metadata=spec(omit=is_none))
+    rolled_back: str | None = field(default=None, metadata=spec(omit=is_none))

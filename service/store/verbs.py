@@ -50,7 +50,8 @@ def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
         return cancel(bundle)
     _not_loading(bundle, "retry")
     cleared = replace(gen, failed=None, attempts=0, rolled_back=None)
-    chosen = AdminChoice("retry", gen.id, f"retry of {gen.id[:12]} ({gen.version})")
+    what = f"retry of {gen.id[:12]} ({gen.version})"
+    chosen = AdminChoice("retry", gen.id, what, failed=gen.failed, rolled_back=gen.rolled_back)
     return bundle.with_generation(cleared).move(
         Phase.PENDING,
         pending=gen.id,
@@ -106,6 +107,13 @@ def cancel(bundle: BundleState) -> BundleState:
         for gen in bundle.generations.values():
             if gen.rolled_back == choice.what:
                 bundle = bundle.with_generation(replace(gen, rolled_back=None))
+    if choice is not None and choice.verb == "retry":  # what it cleared is recorded again
+        gen = bundle.generations[choice.generation]
+        bundle = bundle.with_generation(
+            replace(gen, failed=choice.failed, rolled_back=choice.rolled_back)
+        )
+        if choice.failed:
+            note += f" (still failed: {choice.failed})"
     return bundle.move(Phase.ACTIVE, pending=None, note=note)
 
 

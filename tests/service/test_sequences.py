@@ -4,6 +4,7 @@ found."""
 
 from __future__ import annotations
 
+import errno
 import io
 import shutil
 import uuid
@@ -14,7 +15,7 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from tests.service.fakes import make_intake, pending
+from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -92,3 +93,42 @@ def reboot(host: Layout) -> None:
         if live.name != "firmware_class":
             shutil.rmtree(live)
     shutil.rmtree(host.run, ignore_errors=True)
+
+
+def test_undoing_a_retry_records_the_failure_again(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 failed at boot; ``retry`` clears the failure, ``rollback B <active>`` undoes the
+    retry: v2 is failed again with its reason, ``retry`` applies again, the host is not
+    ``ok``."""
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    boot_with(host, FakeKernel()).run()
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    boot_with(host, FakeKernel(fail={"ms_params": errno.ENOKEY})).run()
+    reason = load(host.state).bundle("demo").generations[v2].failed
+    assert reason
+    root = ["--root", str(host.root)]
+    assert cli("retry", *root, "demo")[0] == 0
+    code, out = cli("rollback", *root, "demo", v1[:12])
+    assert code == 0 and "cancelled" in out, out
+    b = load(host.state).bundle("demo")
+    assert (b.pending, b.generations[v2].failed) == (None, reason)
+    assert "still failed" in b.history[-1].note
+    assert not cli("status", *root)[1].startswith("host: ok")
+    assert cli("retry", *root, "demo")[0] == 0
+
+
+def test_a_retry_that_cancels_a_rollback_says_so(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 active, a rollback to v1 pending; ``retry`` (of v2, the newest rolled back) cancels
+    the rollback and says it did, not "retry recorded"."""
+    root = ["--root", str(host.root)]
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    boot_with(host, FakeKernel()).run()
+    pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    boot_with(host, FakeKernel()).run()
+    assert cli("rollback", *root, "demo", v1[:12])[0] == 0
+    code, out = cli("retry", *root, "demo")
+    assert code == 0 and "pending rollback cancelled" in out, out
+    assert load(host.state).bundle("demo").pending is None
