@@ -299,18 +299,22 @@ def _reboot(
     bundles: Mapping[str, BundleReport],
     daemon: Heartbeat,
     now: float,
+    boot_id: str | None,
 ) -> RebootReport:
     sentinel = layout.reboot_sentinel
     if config is not None:
         sentinel = sentinel_path(config.reboot, layout)
     waiting = state.awaiting_reboot(kernel or "")
+    # a request of an earlier boot is over (the daemon clears it when it next starts):
+    # never shown as current, as --reboot-required never counts it
+    asked = state.intent_in(boot_id) if boot_id is not None else state.reboot
     moment = datetime.fromtimestamp(now, UTC)
     window = config.reboot.window if config is not None else None
     opens = window.next_open(moment) if window is not None else None
     backend = config.reboot.backend if config is not None else None
     why = why_no_reboot(
         required=bool(waiting),
-        asked=state.reboot,
+        asked=asked,
         backend=backend,
         daemon=daemon,
         opens=opens,
@@ -323,7 +327,7 @@ def _reboot(
         scheduled=tuple(
             n for n, b in sorted(state.bundles.items()) if b.phase is Phase.REBOOT_SCHEDULED
         ),
-        asked=state.reboot,  # the daemon's recorded request: at, boot_id, backend, ...
+        asked=asked,  # the daemon's recorded request in this boot: at, boot_id, backend, ...
         backend=backend,
         window=_window_row(window),
         next_window=iso(opens.timestamp()) if opens is not None else None,
@@ -366,7 +370,7 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
         config_path=str(layout.config),
         config_error=config_error,
         daemon=daemon,
-        reboot=_reboot(layout, state, config, kernel, bundles, daemon, now),
+        reboot=_reboot(layout, state, config, kernel, bundles, daemon, now, boot_id),
         problems=tuple(problems),
         bundles=bundles,
         memory=memory_summary(layout.sys),

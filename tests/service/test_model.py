@@ -318,7 +318,8 @@ class HostModel(RuleBasedStateMachine):
         for live in (layout.sys / "module").iterdir():
             if live.name != "firmware_class":
                 shutil.rmtree(live)
-        shutil.rmtree(layout.run, ignore_errors=True)
+        for tmpfs in ("run", "var/run"):  # /run is a tmpfs (/var/run a link to it)
+            shutil.rmtree(layout.root / tmpfs, ignore_errors=True)
         self.daemon, self.booted = None, False
         self.clock.advance(600.0)
         if how == "boot":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import shutil
 import uuid
 from pathlib import Path
@@ -87,12 +88,14 @@ def test_hold_reboot_release_asks_the_reboot_that_loads_the_pending_generation(
 
 
 def reboot(host: Layout) -> None:
-    """A reboot of the sandbox: a new boot id, no module live, ``run/`` empty."""
+    """A reboot of the sandbox: a new boot id, no module live, ``run/`` (kured's sentinel
+    too) empty."""
     host.boot_id.write_text(f"{uuid.uuid4()}\n")
     for live in (host.sys / "module").iterdir():
         if live.name != "firmware_class":
             shutil.rmtree(live)
-    shutil.rmtree(host.run, ignore_errors=True)
+    for tmpfs in ("run", "var/run"):  # /run is a tmpfs (and /var/run a link to it)
+        shutil.rmtree(host.root / tmpfs, ignore_errors=True)
 
 
 def test_undoing_a_retry_records_the_failure_again(
@@ -132,3 +135,33 @@ def test_a_retry_that_cancels_a_rollback_says_so(
     code, out = cli("retry", *root, "demo")
     assert code == 0 and "pending rollback cancelled" in out, out
     assert load(host.state).bundle("demo").pending is None
+
+
+def test_a_reboot_request_of_an_earlier_boot_is_not_shown_as_current(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """With kured, the daemon asked a reboot for v1; the node rebooted without ``modstage
+    boot`` and the daemon has not started since: ``--reboot-required`` says no (the request
+    was of the earlier boot), and plain status and its JSON do not call it asked either."""
+    host.config.write_text('[reboot]\nbackend = "kured"\n')
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    ask_reboot(host)
+    root = ["--root", str(host.root)]
+    assert cli("status", *root, "--reboot-required")[0] == 0
+    reboot(host)
+    assert cli("status", *root, "--reboot-required")[0] == 1
+    doc = json.loads(cli("status", *root, "--json")[1])
+    assert doc["reboot"]["asked"] is None
+    assert "asked via" not in doc["reboot"]["why_not_asked"]
+    assert "asked via" not in cli("status", *root)[1].splitlines()[1]
+
+
+def ask_reboot(host: Layout) -> None:
+    """One daemon pass that asks for the reboot (no guard delay left)."""
+    from service.cmd.host import Host
+    from service.daemon.loop import Daemon
+
+    h = Host(host)
+    daemon = Daemon(host, h.config, h.intake, h.rebooter)
+    daemon.maybe_reboot()
+    assert load(host.state).reboot is not None

@@ -359,10 +359,11 @@ def test_both_views_show_each_signer_once_per_generation_in_the_kernels_key_form
 
 
 def test_a_recorded_reboot_request_is_shown(tmp_path: Path) -> None:
-    """The daemon's recorded request (when, how) is in --json and in the plain view."""
+    """The daemon's recorded request in this boot (when, how) is in --json and in the plain
+    view."""
     scheduled = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     scheduled = scheduled.move(Phase.PENDING, pending=NEW).move(Phase.REBOOT_SCHEDULED)
-    asked = RebootIntent(1.0, "b", "kured", ("nvidia",), "r")
+    asked = RebootIntent(1.0, "boot-2", "kured", ("nvidia",), "r")
     layout = host(tmp_path, State({"nvidia": scheduled}, reboot=asked))
     report = collect(layout)
     assert report.reboot.asked == asked and report.reboot.scheduled == ("nvidia",)
