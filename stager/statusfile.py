@@ -56,10 +56,12 @@ class StatusFile:
     """One bundle's status: its phase, generations, and what the host's last step found.
 
     ``held`` is true while an admin holds the bundle (a drop then waits in incoming, named
-    by ``drop``). ``drop`` (on a rejection or a hold), ``version`` and ``kernel`` (on
-    intake), ``reboot`` (the daemon's recorded request) and ``generations`` (in copies for a
-    pod) are optional: None (``held``: false) means the key is absent from the file.
-    None means the key is absent from the file.
+    by ``drop``). ``rejected`` names the bundle's last refused drops (drop name -> the first
+    reason), kept by every later write, so ``wait --drop`` tells a refused drop after the
+    host moved on (a reboot, another drop); absent when there is none. ``drop`` (on a
+    rejection or a hold), ``version`` and ``kernel`` (on intake), ``reboot`` (the daemon's
+    recorded request) and ``generations`` (in copies for a pod) are optional: None
+    (``held``: false) means the key is absent from the file.
     """
 
     bundle: str
@@ -78,6 +80,7 @@ class StatusFile:
     reboot: Mapping[str, Any] | None = field(default=None, metadata=_ABSENT_IF_NONE)
     generations: Mapping[str, GenerationInfo] | None = field(default=None, metadata=_ABSENT_IF_NONE)
     held: bool = field(default=False, metadata=spec(omit=is_empty))
+    rejected: Mapping[str, str] = field(default_factory=dict, metadata=spec(omit=is_empty))
 
     def known(self) -> set[str]:
         """Every generation id this status names."""

@@ -146,6 +146,8 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
         return Outcome(None, "waiting for the host (no status yet)")
     if target.since is not None and doc.updated < target.since:
         return Outcome(None, "waiting for the host to take the drop in")
+    if target.drop is not None and target.drop in doc.rejected:  # whatever came after
+        return Outcome(EXIT_REFUSED, f"drop rejected: {doc.rejected[target.drop]}")
     gen = _full(target.generation, doc) or doc.generation
     short = gen[:12] if gen else "-"
     errors = "; ".join(doc.errors) or "no reason given"

@@ -15,7 +15,9 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.state import BundleState
 from stager.atomic import write_atomic
-from stager.statusfile import StatusFile
+from stager.statusfile import StatusFile, StatusFileError
+
+MAX_REJECTED = 16  # refused drops a status file remembers (the newest)
 
 
 def write_status(
@@ -53,6 +55,7 @@ def write_status(
         kernel=kernel,
         reboot=reboot,
         held=state.held,
+        rejected=_rejected(layout, bundle, phase, drop, errors),
     )
     layout.status.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.status / f"{bundle}.json", status.to_json())
@@ -76,3 +79,19 @@ def _release(layout: Layout) -> str | None:
         return layout.kernel_release()
     except OSError:
         return None
+
+
+def _rejected(
+    layout: Layout, bundle: str, phase: Phase | None, drop: str | None, errors: list[str] | None
+) -> dict[str, str]:
+    """The bundle's refused drops, as the status file before this write named them, with
+    ``drop`` added when this write is its rejection (the newest :data:`MAX_REJECTED`)."""
+    try:
+        before = StatusFile.read(layout.status / f"{bundle}.json")
+    except StatusFileError:
+        before = None  # a garbled one: status names it; the next write replaces it
+    rejected = dict(before.rejected) if before is not None else {}
+    if phase is Phase.REJECTED and drop is not None:
+        rejected.pop(drop, None)
+        rejected[drop] = (errors or ["rejected"])[0]
+    return dict(list(rejected.items())[-MAX_REJECTED:])

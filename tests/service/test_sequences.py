@@ -16,6 +16,7 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
+from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 
 
@@ -165,3 +166,28 @@ def ask_reboot(host: Layout) -> None:
     daemon = Daemon(host, h.config, h.intake, h.rebooter)
     daemon.maybe_reboot()
     assert load(host.state).reboot is not None
+
+
+def test_wait_for_a_rejected_drop_says_rejected_after_a_reboot(
+    host: Layout, signed: dict[str, Path], other_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """v1 active; drop D, signed by a key the host does not trust, is rejected and ``wait
+    --drop D`` exits 1; after a reboot (the boot rewrites the status file) and another
+    accepted drop it still exits 1, never 0 for the active generation."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    untrusted = sign(signed["ms_params"], other_key, tmp_path / "untrusted.ko")
+    drop = stage(
+        host.incoming, bundle="demo", version="2", kernel=kernel, modules=[ModuleSpec(untrusted)]
+    )
+    assert cli("intake", *root)[0] == 1
+    wait = ["wait", "--bundle", "demo", "--drop", str(drop), "--timeout", "0"]
+    wait += ["--status-dir", str(host.status)]
+    assert cli(*wait)[0] == 1
+    reboot(host)
+    assert cli("boot", *root)[0] == 0
+    code, out = cli(*wait)
+    assert code == 1 and "drop rejected: " in out, out
+    pending(host, kernel, [(signed["ms_params"], "")], version="3", bundle="demo")
+    assert cli(*wait)[0] == 1

@@ -77,7 +77,8 @@ def test_a_file_written_by_the_old_writer_reads_back_byte_for_byte(text: str) ->
 
 
 def test_the_writer_writes_what_the_old_writer_wrote(tmp_path: Path) -> None:
-    """Same keys and values as before (the time aside), the optional keys only when given."""
+    """Same keys and values as before (the time aside), the optional keys only when given;
+    a rejection adds ``rejected`` (the drop and its first reason), kept by later writes."""
     layout = host(tmp_path)
     write_status(
         layout,
@@ -94,11 +95,17 @@ def test_the_writer_writes_what_the_old_writer_wrote(tmp_path: Path) -> None:
     assert written.pop("updated") > 0
     expected = json.loads(OLD_REJECTED)
     del expected["updated"]
-    assert written == expected
+    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}}
     write_status(layout, "nvidia", pending())
     written = json.loads((layout.status / "nvidia.json").read_bytes())
     assert written.pop("updated") > 0
-    assert written == {k: v for k, v in json.loads(OLD_PENDING).items() if k != "updated"}
+    expected = {k: v for k, v in json.loads(OLD_PENDING).items() if k != "updated"}
+    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}}
+    (layout.status / "nvidia.json").unlink()
+    write_status(layout, "nvidia", pending())
+    written = json.loads((layout.status / "nvidia.json").read_bytes())
+    assert written.pop("updated") > 0
+    assert written == expected
 
 
 def test_wait_and_the_writer_share_the_type(tmp_path: Path) -> None:
