@@ -10,6 +10,7 @@ Exit codes: 0 done, 1 refused (the message says why), 2 usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -83,10 +84,35 @@ def change(layout: Layout, name: str, how: Change) -> BundleState:
             bundle = how(state.bundles[name])
         except StateError as exc:
             raise StateError(f"{name}: {exc}") from exc
-        save(layout.state, state.with_bundle(name, bundle), step="admin")
+        state = state.with_bundle(name, bundle)
+        save(layout.state, state, step="admin")
         write_status(layout, name, bundle)
+        _withdraw(layout, state)
         _publish(layout)
     return bundle
+
+
+def _withdraw(layout: Layout, state: State) -> None:
+    """Withdraw the daemon's reboot request of this boot once an admin's verb left nothing
+    waiting for it (a hold, a cancelled pending generation, a forgotten bundle): the intent
+    is cleared and kured's sentinel, if modstage wrote it, removed, so no reboot comes for
+    nothing. The daemon asks again once something waits."""
+    from service.logs import get_logger
+
+    try:
+        boot_id = layout.boot_id.read_text().strip()
+        waiting = state.awaiting_reboot(layout.kernel_release())
+    except OSError:
+        return  # status says what cannot be read
+    intent = state.intent_in(boot_id)
+    if intent is None or waiting:
+        return
+    save(layout.state, replace(state, reboot=None), step="admin")
+    with contextlib.suppress(ServiceError):  # an invalid config: status says why
+        Host(layout).rebooter.clear()
+    get_logger("modstage.admin").info(
+        "reboot.withdrawn", asked_at=intent.at, bundles=list(intent.bundles)
+    )
 
 
 def unknown_bundle(layout: Layout, state: State, name: str) -> str:
@@ -232,9 +258,10 @@ def forget(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
             raise StateError(f"{name}: cannot forget while the bundle is being loaded")
         gone = sorted(b.generations) if b is not None else []
         if b is not None:
-            rest = {k: v for k, v in state.bundles.items() if k != name}
-            save(layout.state, replace(state, bundles=rest), step="admin")
+            state = replace(state, bundles={k: v for k, v in state.bundles.items() if k != name})
+            save(layout.state, state, step="admin")
             Store(layout.store).collect(gone)
+            _withdraw(layout, state)
         status.unlink(missing_ok=True)
         _unpublish(layout, name)
         _publish(layout)

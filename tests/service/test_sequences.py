@@ -191,3 +191,26 @@ def test_wait_for_a_rejected_drop_says_rejected_after_a_reboot(
     assert code == 1 and "drop rejected: " in out, out
     pending(host, kernel, [(signed["ms_params"], "")], version="3", bundle="demo")
     assert cli(*wait)[0] == 1
+
+
+def test_hold_withdraws_the_reboot_kured_was_asked_for(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """With kured, the daemon asked a reboot for ``demo``'s pending generation; ``hold``
+    leaves nothing waiting: the sentinel modstage wrote is removed and the request cleared,
+    so ``--reboot-required`` and status both say no reboot; ``release`` makes it wait again
+    and the daemon asks anew. A sentinel another tool wrote is left alone."""
+    host.config.write_text('[reboot]\nbackend = "kured"\n')
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    ask_reboot(host)
+    root = ["--root", str(host.root)]
+    assert host.reboot_sentinel.exists()
+    assert cli("hold", *root, "demo")[0] == 0
+    assert not host.reboot_sentinel.exists() and load(host.state).reboot is None
+    assert cli("status", *root, "--reboot-required")[0] == 1
+    assert cli("release", *root, "demo")[0] == 0
+    ask_reboot(host)
+    assert host.reboot_sentinel.read_text().startswith("modstage: ")
+    host.reboot_sentinel.write_text("*** System restart required ***\n")
+    assert cli("hold", *root, "demo")[0] == 0
+    assert host.reboot_sentinel.read_text() == "*** System restart required ***\n"
