@@ -86,6 +86,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if isinstance(exc, ConfigError) and args.subcommand == "serve":
                 return EXIT_CONFIG  # permanent until an admin edits it: no restart loop
             return error
+        if isinstance(exc, PermissionError) and exc.filename is not None:
+            print(
+                f"modstage {args.subcommand}: error: {exc.filename}: permission denied: "
+                "run as root (sudo modstage ...)",
+                file=sys.stderr,
+            )
+            return error if error == EXIT_UNKNOWN else EXIT_USAGE
         if isinstance(exc, OSError) and exc.filename is not None:  # a file no layer named
             print(
                 f"modstage {args.subcommand}: error: {exc.filename}: "

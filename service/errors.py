@@ -5,6 +5,7 @@
     ServiceError                    every failure of the service package
     ├── ConfigError                 /etc/modstage/config.toml is unreadable or invalid
     ├── UsageError                  a command was called with arguments it cannot act on
+    │   └── NotRoot                 a root-only file cannot be read or written: run as root
     ├── TrustError                  a trusted-certificate file or directory is unusable
     ├── DropError                   a file of a drop is unsafe or unreadable (names it)
     ├── LoadError                   the kernel refused to load or unload a module (errno)
@@ -42,6 +43,17 @@ class ConfigError(ServiceError):
 
 class UsageError(ServiceError):
     """A command cannot act on the arguments it was given."""
+
+
+class NotRoot(UsageError, PermissionError):
+    """``path`` is root's alone (``state.json``, the state lock): the command needs root.
+
+    A command run without it says so (exit 2), never a grade or advice drawn from what it
+    could not read."""
+
+    def __init__(self, path: object) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: permission denied: run as root (sudo modstage ...)")
 
 
 class TrustError(ServiceError):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.config import Config, RebootConfig
-from service.errors import ConfigError, StateError
+from service.errors import ConfigError, NotRoot, StateError
 from service.kernel import pci
 from service.layout import Layout
 from service.reboot import sentinel_path
@@ -66,6 +66,8 @@ def read_state(path: Path) -> State:
     """``state.read`` with I/O errors as :class:`StateError` (status reports, never moves)."""
     try:
         return read(path)  # its StateError names the path already
+    except PermissionError as exc:
+        raise NotRoot(path) from exc
     except OSError as exc:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
 

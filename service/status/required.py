@@ -104,6 +104,8 @@ def _state(path: Path) -> State:
             raise CannotTell(aside[-1], "an earlier state file was corrupt, set aside")
     try:
         return read(path)
+    except PermissionError as exc:
+        raise CannotTell(path, "permission denied: run as root") from exc
     except OSError as exc:
         raise CannotTell(path, exc.strerror or str(exc)) from exc
     except ServiceError as exc:

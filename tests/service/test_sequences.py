@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
-from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
+from tests.service.fakes import FakeKernel, boot_with, make_host, make_intake, pending
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -214,3 +215,59 @@ def test_hold_withdraws_the_reboot_kured_was_asked_for(
     host.reboot_sentinel.write_text("*** System restart required ***\n")
     assert cli("hold", *root, "demo")[0] == 0
     assert host.reboot_sentinel.read_text() == "*** System restart required ***\n"
+
+
+def as_nobody(root: Path, *argv: str) -> tuple[int, str, str]:
+    """``modstage ARGV --root ROOT`` in a child that dropped root for nobody (65534), every
+    module it needs imported first (the interpreter's own files may be root's alone):
+    (exit code, stdout, stderr)."""
+    import contextlib
+    import tempfile
+
+    import service.cmd.admin
+    import service.cmd.status  # noqa: F401
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 99
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with contextlib.redirect_stderr(err):
+                    code = main([argv[0], "--root", str(root), *argv[1:]], out)
+            finally:
+                out.flush()
+                err.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read(), err.read()
+
+
+def test_without_root_the_reading_commands_say_run_as_root(
+    signed: dict[str, Path], kernel: str, rsa_key: SigningKey
+) -> None:
+    """``demo`` is active on a host whose state is root's alone; run as nobody, ``status``
+    (plain and ``--json``) and ``generations`` exit 2 saying "run as root" (no grade, no
+    "rejected", no advice to forget it); the verbs say so too instead of blaming --root;
+    ``--reboot-required`` cannot tell (3), saying why."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="modstage-nonroot-"))
+    try:
+        base.chmod(0o755)
+        host = make_host(base / "root", kernel, rsa_key.cert_pem)
+        root = ["--root", str(host.root)]
+        pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+        assert cli("boot", *root)[0] == 0
+        for argv in (["status"], ["status", "--json"], ["generations"], ["hold", "demo"]):
+            code, out, err = as_nobody(host.root, *argv)
+            assert code == 2 and out == "", (argv, out, err)
+            assert "permission denied: run as root" in err, (argv, err)
+            assert "forget" not in err and "--root" not in err, (argv, err)
+        code, _, err = as_nobody(host.root, "status", "--reboot-required")
+        assert code == 3 and "run as root" in err
+    finally:
+        shutil.rmtree(base)
