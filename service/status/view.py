@@ -47,6 +47,14 @@ def short(generation: str | None) -> str:
     return generation[:12] if generation else "-"
 
 
+HISTORY_SHOWN = 5  # history entries a bundle shows in the plain view (--json: all)
+
+
+def _more(name: str) -> str:
+    """Where the whole history is."""
+    return f"all: modstage status --json | jq '.bundles.{name}.history'"
+
+
 def _reboot_line(doc: Report) -> str:
     r = doc.reboot
     line = "required for " + ", ".join(r.bundles) if r.required else "not required"
@@ -155,7 +163,9 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         out.append(f"  {signer_text(sig)}")
         if issuers and sig.issuer:
             out.append(f"    issuer {sig.issuer}")
-    for h in b.history[-5:]:  # each entry with its own note, however often it recurs
+    if len(b.history) > HISTORY_SHOWN:
+        out.append(f"  history: the last {HISTORY_SHOWN} of {len(b.history)} ({_more(name)})")
+    for h in b.history[-HISTORY_SHOWN:]:  # each entry with its own note, however often
         out.append(f"  {when(h.at)} {_history_text(h)}")
     for err in b.errors[-5:]:
         text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
@@ -237,7 +247,10 @@ def _rich_bundle(console: Console, name: str, b: BundleReport, *, issuers: bool 
             cells += [sig.issuer or "-"] if issuers else []
             keys.add_row(*(escape(c) for c in cells))
         console.print(keys)
-    for h in b.history[-5:]:
+    if len(b.history) > HISTORY_SHOWN:
+        more = f"  history: the last {HISTORY_SHOWN} of {len(b.history)} ({_more(name)})"
+        console.print(more, markup=False, highlight=False)
+    for h in b.history[-HISTORY_SHOWN:]:
         console.print(f"  {when(h.at)} {_history_text(h)}", markup=False, highlight=False)
 
 

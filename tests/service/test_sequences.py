@@ -271,3 +271,16 @@ def test_without_root_the_reading_commands_say_run_as_root(
         assert code == 3 and "run as root" in err
     finally:
         shutil.rmtree(base)
+
+
+def test_the_plain_view_says_its_history_is_the_last_five(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Past five entries the plain view says it shows the last 5 of N and where all are."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert "history: the last" not in cli("status", *root)[1]
+    for verb in ("hold", "release", "hold", "release", "hold"):
+        assert cli(verb, *root, "demo")[0] == 0
+    text = cli("status", *root)[1]
+    assert "  history: the last 5 of 6 (all: modstage status --json | jq " in text, text
