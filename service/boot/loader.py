@@ -34,6 +34,7 @@ from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.generations import Store
+from service.store.phase import Phase
 from service.store.records import ModuleLoad
 from service.store.state import BundleState, State
 from stager.errors import ManifestError
@@ -328,11 +329,19 @@ class Boot:
 
 def summary(state: State) -> list[str]:
     """Each bundle's end, in name order: phase, active and pending generation (the last
-    lines ``modstage boot`` prints, and its dry run)."""
-    return [
-        f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})"
-        for name, b in sorted(state.bundles.items())
-    ]
+    lines ``modstage boot`` prints, and its dry run), then what became of it: the generation
+    it fell back from and why, or that no generation of it is live."""
+    lines = []
+    for name, b in sorted(state.bundles.items()):
+        line = f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})"
+        failed = b.deployed_failure()
+        if failed is not None and b.phase is Phase.ACTIVE and failed.id != b.active:
+            line += f"; fell back from {failed.id[:12]} ({failed.version}): {failed.failed}"
+        elif b.phase is Phase.FAILED:
+            why = failed.failed if failed is not None else b.history[-1].note if b.history else ""
+            line += f"; no driver loaded{': ' + why if why else ''}"
+        lines.append(line)
+    return lines
 
 
 def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None, str | None]:

@@ -85,9 +85,14 @@ def test_failed_second_module_unloads_first_and_restores_last_good(
     assert [h.target for h in b.history[-4:]] == ["loading", "failed", "loading", "active"]
     [unloaded] = [e for e in logs if e["event"] == "module.unloaded"]
     assert (unloaded["module"], unloaded["log_level"]) == ("ms_params", "info")
-    assert summary(state) == [f"test: active (active {good}, pending -)"]
+    why = b.generations[bad].failed
+    assert summary(state) == [
+        f"test: active (active {good}, pending -); fell back from {bad[:12]} (2): {why}"
+    ]
     failed_alone = replace(state, bundles={"test": replace(b, active=None)})
-    assert summary(failed_alone) == ["test: active (active -, pending -)"]
+    assert summary(failed_alone) == [
+        f"test: active (active -, pending -); fell back from {bad[:12]} (2): {why}"
+    ]
 
 
 def test_a_module_that_cannot_be_unloaded_after_a_failure_is_logged(

@@ -284,3 +284,19 @@ def test_the_plain_view_says_its_history_is_the_last_five(
         assert cli(verb, *root, "demo")[0] == 0
     text = cli("status", *root)[1]
     assert "  history: the last 5 of 6 (all: modstage status --json | jq " in text, text
+
+
+def test_the_boot_s_last_lines_name_the_generation_it_fell_back_from(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 fails at boot and v1 comes back: the boot's summary line for the bundle says it
+    fell back from v2 and why, not only ``active``."""
+    from service.boot.loader import summary
+
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    boot_with(host, FakeKernel()).run()
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    state = boot_with(host, FakeKernel(fail={"ms_params": errno.ENOKEY})).run()
+    [line] = summary(state)
+    assert line.startswith("demo: active (active ")
+    assert f"; fell back from {v2[:12]} (2): modules/ms_params.ko: ENOKEY" in line, line
