@@ -146,5 +146,12 @@ def add_wait(sub: Subparsers) -> argparse.ArgumentParser:
         metavar="PATH",
         help="create PATH once the generation is active (readiness probe)",
     )
+    wait.add_argument(
+        "--boot-id-file",
+        type=Path,
+        default=Path("/proc/sys/kernel/random/boot_id"),
+        metavar="PATH",
+        help="this boot's id: a generation is active only once loaded in it (default: %(default)s)",
+    )
     wait.set_defaults(command="stager.wait")
     return wait

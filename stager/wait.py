@@ -140,8 +140,9 @@ class Outcome:
     message: str
 
 
-def judge(doc: StatusFile | None, target: Target) -> Outcome:
-    """What the status file ``doc`` (None: no file yet) means for ``target``."""
+def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) -> Outcome:
+    """What the status file ``doc`` (None: no file yet) means for ``target`` in boot
+    ``boot_id`` (None: unknown)."""
     if doc is None:
         return Outcome(None, "waiting for the host (no status yet)")
     if target.since is not None and doc.updated < target.since:
@@ -159,6 +160,13 @@ def judge(doc: StatusFile | None, target: Target) -> Outcome:
         why = f"{errors}; it loads at a boot with the device present"
         return Outcome(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
     if gen is not None and doc.active == gen and doc.pending != gen:  # pending again: reload
+        earlier = boot_id is not None and doc.boot_id is not None and doc.boot_id != boot_id
+        if earlier or doc.live is False:
+            return Outcome(
+                None,
+                f"generation {short} is recorded active, but its modules are not live in this "
+                "boot (modstage boot has not loaded them yet)",
+            )
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
     if doc.phase == FAILED and doc.generation == gen:
         return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
@@ -206,12 +214,13 @@ def wait_for(
     interval: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    boot_id: str | None = None,
 ) -> int:
     """Poll ``read`` until ``target`` is decided or ``timeout`` passes; ``emit`` each change."""
     deadline = None if timeout is None else clock() + timeout
     last = None
     while True:
-        outcome = judge(read(), target)
+        outcome = judge(read(), target, boot_id)
         if outcome.message != last:
             emit(outcome.message)
             last = outcome.message
@@ -265,6 +274,15 @@ def superseded(seen: Seen, target: Target, doc: StatusFile | None) -> bool:
     return _full(target.generation, doc) not in doc.known()
 
 
+def _boot_id(path: Path) -> str | None:
+    """This boot's id (the kernel's ``boot_id``, the same inside a container); None if it
+    cannot be read (then a status file's own boot is not checked)."""
+    try:
+        return path.read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _status_now(path: Path) -> StatusFile | None:
     """The status file as it is when wait starts; None if absent or unreadable (the wait's
     own reads report an unreadable one)."""
@@ -295,6 +313,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         emit,
         timeout=args.timeout,
         interval=args.interval,
+        boot_id=_boot_id(args.boot_id_file),
     )
     if code == EXIT_ACTIVE and args.ready_file is not None:
         try:

@@ -56,6 +56,8 @@ def write_status(
         reboot=reboot,
         held=state.held,
         rejected=_rejected(layout, bundle, phase, drop, errors),
+        boot_id=_boot_id(layout),
+        live=_live(layout, state),
     )
     layout.status.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.status / f"{bundle}.json", status.to_json())
@@ -95,3 +97,19 @@ def _rejected(
         rejected.pop(drop, None)
         rejected[drop] = (errors or ["rejected"])[0]
     return dict(list(rejected.items())[-MAX_REJECTED:])
+
+
+def _boot_id(layout: Layout) -> str | None:
+    """The boot this file is written in (None if it cannot be read)."""
+    try:
+        return layout.boot_id.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _live(layout: Layout, state: BundleState) -> bool | None:
+    """Whether every module the active generation loaded is live now (None: nothing active
+    or nothing recorded loaded)."""
+    if state.active is None or not state.loaded:
+        return None
+    return all((layout.sys / "module" / m.module / "initstate").exists() for m in state.loaded)

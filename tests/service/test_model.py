@@ -353,7 +353,7 @@ class HostModel(RuleBasedStateMachine):
             assert sentinel.exists() and not sentinel.read_text().startswith("modstage: "), (
                 "kured is told to reboot, status says no reboot is required"
             )
-        elif required:
+        elif required and required_code == 1:
             why = doc["reboot"]["why_not_asked"] or ""
             assert "asked via" not in why and "due since" not in why, (
                 f"status shows a reboot asked ({why}) while --reboot-required says none is"
@@ -393,6 +393,8 @@ class HostModel(RuleBasedStateMachine):
                 "0",
                 "--status-dir",
                 str(self.layout.status),
+                "--boot-id-file",
+                str(self.layout.boot_id),
             )
             if d.path.name in self.rejected:
                 assert code != 0, f"wait says a rejected drop is active: {out}"

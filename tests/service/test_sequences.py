@@ -300,3 +300,24 @@ def test_the_boot_s_last_lines_name_the_generation_it_fell_back_from(
     [line] = summary(state)
     assert line.startswith("demo: active (active ")
     assert f"; fell back from {v2[:12]} (2): modules/ms_params.ko: ENOKEY" in line, line
+
+
+def test_wait_does_not_call_a_generation_active_before_boot_loaded_it_in_this_boot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 went live and ``wait`` exits 0; after a reboot whose ``modstage boot`` has not run
+    (nothing live), ``wait`` keeps waiting (exit 3 at its timeout), even once a verb rewrote
+    the status file in this boot; after the boot it exits 0 again."""
+    root = ["--root", str(host.root)]
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    wait = ["wait", "--bundle", "demo", "--generation", v1, "--timeout", "0"]
+    wait += ["--status-dir", str(host.status), "--boot-id-file", str(host.boot_id)]
+    assert cli(*wait)[0] == 0
+    reboot(host)
+    code, out = cli(*wait)
+    assert code == 3 and "not live in this boot" in out, out
+    assert cli("hold", *root, "demo")[0] == 0
+    assert cli(*wait)[0] == 3
+    assert cli("boot", *root)[0] == 0
+    assert cli(*wait)[0] == 0
