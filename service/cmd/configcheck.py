@@ -1,7 +1,9 @@
 """``modstage config check``: validate ``config.toml``, the trusted certificates, and
 whether the reboot backend can reboot this host (kexec under lockdown needs a signed image).
 
-Exit 0 when both are usable, 1 when either has a problem (each one named).
+Exit 0 when both are usable, 1 when either has a problem (each one named). What is unsafe
+about the trust directory itself (a private key in it, a world-writable file or directory)
+is a warning: the certificates still load.
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ def check(layout: Layout) -> dict[str, Any]:
             problems.append(f"{layout.trusted}: no trusted certificate: every module is refused")
     except TrustError as exc:
         problems.append(str(exc))
+    from service.status.trustdir import trust_dir_problems
+
+    warnings = trust_dir_problems(layout.trusted)
     return {
         "ok": not problems,
+        "warnings": warnings,
         "config": {"path": str(layout.config), "exists": layout.config.exists()},
         "trusted": {"path": str(layout.trusted), "certificates": certificates},
         "backend": config.reboot.backend if config else None,
@@ -57,6 +63,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"config: {where}", file=out)
         for c in doc["trusted"]["certificates"]:
             print(f"trusted: {c['subject']} ({c['file']})", file=out)
+        for w in doc["warnings"]:
+            print(f"warning: {w}", file=out)
         for p in doc["problems"]:
             print(f"problem: {p}", file=out)
         print("ok" if doc["ok"] else f"{len(doc['problems'])} problem(s)", file=out)

@@ -1,12 +1,13 @@
 """``modstage sandbox ROOT --kernel RELEASE --trust CERT``: lay out a ``--root`` sandbox.
 
 The root holds what docs/sandbox.md's table lists, taken from this host's own kernel
-tree: the certificate (a copy), the running kernel's facts under ``proc`` (the release,
-a fresh boot id), the release's module tree (a directory of links to each entry of
-``/lib/modules/RELEASE``: the modules, their lists, ``build``), its config and image in
-``boot`` (links), an empty ``incoming``, and the ``sys`` files the boot writes (memory
-onlining ``offline``, an empty firmware path). The links are to admin-owned files that
-verification only reads; nothing under the root is written through them.
+tree: the certificate (its certificates alone, mode 0644, never a private key the file also
+holds), the running kernel's facts under ``proc`` (the release, a fresh boot id), the
+release's module tree (a directory of links to each entry of ``/lib/modules/RELEASE``: the
+modules, their lists, ``build``), its config and image in ``boot`` (links), an empty
+``incoming``, and the ``sys`` files the boot writes (memory onlining ``offline``, an empty
+firmware path). The links are to admin-owned files that verification only reads; nothing
+under the root is written through them.
 
 :func:`plan` decides (what goes where, every refusal collected first); :func:`apply`
 writes. A root that holds files and is not a sandbox is refused; an existing sandbox
@@ -72,16 +73,29 @@ def _certificate(cert: Path) -> tuple[Entry | None, list[str]]:
 
     try:
         data = cert.read_bytes()
-        for der in split_certificates(data, str(cert)):
+        ders = list(split_certificates(data, str(cert)))
+        for der in ders:
             TrustedKey.from_der(der, str(cert))
     except OSError as exc:
         return None, [f"--trust {cert}: cannot read: {exc.strerror}"]
     except TrustError as exc:
         return None, [f"--trust {cert}: not a PEM or DER certificate: {exc.reason}"]
     name = cert.name
+    pem = b"-----BEGIN" in data
     if cert.suffix.lower() not in SUFFIXES:
-        name += ".pem" if data.lstrip().startswith(b"-----BEGIN") else ".der"
+        name += ".pem" if pem else ".der"
+    if pem:  # the certificates alone: a kernel's signing_key.pem holds its private key too
+        return Entry(f"etc/modstage/trusted.d/{name}", text="".join(map(_pem, ders))), []
     return Entry(f"etc/modstage/trusted.d/{name}", source=cert), []
+
+
+def _pem(der: bytes) -> str:
+    """One certificate as a PEM block."""
+    import base64
+    import textwrap
+
+    body = "\n".join(textwrap.wrap(base64.b64encode(der).decode(), 64))
+    return f"-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n"
 
 
 def plan(root: Path, release: str, cert: Path, host: Layout = HOST) -> list[Entry]:
@@ -127,8 +141,10 @@ def apply(root: Path, entries: list[Entry]) -> list[str]:
             path.symlink_to(entry.target)
         elif entry.source is not None:
             shutil.copyfile(entry.source, path)
+            path.chmod(0o644)
         elif entry.text is not None:
             path.write_text(entry.text)
+            path.chmod(0o644)
         else:
             path.mkdir()
         made.append(entry.path)

@@ -52,6 +52,7 @@ from service.status.report import (
 )
 from service.status.required import CannotTell, read_fact
 from service.status.signers import signer_rows as signers_of
+from service.status.trustdir import trust_dir_problems
 from service.status.unloads import read_unloads
 from service.store import quarantine
 from service.store.phase import Phase
@@ -359,6 +360,9 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
         problems += [Problem(name, h, r) for h, r in zip(grades, b.reasons, strict=True)]
     memory_problems = misplaced_memory(layout, state, config)
     problems += memory_problems
+    unsafe = [Problem(None, Health.DEGRADED, p) for p in trust_dir_problems(layout.trusted)]
+    problems += unsafe
+    healths += [p.health for p in unsafe]
     healths += [p.health for p in memory_problems]
     daemon = read_heartbeat(layout.heartbeat, now)
     return Report(
