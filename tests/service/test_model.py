@@ -68,8 +68,8 @@ from tests.service.fakes import FakeKernel, make_host
 
 settings.register_profile(
     "model-ci",
-    max_examples=40,
-    stateful_step_count=25,
+    max_examples=100,
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
