@@ -58,10 +58,12 @@ class StatusFile:
     ``held`` is true while an admin holds the bundle (a drop then waits in incoming, named
     by ``drop``). ``rejected`` names the bundle's last refused drops (drop name -> the first
     reason), kept by every later write, so ``wait --drop`` tells a refused drop after the
-    host moved on (a reboot, another drop); absent when there is none. ``boot_id`` is the
-    boot the file was written in and ``live`` whether every module the active generation
-    loaded was live then: ``wait`` calls a generation active only when both hold in its
-    own boot. ``drop`` (on a
+    host moved on (a reboot, another drop); absent when there is none. ``taken`` names the
+    drops intake took in (drop name -> generation), kept alike; absent (None) from a host
+    that does not record them, so ``wait`` then falls back to the generation the file
+    names. ``boot_id`` is the boot the file was written in and ``live`` whether every module
+    the active generation loaded was live then: ``wait`` calls a generation active only when
+    both hold in its own boot. ``drop`` (on a
     rejection or a hold), ``version`` and ``kernel`` (on intake), ``reboot`` (the daemon's
     recorded request) and ``generations`` (in copies for a pod) are optional: None
     (``held``: false) means the key is absent from the file.
@@ -84,6 +86,7 @@ class StatusFile:
     generations: Mapping[str, GenerationInfo] | None = field(default=None, metadata=_ABSENT_IF_NONE)
     held: bool = field(default=False, metadata=spec(omit=is_empty))
     rejected: Mapping[str, str] = field(default_factory=dict, metadata=spec(omit=is_empty))
+    taken: Mapping[str, str] | None = field(default=None, metadata=_ABSENT_IF_NONE)
     boot_id: str | None = field(default=None, metadata=_ABSENT_IF_NONE)
     live: bool | None = field(default=None, metadata=_ABSENT_IF_NONE)
 

@@ -149,6 +149,11 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
         return Outcome(None, "waiting for the host to take the drop in")
     if target.drop is not None and target.drop in doc.rejected:  # whatever came after
         return Outcome(EXIT_REFUSED, f"drop rejected: {doc.rejected[target.drop]}")
+    if target.generation is None and target.drop is not None and doc.taken is not None:
+        # the drop left incoming: only the host's record says what became of it
+        if target.drop not in doc.taken:
+            return Outcome(None, f"the host has no record of drop {target.drop} (yet)")
+        target = Target(doc.taken[target.drop], target.drop, target.since)
     gen = _full(target.generation, doc) or doc.generation
     short = gen[:12] if gen else "-"
     errors = "; ".join(doc.errors) or "no reason given"

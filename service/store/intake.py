@@ -182,7 +182,7 @@ class Intake:
                     self._build(drop, manifest, started, self._exported_before(state, manifest))
                 finally:
                     self.building(None)
-            self._record(state, manifest, digest)
+            self._record(state, manifest, digest, drop.name)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
             return self._reject(drop, bundle, reasons, carried)
@@ -239,7 +239,7 @@ class Intake:
                 owners.update({m.name: (name, generation) for m in modules})
         return owners
 
-    def _record(self, state: State, manifest: Manifest, digest: str | None) -> None:
+    def _record(self, state: State, manifest: Manifest, digest: str | None, drop: str) -> None:
         """The published generation staged as pending, saved; what fell past retain collected."""
         name, generation = manifest.bundle, manifest.digest
         before = state.bundle(name)
@@ -269,6 +269,7 @@ class Intake:
             generation=generation,
             version=manifest.version,
             kernel=manifest.kernel,
+            taken=drop,
         )
         faults.hit("intake.recorded")
 

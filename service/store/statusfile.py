@@ -17,7 +17,7 @@ from service.store.state import BundleState
 from stager.atomic import write_atomic
 from stager.statusfile import StatusFile, StatusFileError
 
-MAX_REJECTED = 16  # refused drops a status file remembers (the newest)
+MAX_REJECTED = 16  # refused (and taken) drops a status file remembers (the newest)
 
 
 def write_status(
@@ -32,13 +32,17 @@ def write_status(
     version: str | None = None,
     kernel: str | None = None,
     reboot: Mapping[str, Any] | None = None,
+    taken: str | None = None,
 ) -> StatusFile:
     """Write the bundle's status: its persisted state plus what the last step found.
 
     ``drop`` names a rejected drop, ``version``/``kernel`` the generation intake took
     in, ``reboot`` the daemon's recorded request; each is written only when given.
+    ``taken`` names the drop intake took in as ``generation``: the file keeps it in
+    ``taken`` (drop -> generation) as it keeps refused drops in ``rejected``.
     """
     pending = state.generations.get(state.pending) if state.pending else None
+    before = _before(layout, bundle)
     status = StatusFile(
         bundle=bundle,
         phase=(phase or state.phase).value,
@@ -55,7 +59,8 @@ def write_status(
         kernel=kernel,
         reboot=reboot,
         held=state.held,
-        rejected=_rejected(layout, bundle, phase, drop, errors),
+        rejected=_rejected(before, phase, drop, errors),
+        taken=_taken(before, taken, generation),
         boot_id=_boot_id(layout),
         live=_live(layout, state),
     )
@@ -83,20 +88,34 @@ def _release(layout: Layout) -> str | None:
         return None
 
 
+def _before(layout: Layout, bundle: str) -> StatusFile | None:
+    """The bundle's status file as this write finds it (None: absent or garbled)."""
+    try:
+        return StatusFile.read(layout.status / f"{bundle}.json")
+    except StatusFileError:
+        return None  # a garbled one: status names it; the next write replaces it
+
+
 def _rejected(
-    layout: Layout, bundle: str, phase: Phase | None, drop: str | None, errors: list[str] | None
+    before: StatusFile | None, phase: Phase | None, drop: str | None, errors: list[str] | None
 ) -> dict[str, str]:
     """The bundle's refused drops, as the status file before this write named them, with
     ``drop`` added when this write is its rejection (the newest :data:`MAX_REJECTED`)."""
-    try:
-        before = StatusFile.read(layout.status / f"{bundle}.json")
-    except StatusFileError:
-        before = None  # a garbled one: status names it; the next write replaces it
     rejected = dict(before.rejected) if before is not None else {}
     if phase is Phase.REJECTED and drop is not None:
         rejected.pop(drop, None)
         rejected[drop] = (errors or ["rejected"])[0]
     return dict(list(rejected.items())[-MAX_REJECTED:])
+
+
+def _taken(before: StatusFile | None, drop: str | None, generation: str | None) -> dict[str, str]:
+    """The drops intake took in (drop -> generation), as the file before this write named
+    them, with ``drop`` added (the newest :data:`MAX_REJECTED`)."""
+    taken = dict(before.taken or {}) if before is not None else {}
+    if drop is not None and generation is not None:
+        taken.pop(drop, None)
+        taken[drop] = generation
+    return dict(list(taken.items())[-MAX_REJECTED:])
 
 
 def _boot_id(layout: Layout) -> str | None:

@@ -332,6 +332,16 @@ class HostModel(RuleBasedStateMachine):
             Boot(layout, host.config, lambda: host.trust, kernel_).run()
             self.booted = True
 
+    @precondition(lambda self: self.booted)
+    @rule()
+    def boot_again(self) -> None:
+        """``modstage boot`` run a second time in the same boot (a unit restarted by hand):
+        every bundle keeps its phase, active and pending generation."""
+        before = {n: (b.phase, b.active, b.pending) for n, b in self.state().bundles.items()}
+        assert cli("boot", "--root", self.root)[0] in (0, 1)
+        after = {n: (b.phase, b.active, b.pending) for n, b in self.state().bundles.items()}
+        assert after == before
+
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()

@@ -359,3 +359,32 @@ def test_a_private_key_in_trusted_d_is_warned_of_by_config_check_and_status(
     assert code == 1 and out.startswith("host: DEGRADED") and "holds a private key" in out
     host.trusted.chmod(0o777)
     assert "world-writable: anyone can add a key" in cli("config", "check", *root)[1]
+
+
+def test_wait_for_a_drop_the_host_has_no_record_of_never_answers_for_another_generation(
+    host: Layout, signed: dict[str, Path], other_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """``dmeo``'s drop D was rejected and ``forget dmeo`` cleared its records; a later drop of
+    ``dmeo`` went live: ``wait --drop D`` keeps waiting (the host has no record of D) instead
+    of calling the later generation D's, while ``wait`` for the later drop exits 0."""
+    root = ["--root", str(host.root)]
+    untrusted = sign(signed["ms_params"], other_key, tmp_path / "untrusted.ko")
+    rejected = stage(
+        host.incoming, bundle="dmeo", version="1", kernel=kernel, modules=[ModuleSpec(untrusted)]
+    )
+    assert cli("intake", *root)[0] == 1
+    assert cli("forget", *root, "dmeo")[0] == 0
+    later = stage(
+        host.incoming,
+        bundle="dmeo",
+        version="2",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_params"])],
+    )
+    assert cli("intake", *root)[0] == 0
+    assert cli("boot", *root)[0] == 0
+    wait = ["wait", "--bundle", "dmeo", "--timeout", "0", "--status-dir", str(host.status)]
+    wait += ["--boot-id-file", str(host.boot_id)]
+    code, out = cli(*wait, "--drop", str(rejected))
+    assert code == 3 and "no record of drop" in out, out
+    assert cli(*wait, "--drop", str(later))[0] == 0

@@ -78,7 +78,8 @@ def test_a_file_written_by_the_old_writer_reads_back_byte_for_byte(text: str) ->
 
 def test_the_writer_writes_what_the_old_writer_wrote(tmp_path: Path) -> None:
     """Same keys and values as before (the time aside), the optional keys only when given;
-    a rejection adds ``rejected`` (the drop and its first reason), kept by later writes."""
+    a rejection adds ``rejected`` (the drop and its first reason), kept by later writes, and
+    ``taken`` (the drops taken in) is always written, empty here."""
     layout = host(tmp_path)
     write_status(
         layout,
@@ -95,17 +96,17 @@ def test_the_writer_writes_what_the_old_writer_wrote(tmp_path: Path) -> None:
     assert written.pop("updated") > 0
     expected = json.loads(OLD_REJECTED)
     del expected["updated"]
-    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}}
+    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}, "taken": {}}
     write_status(layout, "nvidia", pending())
     written = json.loads((layout.status / "nvidia.json").read_bytes())
     assert written.pop("updated") > 0
     expected = {k: v for k, v in json.loads(OLD_PENDING).items() if k != "updated"}
-    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}}
+    assert written == {**expected, "rejected": {"nvidia.1.x": "bad sig"}, "taken": {}}
     (layout.status / "nvidia.json").unlink()
     write_status(layout, "nvidia", pending())
     written = json.loads((layout.status / "nvidia.json").read_bytes())
     assert written.pop("updated") > 0
-    assert written == expected
+    assert written == {**expected, "taken": {}}
 
 
 def test_wait_and_the_writer_share_the_type(tmp_path: Path) -> None:
