@@ -55,6 +55,15 @@ def _more(name: str) -> str:
     return f"all: modstage status --json | jq '.bundles.{name}.history'"
 
 
+def _deferred(b: BundleReport) -> tuple[str, ...]:
+    """The status file's errors that say why a drop waits in incoming (a deferral: held,
+    behind a rollback, its kernel not installed), not that something failed."""
+    doc = b.status_file
+    if doc is None or doc.drop is None or doc.phase in ("rejected", "failed"):
+        return ()
+    return tuple(doc.errors)
+
+
 def _reboot_line(doc: Report) -> str:
     r = doc.reboot
     line = "required for " + ", ".join(r.bundles) if r.required else "not required"
@@ -167,10 +176,11 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         out.append(f"  history: the last {HISTORY_SHOWN} of {len(b.history)} ({_more(name)})")
     for h in b.history[-HISTORY_SHOWN:]:  # each entry with its own note, however often
         out.append(f"  {when(h.at)} {_history_text(h)}")
+    deferred = _deferred(b)
     for err in b.errors[-5:]:
         text = err.split(": ", 1)[-1] if err[:12].isalnum() else err
         if not _said(text, out):
-            out.append(f"  error: {err}")
+            out.append(f"  {'waits' if err in deferred else 'error'}: {err}")
 
 
 def devices_line(name: str, b: BundleReport) -> str | None:

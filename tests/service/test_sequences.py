@@ -388,3 +388,25 @@ def test_wait_for_a_drop_the_host_has_no_record_of_never_answers_for_another_gen
     code, out = cli(*wait, "--drop", str(rejected))
     assert code == 3 and "no record of drop" in out, out
     assert cli(*wait, "--drop", str(later))[0] == 0
+
+
+def test_a_drop_that_waits_is_not_shown_as_an_error(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A drop deferred while its bundle is held is shown as ``waits:``, not ``error:``, and
+    the host stays ``ok``."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    assert cli("hold", *root, "demo")[0] == 0
+    stage(
+        host.incoming,
+        bundle="demo",
+        version="2",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_params"])],
+    )
+    assert cli("intake", *root)[0] == 0
+    code, text = cli("status", *root)
+    assert code == 0 and "  waits: bundle 'demo' is held by an admin" in text, text
+    assert "error:" not in text
