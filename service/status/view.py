@@ -6,6 +6,7 @@ Both views render the same :class:`~service.status.report.Report` that
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, TextIO
 
 from service.status.glance import STOPPED, iso
@@ -193,13 +194,26 @@ def devices_line(name: str, b: BundleReport) -> str | None:
     return None
 
 
+_REFUSED_GENERATION = re.compile(
+    r"generation ([0-9a-f]{12}) (?:already failed|was rolled back by an admin)"
+)
+
+
 def _quarantine_lines(doc: Report) -> list[str]:
-    """One line per quarantined drop (its reasons were escaped and bounded when recorded)."""
-    return [
-        f"quarantined {q.drop} ({'kept' if q.kept else 'removed'}, {when(q.at)}): "
-        f"{'; '.join(q.reasons)}"
-        for q in doc.quarantine
-    ]
+    """One line per quarantined drop (its reasons were escaped and bounded when recorded);
+    a drop refused for a generation that failed or was rolled back says when that
+    generation is active now (the advice of its reason, ``modstage retry``, no longer
+    applies)."""
+    out = []
+    for q in doc.quarantine:
+        line = f"quarantined {q.drop} ({'kept' if q.kept else 'removed'}, {when(q.at)}): "
+        line += "; ".join(q.reasons)
+        b = doc.bundles.get(q.bundle or "")
+        refused = {m for r in q.reasons for m in _REFUSED_GENERATION.findall(r)}
+        if b is not None and b.active is not None and b.active[:12] in refused:
+            line += f" (since then {b.active[:12]} is active again: nothing to retry)"
+        out.append(line)
+    return out
 
 
 def lines(doc: Report, *, issuers: bool = False) -> list[str]:

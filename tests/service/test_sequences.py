@@ -410,3 +410,28 @@ def test_a_drop_that_waits_is_not_shown_as_an_error(
     code, text = cli("status", *root)
     assert code == 0 and "  waits: bundle 'demo' is held by an admin" in text, text
     assert "error:" not in text
+
+
+def test_a_quarantined_drop_s_advice_to_retry_says_when_the_generation_is_active_again(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 failed at boot; a drop of v2 again is refused ("already failed") and quarantined;
+    after ``retry`` and a boot v2 is active: the quarantine line says so, rather than
+    leaving its reason's advice standing."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    boot_with(host, FakeKernel()).run()
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    boot_with(host, FakeKernel(fail={"ms_params": errno.ENOKEY})).run()
+    stage(
+        host.incoming,
+        bundle="demo",
+        version="2",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_params"])],
+    )
+    assert cli("intake", *root)[0] == 1
+    assert cli("retry", *root, "demo")[0] == 0
+    boot_with(host, FakeKernel()).run()
+    [line] = [ln for ln in cli("status", *root)[1].splitlines() if ln.startswith("quarantined")]
+    assert line.endswith(f" (since then {v2[:12]} is active again: nothing to retry)"), line
