@@ -307,6 +307,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     target = choose_target(args, emit, _status_now(path))
 
+    if args.status_dir.is_dir() and not path.exists():
+        known = sorted(p.stem for p in args.status_dir.glob("*.json") if p.stem != args.bundle)
+        emit(
+            f"no status for bundle {args.bundle!r} in {args.status_dir} yet (the host has "
+            f"status for: {', '.join(known) or 'no bundle'}); waiting for its first drop"
+        )
     if not args.status_dir.is_dir():
         emit(
             f"status directory {args.status_dir} does not exist yet; giving up after "

@@ -435,3 +435,13 @@ def test_a_quarantined_drop_s_advice_to_retry_says_when_the_generation_is_active
     boot_with(host, FakeKernel()).run()
     [line] = [ln for ln in cli("status", *root)[1].splitlines() if ln.startswith("quarantined")]
     assert line.endswith(f" (since then {v2[:12]} is active again: nothing to retry)"), line
+
+
+def test_wait_for_a_bundle_the_host_does_not_know_names_those_it_knows(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """``wait --bundle dmeo`` (a typo) on a host that knows ``demo`` says so at once."""
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    wait = ["wait", "--bundle", "dmeo", "--timeout", "0", "--status-dir", str(host.status)]
+    code, out = cli(*wait)
+    assert code == 3 and "the host has status for: demo" in out, out
