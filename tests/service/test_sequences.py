@@ -445,3 +445,15 @@ def test_wait_for_a_bundle_the_host_does_not_know_names_those_it_knows(
     wait = ["wait", "--bundle", "dmeo", "--timeout", "0", "--status-dir", str(host.status)]
     code, out = cli(*wait)
     assert code == 3 and "the host has status for: demo" in out, out
+
+
+def test_every_help_example_is_a_shell_command_one_can_paste() -> None:
+    """Each command's ``--help`` example parses as shell (``bash -n``): a remark is a ``#``
+    comment, never ``(…)`` after the command."""
+    import subprocess
+
+    from service.parser import EXAMPLES
+
+    for name, example in EXAMPLES.items():
+        done = subprocess.run(["bash", "-n"], input=example, text=True, capture_output=True)
+        assert done.returncode == 0, (name, example, done.stderr)
