@@ -1,9 +1,10 @@
 """The last drop staged for a bundle, as ``modstage wait`` finds it without ``--drop``.
 
 ``modstage stage`` notes the drop it wrote in a small file of this container (under
-``$MODSTAGE_STAGED_DIR``, else ``<tmp>/modstage-<uid>/``): its real path, so the note is
-tied to the incoming directory it was staged into. ``wait --bundle`` alone waits for the
-newest drop it can see in the incoming directory beside the status directory
+``$MODSTAGE_STAGED_DIR``, else ``<tmp>/modstage-<uid>/``), one per bundle and incoming
+directory: its real path, so the note is tied to the incoming directory it was staged into
+and a stage into another directory (a sandbox's) never replaces it. ``wait --bundle``
+alone waits for the newest drop it can see in the incoming directory beside the status directory
 (``<status-dir>/../incoming``, as both ``/var/lib/modstage`` and the GPU operator's
 ``/run/nvidia/modstage`` lay them out): a complete drop of the bundle still there, or the
 note of a drop staged into that directory (a note for another directory is ignored). So a
@@ -55,11 +56,21 @@ def remember(drop: Path, generation: str) -> None:
     directory = notes_dir()
     if named is None or not _own_dir(directory, create=True):
         return
-    real = os.path.realpath(drop)
+    real = Path(os.path.realpath(drop))
+    note = directory / _note_name(named[0], real.parent)
     try:
-        write_atomic(directory / f"{named[0]}.last-drop", f"{real}\n{generation}\n".encode())
+        write_atomic(note, f"{real}\n{generation}\n".encode())
     except OSError:
         return
+
+
+def _note_name(bundle: str, incoming: Path) -> str:
+    """The note's file name: per bundle and per incoming directory (its real path), so a
+    stage into a sandbox never replaces the note of a stage into the host's directory."""
+    import hashlib
+
+    where = hashlib.sha256(os.fsencode(incoming)).hexdigest()[:16]
+    return f"{bundle}.{where}.last-drop"
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ def last_drop(bundle: str, status_dir: Path) -> Seen | None:
 
 def _note(bundle: str, incoming: Path) -> tuple[Path, str | None] | None:
     """The noted last drop of ``bundle`` and its generation, if it went into ``incoming``."""
-    note = notes_dir() / f"{bundle}.last-drop"
+    note = notes_dir() / _note_name(bundle, incoming)
     if not _own_dir(note.parent, create=False):
         return None
     try:

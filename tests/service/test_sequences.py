@@ -457,3 +457,33 @@ def test_every_help_example_is_a_shell_command_one_can_paste() -> None:
     for name, example in EXAMPLES.items():
         done = subprocess.run(["bash", "-n"], input=example, text=True, capture_output=True)
         assert done.returncode == 0, (name, example, done.stderr)
+
+
+def test_a_stage_into_a_sandbox_does_not_replace_the_host_s_last_drop_note(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """``stage --into`` the host's incoming, then the same bundle into a sandbox's: ``wait``
+    beside the host's status directory still finds the drop staged into the host's (the
+    notes are per incoming directory), once the host took it in."""
+    from stager.staged import last_drop, remember
+
+    here = stage(
+        host.incoming,
+        bundle="demo",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_exporter"])],
+    )
+    remember(here, "a" * 64)
+    (tmp_path / "sandbox/var/lib/modstage/incoming").mkdir(parents=True)
+    there = stage(
+        tmp_path / "sandbox/var/lib/modstage/incoming",
+        bundle="demo",
+        version="2",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_exporter"])],
+    )
+    remember(there, "b" * 64)
+    assert make_intake(host).run()[0].accepted  # here left incoming: only the note knows it
+    seen = last_drop("demo", host.status)
+    assert seen is not None and seen.drop.name == here.name and seen.generation == "a" * 64
