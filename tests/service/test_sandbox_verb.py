@@ -18,20 +18,45 @@ import pytest
 from service.cli import main
 from service.layout import Layout
 from service.verify.target.kernel import Target
+from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs/sandbox.md"
 
 
-def documented_commands() -> list[str]:
-    """The commands of the first ``sh`` block of docs/sandbox.md's "Lay one out" section,
-    each continued line joined to its command."""
+def documented_commands(heading: str = "### A whole cycle") -> list[str]:
+    """The commands of the first ``sh`` block under ``heading`` in docs/sandbox.md, each
+    continued line joined to its command."""
     text = DOC.read_text()
-    section = text[text.index("## Lay one out") :]
+    section = text[text.index(heading) :]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "docs/sandbox.md: no sh block under 'Lay one out'"
+    assert block is not None, f"docs/sandbox.md: no sh block under {heading!r}"
     return [" ".join(c.split()) for c in block[1].replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def test_the_documented_module_and_key_come_from_a_clone(tmp_path: Path, kernel: str) -> None:
+    """The doc's block that builds ``ms_params.ko`` from the clone's test sources and signs
+    it with a fresh key runs as written (``CLONE`` this repository, ``RELEASE`` the headers'
+    kernel); the sandbox it leads to trusts that key, and intake takes the module in."""
+    env = {**os.environ, "CLONE": str(REPO), "RELEASE": kernel, "PYTHONPATH": str(REPO)}
+    for command in documented_commands("### The module and the key, from a clone"):
+        run = subprocess.run(
+            ["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, f"{command}\n{run.stdout}{run.stderr}"
+    assert b"~Module signature appended~" in (tmp_path / "ms_params.ko").read_bytes()
+    root = tmp_path / "root"
+    trust = str(tmp_path / "signing_key.pem")
+    assert main(["sandbox", str(root), "--kernel", kernel, "--trust", trust], io.StringIO()) == 0
+    stage(
+        Layout(root).incoming,
+        bundle="demo",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(tmp_path / "ms_params.ko")],
+    )
+    assert main(["intake", "--root", str(root)], io.StringIO()) == 0
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
