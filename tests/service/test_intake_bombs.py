@@ -4,6 +4,7 @@ flight whatever the workers, the per-drop budget from the config, good drops unh
 from __future__ import annotations
 
 import lzma
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -99,17 +100,22 @@ def test_the_drops_decompressed_bytes_are_bounded_by_the_config(
     assert "big" not in load(host.state).bundles
 
 
-def test_the_limit_is_per_drop(host: Layout, good: Path, kernel: str) -> None:
-    """A limit that one drop's module fits is not used up by the drops taken before it."""
+def test_the_limit_is_per_drop(host: Layout, good: Path, kernel: str, tmp_path: Path) -> None:
+    """A limit that one drop's module fits is not used up by the drops taken before it
+    (three bundles, each its module under its own file name: a module name belongs to one
+    bundle)."""
     image = len(lzma.decompress(good.read_bytes()))
     config = Config(limits=replace(Limits(), max_decompressed_bytes=image * 3 // 2))
     for version in ("1", "2", "3"):
+        own = tmp_path / f"b{version}" / f"ms_params_{version}.ko.xz"
+        own.parent.mkdir()
+        shutil.copyfile(good, own)
         stage(
             host.incoming,
             bundle=f"b{version}",
             version=version,
             kernel=kernel,
-            modules=[ModuleSpec(good)],
+            modules=[ModuleSpec(own)],
         )
     outcomes = make_intake(host, config).run()
     assert len(outcomes) == 3 and all(o.accepted for o in outcomes), outcomes
