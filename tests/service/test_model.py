@@ -456,7 +456,7 @@ def failures(b: BundleState) -> dict[str, str | None]:
 
 def grade_word(health: str) -> str:
     """The word plain status starts with for a JSON health."""
-    return {"healthy": "ok", "degraded": "DEGRADED", "failed": "FAILED"}.get(health, health)
+    return "ok" if health == "healthy" else health.upper()
 
 
 def read_labels(layout: Layout) -> dict[str, str] | None:
