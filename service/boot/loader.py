@@ -327,15 +327,19 @@ class Boot:
                 log.error("module.unload_failed", module=name, reason=str(exc))
 
 
-def summary(state: State) -> list[str]:
+def summary(state: State, release: str | None = None) -> list[str]:
     """Each bundle's end, in name order: phase, active and pending generation (the last
-    lines ``modstage boot`` prints, and its dry run), then what became of it: the generation
-    it fell back from and why, or that no generation of it is live."""
+    lines ``modstage boot`` prints, and its dry run), then what became of it: nothing for
+    the running kernel ``release`` (when given), the generation it fell back from and why,
+    or that no generation of it is live."""
     lines = []
     for name, b in sorted(state.bundles.items()):
         line = f"{name}: {b.phase.value} (active {b.active or '-'}, pending {b.pending or '-'})"
         failed = b.deployed_failure()
-        if failed is not None and b.phase is Phase.ACTIVE and failed.id != b.active:
+        kernels = {b.generations[g].kernel for g in b.keep() if g in b.generations}
+        if release is not None and kernels and release not in kernels:
+            line += f"; nothing for this kernel {release} (built for {', '.join(sorted(kernels))})"
+        elif failed is not None and b.phase is Phase.ACTIVE and failed.id != b.active:
             line += f"; fell back from {failed.id[:12]} ({failed.version}): {failed.failed}"
         elif b.phase is Phase.FAILED:
             why = failed.failed if failed is not None else b.history[-1].note if b.history else ""

@@ -487,3 +487,17 @@ def test_a_stage_into_a_sandbox_does_not_replace_the_host_s_last_drop_note(
     assert make_intake(host).run()[0].accepted  # here left incoming: only the note knows it
     seen = last_drop("demo", host.status)
     assert seen is not None and seen.drop.name == here.name and seen.generation == "a" * 64
+
+
+def test_the_boot_s_summary_says_when_nothing_is_for_the_running_kernel(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Given the running kernel, the summary line of a bundle whose generations are all for
+    another kernel says so."""
+    from service.boot.loader import summary
+
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    state = boot_with(host, FakeKernel()).run()
+    [line] = summary(state, "6.99.0-other")
+    assert line.endswith(f"; nothing for this kernel 6.99.0-other (built for {kernel})"), line
+    assert summary(state, kernel) == summary(state)
