@@ -365,7 +365,7 @@ def test_full_disk_rejection_and_restart_are_not_fatal(
     host = make_host(root, kernel, rsa_key.cert_pem)
     _good(host, kernel, signed, bundle="other")
     assert make_intake(host).run()[0].accepted
-    bad = _good(host, kernel, signed)
+    bad = _good(host, kernel, signed, bundle="other")  # its module: not another bundle's
     (bad / "modules" / f"{M}.ko").write_bytes(b"swapped")
     state = load(host.state)
     save(host.state, replace(state, reboot=RebootIntent(1.0, "earlier boot")))

@@ -86,13 +86,15 @@ def test_burst_of_1000_drops_latest_wins_in_bounded_memory(
     single = stage_drop(fast_host, kernel, [signed["ms_exporter"]], bundle="one")
     code, rss_one, _ = _peak_rss_mib(fast_host)
     assert code == 0 and not single.exists()
-    drops = _copies(stage_drop(fast_host, kernel, [signed["ms_exporter"]]), range(1000))
+    # the burst is for the same bundle: another bundle carrying ms_exporter is refused
+    burst = stage_drop(fast_host, kernel, [signed["ms_exporter"]], bundle="one")
+    drops = _copies(burst, range(1000), bundle="one")
     newest = Manifest.from_toml((drops[-1] / MANIFEST_NAME).read_bytes()).digest
     started = time.monotonic()
     code, rss_burst, out = _peak_rss_mib(fast_host)
     elapsed = time.monotonic() - started
     assert code == 0, out
-    assert load(fast_host.state).bundle("test").pending == newest
+    assert load(fast_host.state).bundle("one").pending == newest
     assert list(fast_host.incoming.iterdir()) == []
     assert rss_burst < rss_one + 32, (rss_one, rss_burst)
     print(

@@ -599,8 +599,8 @@ def test_the_refused_pods_wait_reads_the_refusal_after_the_reboot_is_asked(
     doc = StatusFile.from_json((host.status / "nvidia.json").read_bytes())
     assert doc.phase == Phase.REBOOT_SCHEDULED.value
     outcome = judge(doc, target)
-    assert outcome.code == EXIT_REFUSED and "refused at intake" in outcome.message
-    assert "ENOKEY" in outcome.message
+    assert outcome.code == EXIT_REFUSED and outcome.message.startswith("drop rejected: ")
+    assert "ENOKEY" in outcome.message and refused.reasons[0] in outcome.message
 
 
 def test_a_refused_pod_that_unloads_the_reloaded_driver_again_asks_no_second_reboot(
