@@ -204,7 +204,8 @@ EXIT_CODES = {
     "one in (the drop kept), 2 usage",
     "boot": "0 every bundle up (possibly on its last known good), or nothing done because "
     "this boot's loads already happened (see --force-live-load), 1 a bundle ended failed, "
-    "2 usage",
+    "or other_kernel (it has an active generation, none for the running kernel: nothing of it "
+    "is loaded), 2 usage",
     "serve": "0 stopped by a signal, 1 cannot start, 2 usage, 78 config.toml is invalid (the "
     "unit's RestartPreventExitStatus=78: no restart until an admin fixes it)",
     "status": "0 healthy, 1 degraded, 2 failed (argparse usage errors also exit 2), "
@@ -212,7 +213,8 @@ EXIT_CODES = {
     "reboot, within [reboot] upgrading_bound); --reboot-required has its own, see that option",
     "wait": "0 the generation is active, 1 rejected or failed (or the ready file cannot be "
     "written), 2 usage (bad option value, status directory missing for 60 s), 3 timed out, "
-    "4 the generation waits for another kernel than the running one, 5 no device it drives "
+    "4 the generation waits for another kernel than the running one (or is active for "
+    "another kernel: nothing of the bundle is loaded on the running one), 5 no device it drives "
     "was present at boot (not a failure: it loads at a boot with the device present)",
     "generations": "0 listed, 1 state unreadable, 2 usage (an unknown bundle)",
     "retry": "0 recorded, 1 refused (not failed, not in the store, being loaded), 2 usage "

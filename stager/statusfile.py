@@ -28,6 +28,7 @@ from stager.record import RecordError, dump, is_empty, is_none, load, spec
 REJECTED = "rejected"  # the phases ``wait`` acts on (the host's ``Phase`` values)
 FAILED = "failed"
 NO_DEVICE = "no_device"
+OTHER_KERNEL = "other_kernel"  # no generation for the running kernel: nothing loaded
 
 
 class StatusFileError(StagerError, ValueError):

@@ -34,7 +34,7 @@ from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
 from stager.paths import parse_drop_name
 from stager.staged import Seen, last_drop
-from stager.statusfile import FAILED, NO_DEVICE, REJECTED, StatusFile
+from stager.statusfile import FAILED, NO_DEVICE, OTHER_KERNEL, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
 EXIT_REFUSED = 1
@@ -164,6 +164,13 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
     if doc.phase == NO_DEVICE and gen is not None and doc.generation == gen:
         why = f"{errors}; it loads at a boot with the device present"
         return Outcome(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
+    if doc.phase == OTHER_KERNEL and gen is not None and doc.active == gen:
+        return Outcome(
+            EXIT_OTHER_KERNEL,
+            f"generation {short} targets another kernel than the running "
+            f"{doc.running_kernel or '?'}: nothing "
+            f"of the bundle is loaded ({errors})",
+        )
     if gen is not None and doc.active == gen and doc.pending != gen:  # pending again: reload
         earlier = boot_id is not None and doc.boot_id is not None and doc.boot_id != boot_id
         if earlier or doc.live is False:

@@ -117,7 +117,7 @@ def plan(run: DryRun, layout: Layout) -> Iterator[str]:
             yield f"   {step}) unlink the firmware of {rest[0]}"
     present: tuple[PciDevice, ...] | None = None
     bundles = sorted(run.state.bundles.items())
-    for (_, b), line in zip(bundles, summary(run.state), strict=True):
+    for (_, b), line in zip(bundles, summary(run.state, layout.kernel_release()), strict=True):
         yield line
         aliases = {m.module: m.pci for m in b.loaded if m.pci}
         if aliases:

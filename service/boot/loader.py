@@ -156,8 +156,16 @@ class Boot:
             )
             bound.error("generation.expired", generation=expired, reason=choice.expired)
         if gid is None:
-            bound.info("bundle.nothing_to_load", note=choice.note)
-            return state
+            missing = self._missing(state.bundle(name))
+            if missing is None:
+                bound.info("bundle.nothing_to_load", note=choice.note)
+                return state
+            why = missing + (f"; {choice.note}" if choice.note else "")
+            bound.error("bundle.no_generation_for_kernel", kernel=self.release, reason=why)
+            bundle = state.bundle(name)
+            return self._save(
+                state, name, bundle.other_kernel(why), errors=[why], generation=bundle.active
+            )
         state = self._save(state, name, state.bundle(name).booting(gid), generation=gid)
         try:  # the attempt is persisted: now the kernel
             loads = self._load(gid)
@@ -179,6 +187,19 @@ class Boot:
         except OSError as exc:  # the modules are live; a digest file must not fail the boot
             bound.error("digest.unwritable", error=str(exc))
         return state
+
+    def _missing(self, bundle: BundleState) -> str | None:
+        """Why ``bundle`` has no driver on the running kernel although it had one (its
+        active generation targets another kernel), or None when it never had one here to
+        miss (nothing active: a bundle whose first generation waits for its kernel)."""
+        active = bundle.generations.get(bundle.active) if bundle.active else None
+        if active is None or active.kernel == self.release:
+            return None
+        return (
+            f"no generation for the running kernel {self.release}: nothing of the bundle is "
+            f"loaded (the active {active.id[:12]} ({active.version}) targets kernel "
+            f"{active.kernel})"
+        )
 
     def _manifest(self, generation: str) -> Manifest:
         """The generation's manifest, read from the store once per boot."""

@@ -39,8 +39,10 @@ def host_for(layout: Layout) -> Host:
 
 
 def exit_code(state: State) -> int:
-    """1 if any bundle ended failed, else 0 (a boot's and its dry run's)."""
-    return 1 if any(b.phase is Phase.FAILED for b in state.bundles.values()) else 0
+    """1 if any bundle ended failed or without a generation for the running kernel (a
+    bundle that had a driver has none), else 0 (a boot's and its dry run's)."""
+    missing = (Phase.FAILED, Phase.OTHER_KERNEL)
+    return 1 if any(b.phase in missing for b in state.bundles.values()) else 0
 
 
 def dry_run(layout: Layout, out: TextIO) -> int:
@@ -63,7 +65,8 @@ def dry_run(layout: Layout, out: TextIO) -> int:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Load every bundle; exit 1 if any bundle ended failed."""
+    """Load every bundle; exit 1 if any bundle ended failed or has no generation for the
+    running kernel."""
     layout = Layout(args.root)
     if getattr(args, "dry_run", False):
         return dry_run(layout, out)
@@ -73,10 +76,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     host = host_for(layout)
     kernel = host.kernel
-    state = Boot(layout, host.config, lambda: host.trust, kernel).run()  # read if used
+    boot = Boot(layout, host.config, lambda: host.trust, kernel)
+    state = boot.run()  # the certificates read if a module is verified
     for call in getattr(kernel, "calls", ()):
         print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
-    for line in summary(state):
+    for line in summary(state, boot.release):
         print(line, file=out)
     retire_metrics(layout)
     return exit_code(state)

@@ -115,8 +115,10 @@ def bundle_health(
     degraded: a generation newer than the active one failed (the last known
     good runs), the last drop was rejected (and what became of the active generation
     whose modules had left the kernel before it: :func:`_refusal_note`), a refused
-    drop's pod keeps the last known good, the active generation targets
-    another kernel, or a load started in an earlier boot never finished.
+    drop's pod keeps the last known good, or a load started in an earlier boot never
+    finished. An active generation that targets another kernel than the running one is
+    failed too: no generation of the bundle is for the running kernel, nothing of it is
+    loaded (``other_kernel``, once ``modstage boot`` found so).
     With ``live`` (the kernel's view of the recorded modules): failed when a
     module recorded as loaded is not live, degraded when another build of it
     is, or when ``modstage boot`` did not run in this boot. With ``devices`` (the present
@@ -327,12 +329,19 @@ def _kernel_findings(
     active = _active(bundle)
     if active is None:
         return []
-    if kernel is not None and active.kernel != kernel:
+    if kernel is not None and active.kernel != kernel:  # a driver-less boot: as failed
+        pending = bundle.generations.get(bundle.pending) if bundle.pending else None
+        if pending is not None and pending.kernel == kernel:
+            then = f"pending {_name(pending)} targets it (loaded at the next boot)"
+        else:
+            then = f"a drop for {kernel} accepted brings it back at the next boot"
         why = (
-            f"the active generation targets kernel {active.kernel}, "
-            f"running {kernel}: its modules are not loaded"
+            f"no generation for the running kernel {kernel}: nothing of it is loaded (the "
+            f"active generation {_name(active)} targets kernel {active.kernel}); {then}"
         )
-        return [(Health.DEGRADED, why)]
+        return [(Health.FAILED, why)]
+    if bundle.phase is Phase.OTHER_KERNEL:  # the running kernel unknown: boot's word
+        return [(Health.FAILED, f"nothing of it is loaded: {last_note(bundle)}")]
     if live is None:
         return []
     return _live_findings(bundle, live, boot_id, state_boot_id, upgrading)

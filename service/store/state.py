@@ -323,6 +323,17 @@ class BundleState:
             gen = replace(gen, attempts=max(0, gen.attempts - 1))
         return self.with_generation(gen).move(Phase.NO_DEVICE, loaded=(), note=reason)
 
+    def other_kernel(self, note: str) -> BundleState:
+        """Boot found no generation of the bundle for the running kernel while its active
+        one targets another: nothing of it is loaded. Pending and active stay as they were
+        (a boot into their kernel loads them); a later boot finding the same is no new
+        history entry."""
+        self._refuse("other_kernel", self.phase is Phase.LOADING, "the bundle is being loaded")
+        self._refuse("other_kernel", self.active is None, "nothing is active")
+        if self.phase is Phase.OTHER_KERNEL:
+            return replace(self, loaded=())
+        return self.move(Phase.OTHER_KERNEL, loaded=(), note=note)
+
     def expired(self, reason: str) -> BundleState:
         """The pending generation ran out of boot attempts: failed, no longer pending."""
         self._refuse("expired", self.pending is None, "no generation is pending")

@@ -60,6 +60,7 @@ from service.status.collect import collect
 from service.status.metrics import families
 from service.store.generations import Store
 from service.store.labels import features_file
+from service.store.phase import Phase
 from service.store.state import BundleState, State
 from service.store.statefile import read
 from stager.drop import ModuleSpec, stage
@@ -437,6 +438,35 @@ class HostModel(RuleBasedStateMachine):
                 f"{name}: pending {gen.id[:12]} waits for a reboot nobody asks for "
                 f"(phase {b.phase.value})"
             )
+
+    @invariant()
+    def a_driver_less_kernel_is_never_called_fine(self) -> None:
+        """A bundle whose active generation targets another kernel than the running one has
+        nothing loaded: status grades the host failed, and once ``modstage boot`` ran in
+        this boot the bundle is ``other_kernel`` (or pending again, after a drop or a verb)
+        in state, status file and labels, never ``active``."""
+        running = self.layout.kernel_release()
+        state = self.state()
+        missing = [
+            n
+            for n, b in sorted(state.bundles.items())
+            if b.active and b.generations[b.active].kernel != running
+        ]
+        if not missing:
+            return
+        _, raw = cli("status", "--root", self.root, "--json")
+        assert json.loads(raw)["health"] == "failed", (missing, raw)
+        if not self.booted:
+            return
+        labels = read_labels(self.layout)
+        waits = (Phase.PENDING, Phase.REBOOT_SCHEDULED)  # a drop or a verb since the boot
+        for name in missing:
+            phase = state.bundle(name).phase
+            assert phase is Phase.OTHER_KERNEL or phase in waits, (name, phase)
+            doc = json.loads((self.layout.status / f"{name}.json").read_text())
+            assert doc["phase"] == phase.value, (name, doc["phase"], phase)
+            if labels is not None:
+                assert labels[f"{name}.phase"] == phase.value, (name, labels)
 
     @invariant()
     def no_two_bundles_claim_one_module(self) -> None:

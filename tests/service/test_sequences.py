@@ -14,6 +14,8 @@ from pathlib import Path
 
 from service.cli import main
 from service.layout import Layout
+from service.status.collect import collect
+from service.status.metrics import families
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
@@ -501,3 +503,41 @@ def test_the_boot_s_summary_says_when_nothing_is_for_the_running_kernel(
     [line] = summary(state, "6.99.0-other")
     assert line.endswith(f"; nothing for this kernel 6.99.0-other (built for {kernel})"), line
     assert summary(state, kernel) == summary(state)
+
+
+def test_a_reboot_into_a_kernel_without_a_generation_is_a_missing_driver_everywhere(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 active on the modules' kernel; the node reboots into another kernel (a kernel
+    update) with no drop for it: ``boot`` loads nothing, says so, records ``other_kernel``
+    and exits 1; the status file is rewritten in this boot, ``status`` grades the host
+    failed naming the running kernel, ``wait`` does not exit 0 and the phase metric says
+    ``other_kernel``. A reboot back into the modules' kernel loads v1 again, healthy."""
+    root = ["--root", str(host.root)]
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    reboot(host)
+    host.os_release.write_text("6.99.0-other\n")
+    code, out = cli("boot", *root)
+    assert code == 1, out
+    assert f"demo: other_kernel (active {v1}, pending -)" in out
+    assert "nothing for this kernel 6.99.0-other" in out
+    b = load(host.state).bundle("demo")
+    assert (b.phase, b.active, b.loaded) == (Phase.OTHER_KERNEL, v1, ())
+    doc = json.loads((host.status / "demo.json").read_text())
+    assert doc["phase"] == "other_kernel" and doc["boot_id"] == host.boot_id.read_text().strip()
+    assert "no generation for the running kernel 6.99.0-other" in doc["errors"][0]
+    code, out = cli("status", *root)
+    assert code == 2 and out.startswith("host: FAILED"), out
+    assert "no generation for the running kernel 6.99.0-other" in out
+    code, out = cli("wait", "--status-dir", str(host.status), "--bundle", "demo", "--timeout", "0")
+    assert code == 4 and "targets another kernel than the running 6.99.0-other" in out, out
+    code, out = cli("boot", *root)  # the same boot: nothing done, nothing else said
+    assert code == 0
+    samples = {f.name: f.samples for f in families(collect(host))}["modstage_bundle_phase"]
+    assert [labels["phase"] for labels, value in samples if value == 1.0] == ["other_kernel"]
+    reboot(host)
+    host.os_release.write_text(f"{kernel}\n")
+    code, out = cli("boot", *root)
+    assert code == 0 and f"demo: active (active {v1}, pending -)" in out, out
+    assert cli("status", *root)[0] == 0

@@ -182,10 +182,12 @@ def test_a_refused_drop_that_brought_the_last_good_back_says_so() -> None:
     )
 
 
-def test_active_generation_for_another_kernel_is_degraded() -> None:
-    """After a kernel upgrade the active generation no longer loads: degraded."""
+def test_active_generation_for_another_kernel_is_a_missing_driver() -> None:
+    """After a reboot into a kernel no generation targets, nothing of the bundle is loaded:
+    failed, naming the running kernel (a driver-less node is never graded as fine)."""
     verdict = bundle_health(active_bundle(), None, kernel="6.2.0-new")
-    assert verdict.health is Health.DEGRADED and "6.2.0-new" in verdict.reasons[0]
+    assert verdict.health is Health.FAILED
+    assert verdict.reasons[0].startswith("no generation for the running kernel 6.2.0-new")
 
 
 def test_loading_left_over_from_an_earlier_boot_is_degraded() -> None:
