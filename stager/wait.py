@@ -164,6 +164,8 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
     if doc.phase == NO_DEVICE and gen is not None and doc.generation == gen:
         why = f"{errors}; it loads at a boot with the device present"
         return Outcome(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
+    if doc.phase == FAILED and doc.generation == gen:  # nothing of the bundle is loaded
+        return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
     if doc.phase == OTHER_KERNEL and gen is not None and doc.active == gen:
         return Outcome(
             EXIT_OTHER_KERNEL,
@@ -180,8 +182,6 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
                 "boot (modstage boot has not loaded them yet)",
             )
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
-    if doc.phase == FAILED and doc.generation == gen:
-        return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
     what = f"drop {target.drop} (generation {short})" if target.drop else f"generation {short}"
     if doc.held:
         return Outcome(None, f"the bundle is held by an admin: {what} waits for modstage release")

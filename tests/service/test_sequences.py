@@ -541,3 +541,39 @@ def test_a_reboot_into_a_kernel_without_a_generation_is_a_missing_driver_everywh
     code, out = cli("boot", *root)
     assert code == 0 and f"demo: active (active {v1}, pending -)" in out, out
     assert cli("status", *root)[0] == 0
+
+
+def test_wait_does_not_call_active_a_generation_whose_load_failed_after_a_driver_less_boot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 (two modules) active; a boot into another kernel loads nothing (``other_kernel``,
+    no module recorded loaded); a boot back into v1's kernel whose kernel refuses one of its
+    modules leaves nothing of it loaded (``failed``): ``wait`` for v1 exits 1 naming the
+    failure, never 0 (the status file's record of live modules is empty, so only the phase
+    says nothing is loaded)."""
+    root = ["--root", str(host.root)]
+    v1 = pending(
+        host, kernel, [(signed["ms_exporter"], ""), (signed["ms_consumer"], "")], bundle="demo"
+    )
+    assert cli("boot", *root)[0] == 0
+    reboot(host)
+    host.os_release.write_text("6.99.0-other\n")
+    assert cli("boot", *root)[0] == 1
+    reboot(host)
+    host.os_release.write_text(f"{kernel}\n")
+    state = boot_with(host, FakeKernel(fail={"ms_consumer": errno.ENOKEY}, sys=host.sys)).run()
+    assert state.bundle("demo").phase is Phase.FAILED
+    code, out = cli(
+        "wait",
+        "--status-dir",
+        str(host.status),
+        "--bundle",
+        "demo",
+        "--generation",
+        v1,
+        "--timeout",
+        "0",
+        "--boot-id-file",
+        str(host.boot_id),
+    )
+    assert code == 1 and f"generation {v1[:12]} could not be loaded" in out, out
