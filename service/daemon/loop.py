@@ -19,12 +19,13 @@ from service.backends import admin_reboots
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
-from service.daemon.events import DropWatcher, Event, Kind, Queue
+from service.daemon.events import Event, Kind, Queue
 from service.daemon.intake_runner import ChildIntake, prepare
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
 from service.daemon.uevents import UeventListener
 from service.daemon.watchdog import Watchdog
+from service.daemon.watcher import DropWatcher
 from service.errors import ServiceError, StateCorrupt
 from service.kernel.memory import Onlined, block_number, online_blocks
 from service.kernel.onlining_log import log_onlining
@@ -39,7 +40,6 @@ from service.store.statefile import load, locked, save
 from service.store.statusfile import write_status
 from service.window import Decision, reboot_due
 from stager.manifest import MemoryPolicy
-from stager.paths import parse_drop_name
 from stager.record import dump
 from stager.shown import MAX_REASON, shown
 
@@ -65,13 +65,12 @@ class Daemon:
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
     settle: float = 1.0  # metrics wait this long after the last hot-added block or device
     last_drop: float | None = None  # wall time of the last accepted drop
-    watcher: DropWatcher | None = None  # set by serve(); tests may set their own
-    more_watchers: list[DropWatcher] = field(default_factory=list)  # other incoming_dirs
+    watcher: DropWatcher | None = None  # every incoming directory; set by serve() or a test
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
     watchdog: Watchdog = field(default_factory=Watchdog)
     sysfs: Sysfs | None = None  # the kernel's sysfs (a fake in tests); None: layout.sys
-    unwatched: int = 0  # drop directories beyond the watch cap: polled instead
-    poll_unwatched: float = 1.0  # how often, while there are any
+    incomplete: int = 0  # drop directories still without their manifest: polled
+    poll_incomplete: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
 
     def stopped(self) -> None:
@@ -133,16 +132,9 @@ class Daemon:
         log.info("boot.window_closed", by="daemon", boot_id=boot_id)
 
     def take_drops(self) -> list[Any]:
-        """Rescan incoming/ and take in every complete drop (watching the drops first)."""
-        watchers = [self.watcher] if self.watcher is not None else []
-        unwatched = 0
-        for watcher in watchers + self.more_watchers:
-            try:
-                names = {p.name for p in watcher.incoming.iterdir() if parse_drop_name(p.name)}
-            except OSError:
-                names = set()
-            unwatched += watcher.track(names)
-        self.unwatched = unwatched
+        """Rescan incoming/ and take in every complete drop (counting the incomplete first:
+        no event says when their manifest arrives, so the loop polls while there are any)."""
+        self.incomplete = self.watcher.incomplete() if self.watcher is not None else 0
         outcomes = self.intake.run()
         if outcomes:
             heap.trim()  # idle small after reading a bundle
@@ -334,8 +326,8 @@ class Daemon:
         timers.dirty = None
         with self.feeding():
             self._guarded(self.take_drops)
-        if self.unwatched:  # junk directories spent the watches: poll the rest
-            timers.rescan = min(timers.rescan, now + self.poll_unwatched)
+        if self.incomplete:  # a manifest may arrive with no event: poll until it did
+            timers.rescan = min(timers.rescan, now + self.poll_incomplete)
         self.write_metrics()
         notify(f"STATUS=idle, last scan {self.clock.now().isoformat(timespec='seconds')}")
         return True
@@ -354,10 +346,8 @@ class Daemon:
         uevents = UeventListener(Sysfs(self.layout.sys), self.config.hotplug_policy, self.events)
         uevents.start()
         self.online_memory([])  # blocks that arrived before we started
-        watchers = [DropWatcher(d.resolve(), self.events) for d in dirs]
-        for w in watchers:
-            w.start()
-        self.watcher, self.more_watchers = watchers[0], watchers[1:]
+        self.watcher = DropWatcher([d.resolve() for d in dirs], self.events)
+        self.watcher.start()
         self.intake.tick = self.feed_watchdog
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event(Kind.STOP, "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event(Kind.STOP, "SIGINT")))
@@ -374,8 +364,7 @@ class Daemon:
             self.loop()
         finally:
             notify("STOPPING=1")
-            for w in watchers:
-                w.stop()
+            self.watcher.stop()
             uevents.stop()
             self.stopped()
             log.info("daemon.stopped")
