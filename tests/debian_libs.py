@@ -6,7 +6,7 @@ Debian package depends on and those its tests need, each with its ``python3-*``
 dependencies, and unpacks them (``dpkg-deb -x``) into one tree under the test cache. Debian's
 ``/usr/bin/python3`` run with ``-S`` (no site directories) and ``PYTHONPATH`` on that tree
 imports exactly Debian 12's libraries: cryptography 38 on the system's OpenSSL, zstandard
-0.20, structlog 22.3, pyudev 0.24, rich 13.3 (``tests/test_debian_libs.py``).
+0.20, structlog 22.3, pyudev 0.24, watchdog 2.2.1, rich 13.3 (``tests/test_debian_libs.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ PRODUCT = (
     "python3-zstandard",
     "python3-structlog",
     "python3-pyudev",
+    "python3-watchdog",
     "python3-tomli-w",
     "python3-rich",
 )

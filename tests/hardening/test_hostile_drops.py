@@ -860,8 +860,9 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
 
     A good drop staged afterwards is still taken in, and the loop stops when asked.
     """
-    from service.daemon.events import DropWatcher, Event, Kind
+    from service.daemon.events import Event, Kind
     from service.daemon.loop import Daemon
+    from service.daemon.watcher import DropWatcher
     from service.reboot import NoRebooter
     from service.store.phase import Phase
 
@@ -877,7 +878,7 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
     nodes = _watch_nodes(ctx.layout.incoming)
     assert len(nodes.paths) == 2
     daemon = Daemon(ctx.layout, Config(), make_intake(ctx.layout), NoRebooter(), debounce=0.05)
-    watcher = DropWatcher(ctx.layout.incoming, daemon.events)
+    watcher = DropWatcher([ctx.layout.incoming], daemon.events)
     watcher.start()
     thread = threading.Thread(target=daemon.loop, daemon=True)
     thread.start()

@@ -24,9 +24,9 @@ from structlog.testing import capture_logs
 
 from service.cli import main
 from service.config import Config, Limits
-from service.daemon.events import DropWatcher
 from service.daemon.loop import Daemon
 from service.daemon.notify import notify
+from service.daemon.watcher import DropWatcher
 from service.layout import Layout
 from service.reboot import NoRebooter
 from service.status.collect import collect
@@ -400,23 +400,25 @@ def test_state_json_directory_does_not_stop_serve(host: Layout) -> None:
     assert aside.is_dir()
 
 
-def test_drops_beyond_the_watch_cap_are_polled(host: Layout) -> None:
-    """Found 12: 300 junk directories spent the 256 watches; a real drop waited 300 s.
+def test_junk_drop_directories_spend_no_watch_and_are_polled(host: Layout) -> None:
+    """Found 12: 300 junk directories spent the watches on drops; a real drop waited 300 s.
 
-    Past the cap the daemon counts the unwatched drops and polls (here: the count and the
-    interval; that the loop really polls, and only then, is shown on the fake clock by
-    tests/service/test_daemon.py::test_a_drop_beyond_the_watch_cap_is_taken_in_by_polling).
+    Only the incoming directory is watched, so junk spends no watch; every drop directory
+    that waits for its manifest is counted, and the daemon polls while there are any (here:
+    the count and the interval; that the loop really polls, and only then, is shown on the
+    fake clock by
+    tests/service/test_daemon.py::test_a_drop_waiting_for_its_manifest_is_taken_in_by_polling).
     """
     for i in range(300):
         (host.incoming / f"junk.{i:020d}.{i:016x}").mkdir()
     daemon = Daemon(host, Config(), make_intake(host), NoRebooter())
-    daemon.watcher = DropWatcher(host.incoming, daemon.events)
+    daemon.watcher = DropWatcher([host.incoming], daemon.events)
     try:
         daemon.take_drops()
     finally:
         daemon.watcher.stop()
-    assert daemon.unwatched == 300 - DropWatcher.MAX_DROP_WATCHES
-    assert daemon.poll_unwatched <= 1.0
+    assert daemon.incomplete == 300
+    assert daemon.poll_incomplete <= 1.0
 
 
 def test_status_lists_the_quarantine_and_never_renders_drop_markup(

@@ -84,25 +84,18 @@ SPECIFIED = {
     "tomli-w": ("tomli_w", "stager", ()),
     "structlog": ("structlog", "service", ("host",)),
     "pyudev": ("pyudev", "service", ("host",)),
+    "watchdog": ("watchdog", "service", ("host",)),
 }
 
 
 @pytest.mark.parametrize("dist", sorted(SPECIFIED))
 def test_each_specified_library_is_a_runtime_dependency_the_product_imports(dist: str) -> None:
-    """pyudev, tomli-w and structlog are each declared for the side that runs them
+    """pyudev, watchdog, tomli-w and structlog are each declared for the side that runs them
     (not only for the tests) and imported by a module of that side: dropping one from the
     code, or from pyproject, fails here."""
     module, package, extras = SPECIFIED[dist]
     assert normalized(dist) in declared(*extras), f"{dist} is not a runtime dependency"
     assert module in imported(package), f"no module under {package}/ imports {module}"
-
-
-def test_watchdog_is_neither_declared_nor_imported() -> None:
-    """The drop watch reads inotify itself (service/daemon/inotify.py): no product module
-    imports watchdog, whose overflow report was reachable only through its private classes,
-    and no extra declares it (a Debian host needs no python3-watchdog)."""
-    assert "watchdog" not in imported("service") | imported("stager")
-    assert "watchdog" not in declared("host")
 
 
 def test_status_on_a_terminal_without_rich_prints_the_plain_lines(

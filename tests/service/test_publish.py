@@ -14,8 +14,9 @@ import pytest
 from service.boot.loader import Boot
 from service.boot.persist import Durable, Recorded
 from service.config import Config, Publish, RebootConfig
-from service.daemon.events import DropWatcher, Event, Kind
+from service.daemon.events import Event, Kind
 from service.daemon.loop import Daemon
+from service.daemon.watcher import DropWatcher
 from service.errors import ConfigError
 from service.layout import Layout
 from service.reboot import CommandRebooter
@@ -382,7 +383,7 @@ def test_digests_of_forgotten_generations_are_removed(
 def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
-    """A drop under /run/nvidia is noticed by inotify, taken in, and the reboot shown to the pod."""
+    """A drop under /run/nvidia is noticed by the drop watch, taken in, and the reboot shown to the pod."""
     asked: list[list[str]] = []
     cfg = replace(
         OPERATOR,
@@ -393,15 +394,13 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
         host, cfg, intake, CommandRebooter(lambda: [["reboot-now"]], runner=asked.append)
     )
     host.incoming.mkdir(parents=True, exist_ok=True)
-    watchers = [DropWatcher(d, daemon.events) for d in incoming_dirs(host, cfg)]
-    for w in watchers:
-        w.start()
-    daemon.watcher, daemon.more_watchers = watchers[0], watchers[1:]
+    daemon.watcher = DropWatcher(incoming_dirs(host, cfg), daemon.events)
+    daemon.watcher.start()
     daemon.reconcile()
     thread = threading.Thread(target=daemon.loop, daemon=True)
     thread.start()
     try:
-        time.sleep(0.5)  # the first scan found nothing; what follows must come from inotify
+        time.sleep(0.5)  # the first scan found nothing; what follows must come from the watch
         _drop(host, signed, kernel, "1", config_digest="d1")
         mirror = host.host(POD_STATUS) / "nvidia.json"
         deadline = time.monotonic() + 20
@@ -417,8 +416,7 @@ def test_daemon_watches_the_pod_directory_and_mirrors_the_reboot(
     finally:
         daemon.events.put(Event(Kind.STOP))
         thread.join(timeout=10)
-        for w in watchers:
-            w.stop()
+        daemon.watcher.stop()
     assert not thread.is_alive()
 
 
