@@ -1,5 +1,6 @@
 """The daemon on a temporary root: real files, recording reboot backends; the real drop
-watch (watchdog's observer) where a drop must be noticed, a fake clock driving the loop where time must pass."""
+watch (watchdog's observer) where a drop must be noticed, a fake clock driving the loop
+where time must pass."""
 
 from __future__ import annotations
 
