@@ -46,8 +46,9 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.FAILED: frozenset({Phase.PENDING, Phase.LOADING, Phase.OTHER_KERNEL}),
     # the hardware was absent: the next boot tries the same generation again
     Phase.NO_DEVICE: frozenset({Phase.PENDING, Phase.LOADING, Phase.OTHER_KERNEL}),
-    # a drop for the running kernel, or a boot into a kernel a generation targets
-    Phase.OTHER_KERNEL: frozenset({Phase.PENDING, Phase.LOADING}),
+    # a drop for the running kernel, the reboot into the pending generation's kernel asked,
+    # or a boot into a kernel a generation targets
+    Phase.OTHER_KERNEL: frozenset({Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.LOADING}),
     # status-file phases of an intake in progress or refused: never recorded in state.json
     Phase.VERIFYING: frozenset(),
     Phase.REJECTED: frozenset(),

@@ -175,7 +175,9 @@ class BundleState:
             and not gen.failed
             and not self.held
             and gen.kernel == kernel
-            and self.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+            # other_kernel: a boot into another kernel passed it over; a reboot into its own
+            # loads it
+            and self.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED, Phase.OTHER_KERNEL)
         )
 
     # -- transitions: intake, daemon, boot ------------------------------------------------

@@ -127,8 +127,11 @@ def _boot_id(layout: Layout) -> str | None:
 
 
 def _live(layout: Layout, state: BundleState) -> bool | None:
-    """Whether every module the active generation loaded is live now (None: nothing active
-    or nothing recorded loaded)."""
-    if state.active is None or not state.loaded:
+    """Whether every module the active generation loaded is live now (None: nothing active,
+    or nothing recorded loaded for a reason unknown here; False: nothing recorded loaded
+    because the last boot found no generation for its kernel or the load failed)."""
+    if state.active is None:
         return None
+    if not state.loaded:
+        return False if state.phase in (Phase.OTHER_KERNEL, Phase.FAILED) else None
     return all((layout.sys / "module" / m.module / "initstate").exists() for m in state.loaded)

@@ -148,7 +148,7 @@ def release(bundle: BundleState) -> BundleState:
         raise StateError("not held")
     released = replace(bundle, held=False)
     gen = bundle.generations.get(bundle.pending) if bundle.pending else None
-    passed_over = bundle.phase in (Phase.ACTIVE, Phase.FAILED, Phase.NO_DEVICE, Phase.OTHER_KERNEL)
+    passed_over = bundle.phase in (Phase.ACTIVE, Phase.FAILED, Phase.NO_DEVICE)
     if gen is not None and not gen.failed and gen.id != bundle.active and passed_over:
         return released.move(
             Phase.PENDING, note=f"admin: release; generation {gen.id[:12]} pending again"

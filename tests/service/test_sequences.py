@@ -577,3 +577,30 @@ def test_wait_does_not_call_active_a_generation_whose_load_failed_after_a_driver
         str(host.boot_id),
     )
     assert code == 1 and f"generation {v1[:12]} could not be loaded" in out, out
+
+
+def test_a_pending_generation_a_driver_less_boot_passed_over_still_has_its_reboot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 active, v2 pending, both for the modules' kernel; a boot into another kernel
+    records ``other_kernel`` and keeps v2 pending; back on the modules' kernel (its boot
+    not run yet) a reboot is required for v2, and ``hold`` then ``release`` changes nothing
+    but history (release does not take a pending generation for passed over by a hold)."""
+    root = ["--root", str(host.root)]
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    reboot(host)
+    host.os_release.write_text("6.99.0-other\n")
+    assert cli("boot", *root)[0] == 1
+    assert cli("status", *root, "--reboot-required")[0] == 1  # v2 cannot load on this kernel
+    reboot(host)
+    host.os_release.write_text(f"{kernel}\n")
+    b = load(host.state).bundle("demo")
+    assert (b.phase, b.pending) == (Phase.OTHER_KERNEL, v2)
+    code, out = cli("status", *root, "--reboot-required")
+    assert code == 0 and "demo" in out, out
+    before = load(host.state).bundle("demo")
+    assert cli("hold", *root, "demo")[0] == 0 and cli("release", *root, "demo")[0] == 0
+    after = load(host.state).bundle("demo")
+    assert (after.phase, after.pending, after.active) == (before.phase, v2, before.active)
