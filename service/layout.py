@@ -193,6 +193,13 @@ class Layout:
         merged = self._under("/usr/lib/modules") / release
         return merged if not legacy.exists() and merged.exists() else legacy
 
+    def firmware_dirs(self, release: str) -> tuple[Path, ...]:
+        """The directories a kernel release's firmware loader searches after
+        ``firmware_class.path``, in its order (``fw_path[]``,
+        drivers/base/firmware_loader/main.c; the strings are in Debian's images)."""
+        base = self._under("/lib/firmware")
+        return (base / "updates" / release, base / "updates", base / release, base)
+
     def kernel_image(self, release: str) -> Path:
         """A kernel release's image, whose payload lists vmlinux's exports and CRCs:
         ``/boot/vmlinuz-<release>``, else ``vmlinuz`` in its module tree."""

@@ -19,11 +19,13 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from service.config import REBOOT_KEYS, Config
+from service.config import REBOOT_KEYS, BundlePolicy, Config
 from service.errors import ConfigError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
-SECTION = re.compile(r"## (?:Top level|`\[(?P<table>\w+)\]`)\s*\Z")
+SECTION = re.compile(r"## (?:Top level|`\[(?P<table>\w+(?:\.<name>)?)\]`)\s*\Z")
+#: the table name a ``[bundles.<name>]`` row is tried under
+SAMPLE = "demo"
 
 
 def _strings(value: Any) -> bool:
@@ -54,17 +56,27 @@ class Row(NamedTuple):
     line: int
 
     @property
+    def tables(self) -> list[str]:
+        """The tables the key is in, outermost first (``<name>`` as :data:`SAMPLE`)."""
+        return self.table.replace("<name>", SAMPLE).split(".") if self.table else []
+
+    @property
     def path(self) -> str:
         """The key's dotted path, as problems name it."""
-        return f"{self.table}.{self.key}" if self.table else self.key
+        return ".".join([*self.tables, self.key])
+
+    def _nested(self, innermost: dict[str, Any]) -> dict[str, Any]:
+        for name in reversed(self.tables):
+            innermost = {name: innermost}
+        return innermost
 
     def document(self, value: Any) -> dict[str, Any]:
         """A parsed config.toml setting this key to ``value`` and nothing else."""
-        return {self.table: {self.key: value}} if self.table else {self.key: value}
+        return self._nested({self.key: value})
 
     def without(self) -> Config:
         """The config of a file that leaves this key out (its table, if any, is present)."""
-        return Config.from_dict({self.table: {}} if self.table else {})
+        return Config.from_dict(self._nested({}))
 
 
 def toml_value(text: str) -> Any:
@@ -93,12 +105,15 @@ ROWS = rows(DOC.read_text(encoding="utf-8"))
 
 def code_keys() -> set[str]:
     """Every dotted key the config reads: a record's fields, a nested record's fields under
-    its table, and ``[reboot]``'s, which its own reader takes (``REBOOT_KEYS``)."""
+    its table, ``[reboot]``'s, which its own reader takes (``REBOOT_KEYS``), and a
+    ``[bundles.<name>]`` table's (named :data:`SAMPLE`)."""
     keys, defaults = set(), Config()
     for f in dataclasses.fields(Config):
         value = getattr(defaults, f.name)
         if f.name == "reboot":
             keys |= {f"reboot.{k}" for k in REBOOT_KEYS}
+        elif f.name == "bundles":
+            keys |= {f"bundles.{SAMPLE}.{g.name}" for g in dataclasses.fields(BundlePolicy)}
         elif dataclasses.is_dataclass(value):
             keys |= {f"{f.name}.{g.name}" for g in dataclasses.fields(value)}
         else:

@@ -2,18 +2,20 @@
 
 :func:`policy_problems` applies the host's policy to a manifest and the bundle's
 state; :func:`verify_copy` verifies the store's copies of the drop's files (digests,
-signatures, the target kernel's rules, module order) and asks the running kernel's
+signatures, the target kernel's rules, module order, firmware only of the drop's own
+modules: :mod:`service.store.firmware`) and asks the running kernel's
 keyrings what it will refuse when it enforces signatures (:func:`preflight`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
+from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
 from service.verify.modfile.params import param_problems
@@ -124,9 +126,32 @@ def verify_copy(
     # order is the reason to give first
     reasons = order_problems(modules)
     reasons += [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
+    reasons += firmware_problems(
+        [f.file for f in manifest.firmware],
+        [name for v in modules if v.ok for name in v.firmware],
+        bundle=manifest.bundle,
+        policy=config.bundle_policy(manifest.bundle),
+        host_file=host_firmware(layout, manifest.kernel),
+        suffixes=target.firmware_suffixes,
+    )
     if not reasons:
         reasons = preflight(layout, keyring, manifest, modules, target, trust)
     return reasons
+
+
+def host_firmware(layout: Layout, release: str) -> Callable[[str], str | None]:
+    """Which host file provides a firmware name for kernel ``release``: the first of its
+    loader's directories holding it (a dangling link provides nothing), as the host names
+    it (``/lib/firmware/...``), or None."""
+    dirs = layout.firmware_dirs(release)
+
+    def provider(name: str) -> str | None:
+        for directory in dirs:
+            if (directory / name).exists():
+                return "/" + (directory / name).relative_to(layout.root).as_posix()
+        return None
+
+    return provider
 
 
 def preflight(

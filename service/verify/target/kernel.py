@@ -174,6 +174,17 @@ class Target:
         return None
 
     @property
+    def firmware_suffixes(self) -> tuple[str, ...]:
+        """The suffixes the firmware loader tries a name with, in its order: the name as
+        given in every directory first, then ``.zst`` (``FW_LOADER_COMPRESS_ZSTD``), then
+        ``.xz`` (``FW_LOADER_COMPRESS_XZ``) (``_request_firmware``). Without a config read,
+        both are assumed: more names then count as the host's."""
+        if not self.config.known:
+            return ("", ".zst", ".xz")
+        options = (("FW_LOADER_COMPRESS_ZSTD", ".zst"), ("FW_LOADER_COMPRESS_XZ", ".xz"))
+        return ("", *(suffix for option, suffix in options if self.config.enabled(option)))
+
+    @property
     def hashes(self) -> frozenset[str]:
         """Digest names the kernel can allocate (built in or as a module it loads)."""
         return frozenset(h for h, opt in _HASH_OPTIONS.items() if self.config.enabled(opt[7:]))
