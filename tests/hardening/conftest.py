@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from service.config import BundlePolicy, Config
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
+from tests.service import fakes
 from tests.service.conftest import (
     HostTree,
     host_tree,
@@ -25,7 +29,10 @@ from tests.service.conftest import (
     rsa_key,
     signed,
 )
-from tests.service.fakes import make_intake
+
+if TYPE_CHECKING:
+    from service.store.intake import Intake
+    from service.verify.signature.keyring import Keyring
 
 __all__ = [
     "host_tree",
@@ -37,6 +44,23 @@ __all__ = [
     "rsa_key",
     "signed",
 ]
+
+
+#: the hardening drops carry firmware none of their modules declares (``fw/blob.bin`` beside
+#: ms_exporter, thousands of ``dNN/fNNNNN.bin``): this host lets bundle ``test`` carry any
+#: name (``[bundles.test] firmware = ["*"]``); the rule is tests/service/test_firmware_policy.py's
+ANY_FIRMWARE = (("test", BundlePolicy(firmware=("*",))),)
+
+
+def make_intake(
+    layout: Layout, config: Config | None = None, keyring: Keyring | None = None
+) -> Intake:
+    """The service tests' intake (``fakes.make_intake``), with :data:`ANY_FIRMWARE` unless
+    ``config`` has bundle tables of its own."""
+    config = config or Config()
+    return fakes.make_intake(
+        layout, replace(config, bundles=config.bundles or ANY_FIRMWARE), keyring
+    )
 
 
 @pytest.fixture

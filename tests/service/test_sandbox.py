@@ -47,7 +47,10 @@ def host(host_tree: HostTree) -> Layout:
 
 @pytest.fixture
 def drop(host: Layout, modules: dict[str, Path], rsa_key: SigningKey, tmp_path: Path) -> Path:
-    """A staged drop: two signed modules (one with parameters), firmware, a memory policy."""
+    """A staged drop: two signed modules (one with parameters), firmware, a memory policy.
+    Neither module declares the firmware: the host's config allows the bundle it."""
+    host.config.parent.mkdir(parents=True, exist_ok=True)
+    host.config.write_text(ALLOW_FIRMWARE)
     (tmp_path / "signed").mkdir()
     fw = tmp_path / "fw/modstage"
     fw.mkdir(parents=True)
@@ -207,12 +210,21 @@ def test_boot_under_a_sandbox_root_records_the_loads(host: Layout, drop: Path) -
     assert (memory / "auto_online_blocks").read_text() == "online_movable"
 
 
-CONFIG = """\
+#: the drop's ``modstage/test.bin`` is declared by none of its modules
+ALLOW_FIRMWARE = """\
+[bundles.nvidia]
+firmware = ["modstage/*"]
+"""
+
+CONFIG = (
+    ALLOW_FIRMWARE
+    + """\
 [reboot]
 backend = "{backend}"
 {sentinel}
 min_delay = 0
 """
+)
 
 WATCHED = ["/etc", "/var", "/run", "/usr", "/opt", "/boot", "/root", "/home", "/srv", "/sys"]
 
