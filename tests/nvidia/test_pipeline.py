@@ -130,6 +130,22 @@ def test_intake_takes_the_real_driver_in_as_a_pending_generation(
     assert status["phase"] == "pending"
 
 
+def test_the_gsp_firmware_is_what_nvidia_declares_and_needs_no_host_table(
+    taken_in: TakenIn, signed: dict[str, Path], firmware: Path, driver: Driver
+) -> None:
+    """Every firmware file the bundle ships is a name ``nvidia.ko`` declares (kmod's
+    ``modinfo -F firmware``: ``nvidia/<version>/gsp_*.bin``), no other module declares any,
+    and the real host's config has no ``[bundles.nvidia]`` table: the driver passes intake's
+    firmware rule by its own declarations."""
+    declared = {name: set(modinfo(ko, "firmware")) for name, ko in signed.items()}
+    shipped = {p.relative_to(firmware).as_posix() for p in firmware.rglob("*") if p.is_file()}
+    assert shipped == declared["nvidia"], (shipped, declared["nvidia"])
+    assert all(n.startswith(f"nvidia/{driver.version.split('-')[0]}/") for n in shipped)
+    assert not any(declared[name] for name in signed if name != "nvidia")
+    assert not (taken_in.host.config.exists() and "bundles" in taken_in.host.config.read_text())
+    assert taken_in.code == 0, taken_in.output
+
+
 def test_verify_json_of_the_drop_accepts_every_module_as_kmod_reads_it(
     taken_in: TakenIn, signed: dict[str, Path], nvidia_key: Any
 ) -> None:
