@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from service.config import Config, Limits
+from service.config import BundlePolicy, Config, Limits
 from service.layout import Layout
 from service.store.intake import Outcome
 from service.store.phase import Phase
@@ -396,7 +396,30 @@ def _other_kernel(ctx: Ctx) -> list[str | re.Pattern[str]]:
     ]
 
 
+def _host_provides(ctx: Ctx) -> list[str | re.Pattern[str]]:
+    ours = ctx.layout.root / "lib/firmware" / F.removeprefix("firmware/")
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(b"the host's own firmware")
+    return [
+        f"{F}: the host provides /lib/firmware/{F.removeprefix('firmware/')}; "
+        "[bundles.test] firmware_override does not name it"
+    ]
+
+
+#: the host's policy with no firmware allowed beyond the modules' declarations
+NO_FIRMWARE = Config(bundles=(("test", BundlePolicy()),))
+
 CASES = [
+    # firmware that is not the bundle's own (ms_exporter declares none)
+    Case(
+        "firmware-undeclared",
+        lambda ctx: [
+            f"{F}: not declared by any module of the drop (MODULE_FIRMWARE) "
+            "and not in [bundles.test] firmware"
+        ],
+        NO_FIRMWARE,
+    ),
+    Case("firmware-the-host-provides", _host_provides),
     # symbolic links
     _sym(M, _canary),
     _sym(M, _shadow),
