@@ -50,6 +50,9 @@ and bad values are errors naming the key and the value, reported together.
     timezone = "UTC"
     min_delay = 60                 # seconds after the last drop before asking
     min_interval = 3600            # never ask again within this many seconds
+    [kernel]
+    next = "6.12.57+deb13-amd64"   # the kernel the next boot runs, where grub's files do
+                                   # not say it (unset: read grub.cfg and grubenv)
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from typing import Any
 
 from service.backends import BACKENDS
 from service.errors import ConfigError
+from service.layout import is_release
 from service.window import DAYS, Guard, Window, zone
 from stager.manifest import MemoryPolicy
 from stager.paths import bundle_problem
@@ -139,6 +143,20 @@ class NodeLabels:
 
     enabled: bool = True  # written only where NFD's features.d directory exists
     prefix: str = field(default="modstage.io", metadata=spec(check=_prefix_problem))
+
+
+def _release_problem(release: str | None) -> str | None:
+    if release is None or is_release(release):
+        return None
+    return f"{shown(release)} is not a kernel release (as uname -r prints it)"
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """``[kernel]``: which kernel the next boot runs, when the admin says it
+    (:mod:`service.kernel.nextboot`; unset: grub's files say it)."""
+
+    next: str | None = field(default=None, metadata=spec(check=_release_problem))
 
 
 @dataclass(frozen=True)
@@ -390,6 +408,7 @@ class Config:
     publish: Publish = field(default_factory=lambda: Publish(), metadata=spec(load=_publish))
     node_labels: NodeLabels = field(default_factory=NodeLabels)
     bundles: tuple[tuple[str, BundlePolicy], ...] = field(default=(), metadata=spec(load=_bundles))
+    kernel: KernelChoice = field(default_factory=KernelChoice)
 
     def bundle_policy(self, bundle: str) -> BundlePolicy:
         """``[bundles.<bundle>]``, or the defaults when the file has no such table."""

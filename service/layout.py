@@ -6,8 +6,19 @@ Logic never spells ``/etc``, ``/var``, ``/run``, ``/sys`` or ``/proc``; it asks 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+#: a kernel release as it names files (``/boot/vmlinuz-<release>``): what ``uname -r`` prints,
+#: at most 64 characters (``__NEW_UTS_LEN``), no '/', no space
+_RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}\Z")
+
+
+def is_release(text: str) -> bool:
+    """Whether ``text`` can name a kernel release and its files (not a dpkg leftover such as
+    ``vmlinuz-6.1.0-50-amd64.dpkg-tmp``)."""
+    return bool(_RELEASE.match(text)) and ".dpkg-" not in text
 
 
 def root_problem(root: Path, *, kernel_tree: bool = False) -> str | None:
@@ -185,6 +196,26 @@ class Layout:
     # on real hosts: /boot/vmlinuz-<release> and /boot/config-<release> beside
     # /lib/modules/<release> (Debian 12 and 13), or everything in /usr/lib/modules/<release>
     # (vmlinuz, config, System.map: Debian's 7.2 packages, Fedora, Arch); /boot is read first
+    @property
+    def boot(self) -> Path:
+        """The directory of kernel images and the boot loader's files."""
+        return self._under("/boot")
+
+    @property
+    def module_trees(self) -> tuple[Path, ...]:
+        """The directories holding one module tree per installed kernel release."""
+        return (self._under("/lib/modules"), self._under("/usr/lib/modules"))
+
+    @property
+    def grub_cfg(self) -> Path:
+        """grub's menu, as grub-mkconfig writes it (``update-grub``)."""
+        return self.boot / "grub/grub.cfg"
+
+    @property
+    def grubenv(self) -> Path:
+        """grub's environment block (``saved_entry``, the one-time ``next_entry``)."""
+        return self.boot / "grub/grubenv"
+
     def modules_dir(self, release: str) -> Path:
         """A kernel release's module tree (in-tree modules, ``modules.builtin``):
         ``/lib/modules/<release>``, else ``/usr/lib/modules/<release>`` where only that exists

@@ -1,0 +1,278 @@
+"""grub's menu and environment as grub itself reads them: which entry its default names.
+
+grub-mkconfig writes ``/boot/grub/grub.cfg``; its header (``/etc/grub.d/00_header``) loads
+``/boot/grub/grubenv`` and sets ``default`` to the one-time ``next_entry`` when that is set
+(``grub-reboot``), else to ``GRUB_DEFAULT`` (``${saved_entry}`` for ``GRUB_DEFAULT=saved``,
+set by ``grub-set-default``). A default names an entry as grub's ``get_entry_number``
+(grub-core/normal/menu.c) resolves it: a number (an index among the entries of one menu, a
+submenu counting as one), a title or a ``--id``, and a ``>``-joined path through submenus
+(``1>2``, ``Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-50-amd64``;
+``>>`` is a literal ``>``). A menu entry's kernel is the ``vmlinuz-<release>`` of its
+``linux`` line.
+
+This is a reader of what grub-mkconfig writes, not a grub script interpreter: lines it does
+not know are ignored, and nothing here raises on a hostile file; the files are read capped
+(:data:`MAX_CFG_BYTES`, :data:`MAX_ENV_BYTES`), only when regular.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+MAX_CFG_BYTES = 4 << 20  # Debian's grub.cfg is about 8 KiB, 2 KiB more per kernel
+MAX_ENV_BYTES = 64 << 10  # grubenv is one 1,024-byte block
+ENV_SIGNATURE = b"# GRUB Environment Block\n"
+NEXT_ENTRY = "${next_entry}"
+SAVED_ENTRY = "${saved_entry}"
+_LINUX = ("linux", "linuxefi", "linux16")
+
+
+class Unreadable(Exception):
+    """A grub file exists but cannot be read as one; the message says why."""
+
+
+def read_capped(path: os.PathLike[str] | str, cap: int) -> bytes | None:
+    """The bytes of regular file ``path`` (None: it does not exist). Raises
+    :class:`Unreadable` for anything else: not a regular file (never blocks on a FIFO), over
+    ``cap`` bytes, an I/O error."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unreadable(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable(f"{path}: not a regular file")
+        data = os.read(fd, cap + 1)
+        chunk = data
+        while chunk and len(data) <= cap:
+            chunk = os.read(fd, cap + 1 - len(data))
+            data += chunk
+    except OSError as exc:
+        raise Unreadable(f"{path}: cannot read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise Unreadable(f"{path}: larger than {cap} bytes")
+    return data
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``menuentry`` (``children`` None) or ``submenu`` of grub.cfg."""
+
+    title: str
+    id: str | None = None
+    release: str | None = None  # of its first linux line's vmlinuz-<release>; None: no such
+    children: tuple[Entry, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One top-level ``set default=VALUE``; ``when_next_entry`` is the branch of grub's
+    ``if [ "${next_entry}" ]`` it sits in (None: outside one)."""
+
+    value: str
+    when_next_entry: bool | None = None
+
+
+@dataclass(frozen=True)
+class Menu:
+    """What of grub.cfg decides the default: its entries and its ``set default`` lines."""
+
+    entries: tuple[Entry, ...] = ()
+    defaults: tuple[Assignment, ...] = ()
+
+    def default(self, next_entry: str) -> str:
+        """The value ``default`` has once the script ran, given grubenv's ``next_entry``
+        ('' when unset); '' when nothing sets it (grub then boots the first entry)."""
+        value = ""
+        for a in self.defaults:
+            if a.when_next_entry is None or a.when_next_entry == bool(next_entry):
+                value = a.value
+        return value
+
+
+def _words(line: str) -> list[str] | None:
+    """A line split as the grub shell splits it (close enough: POSIX quoting); None when
+    its quoting is broken."""
+    try:
+        return shlex.split(line, comments=False, posix=True)
+    except ValueError:
+        return None
+
+
+def _menu_head(words: list[str]) -> tuple[str, str | None] | None:
+    """(title, id) of a ``menuentry``/``submenu`` line's words (the ``{`` taken off)."""
+    if len(words) < 2:
+        return None
+    ident = None
+    for i, word in enumerate(words[2:], 2):
+        if word in ("$menuentry_id_option", "--id") and i + 1 < len(words):
+            ident = words[i + 1]
+        elif word.startswith("--id="):
+            ident = word.removeprefix("--id=")
+    return words[1], ident
+
+
+def _release(words: list[str]) -> str | None:
+    """The release of a ``linux /boot/vmlinuz-<release> ...`` line's image, if named so."""
+    if len(words) < 2:
+        return None
+    name = PurePosixPath(words[1]).name
+    return name.removeprefix("vmlinuz-") if name.startswith("vmlinuz-") else None
+
+
+@dataclass
+class _Frame:
+    kind: str  # "menuentry", "submenu" or "other" (a function, a block not understood)
+    title: str = ""
+    id: str | None = None
+    release: str | None = None
+    children: list[Entry] = field(default_factory=list)
+
+    def entry(self) -> Entry:
+        if self.kind == "submenu":
+            return Entry(self.title, self.id, None, tuple(self.children))
+        return Entry(self.title, self.id, self.release)
+
+
+def parse_menu(text: str) -> Menu:
+    """The entries and default assignments of grub.cfg's ``text``; what is not understood
+    is skipped."""
+    stack: list[_Frame] = []
+    top: list[Entry] = []
+    defaults: list[Assignment] = []
+    conds: list[bool | None] = []  # per open `if`: True in a next_entry test's then branch
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line == "}":
+            if stack:
+                frame = stack.pop()
+                if frame.kind != "other":
+                    (stack[-1].children if stack else top).append(frame.entry())
+            continue
+        if line.endswith("{"):
+            words = _words(line[:-1])
+            head = _menu_head(words) if words and words[0] in ("menuentry", "submenu") else None
+            if words and head is not None:
+                stack.append(_Frame(words[0], head[0], head[1]))
+            else:
+                stack.append(_Frame("other"))
+            continue
+        words = _words(line)
+        if not words:
+            continue
+        if stack:
+            frame = stack[-1]
+            if frame.kind == "menuentry" and words[0] in _LINUX and frame.release is None:
+                frame.release = _release(words)
+            continue
+        _top_level(words, conds, defaults)
+    return Menu(tuple(top), tuple(defaults))
+
+
+def _top_level(words: list[str], conds: list[bool | None], defaults: list[Assignment]) -> None:
+    """Track ``if [ "${next_entry}" ]``, ``else``, ``fi`` and record ``set default=``."""
+    if words[0] == "if":
+        conds.append(True if words[1:4] == ["[", NEXT_ENTRY, "]"] else None)
+    elif words[0] == "else" and conds:
+        conds[-1] = None if conds[-1] is None else not conds[-1]
+    elif words[0] == "fi" and conds:
+        conds.pop()
+    elif words[0] == "set" and len(words) == 2 and words[1].startswith("default="):
+        guard = next((c for c in reversed(conds) if c is not None), None)
+        defaults.append(Assignment(words[1].removeprefix("default="), guard))
+
+
+def parse_env(data: bytes) -> dict[str, str]:
+    """grubenv's variables. A block without grub's signature is no block: grub's
+    ``load_env`` refuses it and sets nothing, so neither does this."""
+    if not data.startswith(ENV_SIGNATURE):
+        return {}
+    found: dict[str, str] = {}
+    for line in data.decode("utf-8", "replace").split("\n")[1:]:
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _, escaped = line.partition("=")
+        value, i = [], 0
+        while i < len(escaped):
+            if escaped[i] == "\\" and i + 1 < len(escaped):
+                i += 1
+            value.append(escaped[i])
+            i += 1
+        found.setdefault(name, "".join(value))
+    return found
+
+
+def _components(ref: str) -> list[str]:
+    """A default split at each single ``>``; ``>>`` stands for ``>`` itself."""
+    parts, current, i = [], [], 0
+    while i < len(ref):
+        if ref[i] == ">" and ref[i + 1 : i + 2] == ">":
+            current.append(">")
+            i += 2
+            continue
+        if ref[i] == ">":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ref[i])
+        i += 1
+    return [*parts, "".join(current)]
+
+
+def _number(text: str) -> int | None:
+    """A component read as grub's ``grub_strtoul(val, &tail, 0)`` takes it whole: decimal,
+    ``0x`` hex or leading-``0`` octal; None when it is not a number."""
+    t = text.lower()
+    try:
+        if t.startswith("0x"):
+            return int(t[2:], 16)
+        if len(t) > 1 and t.startswith("0"):
+            return int(t[1:], 8)
+        return int(t, 10) if t.isdigit() else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The menu entry a default names, with the titles of the submenus on its way."""
+
+    entry: Entry
+    path: tuple[str, ...]  # titles from the top menu down to the entry
+
+    @property
+    def title(self) -> str:
+        """The titles joined as grub joins them in a default (``>``)."""
+        return ">".join(t.replace(">", ">>") for t in self.path)
+
+
+def resolve(entries: tuple[Entry, ...], ref: str) -> Resolved | str:
+    """The menu entry ``ref`` names (as grub resolves ``default``), or why none is."""
+    level, path = entries, []
+    parts = _components(ref)
+    for depth, part in enumerate(parts):
+        index = _number(part)
+        if index is None:
+            found = next((e for e in level if part in (e.title, e.id)), None)
+        else:
+            found = level[index] if index < len(level) else None
+        if found is None:
+            where = "grub.cfg's menu" if depth == 0 else f"submenu {path[-1]!r}"
+            return f"{part!r} names no entry of {where}"
+        path.append(found.title)
+        if found.children is None:
+            if depth + 1 < len(parts):
+                return f"{found.title!r} is a menu entry, not a submenu"
+            return Resolved(found, tuple(path))
+        level = found.children
+    return f"{path[-1]!r} is a submenu, not an entry to boot"
