@@ -201,7 +201,6 @@ class Layout:
         """The directory of kernel images and the boot loader's files."""
         return self._under("/boot")
 
-    @property
     def module_trees(self) -> tuple[Path, ...]:
         """The directories holding one module tree per installed kernel release."""
         return (self._under("/lib/modules"), self._under("/usr/lib/modules"))

@@ -19,6 +19,12 @@ def _word(first: str, rest: str, max_size: int) -> st.SearchStrategy[str]:
 
 bundle_names = _word(_LOWER, _LOWER + "_-", 20)
 tokens = _word(_ALNUM, _ALNUM + "._+~:-", 30)
+#: version strings as dpkg reads them (epoch, '-' revisions, '~' and '+'), kernel releases too
+debian_versions = st.builds(
+    str.__add__,
+    st.sampled_from(["", "1:", "2:"]),
+    _word("0123456789", "0123456789.+~-ab", 16).filter(lambda v: not v.endswith("-")),
+)
 digests = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 _component = _word(_ALNUM + "_", _ALNUM + "_+=@,-", 11)
 rel_dirs = st.lists(_component, max_size=3).map(lambda parts: "".join(p + "/" for p in parts))

@@ -192,23 +192,41 @@ def _top_level(words: list[str], conds: list[bool | None], defaults: list[Assign
         defaults.append(Assignment(words[1].removeprefix("default="), guard))
 
 
+def _logical_lines(text: str) -> list[str]:
+    """grubenv's lines: a backslash escapes the next character, a newline too."""
+    lines, start, i = [], 0, 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == "\n":
+            lines.append(text[start:i])
+            start = i + 1
+        i += 1
+    return [*lines, text[start:]]
+
+
+def _unescape(text: str) -> str:
+    value, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            i += 1
+        value.append(text[i])
+        i += 1
+    return "".join(value)
+
+
 def parse_env(data: bytes) -> dict[str, str]:
-    """grubenv's variables. A block without grub's signature is no block: grub's
-    ``load_env`` refuses it and sets nothing, so neither does this."""
+    """grubenv's variables (grub-core/lib/envblk.c). A block without grub's signature is
+    no block: grub's ``load_env`` refuses it and sets nothing, so neither does this."""
     if not data.startswith(ENV_SIGNATURE):
         return {}
     found: dict[str, str] = {}
-    for line in data.decode("utf-8", "replace").split("\n")[1:]:
+    for line in _logical_lines(data[len(ENV_SIGNATURE) :].decode("utf-8", "replace")):
         if not line or line.startswith("#") or "=" not in line:
             continue
         name, _, escaped = line.partition("=")
-        value, i = [], 0
-        while i < len(escaped):
-            if escaped[i] == "\\" and i + 1 < len(escaped):
-                i += 1
-            value.append(escaped[i])
-            i += 1
-        found.setdefault(name, "".join(value))
+        found.setdefault(name, _unescape(escaped))
     return found
 
 
@@ -258,7 +276,8 @@ class Resolved:
 
 def resolve(entries: tuple[Entry, ...], ref: str) -> Resolved | str:
     """The menu entry ``ref`` names (as grub resolves ``default``), or why none is."""
-    level, path = entries, []
+    level: tuple[Entry, ...] = entries
+    path: list[str] = []
     parts = _components(ref)
     for depth, part in enumerate(parts):
         index = _number(part)

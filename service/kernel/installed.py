@@ -117,7 +117,7 @@ def _names(directory: Path) -> list[str]:
 def installed(layout: Layout) -> tuple[InstalledKernel, ...]:
     """Every kernel installed under ``layout``'s root, newest first."""
     found = {n.removeprefix(_IMAGE) for n in _names(layout.boot) if n.startswith(_IMAGE)}
-    for tree in layout.module_trees:
+    for tree in layout.module_trees():
         found |= set(_names(tree))
     kernels = []
     for release in sorted(r for r in found if is_release(r)):

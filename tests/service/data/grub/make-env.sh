@@ -34,3 +34,7 @@ grub-editenv trixie/grubenv-saved-title set \
 mk trixie/grubenv-next-recovery
 grub-editenv trixie/grubenv-next-recovery set \
   "next_entry=gnulinux-advanced-4b1c6c5e-0f0b-4bde-9a34-2f6d1c3e7a10>gnulinux-7.3.4+deb13-amd64-recovery-4b1c6c5e-0f0b-4bde-9a34-2f6d1c3e7a10"
+
+mk grubenv-escaped   # a backslash and a newline in a value
+grub-editenv grubenv-escaped set "saved_entry=a\\b
+c" next_entry=1
