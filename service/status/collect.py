@@ -17,6 +17,8 @@ from pathlib import Path
 from service.config import Config, RebootConfig
 from service.errors import ConfigError, NotRoot, StateError
 from service.kernel import pci
+from service.kernel.installed import installed
+from service.kernel.nextboot import decide, read_grub
 from service.layout import Layout
 from service.reboot import sentinel_path
 from service.status import required
@@ -286,6 +288,12 @@ def _config(layout: Layout) -> tuple[Config | None, str | None]:
         return None, f"{exc}: the daemon and intake refuse to start; boot uses defaults"
 
 
+def _configured_next(layout: Layout, config: Config | None) -> str | None:
+    """``[kernel] next``; from an invalid config, the value if that key itself is valid."""
+    chosen = config if config is not None else Config.salvage(layout.config)[0]
+    return chosen.kernel.next
+
+
 def _window_row(window: Window | None) -> WindowRow | None:
     if window is None:
         return None
@@ -365,6 +373,8 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
     healths += [p.health for p in unsafe]
     healths += [p.health for p in memory_problems]
     daemon = read_heartbeat(layout.heartbeat, now)
+    kernels = installed(layout)
+    next_kernel = decide(_configured_next(layout, config), read_grub(layout), kernels)
     return Report(
         health=overall(healths),
         kernel=kernel,
@@ -381,4 +391,6 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
         bundles=bundles,
         memory=memory_summary(layout.sys),
         quarantine=tuple(quarantine.records(layout)),
+        next_kernel=next_kernel,
+        kernels=kernels,
     )

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.kernel.installed import InstalledKernel
+from service.kernel.nextboot import NextKernel
 from service.status.glance import Heartbeat
 from service.status.health import Health
 from service.status.live import LiveModule
@@ -239,6 +241,9 @@ class Report:
     bundles: Mapping[str, BundleReport]
     memory: tuple[MemoryRow, ...]
     quarantine: tuple[Record, ...]
+    # the kernel the next boot runs and how that was decided; the installed kernels
+    next_kernel: NextKernel | None = None
+    kernels: tuple[InstalledKernel, ...] = ()
 
     @property
     def exit_code(self) -> int:

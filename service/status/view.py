@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, TextIO
 
+from service.kernel.nextboot import How
 from service.status.glance import STOPPED, iso
 from service.status.health import Health
 from service.status.report import (
@@ -103,6 +104,47 @@ def _daemon_line(doc: Report) -> str:
         return f"daemon: stopped at {d.at}: not running (nobody asks for reboots)"
     alive = "alive" if d.alive else "NOT RESPONDING"
     return f"daemon: {alive}, last heartbeat {d.at} ({d.age_seconds or 0:.0f} s ago)"
+
+
+_SOURCE = {
+    How.CONFIG: "[kernel] next in the config",
+    How.NEXT_ENTRY: "grubenv's one-time next_entry",
+    How.SAVED_ENTRY: "grubenv's saved_entry",
+    How.GRUB_DEFAULT: "grub.cfg's default",
+    How.NEWEST_INSTALLED: "the newest installed kernel (no grub.cfg)",
+}
+
+
+def next_kernel_line(doc: Report) -> str | None:
+    """The kernel the next boot runs and where that was read, or why it is unknown."""
+    n = doc.next_kernel
+    if n is None:
+        return None
+    if n.release is None:
+        return f"next boot: kernel unknown ({_SOURCE[n.how]}): {n.unknown}"
+    entry = f" {n.entry!r} ({n.title})" if n.entry is not None else ""
+    running = ", the running one" if n.release == doc.kernel else ""
+    return f"next boot: kernel {n.release}{running}, from {_SOURCE[n.how]}{entry}"
+
+
+def kernels_line(doc: Report) -> str | None:
+    """The installed kernels, newest first, each with what it lacks or is (None: none)."""
+    if not doc.kernels:
+        return None
+    shown = []
+    for k in doc.kernels:
+        notes = [
+            note
+            for note, holds in (
+                ("running", k.release == doc.kernel),
+                ("next boot", doc.next_kernel is not None and k.release == doc.next_kernel.release),
+                ("no image", k.image is None),
+                ("no module tree", k.modules is None),
+            )
+            if holds
+        ]
+        shown.append(f"{k.release} ({', '.join(notes)})" if notes else k.release)
+    return "kernels: " + ", ".join(shown)
 
 
 def _said(text: str, said: list[str]) -> bool:
@@ -225,6 +267,7 @@ def lines(doc: Report, *, issuers: bool = False) -> list[str]:
         f"reboot: {_reboot_line(doc)}",
         _daemon_line(doc),
     ]
+    out += [line for line in (next_kernel_line(doc), kernels_line(doc)) if line]
     out += [f"  ! {_problem(doc, p)}" for p in doc.problems]
     for name, b in doc.bundles.items():
         _bundle_lines(name, b, out, issuers=issuers)
@@ -291,6 +334,9 @@ def render_rich(doc: Report, out: TextIO, *, issuers: bool = False) -> None:
         highlight=False,
     )
     console.print(_daemon_line(doc), highlight=False)
+    for line in (next_kernel_line(doc), kernels_line(doc)):
+        if line:
+            console.print(line, markup=False, highlight=False)
     for p in doc.problems:
         where = escape(_problem(doc, p))  # drop text: no markup
         console.print(f"  [yellow]![/] {where}", highlight=False)

@@ -344,3 +344,45 @@ def test_newest_is_not_string_order() -> None:
 def test_read_grub_is_none_without_grub_cfg(tmp_path: Path) -> None:
     """No grub.cfg at all is not an error: the caller falls back to the installed kernels."""
     assert read_grub(Layout(tmp_path)) is None
+
+
+def test_status_shows_the_next_kernel_how_and_the_installed_ones(tmp_path: Path) -> None:
+    """``modstage status`` names the next boot's kernel and where it was read, plain and in
+    ``--json``, and lists the installed kernels marking the running one, the next boot's and
+    what each lacks; ``[kernel] next`` in the config changes both."""
+    import io
+    import json
+
+    from service.cli import main
+
+    layout = sandbox(tmp_path, "bookworm/grub.cfg", "bookworm/grubenv", BOOKWORM)
+    (tmp_path / "boot/vmlinuz-6.1.0-40-amd64").write_bytes(b"MZ")  # its modules removed
+    layout.config.parent.mkdir(parents=True)
+    layout.os_release.parent.mkdir(parents=True)
+    layout.os_release.write_text(f"{BOOKWORM[1]}\n")
+    out = io.StringIO()
+    main(["status", "--root", str(tmp_path)], out)
+    assert (
+        f"next boot: kernel {BOOKWORM[0]}, from grubenv's one-time next_entry '0' "
+        "(Debian GNU/Linux)"
+    ) in out.getvalue().splitlines()
+    assert (
+        f"kernels: {BOOKWORM[0]} (next boot), {BOOKWORM[1]} (running), "
+        "6.1.0-40-amd64 (no module tree)"
+    ) in out.getvalue().splitlines()
+    layout.config.write_text(f'[kernel]\nnext = "{BOOKWORM[1]}"\n')
+    out = io.StringIO()
+    main(["status", "--root", str(tmp_path), "--json"], out)
+    doc = json.loads(out.getvalue())
+    assert doc["next_kernel"] == {
+        "release": BOOKWORM[1],
+        "how": "config",
+        "entry": None,
+        "title": None,
+        "unknown": None,
+    }
+    assert [(k["release"], k["modules"] is not None) for k in doc["kernels"]] == [
+        (BOOKWORM[0], True),
+        (BOOKWORM[1], True),
+        ("6.1.0-40-amd64", False),
+    ]

@@ -97,6 +97,8 @@ def full_host(tmp_path: Path) -> Layout:
     (block / "state").write_text("online\n")
     (block / "valid_zones").write_text("Movable\n")
     (block / "node0").mkdir()
+    (tmp_path / "boot").mkdir(exist_ok=True)
+    (tmp_path / f"boot/vmlinuz-{KERNEL}").write_bytes(b"MZ")  # an installed kernel
     drop = layout.incoming / "nvidia.1.zz"
     drop.mkdir(parents=True)
     quarantine.put(layout, drop, "nvidia", ["bad"], Limits())
