@@ -245,7 +245,13 @@ def test_a_block_without_grubs_signature_sets_nothing() -> None:
     """grub's load_env refuses a block that does not start with its signature, so a
     next_entry in such a file changes nothing. In a real block (grub-editenv's, with a
     backslash and a newline in a value) the escapes are undone."""
-    assert grub.parse_env(b"next_entry=1\n") == {}
+    real = (DATA / "bookworm/grubenv").read_bytes()
+    assert grub.parse_env(real) == {"next_entry": "0"}
+    damaged = real.replace(b"# GRUB Environment Block", b"# GRUB environment block", 1)
+    assert grub.parse_env(damaged) == {}
+    cfg = (DATA / "bookworm/grub.cfg").read_text()
+    got = decide(None, GrubFiles(cfg, grub.parse_env(damaged)), kernels(*BOOKWORM))
+    assert (got.release, got.how) == (BOOKWORM[1], How.GRUB_DEFAULT)
     block = (DATA / "grubenv-escaped").read_bytes()
     assert grub.parse_env(block) == {"saved_entry": "a\\b\nc", "next_entry": "1"}
 
