@@ -23,12 +23,13 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-MAX_CFG_BYTES = 4 << 20  # Debian's grub.cfg is about 8 KiB, 2 KiB more per kernel
+MAX_CFG_BYTES = 1 << 20  # Debian's grub.cfg is about 8 KiB, 2 KiB more per kernel
 MAX_ENV_BYTES = 64 << 10  # grubenv is one 1,024-byte block
 ENV_SIGNATURE = b"# GRUB Environment Block\n"
 NEXT_ENTRY = "${next_entry}"
 SAVED_ENTRY = "${saved_entry}"
 _LINUX = ("linux", "linuxefi", "linux16")
+MAX_DEPTH = 64  # nested blocks kept; deeper ones are counted only
 
 
 class Unreadable(Exception):
@@ -149,47 +150,52 @@ def parse_menu(text: str) -> Menu:
     top: list[Entry] = []
     defaults: list[Assignment] = []
     conds: list[bool | None] = []  # per open `if`: True in a next_entry test's then branch
+    deeper = 0  # blocks opened beyond MAX_DEPTH: counted, not kept
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        first = line.split(None, 1)[0]
         if line == "}":
-            if stack:
+            if deeper:
+                deeper -= 1
+            elif stack:
                 frame = stack.pop()
                 if frame.kind != "other":
                     (stack[-1].children if stack else top).append(frame.entry())
             continue
         if line.endswith("{"):
-            words = _words(line[:-1])
-            head = _menu_head(words) if words and words[0] in ("menuentry", "submenu") else None
-            if words and head is not None:
-                stack.append(_Frame(words[0], head[0], head[1]))
-            else:
-                stack.append(_Frame("other"))
-            continue
-        words = _words(line)
-        if not words:
+            if len(stack) >= MAX_DEPTH:
+                deeper += 1
+                continue
+            words = _words(line[:-1]) if first in ("menuentry", "submenu") else None
+            head = _menu_head(words) if words else None
+            stack.append(_Frame(first, *head) if words and head else _Frame("other"))
             continue
         if stack:
             frame = stack[-1]
-            if frame.kind == "menuentry" and words[0] in _LINUX and frame.release is None:
-                frame.release = _release(words)
+            if frame.kind == "menuentry" and frame.release is None and first in _LINUX:
+                frame.release = _release(_words(line) or [])
             continue
-        _top_level(words, conds, defaults)
+        _top_level(line, first, conds, defaults)
     return Menu(tuple(top), tuple(defaults))
 
 
-def _top_level(words: list[str], conds: list[bool | None], defaults: list[Assignment]) -> None:
-    """Track ``if [ "${next_entry}" ]``, ``else``, ``fi`` and record ``set default=``."""
-    if words[0] == "if":
-        conds.append(True if words[1:4] == ["[", NEXT_ENTRY, "]"] else None)
-    elif words[0] == "else" and conds:
+def _top_level(line: str, first: str, conds: list[bool | None], defaults: list[Assignment]) -> None:
+    """Track ``if [ "${next_entry}" ]``, ``else``, ``fi`` and record ``set default=``; only
+    those lines are split (shlex is the slow part)."""
+    if first == "if":
+        words = _words(line) if NEXT_ENTRY in line else None
+        conds.append(True if words and words[1:4] == ["[", NEXT_ENTRY, "]"] else None)
+    elif first == "else" and conds:
         conds[-1] = None if conds[-1] is None else not conds[-1]
-    elif words[0] == "fi" and conds:
+    elif first == "fi" and conds:
         conds.pop()
-    elif words[0] == "set" and len(words) == 2 and words[1].startswith("default="):
-        guard = next((c for c in reversed(conds) if c is not None), None)
-        defaults.append(Assignment(words[1].removeprefix("default="), guard))
+    elif first == "set" and "default=" in line:
+        words = _words(line)
+        if words and len(words) == 2 and words[1].startswith("default="):
+            guard = next((c for c in reversed(conds) if c is not None), None)
+            defaults.append(Assignment(words[1].removeprefix("default="), guard))
 
 
 def _logical_lines(text: str) -> list[str]:
