@@ -392,3 +392,14 @@ def test_status_shows_the_next_kernel_how_and_the_installed_ones(tmp_path: Path)
         (BOOKWORM[1], True),
         ("6.1.0-40-amd64", False),
     ]
+
+
+def test_blocks_nested_past_the_bound_still_close() -> None:
+    """Blocks nested deeper than MAX_DEPTH are counted, not kept, so their closing braces
+    still balance: Debian's menu after 200 nested blocks closed is read whole, and one
+    inside 50 still open (a function's body, which grub does not run) is not a menu."""
+    real = (DATA / "trixie/grub.cfg").read_text()
+    menu = grub.parse_menu("function f {\n" * 200 + "}\n" * 200 + real)
+    assert [e.title for e in menu.entries][:2] == ["Debian GNU/Linux", ADVANCED]
+    inside = grub.parse_menu("function f {\n" * 200 + "}\n" * 150 + real + "}\n" * 50)
+    assert inside.entries == ()
