@@ -127,11 +127,16 @@ def _boot_id(layout: Layout) -> str | None:
 
 
 def _live(layout: Layout, state: BundleState) -> bool | None:
-    """Whether every module the active generation loaded is live now (None: nothing active,
+    """Whether every module the active generation loaded is live now (False when it
+    targets another kernel than the running one; None: nothing active,
     or nothing recorded loaded for a reason unknown here; False: nothing recorded loaded
     because the last boot found no generation for its kernel or the load failed)."""
     if state.active is None:
         return None
+    active = state.generations.get(state.active)
+    running = _release(layout)
+    if active is not None and running is not None and active.kernel != running:
+        return False  # its modules cannot be live on another kernel
     if not state.loaded:
         return False if state.phase in (Phase.OTHER_KERNEL, Phase.FAILED) else None
     return all((layout.sys / "module" / m.module / "initstate").exists() for m in state.loaded)
