@@ -50,7 +50,7 @@ from tests.vm.test_oracle import kernel_verdicts
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
-# issue 30's budget: the whole corpus runs on both nodes of 6.1 and on the MOK node of 6.12
+# the time budget: the whole corpus runs on both nodes of 6.1 and on the MOK node of 6.12
 # (`.machine`, where DKMS keys land); 6.12's db node judges the categories whose verdicts
 # depend on where the signer is enrolled (baseline, ecdsa, keys, signers: 136 cases)
 WHOLE_CORPUS = {"6.1": ("mok", "db"), "6.12": ("mok",), "7.2": ("mok",)}
