@@ -304,7 +304,7 @@ def pending(
     return str(outcome.generation)
 
 
-def boot_with(host: Layout, kernel: Kernel, **config: Any) -> Boot:
+def boot_with(host: Layout, kernel: Kernel, /, **config: Any) -> Boot:
     """A boot loader on ``host`` with ``kernel`` and the fake sysfs over ``host.sys``."""
     from service.boot.loader import Boot
     from service.config import Config

@@ -37,7 +37,8 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # test modules; libelf1t64 is objtool's, dwarves (pahole) adds their BTF
 _ROOT_PACKAGES = (
     "python3,python3-cryptography,python3-asn1crypto,python3-zstandard,"
-    "python3-rich,python3-tomli-w,python3-pyudev,python3-structlog,python3-yaml,kmod,systemd,"
+    "python3-rich,python3-tomli-w,python3-pyudev,python3-structlog,python3-yaml,python3-watchdog,"
+    "kmod,systemd,"
     "udev,procps,"
     "util-linux,mount,e2fsprogs,xz-utils,zstd,openssl,{gcc},make,libc6-dev,libssl3t64,"
     "libelf1t64,binutils,dwarves"
