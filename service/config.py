@@ -53,6 +53,8 @@ and bad values are errors naming the key and the value, reported together.
     [kernel]
     next = "6.12.57+deb13-amd64"   # the kernel the next boot runs, where grub's files do
                                    # not say it (unset: read grub.cfg and grubenv)
+    hold_max = 259200              # seconds a reboot into a new kernel waits for a bundle
+                                   # with no generation for it (0: never)
 """
 
 from __future__ import annotations
@@ -145,6 +147,14 @@ class NodeLabels:
     prefix: str = field(default="modstage.io", metadata=spec(check=_prefix_problem))
 
 
+#: ``[kernel] hold_max``'s default: three days, a weekend for a driver image's pipeline
+HOLD_MAX = 3 * 86400
+
+
+def _not_negative(value: int) -> str | None:
+    return None if value >= 0 else f"{value} is not a non-negative number of seconds"
+
+
 def _release_problem(release: str | None) -> str | None:
     if release is None or is_release(release):
         return None
@@ -157,6 +167,9 @@ class KernelChoice:
     (:mod:`service.kernel.nextboot`; unset: grub's files say it)."""
 
     next: str | None = field(default=None, metadata=spec(check=_release_problem))
+    # seconds after the next kernel was installed that a reboot into it waits for the
+    # bundles with no generation for it (:mod:`service.gate`); 0: never wait
+    hold_max: int = field(default=HOLD_MAX, metadata=spec(check=_not_negative))
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ class Why(enum.Enum):
     AFTER_DROP = "after-drop"  # min_delay after the last drop has not passed
     TOO_SOON = "too-soon"  # min_interval after the last request has not passed
     OUTSIDE_WINDOW = "outside-window"
+    HELD = "held"  # the next kernel's gate (service.gate): ``note`` says it
     DUE = "due"
 
 
@@ -105,13 +106,15 @@ class Decision:
     ``left``: seconds until what ``why`` names lets a request through (AFTER_DROP,
     TOO_SOON: the guard runs out; OUTSIDE_WINDOW: the window opens); ``since``: seconds
     since the last request (TOO_SOON); ``opens``: when the window opens next
-    (OUTSIDE_WINDOW; None, and ``left`` None, if it never opens within 8 days).
+    (OUTSIDE_WINDOW; None, and ``left`` None, if it never opens within 8 days); ``note``:
+    the next kernel's gate in English (HELD, ``left`` until its bound).
     """
 
     why: Why
     left: float | None = None
     since: float | None = None
     opens: datetime | None = None
+    note: str | None = None
 
     @property
     def due(self) -> bool:
@@ -141,6 +144,8 @@ class Decision:
             )
         if self.why is Why.OUTSIDE_WINDOW:
             return "outside the reboot window"
+        if self.why is Why.HELD:
+            return self.note or "held for the next kernel"
         return "due"
 
 

@@ -180,3 +180,62 @@ def test_alerts_page_on_failures_never_on_a_planned_upgrade(tmp_path: Path) -> N
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS" in run.stdout
+
+
+def test_a_next_kernel_without_the_driver_warns_after_an_hour(tmp_path: Path) -> None:
+    """A node whose next boot runs a kernel ``nvidia`` has no generation for (modstage's own
+    metrics of such a host, sampled every 5 minutes for 3 hours) gets
+    ``ModstageNextKernelWithoutDriver`` (warning, naming bundle and kernel) once the gap has
+    lasted an hour, and not before; a node whose driver for that kernel is pending gets none."""
+    from service.status.collect import collect
+    from service.store.state import Generation, State
+    from tests.service.test_reboot_required import NEW, NEXT, active, updated
+
+    covered = active().with_generation(Generation(NEW, "2.0", NEXT, added=2.0))
+    nodes = {
+        "gap": updated(tmp_path / "gap", State({"nvidia": active()})),
+        "ready": updated(
+            tmp_path / "ready", State({"nvidia": covered.move(Phase.PENDING, pending=NEW)})
+        ),
+    }
+    samples = int(3 * HOUR / STEP) + 1
+    series = []
+    for name, layout in nodes.items():
+        fams = {f.name: f.samples for f in families(collect(layout))}
+        for labels, value in fams["modstage_bundle_next_kernel_missing"]:
+            text = ",".join(f'{k}="{v}"' for k, v in {"instance": name, **labels}.items())
+            series.append(
+                {
+                    "series": f"modstage_bundle_next_kernel_missing{{{text}}}",
+                    "values": " ".join([str(int(value))] * samples),
+                }
+            )
+    fired = {
+        "exp_labels": {
+            "instance": "gap",
+            "bundle": "nvidia",
+            "kernel": NEXT,
+            "severity": "warning",
+        },
+        "exp_annotations": {
+            "summary": f"modstage on gap: no nvidia for kernel {NEXT}",
+            "description": f"Stage the bundle for kernel {NEXT}: `modstage status` says how "
+            "long the reboot is held.",
+        },
+    }
+    tests = [
+        {"eval_time": f"{m}m", "alertname": "ModstageNextKernelWithoutDriver", "exp_alerts": exp}
+        for m, exp in ((55, []), (65, [fired]), (170, [fired]))
+    ]
+    doc = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": f"{int(STEP)}s", "input_series": series, "alert_rule_test": tests}],
+    }
+    spec = tmp_path / "next-kernel-test.yml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = subprocess.run(
+        [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS" in run.stdout

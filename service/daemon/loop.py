@@ -27,6 +27,7 @@ from service.daemon.uevents import UeventListener
 from service.daemon.watchdog import Watchdog
 from service.daemon.watcher import DropWatcher
 from service.errors import ServiceError, StateCorrupt
+from service.gate import gate_for
 from service.kernel.memory import Onlined, block_number, online_blocks
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
@@ -38,7 +39,7 @@ from service.store.records import RebootIntent
 from service.store.state import State
 from service.store.statefile import load, locked, save
 from service.store.statusfile import write_status
-from service.window import Decision, reboot_due
+from service.window import Decision, Why, reboot_due
 from stager.manifest import MemoryPolicy
 from stager.record import dump
 from stager.shown import MAX_REASON, shown
@@ -166,6 +167,11 @@ class Daemon:
             )
             if not decision.due:
                 return decision
+            kernel, now = self.layout.kernel_release(), self.clock.now().timestamp()
+            gate = gate_for(self.layout, self.config, state, kernel, now)
+            if gate is not None and gate.holds:
+                log.info("reboot.held", kernel=gate.kernel, bundles=list(gate.bundles))
+                return Decision(Why.HELD, left=gate.left, note=gate.line())
             reason = f"new generation pending for {', '.join(waiting)}"
             intent = RebootIntent(
                 self.clock.now().timestamp(), current, self.rebooter.name, tuple(waiting), reason

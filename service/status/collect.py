@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -332,7 +333,7 @@ def _reboot(
         now=moment,
         waits=[f"{n}: {b.waiting}" for n, b in bundles.items() if b.waiting],
     )
-    return RebootReport(
+    report = RebootReport(
         required=bool(waiting),
         bundles=tuple(waiting),
         scheduled=tuple(
@@ -346,7 +347,24 @@ def _reboot(
         why_not_asked=why,
         sentinel=str(sentinel),
         sentinel_present=sentinel.exists(),
-        unknown=required.answer(layout).unknown,  # the sentinel command's own answer
+    )
+    return _with_answer(report, required.answer(layout))  # the sentinel command's own
+
+
+def _with_answer(report: RebootReport, answer: required.Answer) -> RebootReport:
+    """``report`` with what ``status --reboot-required`` decided, shown as it is: why it
+    cannot tell, and the next kernel's gate."""
+    gate = answer.gate
+    if gate is None:
+        return replace(report, unknown=answer.unknown)
+    return replace(
+        report,
+        unknown=answer.unknown,
+        next_kernel=gate.kernel,
+        driverless=gate.bundles,
+        held=answer.held,
+        hold_until=iso(gate.until),
+        gate=gate.line(),
     )
 
 

@@ -38,7 +38,13 @@ _HELP = {
     "modstage_grade": "1 for the host's health (healthy, upgrading, degraded, failed), 0 else.",
     "modstage_state_readable": "1 if state.json could be read.",
     "modstage_reboot_required": "1 if a pending generation waits for a reboot.",
+    "modstage_reboot_held": (
+        "1 if a wanted reboot waits because the next kernel lacks a bundle's generation."
+    ),
     "modstage_bundle_health": "Bundle health: 0 healthy, 1 degraded, 2 failed, 4 upgrading.",
+    "modstage_bundle_next_kernel_missing": (
+        "1 if the next boot runs another kernel and the bundle has no generation for it."
+    ),
     "modstage_bundle_grade": "1 for the bundle's health, 0 for the others.",
     "modstage_bundle_driverless_seconds": (
         "Seconds an upgrading bundle has been without its driver (absent: it is not)."
@@ -76,8 +82,12 @@ def families(doc: Report, verification: Mapping[str, float] | None = None) -> li
         by["modstage_grade"].append(({"health": grade.label}, float(doc.health is grade)))
     by["modstage_state_readable"].append(({}, 0.0 if doc.state_error else 1.0))
     by["modstage_reboot_required"].append(({}, float(doc.reboot.required)))
+    by["modstage_reboot_held"].append(({}, float(doc.reboot.held)))
     for name, b in doc.bundles.items():
         _bundle_samples(by, name, b, waiting=name in doc.reboot.bundles)
+        missing = name in doc.reboot.driverless
+        next_labels = {"bundle": name, "kernel": doc.reboot.next_kernel or ""}
+        by["modstage_bundle_next_kernel_missing"].append((next_labels, float(missing)))
     for name, seconds in sorted((verification or {}).items()):
         by["modstage_verification_seconds"].append(({"bundle": name}, seconds))
     if doc.daemon.age_seconds is not None:

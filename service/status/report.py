@@ -210,6 +210,14 @@ class RebootReport:
     sentinel_present: bool = field(metadata=spec(key="sentinel.present"))
     # why ``status --reboot-required`` cannot tell (it exits 3); None: it can
     unknown: str | None = None
+    # the next boot's kernel when it is another than the running one
+    next_kernel: str | None = None
+    # bundles with an active generation and none for the next kernel: without a driver there
+    driverless: tuple[str, ...] = ()
+    # a wanted reboot waits for them (``--reboot-required`` exits 4) until ``hold_until``
+    held: bool = False
+    hold_until: str | None = None
+    gate: str | None = None  # what the gate says (the line kured logs when it holds)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ Plain ``status`` shows the same answer (:func:`answer`): its reboot line says
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -34,11 +35,12 @@ from typing import TextIO
 from service.backends import admin_reboots
 from service.config import Config
 from service.errors import ConfigError, ServiceError
+from service.gate import Gate, gate_for
 from service.layout import Layout
 from service.store.state import State
 from service.store.statefile import read
 
-REQUIRED, NOT_REQUIRED, UNKNOWN = 0, 1, 3
+REQUIRED, NOT_REQUIRED, UNKNOWN, HELD = 0, 1, 3, 4
 
 
 class CannotTell(ServiceError):
@@ -58,11 +60,15 @@ class CannotTell(ServiceError):
 @dataclass(frozen=True)
 class Answer:
     """Whether a reboot is required, and why (one line per reason); ``unknown``: why
-    modstage cannot tell (then ``required`` is False and means nothing)."""
+    modstage cannot tell (then ``required`` is False and means nothing). ``held``: a reboot
+    is wanted (``reasons``) but waits at the gate (then ``required`` is False); ``gate``:
+    the next kernel's gate, whenever some bundle lacks a generation for it."""
 
     required: bool
     reasons: tuple[str, ...] = ()
     unknown: str | None = None
+    held: bool = False
+    gate: Gate | None = None
 
 
 def decide(
@@ -72,8 +78,10 @@ def decide(
     backend: str,
     boot_id: str,
     host_file: str | None,
+    gate: Gate | None = None,
 ) -> Answer:
-    """The answer from plain values; ``host_file`` is the host sentinel's path if it exists."""
+    """The answer from plain values; ``host_file`` is the host sentinel's path if it exists;
+    ``gate`` the next kernel's, when the next boot runs another kernel than ``kernel``."""
     waiting = state.awaiting_reboot(kernel)
     asked = state.intent_in(boot_id) is not None
     reasons: list[str] = []
@@ -81,7 +89,12 @@ def decide(
         reasons.append(" ".join(waiting))
     if host_file is not None:
         reasons.append(f"{host_file} exists")
-    return Answer(bool(reasons), tuple(reasons))
+    gate = gate if gate is not None and gate.bundles else None
+    if reasons and gate is not None and gate.holds:
+        return Answer(False, tuple(reasons), held=True, gate=gate)
+    if reasons and gate is not None:
+        reasons.append(gate.line())
+    return Answer(bool(reasons), tuple(reasons), gate=gate)
 
 
 def read_fact(path: Path) -> str:
@@ -132,6 +145,7 @@ def check(layout: Layout) -> Answer:
         backend=config.reboot.backend,
         boot_id=boot_id,
         host_file=str(host) if host.exists() else None,
+        gate=gate_for(layout, config, state, kernel, time.time()),
     )
 
 
@@ -152,5 +166,8 @@ def run(layout: Layout, out: TextIO, err: TextIO) -> int:
     if found.unknown is not None:
         print(f"modstage status --reboot-required: cannot tell: {found.unknown}", file=err)
         return UNKNOWN
+    if found.held and found.gate is not None:  # kured logs it with a warning
+        print(f"{found.gate.line()}; wanted: {'; '.join(found.reasons)}", file=out)
+        return HELD
     print("\n".join(found.reasons) if found.required else "no reboot required", file=out)
     return REQUIRED if found.required else NOT_REQUIRED

@@ -74,6 +74,10 @@ def _reboot_line(doc: Report) -> str:
     line += f": {r.why_not_asked}" if r.why_not_asked else ""
     if r.unknown is not None:  # status --reboot-required exits 3 ("cannot tell") alike
         return f"unknown: {r.unknown}"
+    if r.held and r.gate:  # --reboot-required exits 4 alike
+        line = r.gate
+    elif r.gate:
+        line += f"; {r.gate}"
     if r.backend is None or r.window is None:
         return f"{line} (backend and window unknown: the config is invalid)"
     w = r.window

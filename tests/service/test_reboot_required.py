@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
+from service.gate import Gate, uncovered
 from service.layout import Layout
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
 from service.store.phase import Phase
@@ -241,3 +242,126 @@ def test_decide_is_a_pure_function_of_its_inputs() -> None:
     assert decide(asked, backend="systemd", **kw).reasons == ("nvidia",)  # type: ignore[arg-type]
     both = decide(asked, backend="kured", kernel=KERNEL, boot_id=BOOT, host_file="/f")
     assert both.reasons == ("nvidia", "/f exists")
+
+
+NEXT = "6.12.0-next"
+
+
+def test_the_next_kernel_s_gate_holds_a_wanted_reboot_until_its_bound() -> None:
+    """The next boot runs NEXT and ``nvidia`` (active on the running kernel) has nothing
+    for it: the host's reboot-required file is held (not required, ``held``) while the bound
+    is ahead, and goes through past it, saying nvidia boots without its driver. A bundle
+    with a pending generation for NEXT is covered; one held by an admin is not (its pending
+    generation would not load); a bundle with nothing active has nothing to lose."""
+    state = State({"nvidia": active()})
+    assert uncovered(state, NEXT) == ["nvidia"] and uncovered(state, KERNEL) == []
+    gate = Gate(NEXT, ("nvidia",), since=100.0, until=200.0, now=150.0)
+    kw = {"kernel": KERNEL, "boot_id": BOOT, "backend": "kured"}
+    held = decide(state, host_file="/var/run/reboot-required", gate=gate, **kw)  # type: ignore[arg-type]
+    assert (held.required, held.held, held.reasons) == (
+        False,
+        True,
+        ("/var/run/reboot-required exists",),
+    )
+    assert held.gate is not None and held.gate.line().startswith(
+        f"held: the next boot runs kernel {NEXT} and nvidia has no generation for it"
+    )
+    past = decide(state, host_file="/var/run/reboot-required", gate=replace(gate, now=200.0), **kw)  # type: ignore[arg-type]
+    assert past.required and not past.held
+    assert past.reasons[-1].startswith(f"the next boot runs kernel {NEXT} and nvidia has no")
+    assert "boots without its driver" in past.reasons[-1]
+    quiet = decide(state, host_file=None, gate=gate, **kw)  # type: ignore[arg-type]
+    assert (quiet.required, quiet.held, quiet.gate) == (False, False, gate)  # said, not held
+    covered = active().with_generation(Generation(NEW, "2.0", NEXT, added=2.0))
+    covered = covered.move(Phase.PENDING, pending=NEW)
+    assert uncovered(State({"nvidia": covered}), NEXT) == []
+    assert uncovered(State({"nvidia": replace(covered, held=True)}), NEXT) == ["nvidia"]
+    fresh = BundleState().with_generation(Generation(NEW, "2.0", KERNEL, added=2.0))
+    assert uncovered(State({"new": fresh.move(Phase.PENDING, pending=NEW)}), NEXT) == []
+
+
+def test_a_held_reboot_exits_4_with_the_gate_s_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` prints the gate's line and the reboot it holds on stdout and exits 4 (kured
+    logs a code other than 0 and 1 as a warning with the output, and does not reboot)."""
+    from unittest import mock
+
+    from service.status import required
+
+    gate = Gate(NEXT, ("nvidia",), since=100.0, until=200.0, now=150.0)
+    held = required.Answer(False, ("/var/run/reboot-required exists",), held=True, gate=gate)
+    with mock.patch.object(required, "answer", return_value=held):
+        code = run(Layout(tmp_path), sys.stdout, sys.stderr)
+    out = capsys.readouterr().out
+    assert code == 4 == required.HELD
+    assert out.startswith("held: the next boot runs kernel 6.12.0-next")
+    assert out.rstrip().endswith("; wanted: /var/run/reboot-required exists")
+
+
+def updated(root: Path, state: State, hold_max: int | None = None) -> Layout:
+    """A host whose kernel NEXT was just installed (its image and module tree, written
+    now) and is the next boot's (``[kernel] next``), with the host's reboot-required file
+    unattended-upgrades writes after installing it."""
+    config = f'[kernel]\nnext = "{NEXT}"\n' + (
+        f"hold_max = {hold_max}\n" if hold_max is not None else ""
+    )
+    layout = host(root, state, config)
+    layout.boot.mkdir(parents=True, exist_ok=True)
+    layout.kernel_image(NEXT).write_bytes(b"MZ")
+    layout.modules_dir(NEXT).mkdir(parents=True)
+    layout.reboot_sentinel.parent.mkdir(parents=True, exist_ok=True)
+    layout.reboot_sentinel.write_text("*** System restart required ***\n")
+    return layout
+
+
+def test_a_kernel_update_waits_for_the_driver_of_the_next_kernel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host's reboot-required file after a kernel update, nvidia active on the running
+    kernel and nothing for NEXT: ``status --reboot-required`` exits 4 and names the kernel,
+    the bundle and when the hold ends (the default bound: three days after the image was
+    written), and plain status shows the same; a generation for NEXT pending lifts the hold
+    (exit 0); ``hold_max = 0`` never holds and says nvidia boots without its driver."""
+    layout = updated(tmp_path / "held", State({"nvidia": active()}))
+    code, out, _ = ask(layout.root, capsys)
+    assert code == 4, out
+    assert f"held: the next boot runs kernel {NEXT} and nvidia has no generation for it" in out
+    assert out.rstrip().endswith(f"wanted: {layout.reboot_sentinel} exists")
+    main(["status", "--root", str(layout.root)], sys.stdout)
+    plain = capsys.readouterr().out
+    assert f"reboot: held: the next boot runs kernel {NEXT} and nvidia has no generation" in plain
+    covered = active().with_generation(Generation(NEW, "2.0", NEXT, added=2.0))
+    ready = updated(tmp_path / "ready", State({"nvidia": covered.move(Phase.PENDING, pending=NEW)}))
+    code, out, _ = ask(ready.root, capsys)
+    assert (code, out.strip()) == (REQUIRED, f"{ready.reboot_sentinel} exists"), out
+    never = updated(tmp_path / "never", State({"nvidia": active()}), hold_max=0)
+    code, out, _ = ask(never.root, capsys)
+    assert code == REQUIRED, out
+    assert (
+        f"the next boot runs kernel {NEXT} and nvidia has no generation for it: it boots without its driver"
+        in out
+    )
+
+
+def test_the_hold_ends_hold_max_after_the_kernel_was_installed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bound counts from the image's change time (when dpkg unpacked it), not from its
+    modification time (the package's build date, which dpkg keeps): an image written an
+    hour ago under ``hold_max = 1800`` holds nothing; with its mtime set a year back and
+    ``hold_max = 3600`` it still holds."""
+    import os
+    import time
+    from unittest import mock
+
+    layout = updated(tmp_path / "h", State({"nvidia": active()}), hold_max=1800)
+    image = layout.kernel_image(NEXT)
+    later = image.stat().st_ctime + 3600
+    with mock.patch("time.time", return_value=later):
+        code, out, _ = ask(layout.root, capsys)
+    assert code == REQUIRED and "boots without its driver" in out, out
+    layout.config.write_text(f'[kernel]\nnext = "{NEXT}"\nhold_max = 3600\n')
+    os.utime(image, (time.time() - 365 * 86400,) * 2)
+    code, out, _ = ask(layout.root, capsys)
+    assert code == 4, out

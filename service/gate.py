@@ -1,0 +1,112 @@
+"""The next kernel's reboot gate: a reboot into a kernel a bundle has no driver for waits.
+
+The reboot a GPU node takes most often is a kernel update: the distribution installs kernel
+Y, and its next boot runs Y. A bundle whose generations were all built for the running
+kernel X has nothing a boot into Y would load, so that boot is driver-less until an image for
+Y is staged, and then a second reboot follows. The gate holds every reboot (the host's own
+reboot-required file as well as modstage's) while some bundle with a driver now has no
+generation for the next boot's kernel, so the driver for Y can be staged first and one
+reboot does both.
+
+The hold is bounded: ``[kernel] hold_max`` seconds after kernel Y was installed (its image's
+change time: dpkg writes the file when it unpacks the package) the gate opens and the
+reboot goes through; the bundles it leaves behind are named in ``status``, in the metrics
+and in kured's log. ``hold_max = 0`` never holds. A next kernel modstage cannot tell
+(``status``'s ``next boot:`` line says why) holds nothing.
+
+:func:`uncovered` and :meth:`Gate.holds` are pure; :func:`gate_for` reads the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from service.config import Config
+from service.kernel.nextboot import next_kernel
+from service.layout import Layout
+from service.store.state import State
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The next boot runs ``kernel``, another than the running one, and ``bundles`` (each
+    with an active generation: a driver it has now) have no generation a boot into it
+    would load. A reboot is held for them from ``since`` (when that kernel was installed)
+    until ``until``; past it the reboot goes through and they boot without their driver."""
+
+    kernel: str
+    bundles: tuple[str, ...]
+    since: float
+    until: float
+    now: float
+
+    @property
+    def holds(self) -> bool:
+        """Whether a wanted reboot waits now (bundles uncovered, the bound not reached)."""
+        return bool(self.bundles) and self.now < self.until
+
+    @property
+    def left(self) -> float:
+        """Seconds until the hold ends by time alone (0: it has)."""
+        return max(0.0, self.until - self.now)
+
+    def line(self) -> str:
+        """What the gate says, in the words plain status and kured's log both show."""
+        names = ", ".join(self.bundles)
+        if self.holds:
+            return (
+                f"held: the next boot runs kernel {self.kernel} and {names} has no generation "
+                f"for it (a driver for {self.kernel} staged and accepted lifts the hold; "
+                f"[kernel] hold_max ends it at {_iso(self.until)}, then {names} boots "
+                "without its driver)"
+            )
+        return (
+            f"the next boot runs kernel {self.kernel} and {names} has no generation for it: "
+            f"it boots without its driver (held until {_iso(self.until)}, [kernel] hold_max)"
+        )
+
+
+def uncovered(state: State, release: str) -> list[str]:
+    """The bundles that have an active generation and none a boot into kernel ``release``
+    would load: a pending one for it (not failed, not held back by an admin's hold) or the
+    active one for it."""
+    out = []
+    for name, b in sorted(state.bundles.items()):
+        if b.active is None:
+            continue  # nothing to lose: its first generation waits for its kernel
+        usable = [b.generations.get(b.active)]
+        if b.pending is not None and not b.held:
+            usable.append(b.generations.get(b.pending))
+        if not any(g is not None and g.kernel == release and not g.failed for g in usable):
+            out.append(name)
+    return out
+
+
+def installed_at(layout: Layout, release: str, now: float) -> float:
+    """When kernel ``release`` was installed: its image's change time (dpkg keeps the
+    package's modification time and sets the change time when it unpacks the file); ``now``
+    when the image cannot be read. A change time ahead of the clock is taken as it is, so
+    the bound stays where it was set."""
+    try:
+        return layout.kernel_image(release).stat().st_ctime
+    except OSError:
+        return now
+
+
+def gate_for(layout: Layout, config: Config, state: State, running: str, now: float) -> Gate | None:
+    """The gate of the host under ``layout`` at ``now``: None when the next boot runs
+    ``running`` again, when modstage cannot tell which kernel it runs, or when every bundle
+    with a driver has a generation for it."""
+    found = next_kernel(layout, config.kernel.next)
+    if found.release is None or found.release == running:
+        return None
+    bundles = uncovered(state, found.release)
+    if not bundles:
+        return None
+    since = installed_at(layout, found.release, now)
+    return Gate(found.release, tuple(bundles), since, since + config.kernel.hold_max, now)
