@@ -23,6 +23,7 @@ from service.status.collect import generation_rows as status_rows
 from service.status.collect import read_state
 from service.store import verbs
 from service.store.generations import Store
+from service.store.owners import verb_claims
 from service.store.phase import Phase
 from service.store.publish import mirror_status
 from service.store.state import BundleState, State
@@ -80,10 +81,15 @@ def change(layout: Layout, name: str, how: Change) -> BundleState:
         state = current(layout)
         if name not in state.bundles:
             raise UsageError(unknown_bundle(layout, state, name))
+        before = state.bundles[name]
         try:
-            bundle = how(state.bundles[name])
+            bundle = how(before)
         except StateError as exc:
             raise StateError(f"{name}: {exc}") from exc
+        if bundle.pending is not None and bundle.pending != before.pending:
+            claims = verb_claims(state, Store(layout.store), name, bundle.pending)
+            if claims:
+                raise StateError(f"{name}: " + "; ".join(claims))
         state = state.with_bundle(name, bundle)
         save(layout.state, state, step="admin")
         write_status(layout, name, bundle)

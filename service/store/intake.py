@@ -41,6 +41,7 @@ from service.store.dropfs import open_dir, read_small
 from service.store.drops import Drops
 from service.store.generations import Store
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
+from service.store.owners import module_owners
 from service.store.phase import Phase
 from service.store.publish import (
     forget_digests,
@@ -213,7 +214,7 @@ class Intake:
         if state.bundle(bundle).phase is Phase.LOADING:
             raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
         problems = policy_problems(self.config, manifest, state.bundle(bundle))
-        problems += claimed_modules(manifest, self._owners(state, bundle))
+        problems += claimed_modules(manifest, module_owners(state, self.store, bundle))
         if problems:
             raise Rejected(problems)
         if bundle in state.bundles or may_keep_status(self.layout, self.config, bundle):
@@ -225,19 +226,6 @@ class Intake:
                 generation=manifest.digest,
             )
         return state
-
-    def _owners(self, state: State, bundle: str) -> dict[str, tuple[str, str]]:
-        """Module name -> (bundle, generation) for the active and pending generations of
-        the bundles other than ``bundle`` (a generation gone from the store owns nothing)."""
-        owners: dict[str, tuple[str, str]] = {}
-        for name, other in sorted(state.bundles.items()):
-            for generation in sorted(other.keep()) if name != bundle else ():
-                try:
-                    modules = self.store.manifest(generation).modules
-                except (OSError, ManifestError):
-                    continue
-                owners.update({m.name: (name, generation) for m in modules})
-        return owners
 
     def _record(self, state: State, manifest: Manifest, digest: str | None, drop: str) -> None:
         """The published generation staged as pending, saved; what fell past retain collected."""
