@@ -14,8 +14,10 @@ from pathlib import Path
 
 from service.layout import Layout
 
-Commands = Callable[[tuple[str, ...], Layout], list[list[str]]]  # ([reboot] command, layout)
-Check = Callable[[Layout], str | None]  # why the backend cannot reboot this host, or None
+# ([reboot] command, layout, the release the next boot runs): the commands to run
+Commands = Callable[[tuple[str, ...], Layout, str], list[list[str]]]
+# (layout, the release the next boot runs): why the backend cannot reboot this host, or None
+Check = Callable[[Layout, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,8 @@ class Backend:
     """One way of asking for a reboot.
 
     A backend writes kured's sentinel (``sentinel``), runs ``commands`` (given the
-    config's ``command`` and the layout, evaluated when the reboot is asked), or
+    config's ``command``, the layout and the kernel release the next boot runs, evaluated
+    when the reboot is asked), or
     neither: then it never reboots and an admin does (``admin_reboots``).
     """
 
@@ -40,10 +43,10 @@ class Backend:
         return not self.sentinel and self.commands is None
 
 
-def _kexec(_: tuple[str, ...], layout: Layout) -> list[list[str]]:
+def _kexec(_: tuple[str, ...], layout: Layout, release: str) -> list[list[str]]:
     """``kexec -s``: kexec_file_load, the one lockdown permits (it checks the image's
-    signature), then systemd's kexec."""
-    release = layout.kernel_release()
+    signature), of the kernel the next boot runs (a kernel update's, not the running one
+    again), then systemd's kexec."""
     boot = layout.root / "boot"
     initrd = f"--initrd={boot / f'initrd.img-{release}'}"
     image = layout.kernel_image(release)  # /boot's, else the module tree's vmlinuz
@@ -51,15 +54,16 @@ def _kexec(_: tuple[str, ...], layout: Layout) -> list[list[str]]:
     return [load, ["systemctl", "kexec"]]
 
 
-def _kexec_problem(layout: Layout) -> str | None:
-    """Under lockdown the kernel loads only a signed image for kexec: say so before trying."""
+def _kexec_problem(layout: Layout, release: str) -> str | None:
+    """Under lockdown the kernel loads only a signed image for kexec: say so before trying
+    (of ``release``, the kernel the next boot runs)."""
     try:
         mode = layout.lockdown.read_text()
     except OSError:
         return None  # no lockdown LSM: kexec_file_load checks nothing more
     if "[none]" in mode or "[" not in mode:
         return None
-    image = layout.kernel_image(layout.kernel_release())
+    image = layout.kernel_image(release)
     signed = authenticode_signed(image)
     if signed:
         return None
@@ -95,17 +99,19 @@ BACKENDS = {
     b.name: b
     for b in (
         Backend("kured", "write kured's sentinel: kured drains and reboots in its window", True),
-        Backend("systemd", "systemctl reboot", commands=lambda _, __: [["systemctl", "reboot"]]),
+        Backend(
+            "systemd", "systemctl reboot", commands=lambda _, __, ___: [["systemctl", "reboot"]]
+        ),
         Backend(
             "kexec",
-            "kexec -s -l the running kernel, then systemctl kexec",
+            "kexec -s -l the kernel the next boot runs, then systemctl kexec",
             commands=_kexec,
             check=_kexec_problem,
         ),
         Backend(
             "command",
             "run [reboot] command",
-            commands=lambda argv, _: [list(argv)],
+            commands=lambda argv, _, __: [list(argv)],
             needs_command=True,
         ),
         Backend("none", "never reboot: status says a reboot is required, an admin reboots"),

@@ -16,6 +16,7 @@ from typing import Protocol
 from service.backends import BACKENDS
 from service.config import RebootConfig
 from service.errors import RebootError
+from service.kernel.nextboot import next_kernel
 from service.layout import Layout
 from stager.atomic import write_atomic
 
@@ -141,9 +142,10 @@ def sentinel_path(config: RebootConfig, layout: Layout) -> Path:
     return layout.host(config.sentinel) if config.sentinel else layout.reboot_sentinel
 
 
-def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
+def rebooter(config: RebootConfig, layout: Layout, kernel_next: str | None = None) -> Rebooter:
     """The backend the config names (:data:`service.backends.BACKENDS`); under a sandbox
-    root its commands are only recorded."""
+    root its commands are only recorded. A backend's commands get the kernel the next boot
+    runs (:func:`next_release`; ``kernel_next``: the config's ``[kernel] next``)."""
     chosen = BACKENDS[config.backend]
     if chosen.sentinel:
         return KuredSentinel(sentinel_path(config, layout), name=chosen.name)
@@ -153,9 +155,19 @@ def rebooter(config: RebootConfig, layout: Layout) -> Rebooter:
             runner = SandboxRunner(layout.run / "reboot-commands")
         commands, check = chosen.commands, chosen.check
         return CommandRebooter(
-            lambda: commands(config.command, layout),
+            lambda: commands(config.command, layout, next_release(layout, kernel_next)),
             name=chosen.name,
             runner=runner,
-            problem=lambda: None if check is None else check(layout),
+            problem=lambda: (
+                None if check is None else check(layout, next_release(layout, kernel_next))
+            ),
         )
     return NoRebooter(name=chosen.name)
+
+
+def next_release(layout: Layout, configured: str | None = None) -> str:
+    """The kernel the next boot runs (:mod:`service.kernel.nextboot`), else the running one
+    when that cannot be told (a reboot then runs what the boot loader picks; kexec reloads
+    the running kernel)."""
+    found = next_kernel(layout, configured)
+    return found.release if found.release is not None else layout.kernel_release()

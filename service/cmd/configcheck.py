@@ -17,6 +17,7 @@ from service.cmd.host import Host
 from service.config import Config
 from service.errors import ConfigError, TrustError
 from service.layout import Layout
+from service.reboot import next_release
 
 
 def check(layout: Layout) -> dict[str, Any]:
@@ -30,7 +31,8 @@ def check(layout: Layout) -> dict[str, Any]:
         problems += [f"{exc.path}: {p}" for p in exc.problems]
     if config is not None:
         check = BACKENDS[config.reboot.backend].check
-        if check is not None and (why := check(layout)):
+        release = next_release(layout, config.kernel.next) if check is not None else ""
+        if check is not None and (why := check(layout, release)):
             problems.append(f"reboot.backend = {config.reboot.backend!r}: {why}")
     certificates: list[dict[str, str]] = []
     try:

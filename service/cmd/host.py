@@ -116,7 +116,7 @@ class Host:
         """The reboot backend the config names (only recording under a sandbox root)."""
         from service.reboot import rebooter
 
-        return rebooter(self.config.reboot, self.layout)
+        return rebooter(self.config.reboot, self.layout, self.config.kernel.next)
 
     @cached_property
     def intake(self) -> Intake:

@@ -33,7 +33,8 @@ def test_every_registered_backend_is_accepted_built_and_asks_as_registered(
     elif entry.commands is not None:
         assert isinstance(chosen, CommandRebooter)
         recorded = [json.loads(line) for line in record.read_text().splitlines()]
-        assert recorded == entry.commands(config.reboot.command, host) and recorded
+        assert recorded == entry.commands(config.reboot.command, host, host.kernel_release())
+        assert recorded
     else:
         assert isinstance(chosen, NoRebooter) and admin_reboots(name)
         assert not record.exists()
@@ -118,3 +119,33 @@ def test_the_signature_reader_knows_debians_image_and_refuses_what_is_not_pe(
     assert authenticode_signed(signed) is True
     assert authenticode_signed(bare) is False
     assert authenticode_signed(junk) is None and authenticode_signed(tmp_path / "d") is None
+
+
+def test_kexec_boots_the_kernel_the_next_boot_runs(host: Layout) -> None:
+    """A kernel update installed 6.12.0-next: kexec loads its image and initrd (the boot a
+    reboot would make), not the running kernel again; ``[kernel] next`` naming the running
+    kernel brings it back to the running one."""
+    nxt = "6.12.0-next"
+    (host.root / "boot").mkdir(exist_ok=True)
+    host.kernel_image(nxt).write_bytes(b"MZ")
+    chosen = rebooter(Config.from_dict({"reboot": {"backend": "kexec"}}).reboot, host)
+    chosen.request("kernel update")
+    [load, go] = [
+        json.loads(line) for line in (host.run / "reboot-commands").read_text().splitlines()
+    ]
+    assert load[:4] == ["kexec", "-s", "-l", str(host.kernel_image(nxt))]
+    assert load[4] == f"--initrd={host.root / 'boot' / f'initrd.img-{nxt}'}" and go == [
+        "systemctl",
+        "kexec",
+    ]
+    (host.run / "reboot-commands").unlink()
+    running = host.kernel_release()
+    host.kernel_image(running).parent.mkdir(parents=True, exist_ok=True)
+    if not host.kernel_image(running).exists():
+        host.kernel_image(running).write_bytes(b"MZ")
+    again = rebooter(Config.from_dict({"reboot": {"backend": "kexec"}}).reboot, host, running)
+    again.request("same kernel")
+    [load, _] = [
+        json.loads(line) for line in (host.run / "reboot-commands").read_text().splitlines()
+    ]
+    assert load[3] == str(host.kernel_image(running))
