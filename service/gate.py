@@ -73,18 +73,13 @@ class Gate:
 
 def uncovered(state: State, release: str) -> list[str]:
     """The bundles that have an active generation and none a boot into kernel ``release``
-    would load: a pending one for it (not failed, not held back by an admin's hold) or the
-    active one for it."""
-    out = []
-    for name, b in sorted(state.bundles.items()):
-        if b.active is None:
-            continue  # nothing to lose: its first generation waits for its kernel
-        usable = [b.generations.get(b.active)]
-        if b.pending is not None and not b.held:
-            usable.append(b.generations.get(b.pending))
-        if not any(g is not None and g.kernel == release and not g.failed for g in usable):
-            out.append(name)
-    return out
+    would load (:meth:`~service.store.state.BundleState.next_kernel_cover` is not
+    ``ready``); a bundle with nothing active has nothing to lose."""
+    return [
+        name
+        for name, b in sorted(state.bundles.items())
+        if b.active is not None and b.next_kernel_cover(release) != "ready"
+    ]
 
 
 def installed_at(layout: Layout, release: str, now: float) -> float:

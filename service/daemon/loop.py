@@ -29,11 +29,14 @@ from service.daemon.watcher import DropWatcher
 from service.errors import ServiceError, StateCorrupt
 from service.gate import gate_for
 from service.kernel.memory import Onlined, block_number, online_blocks
+from service.kernel.nextboot import next_kernel
 from service.kernel.onlining_log import log_onlining
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
 from service.reboot import Rebooter
+from service.store.announce import announce
+from service.store.labels import write_labels
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.records import RebootIntent
 from service.store.state import State
@@ -145,6 +148,14 @@ class Daemon:
             {o.bundle: o.seconds for o in outcomes if o.bundle and o.seconds is not None}
         )
         return outcomes
+
+    def announce_kernels(self) -> None:
+        """Tell the node labels and the driver pods (``_host.json``) which kernel the next
+        boot runs and which bundles have a generation for it."""
+        state = load(self.layout.state)
+        found = next_kernel(self.layout, self.config.kernel.next)
+        write_labels(self.layout, self.config.node_labels, state, found.release)
+        announce(self.layout, self.config, state, found)
 
     def maybe_reboot(self) -> Decision:
         """Ask for a reboot if one is due: decide, record the intent (transition, save), ask.
@@ -332,6 +343,7 @@ class Daemon:
         timers.dirty = None
         with self.feeding():
             self._guarded(self.take_drops)
+        self._guarded(self.announce_kernels)  # a kernel installed or removed since
         if self.incomplete:  # a manifest may arrive with no event: poll until it did
             timers.rescan = min(timers.rescan, now + self.poll_incomplete)
         self.write_metrics()

@@ -59,6 +59,7 @@ from service.status.trustdir import trust_dir_problems
 from service.status.unloads import read_unloads
 from service.store import quarantine
 from service.store.phase import Phase
+from service.store.publish import bundle_status_files
 from service.store.records import HistoryEntry, ModuleLoad
 from service.store.state import BundleState, State
 from service.store.statefile import read
@@ -101,7 +102,7 @@ def _boot_id(layout: Layout) -> str | None:
 def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
     """Every ``<bundle>.json`` status file by bundle: its contents, or why it is garbled."""
     docs: dict[str, StatusFile | str] = {}
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+    for path in bundle_status_files(directory):
         try:
             docs[path.stem] = StatusFile.from_json(path.read_bytes(), path)
         except OSError as exc:

@@ -8,7 +8,11 @@ one the GPU operator or NFD owns): ``<bundle>.phase``, ``<bundle>.active`` and
 ``<bundle>.pending`` (versions), when the generation last deployed failed at boot
 ``<bundle>.failed`` (a short reason, until a newer generation comes up), when a refused drop
 brought the active generation back ``<bundle>.rejected`` (the drop's short reason, until a
-drop is accepted), and while an admin holds it ``<bundle>.held``. Keys and values keep to
+drop is accepted), and while an admin holds it ``<bundle>.held``. For the host:
+``kernel.next``, the kernel the next boot runs (as a label value: ``+`` becomes ``-``), and
+when that is another kernel than the running one, per bundle ``<bundle>.next``: ``ready``,
+``held`` or ``none`` (:meth:`~service.store.state.BundleState.next_kernel_cover`), so a
+pre-staging job can select the nodes that still need a driver. Keys and values keep to
 the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
 (a dot-file, then a rename), so a removed bundle's labels go with the next write.
 """
@@ -68,14 +72,24 @@ def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
     return out
 
 
-def render(state: State, prefix: str) -> bytes:
+def render(
+    state: State, prefix: str, next_kernel: str | None = None, running: str | None = None
+) -> bytes:
     """The feature file: one ``prefix/name=value`` a line, bundles by name, at most
-    :data:`MAX_FILE_BYTES` (bundles that do not fit are left out and said to be)."""
+    :data:`MAX_FILE_BYTES` (bundles that do not fit are left out and said to be);
+    ``next_kernel``: the kernel the next boot runs (None: unknown), ``running`` the running
+    one."""
     head = b"# written by modstage: each bundle's phase and versions (do not edit)\n"
     lines = [head]
-    size = len(head)
+    if next_kernel is not None:
+        lines.append(f"{prefix}/kernel.next={label_value(next_kernel)}\n".encode())
+    size = sum(len(line) for line in lines)
+    update = next_kernel is not None and next_kernel != running
     for name, bundle in sorted(state.bundles.items()):
-        chunk = "".join(f"{prefix}/{k}={v}\n" for k, v in bundle_labels(name, bundle).items())
+        labels = bundle_labels(name, bundle)
+        if update and next_kernel is not None:
+            labels[_name(name, "next")] = bundle.next_kernel_cover(next_kernel)
+        chunk = "".join(f"{prefix}/{k}={v}\n" for k, v in labels.items())
         if size + len(chunk) + 64 > MAX_FILE_BYTES:
             lines.append(f"{prefix}/labels.truncated=true\n".encode())
             break
@@ -94,13 +108,20 @@ def features_file(layout: Layout) -> Path:
     return layout.host(FEATURES_DIR) / FILE_NAME
 
 
-def write_labels(layout: Layout, labels: NodeLabels, state: State) -> Path | None:
-    """Rewrite the feature file from ``state`` when enabled and ``features.d`` exists;
-    unchanged contents are not written again. Returns the file written, else None."""
+def write_labels(
+    layout: Layout, labels: NodeLabels, state: State, next_kernel: str | None = None
+) -> Path | None:
+    """Rewrite the feature file from ``state`` (and the next boot's kernel) when enabled and
+    ``features.d`` exists; unchanged contents are not written again. Returns the file
+    written, else None."""
     path = features_file(layout)
     if not labels.enabled or not path.parent.is_dir():
         return None
-    data = render(state, labels.prefix)
+    try:
+        running: str | None = layout.kernel_release()
+    except OSError:
+        running = None
+    data = render(state, labels.prefix, next_kernel, running)
     try:
         if path.read_bytes() == data:
             return None

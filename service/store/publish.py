@@ -22,14 +22,16 @@ from pathlib import Path
 
 from service.config import Config
 from service.errors import DropError, StateError
+from service.kernel.nextboot import next_kernel
 from service.layout import Layout
 from service.logs import get_logger
+from service.store.announce import announce
 from service.store.dropfs import read_small
 from service.store.labels import write_labels
 from service.store.state import BundleState, State
 from service.store.statefile import read
 from stager.atomic import write_atomic
-from stager.paths import DIGEST_NAME
+from stager.paths import BUNDLE_RE, DIGEST_NAME
 from stager.statusfile import GenerationInfo, StatusFile
 
 log = get_logger("modstage.publish")
@@ -132,15 +134,17 @@ def mirror_status(layout: Layout, config: Config, state: State | None = None) ->
         except (OSError, ValueError, StateError) as exc:
             log.error("status.mirror_failed", error=str(exc))
             return
+    found = next_kernel(layout, config.kernel.next)
     try:
-        if written := write_labels(layout, config.node_labels, state):
+        if written := write_labels(layout, config.node_labels, state, found.release):
             log.info("labels.written", path=str(written))
     except OSError as exc:
         log.error("labels.write_failed", error=str(exc))
+    announce(layout, config, state, found)
     if not config.publish.status_dirs:
         return
     try:
-        docs = {p.stem: _enriched(p, state, layout) for p in layout.status.glob("*.json")}
+        docs = {p.stem: _enriched(p, state, layout) for p in bundle_status_files(layout.status)}
     except (OSError, ValueError) as exc:
         log.error("status.mirror_failed", error=str(exc))
         return
@@ -152,6 +156,14 @@ def mirror_status(layout: Layout, config: Config, state: State | None = None) ->
                 write_atomic(target / f"{bundle}.json", doc.to_json())
         except OSError as exc:
             log.error("status.mirror_failed", directory=str(target), error=str(exc))
+
+
+def bundle_status_files(directory: Path) -> list[Path]:
+    """The bundles' status files in ``directory`` (``<bundle>.json``; not the host's own
+    ``_host.json``)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.json") if BUNDLE_RE.match(p.stem))
 
 
 def _enriched(path: Path, state: State, layout: Layout) -> StatusFile:

@@ -158,6 +158,19 @@ class BundleState:
         """A copy that knows ``gen`` (replacing what it knew of that id)."""
         return replace(self, generations={**self.generations, gen.id: gen})
 
+    def next_kernel_cover(self, release: str) -> str:
+        """Whether a boot into kernel ``release`` would load this bundle: ``ready`` (its
+        active generation, or a pending one not held by an admin, is for ``release`` and
+        not failed), ``held`` (only a held pending one is), ``none`` (nothing is)."""
+
+        def usable(gen: str | None) -> bool:
+            g = self.generations.get(gen) if gen else None
+            return g is not None and g.kernel == release and not g.failed
+
+        if usable(self.active) or (usable(self.pending) and not self.held):
+            return "ready"
+        return "held" if usable(self.pending) else "none"
+
     def keep(self) -> set[str]:
         """Generation ids the store must never collect for this bundle."""
         return {g for g in (self.active, self.pending) if g}

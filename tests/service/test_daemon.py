@@ -294,16 +294,19 @@ def test_hot_added_memory_is_onlined_per_policy(host: Layout) -> None:
 
 
 def test_backends(host: Layout, tmp_path: Path) -> None:
-    """kured writes its sentinel; kexec loads the running kernel with kexec_file_load (``-s``,
-    the call lockdown permits) then asks systemd to kexec."""
+    """kured writes its sentinel; kexec loads the kernel it is given (the next boot's; here
+    the running one) with kexec_file_load (``-s``, the call lockdown permits) then asks
+    systemd to kexec."""
     sentinel = tmp_path / "run/reboot-required"
     KuredSentinel(sentinel).request("new generation pending for nvidia")
     assert sentinel.read_text() == "modstage: new generation pending for nvidia\n"
     calls: list[list[str]] = []
     kexec = BACKENDS["kexec"].commands
     assert kexec is not None
-    CommandRebooter(lambda: kexec((), host), name="kexec", runner=calls.append).request("x")
     release = host.kernel_release()
+    CommandRebooter(lambda: kexec((), host, release), name="kexec", runner=calls.append).request(
+        "x"
+    )
     assert calls == [
         [
             "kexec",

@@ -1,0 +1,80 @@
+"""What the host tells a driver pod about its kernels: ``status/_host.json``.
+
+A driver image may carry modules for several kernels (``/opt/modstage/modules/<release>/``).
+For its pod to stage a driver for the kernel the next boot runs, before that reboot, it must
+know which kernel that is and whether each bundle already has a generation for it; the pod
+sees only the directories the host publishes to it. So beside the bundles' status files the
+host writes one file of its own, ``_host.json`` (no bundle is named so: a bundle name starts
+with a letter or digit):
+
+* ``running_kernel``, ``next_kernel`` (None: ``next_kernel_unknown`` says why) and how it
+  was decided (:mod:`service.kernel.nextboot`), ``installed`` (the installed kernels' releases);
+* ``bundles``: per bundle, ``next``: ``ready`` (a boot into the next kernel loads it),
+  ``held`` (only a generation an admin holds is for it), ``none`` (nothing is);
+* ``written``: when (epoch seconds).
+
+It is written with every status mirror (intake, boot, the admin's verbs) and by the daemon's
+periodic scan, which notices a kernel installed or removed within its period. A failure is
+logged, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from service.config import Config
+from service.kernel.installed import installed
+from service.kernel.nextboot import NextKernel, next_kernel
+from service.layout import Layout
+from service.logs import get_logger
+from service.store.state import State
+from stager.atomic import write_atomic
+
+HOST_FILE = "_host.json"
+SCHEMA = 1
+log = get_logger("modstage.announce")
+
+
+def host_doc(layout: Layout, state: State, found: NextKernel) -> dict[str, Any]:
+    """The announcement from the host's files, ``state`` and the next kernel ``found``."""
+    try:
+        running: str | None = layout.kernel_release()
+    except OSError:
+        running = None
+    release = found.release
+    return {
+        "schema": SCHEMA,
+        "running_kernel": running,
+        "next_kernel": release,
+        "next_kernel_how": found.how.value if release else None,
+        "next_kernel_unknown": found.unknown,
+        "installed": [k.release for k in installed(layout)],
+        "bundles": {
+            name: {"next": b.next_kernel_cover(release) if release else "unknown"}
+            for name, b in sorted(state.bundles.items())
+        },
+        "written": round(time.time(), 3),
+    }
+
+
+def announce(
+    layout: Layout, config: Config, state: State, found: NextKernel | None = None
+) -> list[Path]:
+    """Write ``_host.json`` into the status directory and each ``[publish] status_dirs``;
+    the files written (a failure is logged)."""
+    found = found if found is not None else next_kernel(layout, config.kernel.next)
+    data = (json.dumps(host_doc(layout, state, found), indent=2, sort_keys=True) + "\n").encode()
+    written = []
+    for directory in (layout.status, *(layout.host(d) for d in config.publish.status_dirs)):
+        path = directory / HOST_FILE
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data, mode=0o644)
+        except OSError as exc:
+            log.error("host.announce_failed", path=str(path), error=str(exc))
+            continue
+        written.append(path)
+    return written
