@@ -7,24 +7,33 @@ a module:
 * the loaded driver (``/sys/module/nvidia/version``) is this image's version: finish as
   NVIDIA's container does (driver root at ``/run/nvidia/driver``, the state file with
   ``DRIVER_CONFIG_DIGEST``, readiness) and sleep; SIGTERM leaves the modules loaded;
-* otherwise: refuse at once if the image's modules are for another kernel; stage the
-  modules, firmware, ``/drivers/*.conf`` parameters and the digest under
+* otherwise: refuse at once if the image carries no modules for the running kernel; stage
+  the modules, firmware, ``/drivers/*.conf`` parameters and the digest under
   ``/run/nvidia/modstage/incoming`` (the pod's only host mount); wait for the host's
   verdict in ``/run/nvidia/modstage/status``. The host reboots the node to load it; the
   next pod finds it loaded. A rejection or a failed load is printed and exits 1.
+
+An image may carry modules for several kernels (``/opt/modstage/modules/<release>/``). While
+the pod sleeps it reads the host's announcement (``status/_host.json``) every
+``MODSTAGE_NEXT_KERNEL_EVERY`` seconds: when the next boot runs another kernel (a kernel
+update was installed) and the host has no ``nvidia`` generation for it, the pod stages the
+image's modules for that kernel, once; the host judges them against that kernel's own files
+and holds the reboot until it has (:mod:`service.gate`). A kernel the image does not carry,
+and a refusal, are said in the pod's log.
 
 Settings come from the image's environment (see :class:`Settings`). Standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -50,6 +59,8 @@ class Settings:
     sys_dir: Path
     digest: str | None = None
     host_wait: float = 900.0
+    modules_root: Path | None = None  # per-kernel module directories (None: only module_dir)
+    next_kernel_every: float = 60.0  # seconds between reads of the host's announcement
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str], root: Path = Path("/")) -> Settings:
@@ -72,7 +83,32 @@ class Settings:
             sys_dir=_at(root, "/sys"),
             digest=env.get("DRIVER_CONFIG_DIGEST") or None,
             host_wait=float(env.get("MODSTAGE_HOST_WAIT", "900")),
+            modules_root=_at(root, env.get("MODSTAGE_MODULES_ROOT", "/opt/modstage/modules")),
+            next_kernel_every=float(env.get("MODSTAGE_NEXT_KERNEL_EVERY", "60")),
         )
+
+    def modules_for(self, release: str) -> Path | None:
+        """The image's module directory for kernel ``release``, when it carries every
+        module of the bundle for it (None: it does not)."""
+        if release == self.kernel:
+            directory = self.module_dir
+        elif self.modules_root is not None:
+            directory = self.modules_root / release
+        else:
+            return None
+        return directory if all((directory / f"{m}.ko").is_file() for m in self.modules) else None
+
+    def carried(self) -> list[str]:
+        """The kernel releases the image carries the bundle's modules for."""
+        found = {self.kernel} if self.modules_for(self.kernel) else set()
+        if self.modules_root is not None and self.modules_root.is_dir():
+            found |= {d.name for d in self.modules_root.iterdir() if self.modules_for(d.name)}
+        return sorted(found)
+
+    @property
+    def host_file(self) -> Path:
+        """The host's announcement of its kernels (``service.store.announce``)."""
+        return self.modstage_dir / "status" / "_host.json"
 
     @property
     def ready_file(self) -> Path:
@@ -115,6 +151,9 @@ class Driver:
     mount: Callable[[Sequence[str]], int] = lambda argv: subprocess.call(list(argv))
     sleep: Callable[[float], None] = time.sleep
     wait_interval: float = 2.0
+    # the next kernels this pod staged for (drop name) or said it cannot: once each
+    next_staged: dict[str, str] = field(default_factory=dict)
+    next_said: set[str] = field(default_factory=set)
 
     def say(self, message: str) -> None:
         """One line of progress for ``kubectl logs``."""
@@ -131,9 +170,10 @@ class Driver:
             return 0
         running = self.running_kernel or os.uname().release
         if s.kernel != running:
+            carried = ", ".join(s.carried()) or "none"
             raise StagerError(
-                f"this image's modules are built for kernel {s.kernel}, the node runs "
-                f"{running}: use the image for {running}"
+                f"this image's modules are built for kernel {s.kernel} (it carries: "
+                f"{carried}), the node runs {running}: use an image that carries {running}"
             )
         shown = "no nvidia driver" if loaded is None else f"nvidia {loaded or '(no version)'}"
         self.say(f"{shown} loaded; staging nvidia {s.version} for the host to load at boot")
@@ -150,30 +190,34 @@ class Driver:
         (forever or self.sleep_until_term)()
         return 0
 
-    def stage_and_wait(self) -> int:
-        """Stage the bundle into the host's pod directory and wait for its verdict."""
+    def _stage(self, kernel: str, module_dir: Path) -> Path:
+        """Stage the bundle for ``kernel`` from ``module_dir``; the drop."""
         from stager.drop import ModuleSpec, stage
-        from stager.manifest import Manifest
 
         s = self.settings
-        incoming = s.modstage_dir / "incoming"
-        self._wait_for_host(incoming)
-        modules = [ModuleSpec(s.module_dir / f"{name}.ko") for name in s.modules]
         if s.firmware_dir is not None and not s.firmware_dir.is_dir():
             raise StagerError(
                 f"{s.firmware_dir}: firmware directory does not exist "
                 "(set MODSTAGE_FIRMWARE_DIR= to stage no firmware)"
             )
-        drop = stage(
-            incoming,
+        return stage(
+            s.modstage_dir / "incoming",
             bundle="nvidia",
             version=s.version,
-            kernel=s.kernel,
-            modules=modules,
+            kernel=kernel,
+            modules=[ModuleSpec(module_dir / f"{name}.ko") for name in s.modules],
             params_dir=s.params_dir if s.params_dir.is_dir() else None,
             firmware_dirs=(s.firmware_dir,) if s.firmware_dir else (),
             config_digest=s.digest,
         )
+
+    def stage_and_wait(self) -> int:
+        """Stage the bundle into the host's pod directory and wait for its verdict."""
+        from stager.manifest import Manifest
+
+        s = self.settings
+        self._wait_for_host(s.modstage_dir / "incoming")
+        drop = self._stage(s.kernel, s.module_dir)
         generation = Manifest.read(drop).digest
         self.say(f"staged {drop.name} (generation {generation[:12]}); waiting for the host")
         status = s.modstage_dir / "status" / "nvidia.json"
@@ -212,13 +256,64 @@ class Driver:
         write_atomic(s.ready_file, b"")
         self.say(f"nvidia {s.version} is loaded (by the host); driver root at {root}; ready")
 
+    def next_kernel(self) -> str | None:
+        """Stage for the kernel the next boot runs when the host announces one it has no
+        ``nvidia`` generation for and this image carries it (once per kernel); say once
+        when the image does not carry it, and when the host refused what was staged. The
+        drop staged, if any."""
+        s = self.settings
+        try:
+            doc = json.loads(s.host_file.read_bytes())
+            release = doc.get("next_kernel")
+            running = doc.get("running_kernel")
+            cover = (doc.get("bundles") or {}).get("nvidia", {}).get("next")
+        except (OSError, ValueError, AttributeError):
+            return None  # an older host, or none yet: nothing announced
+        if not isinstance(release, str) or release == running or cover == "ready":
+            return None
+        if release in self.next_staged:
+            self._refused(release)
+            return None
+        module_dir = s.modules_for(release)
+        if module_dir is None:
+            if release not in self.next_said:
+                self.next_said.add(release)
+                self.say(
+                    f"the next boot runs kernel {release}, which this image carries no modules "
+                    f"for (it carries: {', '.join(s.carried()) or 'none'}): the host holds "
+                    "that reboot for a while; stage an image that carries it"
+                )
+            return None
+        drop = self._stage(release, module_dir)
+        self.next_staged[release] = drop.name
+        self.say(
+            f"the next boot runs kernel {release}: staged {drop.name} for it (the host "
+            "judges it against that kernel's files before the reboot)"
+        )
+        return drop.name
+
+    def _refused(self, release: str) -> None:
+        """Say the host's refusal of the drop staged for ``release``, once."""
+        drop = self.next_staged[release]
+        if f"refused:{release}" in self.next_said:
+            return
+        doc = read_status(self.settings.modstage_dir / "status" / "nvidia.json")
+        reason = (doc.rejected or {}).get(drop) if doc is not None else None
+        if reason is not None:
+            self.next_said.add(f"refused:{release}")
+            self.say(f"the host refused {drop} for kernel {release}: {reason}")
+
     def sleep_until_term(self) -> None:
-        """Sleep until SIGTERM or SIGINT; the modules stay loaded (only a reboot changes them)."""
-        stop: list[int] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda n, _f: stop.append(n))
-        while not stop:
-            signal.pause()
+        """Sleep until SIGTERM or SIGINT, staging for the next boot's kernel when the host
+        announces one (:meth:`next_kernel`); the modules stay loaded (only a reboot changes
+        them)."""
+        signals = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        while signal.sigtimedwait(signals, self.settings.next_kernel_every) is None:
+            try:
+                self.next_kernel()
+            except (OSError, StagerError) as exc:
+                self.say(f"staging for the next kernel failed: {exc}")
         self.say("stopping; the nvidia modules stay loaded (the host changes them at boot)")
         self.mount(["umount", "--lazy", str(self.settings.driver_root)])
 

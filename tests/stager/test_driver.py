@@ -140,9 +140,13 @@ def test_active_after_waiting_finishes(root: Path) -> None:
 
 
 def test_image_for_another_kernel_is_refused_at_once(root: Path) -> None:
-    """Modules built for another kernel are reported before anything is staged."""
+    """Modules built for another kernel are reported, with the kernels the image carries,
+    before anything is staged."""
     driver, _out = _driver(root, KERNEL_VERSION="6.12.0-other")
-    with pytest.raises(StagerError, match=r"built for kernel 6\.12\.0-other, the node runs"):
+    with pytest.raises(
+        StagerError,
+        match=r"built for kernel 6\.12\.0-other \(it carries: 6\.1\.0-test-amd64\), the node runs",
+    ):
         driver.init(forever=lambda: None)
     assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
 
@@ -192,3 +196,119 @@ def test_main_refuses_unknown_verbs_and_missing_version(
     assert capsys.readouterr().err.endswith(
         "error: DRIVER_VERSION: not set (the image must name its driver version)\n"
     )
+
+
+NEXT = "6.12.0-next-amd64"
+
+
+def _announce(root: Path, next_kernel: str | None, cover: str = "none") -> None:
+    """The host's ``_host.json`` as ``service.store.announce`` writes it."""
+    status = root / "run/nvidia/modstage/status"
+    status.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "schema": 1,
+        "running_kernel": KERNEL,
+        "next_kernel": next_kernel,
+        "installed": [KERNEL] + ([next_kernel] if next_kernel else []),
+        "bundles": {"nvidia": {"next": cover}},
+    }
+    (status / "_host.json").write_text(json.dumps(doc))
+
+
+def _carry(root: Path, release: str) -> None:
+    mods = root / f"opt/modstage/modules/{release}"
+    mods.mkdir(parents=True)
+    for name in ("nvidia", "nvidia-modeset", "nvidia-uvm"):
+        (mods / f"{name}.ko").write_bytes(module_bytes(100 * len(name) + 1, name.encode()))
+
+
+def test_a_multi_kernel_image_stages_for_the_next_kernel_once(root: Path) -> None:
+    """The pod runs on KERNEL with its driver loaded; the host announces NEXT as the next
+    boot's kernel with no nvidia for it: the pod stages the image's NEXT modules (the drop's
+    manifest names NEXT, carries the digest), once; nothing while the host says ``ready``,
+    nor while the next boot runs the running kernel."""
+    _carry(root, NEXT)
+    driver, out = _driver(root)
+    incoming = root / "run/nvidia/modstage/incoming"
+    assert driver.next_kernel() is None  # nothing announced (an older host)
+    _announce(root, KERNEL)
+    assert driver.next_kernel() is None
+    _announce(root, NEXT, cover="ready")
+    assert driver.next_kernel() is None and list(incoming.iterdir()) == []
+    _announce(root, NEXT)
+    name = driver.next_kernel()
+    [drop] = list(incoming.iterdir())
+    assert drop.name == name
+    manifest = Manifest.from_toml((drop / MANIFEST_NAME).read_bytes())
+    assert manifest.kernel == NEXT and (drop / DIGEST_NAME).read_text().strip() == "777"
+    assert f"the next boot runs kernel {NEXT}: staged {name}" in out.getvalue()
+    assert driver.next_kernel() is None and len(list(incoming.iterdir())) == 1
+
+
+def test_a_kernel_the_image_lacks_and_a_refusal_are_said_once(root: Path) -> None:
+    """The image carries only KERNEL: the pod says once that it has no modules for NEXT and
+    stages nothing. For an image carrying NEXT whose drop the host refused, the pod says the
+    host's reason once."""
+    driver, out = _driver(root)
+    _announce(root, NEXT)
+    assert driver.next_kernel() is None and driver.next_kernel() is None
+    said = out.getvalue()
+    assert said.count(f"kernel {NEXT}, which this image carries no modules for") == 1
+    assert f"(it carries: {KERNEL})" in said
+    assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
+    _carry(root, NEXT)
+    name = driver.next_kernel()
+    assert name is not None
+    doc = {
+        "bundle": "nvidia",
+        "phase": "active",
+        "updated": time.time(),
+        "errors": [],
+        "rejected": {name: "vermagic is for another kernel"},
+    }
+    (root / "run/nvidia/modstage/status/nvidia.json").write_text(json.dumps(doc))
+    driver.next_kernel()
+    driver.next_kernel()
+    assert out.getvalue().count(f"the host refused {name} for kernel {NEXT}: vermagic") == 1
+
+
+def test_the_sleeping_pod_stages_for_the_next_kernel_and_stops_on_sigterm(root: Path) -> None:
+    """``sleep_until_term`` (in a process of its own, as the pod's): the host announces NEXT
+    while it sleeps and the pod stages for it within its period; SIGTERM then stops it at
+    once, saying the modules stay loaded."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    _carry(root, NEXT)
+    script = (
+        "import sys; from pathlib import Path; from stager.driver import Driver, Settings\n"
+        "env = {'DRIVER_VERSION': '2.0', 'KERNEL_VERSION': sys.argv[2],"
+        " 'MODSTAGE_NEXT_KERNEL_EVERY': '0.1'}\n"
+        "s = Settings.from_environ(env, Path(sys.argv[1]))\n"
+        "Driver(s, sys.stdout, mount=lambda argv: 0).sleep_until_term()\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(root), KERNEL],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    incoming = root / "run/nvidia/modstage/incoming"
+    try:
+        time.sleep(0.3)
+        _announce(root, NEXT)
+        deadline = time.monotonic() + 20
+        while not list(incoming.iterdir()):
+            assert time.monotonic() < deadline, "the sleeping pod never staged for NEXT"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert f"the next boot runs kernel {NEXT}: staged" in out
+    assert "stopping; the nvidia modules stay loaded" in out
