@@ -1,0 +1,140 @@
+"""A kernel update on a real node: one reboot, and the driver comes up on the new kernel.
+
+A Debian 12 node runs 6.1 with bundle ``demo`` active. Debian 13's 6.12 is installed into it
+as a package would install it (its module tree, image, config and System.map appear under
+``/lib/modules`` and ``/boot``; the test bed binds the tree from the 6.12 root and copies the
+files) and, since the test bed has no grub, ``[kernel] next`` names it as grub's default
+would. unattended-upgrades' ``/var/run/reboot-required`` asks for the reboot:
+
+1. ``status --reboot-required`` holds it (exit 4, naming 6.12 and ``demo``), ``_host.json``
+   says ``demo`` has nothing for 6.12 and the node label ``demo.next=none``;
+2. ``demo`` staged for 6.12 (test modules built against 6.12's headers, signed with its own
+   sign-file) is judged on the 6.1 node against 6.12's files and accepted, pending for it;
+   the gate lifts (exit 0) and ``_host.json`` says ``ready``;
+3. one reboot, into 6.12 (the same state disk, Debian 13's root): ``modstage boot`` loads the
+   6.12 generation, the module is live, ``status`` is healthy.
+
+Runs under the 6.1 parametrisation (it boots 6.12 as the second kernel).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.store.phase import Phase
+from tests.kmod import SigningKey, make_key
+from tests.vm.harness import Vm, exports_cache, kmod
+from tests.vm.harness.kernel import Kernel
+from tests.vm.node import drop, live_modules, modstage, prepare, state
+
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1")]
+
+NODE_FEATURES = "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    """The driver vendor's key, trusted by the node (both kernels' modules are signed with it)."""
+    return make_key(tmp_path_factory.mktemp("update-vendor"), "rsa4096", cn="vendor key")
+
+
+def _signed(kernel: Kernel, key: SigningKey, out: Path) -> Path:
+    """ms_exporter built against ``kernel``'s headers, signed by its own sign-file."""
+    out.mkdir(parents=True, exist_ok=True)
+    built = kmod.build_modules(kernel)["ms_exporter"]
+    return kmod.sign(kernel, built, key, out / "ms_exporter.ko")
+
+
+def _install(vm: Vm, new: Kernel) -> None:
+    """``new`` installed into the running node as its package installs it."""
+    tree = f"/lib/modules/{new.release}"
+    vm.run(f"mkdir -p {tree} && mount --bind {new.modules} {tree}").check()
+    for name in (f"vmlinuz-{new.release}", f"config-{new.release}", f"System.map-{new.release}"):
+        source = new.root / "boot" / name
+        if source.exists():
+            vm.run(["cp", str(source), f"/boot/{name}"]).check()
+    if not (new.root / "boot" / f"vmlinuz-{new.release}").exists():
+        vm.run(["cp", str(new.image), f"/boot/vmlinuz-{new.release}"]).check()
+
+
+def test_a_kernel_update_takes_one_reboot_and_the_driver_comes_up_on_the_new_kernel(
+    kernel: Kernel, key: SigningKey, tmp_path: Path
+) -> None:
+    """The steps of the module docstring, each checked on the node."""
+    new = Kernel.named("6.12")
+    certs = {"vendor.pem": key.cert_pem.read_bytes()}
+    config = (
+        f'[kernel]\nnext = "{new.release}"\n'
+        '[publish]\nstatus_dirs = ["/run/nvidia/modstage/status"]\n'
+    )
+    old_ko = _signed(kernel, key, tmp_path / "old")
+    new_ko = _signed(new, key, tmp_path / "new")
+    share = tmp_path / "state"
+    exports_cache.seed(share, new)  # what intake would read from 6.12's tree over 9p, minutes
+    with Vm(share, name="update-6.1", kernel=kernel) as node:
+        node.start()
+        prepare(node, certs)
+        drop(node, "demo", "1", kernel.release, [(old_ko, "")])
+        assert modstage(node, "intake")[0] == 0
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        first = state(node).bundle("demo")
+        assert first.phase is Phase.ACTIVE and "ms_exporter" in live_modules(node)
+
+        _install(node, new)
+        node.run(f"mkdir -p {NODE_FEATURES} /var/run").check()
+        node.run("echo '*** System restart required ***' > /var/run/reboot-required").check()
+        prepare(node, certs, config)
+        _publish(node)
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 4, out
+        assert f"held: the next boot runs kernel {new.release} and demo has no generation" in out
+        assert "wanted: /var/run/reboot-required exists" in out
+        assert _host(share)["bundles"]["demo"]["next"] == "none"
+        assert _host(share)["next_kernel"] == new.release
+        labels = node.read(f"{NODE_FEATURES}/modstage")
+        assert "modstage.io/demo.next=none" in labels, labels
+
+        drop(node, "demo", "1", new.release, [(new_ko, "")])
+        rc, out = modstage(node, "intake")
+        assert rc == 0, out
+        b = state(node).bundle("demo")
+        assert b.active == first.active and b.pending is not None
+        assert b.generations[b.pending].kernel == new.release
+        pending = b.pending
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 0, out
+        assert _host(share)["bundles"]["demo"]["next"] == "ready"
+        node.poweroff()
+
+    with Vm(share, name="update-6.12", kernel=new) as node:
+        node.start()  # one reboot, into the kernel the update installed
+        prepare(node, certs)
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        b = state(node).bundle("demo")
+        assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, pending, None)
+        assert "ms_exporter" in live_modules(node)
+        code, out = modstage(node, "status")
+        assert code == 0 and "host: ok" in out, out
+
+
+def _publish(vm: Vm) -> None:
+    """What every intake, boot, verb and daemon scan does: publish the state for the cluster
+    (the node labels, ``_host.json``)."""
+    vm.python(
+        "from pathlib import Path\n"
+        "from service.config import Config\n"
+        "from service.layout import Layout\n"
+        "from service.store.publish import mirror_status\n"
+        "mirror_status(Layout(Path('/')), Config.load(Path('/etc/modstage/config.toml')))\n"
+    )
+
+
+def _host(share: Path) -> dict[str, object]:
+    """The host's announcement, read on the host side of the state share."""
+    doc: dict[str, object] = json.loads((share / "status" / "_host.json").read_text())
+    return doc
