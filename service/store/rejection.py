@@ -28,6 +28,7 @@ from service.kernel.modules import live_modules
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
+from service.store.announce import HOST_FILE
 from service.store.dropfs import open_dir
 from service.store.drops import Drops
 from service.store.outcome import Outcome
@@ -171,7 +172,7 @@ def may_keep_status(layout: Layout, config: Config, bundle: str) -> bool:
     if (layout.status / f"{bundle}.json").exists():
         return True
     try:
-        entries = layout.status.iterdir()
+        entries = (e for e in layout.status.iterdir() if e.name != HOST_FILE)
         count = sum(1 for _, _n in zip(entries, range(MAX_STATUS_FILES), strict=False))
     except OSError:
         count = 0
