@@ -32,7 +32,7 @@ from typing import TextIO
 from stager.atomic import write_atomic
 from stager.errors import ManifestError, StagerError
 from stager.manifest import Manifest
-from stager.paths import parse_drop_name
+from stager.paths import BUNDLE_RE, parse_drop_name
 from stager.staged import Seen, last_drop
 from stager.statusfile import FAILED, NO_DEVICE, OTHER_KERNEL, REJECTED, StatusFile
 
@@ -315,7 +315,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     target = choose_target(args, emit, _status_now(path))
 
     if args.status_dir.is_dir() and not path.exists():
-        known = sorted(p.stem for p in args.status_dir.glob("*.json") if p.stem != args.bundle)
+        known = sorted(
+            p.stem
+            for p in args.status_dir.glob("*.json")
+            if p.stem != args.bundle and BUNDLE_RE.match(p.stem)  # not the host's _host.json
+        )
         emit(
             f"no status for bundle {args.bundle!r} in {args.status_dir} yet (the host has "
             f"status for: {', '.join(known) or 'no bundle'}); waiting for its first drop"

@@ -128,9 +128,11 @@ def _boot_id(layout: Layout) -> str | None:
 
 def _live(layout: Layout, state: BundleState) -> bool | None:
     """Whether every module the active generation loaded is live now (False when it
-    targets another kernel than the running one; None: nothing active,
-    or nothing recorded loaded for a reason unknown here; False: nothing recorded loaded
-    because the last boot found no generation for its kernel or the load failed)."""
+    targets another kernel than the running one; None: nothing active, or an ``active``
+    bundle with nothing recorded loaded, a state written before loads were recorded;
+    False: nothing recorded loaded in any other phase, since a boot that loaded nothing of
+    it (no generation for its kernel, a failed load) leaves no record, whatever a later drop
+    or verb moved the phase to)."""
     if state.active is None:
         return None
     active = state.generations.get(state.active)
@@ -138,5 +140,5 @@ def _live(layout: Layout, state: BundleState) -> bool | None:
     if active is not None and running is not None and active.kernel != running:
         return False  # its modules cannot be live on another kernel
     if not state.loaded:
-        return False if state.phase in (Phase.OTHER_KERNEL, Phase.FAILED) else None
+        return None if state.phase is Phase.ACTIVE else False
     return all((layout.sys / "module" / m.module / "initstate").exists() for m in state.loaded)

@@ -13,7 +13,8 @@ from service.cli import main
 from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
-from tests.service.fakes import FakeKernel, boot_with, pending
+from stager.drop import ModuleSpec, stage
+from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -52,3 +53,26 @@ def test_a_rollback_to_a_generation_whose_module_another_bundle_took_is_refused(
     assert code == 0, out
     assert load(host.state).bundle("demo").pending == first
     assert theirs not in load(host.state).bundle("demo").generations
+
+
+def test_a_typo_d_bundle_carrying_another_bundle_s_module_is_refused_naming_the_owner(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """``demo`` has ms_exporter pending; a drop of ``dmeo`` with the same module is refused
+    at intake, naming ``demo`` and its generation, and nothing of ``dmeo`` is recorded."""
+    owner = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    stage(
+        host.incoming,
+        bundle="dmeo",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_exporter"])],
+    )
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted
+    assert outcome.reasons == (
+        f"modules/ms_exporter.ko: module 'ms_exporter' belongs to bundle 'demo' (generation "
+        f"{owner[:12]}): stage it as bundle 'demo', or first modstage forget demo if that "
+        "name is the mistake",
+    )
+    assert "dmeo" not in load(host.state).bundles

@@ -19,7 +19,7 @@ from service.status.metrics import families
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, sign
+from tests.kmod import SigningKey
 from tests.service.fakes import FakeKernel, boot_with, make_host, make_intake, pending
 
 
@@ -27,29 +27,6 @@ def cli(*argv: str) -> tuple[int, str]:
     """``modstage ARGV`` in this process: (exit code, stdout)."""
     out = io.StringIO()
     return main(list(argv), out), out.getvalue()
-
-
-def test_a_typo_d_bundle_carrying_another_bundle_s_module_is_refused_naming_the_owner(
-    host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """``demo`` has ms_exporter pending; a drop of ``dmeo`` with the same module is refused
-    at intake, naming ``demo`` and its generation, and nothing of ``dmeo`` is recorded."""
-    owner = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
-    stage(
-        host.incoming,
-        bundle="dmeo",
-        version="1",
-        kernel=kernel,
-        modules=[ModuleSpec(signed["ms_exporter"])],
-    )
-    [outcome] = make_intake(host).run()
-    assert not outcome.accepted
-    assert outcome.reasons == (
-        f"modules/ms_exporter.ko: module 'ms_exporter' belongs to bundle 'demo' (generation "
-        f"{owner[:12]}): stage it as bundle 'demo', or first modstage forget demo if that "
-        "name is the mistake",
-    )
-    assert "dmeo" not in load(host.state).bundles
 
 
 def test_a_bundle_with_only_a_pending_generation_can_be_forgotten(
@@ -171,31 +148,6 @@ def ask_reboot(host: Layout) -> None:
     assert load(host.state).reboot is not None
 
 
-def test_wait_for_a_rejected_drop_says_rejected_after_a_reboot(
-    host: Layout, signed: dict[str, Path], other_key: SigningKey, kernel: str, tmp_path: Path
-) -> None:
-    """v1 active; drop D, signed by a key the host does not trust, is rejected and ``wait
-    --drop D`` exits 1; after a reboot (the boot rewrites the status file) and another
-    accepted drop it still exits 1, never 0 for the active generation."""
-    root = ["--root", str(host.root)]
-    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
-    assert cli("boot", *root)[0] == 0
-    untrusted = sign(signed["ms_params"], other_key, tmp_path / "untrusted.ko")
-    drop = stage(
-        host.incoming, bundle="demo", version="2", kernel=kernel, modules=[ModuleSpec(untrusted)]
-    )
-    assert cli("intake", *root)[0] == 1
-    wait = ["wait", "--bundle", "demo", "--drop", str(drop), "--timeout", "0"]
-    wait += ["--status-dir", str(host.status)]
-    assert cli(*wait)[0] == 1
-    reboot(host)
-    assert cli("boot", *root)[0] == 0
-    code, out = cli(*wait)
-    assert code == 1 and "drop rejected: " in out, out
-    pending(host, kernel, [(signed["ms_params"], "")], version="3", bundle="demo")
-    assert cli(*wait)[0] == 1
-
-
 def test_hold_withdraws_the_reboot_kured_was_asked_for(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
@@ -304,94 +256,6 @@ def test_the_boot_s_last_lines_name_the_generation_it_fell_back_from(
     assert f"; fell back from {v2[:12]} (2): modules/ms_params.ko: ENOKEY" in line, line
 
 
-def test_wait_does_not_call_a_generation_active_before_boot_loaded_it_in_this_boot(
-    host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """v1 went live and ``wait`` exits 0; after a reboot whose ``modstage boot`` has not run
-    (nothing live), ``wait`` keeps waiting (exit 3 at its timeout), even once a verb rewrote
-    the status file in this boot; after the boot it exits 0 again."""
-    root = ["--root", str(host.root)]
-    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
-    assert cli("boot", *root)[0] == 0
-    wait = ["wait", "--bundle", "demo", "--generation", v1, "--timeout", "0"]
-    wait += ["--status-dir", str(host.status), "--boot-id-file", str(host.boot_id)]
-    assert cli(*wait)[0] == 0
-    reboot(host)
-    code, out = cli(*wait)
-    assert code == 3 and "not live in this boot" in out, out
-    assert cli("hold", *root, "demo")[0] == 0
-    assert cli(*wait)[0] == 3
-    assert cli("boot", *root)[0] == 0
-    assert cli(*wait)[0] == 0
-
-
-def test_sandbox_trust_writes_the_certificate_never_the_private_key(
-    tmp_path: Path, kernel: str, rsa_key: SigningKey
-) -> None:
-    """``--trust signing_key.pem`` (the kernel's file: private key and certificate, as
-    docs/sandbox.md's example) puts the certificate alone in ``trusted.d``, mode 0644, and
-    the sandbox trusts it."""
-    both = tmp_path / "signing_key.pem"
-    both.write_bytes(rsa_key.key.read_bytes() + rsa_key.cert_pem.read_bytes())
-    both.chmod(0o600)
-    root = tmp_path / "sandbox"
-    code, out = cli("sandbox", str(root), "--kernel", kernel, "--trust", str(both))
-    assert code == 0, out
-    [written] = Layout(root).trusted.iterdir()
-    text = written.read_text()
-    assert "PRIVATE KEY" not in text and text.count("BEGIN CERTIFICATE") == 1
-    assert written.stat().st_mode & 0o777 == 0o644
-    assert cli("config", "check", "--root", str(root))[0] == 0
-
-
-def test_a_private_key_in_trusted_d_is_warned_of_by_config_check_and_status(
-    host: Layout, ec_key: SigningKey
-) -> None:
-    """The kernel's signing_key.pem copied whole into ``trusted.d``, world-readable: ``config
-    check`` still passes but warns, naming the file; ``status`` is degraded, saying why. A
-    world-writable ``trusted.d`` is named too."""
-    root = ["--root", str(host.root)]
-    assert cli("config", "check", *root)[1].count("warning:") == 0
-    both = host.trusted / "signing_key.pem"
-    both.write_bytes(ec_key.key.read_bytes() + ec_key.cert_pem.read_bytes())
-    both.chmod(0o644)
-    code, out = cli("config", "check", *root)
-    assert code == 0 and f"warning: {both}: holds a private key, world-readable: " in out, out
-    code, out = cli("status", *root)
-    assert code == 1 and out.startswith("host: DEGRADED") and "holds a private key" in out
-    host.trusted.chmod(0o777)
-    assert "world-writable: anyone can add a key" in cli("config", "check", *root)[1]
-
-
-def test_wait_for_a_drop_the_host_has_no_record_of_never_answers_for_another_generation(
-    host: Layout, signed: dict[str, Path], other_key: SigningKey, kernel: str, tmp_path: Path
-) -> None:
-    """``dmeo``'s drop D was rejected and ``forget dmeo`` cleared its records; a later drop of
-    ``dmeo`` went live: ``wait --drop D`` keeps waiting (the host has no record of D) instead
-    of calling the later generation D's, while ``wait`` for the later drop exits 0."""
-    root = ["--root", str(host.root)]
-    untrusted = sign(signed["ms_params"], other_key, tmp_path / "untrusted.ko")
-    rejected = stage(
-        host.incoming, bundle="dmeo", version="1", kernel=kernel, modules=[ModuleSpec(untrusted)]
-    )
-    assert cli("intake", *root)[0] == 1
-    assert cli("forget", *root, "dmeo")[0] == 0
-    later = stage(
-        host.incoming,
-        bundle="dmeo",
-        version="2",
-        kernel=kernel,
-        modules=[ModuleSpec(signed["ms_params"])],
-    )
-    assert cli("intake", *root)[0] == 0
-    assert cli("boot", *root)[0] == 0
-    wait = ["wait", "--bundle", "dmeo", "--timeout", "0", "--status-dir", str(host.status)]
-    wait += ["--boot-id-file", str(host.boot_id)]
-    code, out = cli(*wait, "--drop", str(rejected))
-    assert code == 3 and "no record of drop" in out, out
-    assert cli(*wait, "--drop", str(later))[0] == 0
-
-
 def test_a_drop_that_waits_is_not_shown_as_an_error(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
@@ -437,16 +301,6 @@ def test_a_quarantined_drop_s_advice_to_retry_says_when_the_generation_is_active
     boot_with(host, FakeKernel()).run()
     [line] = [ln for ln in cli("status", *root)[1].splitlines() if ln.startswith("quarantined")]
     assert line.endswith(f" (since then {v2[:12]} is active again: nothing to retry)"), line
-
-
-def test_wait_for_a_bundle_the_host_does_not_know_names_those_it_knows(
-    host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """``wait --bundle dmeo`` (a typo) on a host that knows ``demo`` says so at once."""
-    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
-    wait = ["wait", "--bundle", "dmeo", "--timeout", "0", "--status-dir", str(host.status)]
-    code, out = cli(*wait)
-    assert code == 3 and "the host has status for: demo" in out, out
 
 
 def test_every_help_example_is_a_shell_command_one_can_paste() -> None:
@@ -541,42 +395,6 @@ def test_a_reboot_into_a_kernel_without_a_generation_is_a_missing_driver_everywh
     code, out = cli("boot", *root)
     assert code == 0 and f"demo: active (active {v1}, pending -)" in out, out
     assert cli("status", *root)[0] == 0
-
-
-def test_wait_does_not_call_active_a_generation_whose_load_failed_after_a_driver_less_boot(
-    host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """v1 (two modules) active; a boot into another kernel loads nothing (``other_kernel``,
-    no module recorded loaded); a boot back into v1's kernel whose kernel refuses one of its
-    modules leaves nothing of it loaded (``failed``): ``wait`` for v1 exits 1 naming the
-    failure, never 0 (the status file's record of live modules is empty, so only the phase
-    says nothing is loaded)."""
-    root = ["--root", str(host.root)]
-    v1 = pending(
-        host, kernel, [(signed["ms_exporter"], ""), (signed["ms_consumer"], "")], bundle="demo"
-    )
-    assert cli("boot", *root)[0] == 0
-    reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
-    assert cli("boot", *root)[0] == 1
-    reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
-    state = boot_with(host, FakeKernel(fail={"ms_consumer": errno.ENOKEY}, sys=host.sys)).run()
-    assert state.bundle("demo").phase is Phase.FAILED
-    code, out = cli(
-        "wait",
-        "--status-dir",
-        str(host.status),
-        "--bundle",
-        "demo",
-        "--generation",
-        v1,
-        "--timeout",
-        "0",
-        "--boot-id-file",
-        str(host.boot_id),
-    )
-    assert code == 1 and f"generation {v1[:12]} could not be loaded" in out, out
 
 
 def test_a_pending_generation_a_driver_less_boot_passed_over_still_has_its_reboot(
