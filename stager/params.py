@@ -13,6 +13,9 @@ import re
 
 MAX_PARAMS_LEN = 4096
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+# lib/ctype.c counts byte 0xA0 (Latin-1 no-break space) as a space, and next_arg splits on
+# isspace() outside double quotes; many UTF-8 characters (U+0020..U+FFFF) carry that byte
+_KERNEL_ONLY_SPACE = 0xA0
 
 
 class ParamsError(ValueError):
@@ -29,6 +32,8 @@ def parse_params(text: str) -> tuple[tuple[str, str | None], ...]:
     for ch in text:
         if ch != " " and (not ch.isprintable() or ch.isspace()):
             raise ParamsError(f"contains the control or space character {ch!r}")
+    if (split := kernel_space_problem(text)) is not None:
+        raise ParamsError(split)
     pairs: list[tuple[str, str | None]] = []
     i, n = 0, len(text)
     while i < n:
@@ -47,6 +52,22 @@ def parse_params(text: str) -> tuple[tuple[str, str | None], ...]:
             value = value[1:-1]
         pairs.append((name, value if eq else None))
     return tuple(pairs)
+
+
+def kernel_space_problem(text: str) -> str | None:
+    """Why the kernel's ``next_arg`` would split ``text`` where it shows no space: an
+    unquoted byte 0xA0 of a UTF-8 character (None: it would not). The one check, for
+    ``stage`` (through :func:`parse_params`) and for the host's intake alike."""
+    in_quote = False
+    for at, byte in enumerate(text.encode()):
+        if byte == ord('"'):
+            in_quote = not in_quote
+        elif byte == _KERNEL_ONLY_SPACE and not in_quote:
+            return (
+                f"byte 0xA0 at offset {at} (part of a UTF-8 character) is a space to the "
+                "kernel's parameter parser and would split this value; quote it"
+            )
+    return None
 
 
 def _next_word(text: str, i: int) -> tuple[str, int]:

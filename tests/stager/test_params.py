@@ -48,3 +48,19 @@ def test_invalid_parameter_strings(text: str, reason: str) -> None:
 def test_merge_lets_the_override_win_by_kernel_name() -> None:
     """Merging keeps order, and a later name replaces an earlier one ('-' equals '_')."""
     assert merge_params("a=1 b-c=2 d", "b_c=3 e") == "a=1 b_c=3 d e"
+
+
+def test_stage_refuses_what_the_kernel_would_split_as_intake_does() -> None:
+    """``à`` (UTF-8 C3 A0) unquoted carries byte 0xA0, a space to the kernel's ``next_arg``:
+    ``parse_params`` (what ``stage`` runs) refuses it with intake's own words; quoted, or a
+    character without that byte (``é``, C3 A9), it passes."""
+    from service.verify.modfile.params import param_problems
+
+    with pytest.raises(ParamsError, match=r"byte 0xA0 at offset 11 .* quote it"):
+        parse_params("label=voil\u00e0")
+    assert param_problems("label=voil\u00e0") == [
+        "EINVAL (policy): byte 0xA0 at offset 11 (part of a UTF-8 character) is a space to the "
+        "kernel's parameter parser and would split this value; quote it"
+    ]
+    assert parse_params('label="voil\u00e0"') == (("label", "voil\u00e0"),)
+    assert parse_params("label=caf\u00e9") == (("label", "caf\u00e9"),)
