@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from service.errors import ModuleRejected
 from service.verify.compressed.stated import MAX_WINDOW
+from stager.modfile import MAGIC
 
 MAX_DECOMPRESSED = 512 << 20
 CHUNK = 1 << 20
@@ -25,11 +26,9 @@ ZSTD_FEED = 64  # zstd expands up to 32768x (an RLE block): 64 bytes make at mos
 ZSTD_BURST = ZSTD_FEED << 15
 XZ_SLACK = 1 << 20  # liblzma's memory beyond the dictionary (its own state: ~30 KiB)
 
-MAGICS = (
-    (b"\xfd7zXZ\x00", "xz"),
-    (b"\x28\xb5\x2f\xfd", "zst"),
-    (b"\x1f\x8b", "gz"),
-)
+# the container's own table (what ``stage`` checks a compressed module's name against):
+# ``(magic, "xz" | "zst" | "gz")``
+MAGICS = tuple((magic, suffix.removeprefix(".ko.")) for suffix, magic in MAGIC.items())
 
 Read = Callable[[int], bytes]  # read(n) -> up to n bytes, b"" at end of input
 

@@ -31,9 +31,9 @@ from typing import NamedTuple
 from service.errors import ModuleRejected, TargetFileError
 from service.verify.modfile.symtab import Export
 from service.verify.target.exports_cache import Table, read_cache, write_cache
-from stager.paths import module_name
+from stager.paths import MODULE_SUFFIXES, module_name
 
-_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+_SUFFIXES = MODULE_SUFFIXES  # the container's own list
 
 
 class Sources(NamedTuple):

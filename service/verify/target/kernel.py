@@ -42,7 +42,7 @@ from service.layout import Layout
 from service.verify.modfile.symtab import Export
 from service.verify.target.exports import KernelExports, Sources
 from service.verify.target.kconfig import KernelConfig
-from stager.paths import normalize_module_name
+from stager.paths import MODULE_SUFFIXES, normalize_module_name
 
 _HASH_OPTIONS = {
     "md4": "CONFIG_CRYPTO_MD4",
@@ -59,7 +59,7 @@ _HASH_OPTIONS = {
     "sha3_384": "CONFIG_CRYPTO_SHA3",
     "sha3_512": "CONFIG_CRYPTO_SHA3",
 }
-_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+_SUFFIXES = MODULE_SUFFIXES  # the container's own list
 _MAX_PROBES = 50
 
 
