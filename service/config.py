@@ -12,6 +12,8 @@ and bad values are errors naming the key and the value, reported together.
     allowed_memory_policies = ["offline", "online", "online_kernel", "online_movable"]
     forbidden_params = []          # parameter names no bundle may set
     allow_foreign_firmware_path = false   # may boot replace a firmware_class.path set by others
+    lock_modules = false           # after boot: kernel.modules_disabled = 1 until the next
+                                   # reboot (nothing loads a module, udev's autoload neither)
     require_symbol_crcs = true     # when none of the target's exports can be read (its
                                    # vmlinuz, in-tree modules, Module.symvers): refuse
                                    # (policy) a module whose imports cannot be checked
@@ -407,6 +409,9 @@ class Config:
     allowed_memory_policies: tuple[MemoryPolicy, ...] = tuple(MemoryPolicy)
     forbidden_params: tuple[str, ...] = ()
     allow_foreign_firmware_path: bool = False
+    # after ``modstage boot`` loaded every bundle: kernel.modules_disabled = 1 (no module loads
+    # until the next reboot, from anyone: udev's autoload, a privileged container, modstage)
+    lock_modules: bool = False
     # Imports are judged against the kernel's own CRCs (vmlinuz and in-tree modules, and
     # Module.symvers where installed). When none can be read, refuse (policy) a module
     # importing a symbol not otherwise known (true), or take it and say so (false).

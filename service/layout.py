@@ -188,6 +188,11 @@ class Layout:
         """The running kernel's release string (``uname -r``)."""
         return self.proc / "sys/kernel/osrelease"
 
+    @property
+    def modules_disabled(self) -> Path:
+        """``kernel.modules_disabled``: 1 once module loading is locked until the reboot."""
+        return self.proc / "sys/kernel/modules_disabled"
+
     def kernel_release(self) -> str:
         """The running kernel's release, read under this layout's root."""
         return self.os_release.read_text().strip()

@@ -82,8 +82,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
     for line in summary(state, boot.release):
         print(line, file=out)
+    if host.config.lock_modules:
+        print(lock_modules(layout), file=out)
     retire_metrics(layout)
     return exit_code(state)
+
+
+def lock_modules(layout: Layout) -> str:
+    """``[lock_modules]``: write 1 to ``kernel.modules_disabled`` once every bundle had its
+    turn, so nothing loads a module until the next reboot; the line to print. A write that
+    fails is logged and said: the boot goes on (the bundles are up)."""
+    from service.boot.loader import log
+
+    try:
+        layout.modules_disabled.write_text("1\n")
+    except OSError as exc:
+        log.error("modules.lock_failed", path=str(layout.modules_disabled), error=str(exc))
+        return f"modules: NOT locked: {layout.modules_disabled}: {exc.strerror or exc}"
+    log.info("modules.locked", path=str(layout.modules_disabled))
+    return "modules: locked until the next reboot (kernel.modules_disabled = 1, lock_modules)"
 
 
 def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:

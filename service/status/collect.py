@@ -391,6 +391,14 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
     problems += unsafe
     healths += [p.health for p in unsafe]
     healths += [p.health for p in memory_problems]
+    locked = _modules_locked(layout)
+    if config is not None and config.lock_modules and locked is False:
+        why = (
+            f"lock_modules is set and {layout.modules_disabled} is 0: any module can still be "
+            "loaded (modstage boot locks it once it ran in this boot)"
+        )
+        problems.append(Problem(None, Health.DEGRADED, why))
+        healths.append(Health.DEGRADED)
     daemon = read_heartbeat(layout.heartbeat, now)
     kernels = installed(layout)
     next_kernel = decide(_configured_next(layout, config), read_grub(layout), kernels)
@@ -412,4 +420,13 @@ def collect(layout: Layout, *, now: float | None = None) -> Report:
         quarantine=tuple(quarantine.records(layout)),
         next_kernel=next_kernel,
         kernels=kernels,
+        modules_locked=locked,
     )
+
+
+def _modules_locked(layout: Layout) -> bool | None:
+    """Whether ``kernel.modules_disabled`` is 1 (None: it cannot be read)."""
+    try:
+        return layout.modules_disabled.read_text().strip() == "1"
+    except OSError:
+        return None

@@ -252,6 +252,9 @@ class Report:
     # the kernel the next boot runs and how that was decided; the installed kernels
     next_kernel: NextKernel | None = None
     kernels: tuple[InstalledKernel, ...] = ()
+    # kernel.modules_disabled: True once module loading is locked until the reboot; None:
+    # unreadable
+    modules_locked: bool | None = None
 
     @property
     def exit_code(self) -> int:

@@ -119,6 +119,13 @@ _SOURCE = {
 }
 
 
+def _locked(doc: Report) -> str | None:
+    """The module lock, when it is on."""
+    if doc.modules_locked:
+        return "modules: locked until the next reboot (kernel.modules_disabled = 1)"
+    return None
+
+
 def next_kernel_line(doc: Report) -> str | None:
     """The kernel the next boot runs and where that was read, or why it is unknown."""
     n = doc.next_kernel
@@ -271,7 +278,7 @@ def lines(doc: Report, *, issuers: bool = False) -> list[str]:
         f"reboot: {_reboot_line(doc)}",
         _daemon_line(doc),
     ]
-    out += [line for line in (next_kernel_line(doc), kernels_line(doc)) if line]
+    out += [line for line in (next_kernel_line(doc), kernels_line(doc), _locked(doc)) if line]
     out += [f"  ! {_problem(doc, p)}" for p in doc.problems]
     for name, b in doc.bundles.items():
         _bundle_lines(name, b, out, issuers=issuers)
@@ -338,7 +345,7 @@ def render_rich(doc: Report, out: TextIO, *, issuers: bool = False) -> None:
         highlight=False,
     )
     console.print(_daemon_line(doc), highlight=False)
-    for line in (next_kernel_line(doc), kernels_line(doc)):
+    for line in (next_kernel_line(doc), kernels_line(doc), _locked(doc)):
         if line:
             console.print(line, markup=False, highlight=False)
     for p in doc.problems:
