@@ -14,8 +14,9 @@ with a letter or digit):
 * ``written``: when (epoch seconds).
 
 It is written with every status mirror (intake, boot, the admin's verbs) and by the daemon's
-periodic scan, which notices a kernel installed or removed within its period. A failure is
-logged, never raised.
+periodic scan, which notices a kernel installed or removed within its period; a file whose
+contents would not change but for ``written`` is left as it is. A failure is logged, never
+raised.
 """
 
 from __future__ import annotations
@@ -66,10 +67,13 @@ def announce(
     """Write ``_host.json`` into the status directory and each ``[publish] status_dirs``;
     the files written (a failure is logged)."""
     found = found if found is not None else next_kernel(layout, config.kernel.next)
-    data = (json.dumps(host_doc(layout, state, found), indent=2, sort_keys=True) + "\n").encode()
+    doc = host_doc(layout, state, found)
+    data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     written = []
     for directory in (layout.status, *(layout.host(d) for d in config.publish.status_dirs)):
         path = directory / HOST_FILE
+        if _same(path, doc):
+            continue  # unchanged but for its time: a scan every few seconds writes nothing
         try:
             directory.mkdir(parents=True, exist_ok=True)
             write_atomic(path, data, mode=0o644)
@@ -78,3 +82,12 @@ def announce(
             continue
         written.append(path)
     return written
+
+
+def _same(path: Path, doc: dict[str, Any]) -> bool:
+    """Whether ``path`` holds ``doc`` already, ``written`` aside."""
+    try:
+        old = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(old, dict) and {**old, "written": None} == {**doc, "written": None}

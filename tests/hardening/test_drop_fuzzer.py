@@ -249,8 +249,12 @@ def _bounded(host: Layout, log: Path, cases: int) -> list[str]:
     problems = []
     if host.status.is_dir():
         for f in host.status.iterdir():
-            if f.stat().st_size > MAX_STATUS_BYTES:
-                problems.append(f"{f.name} is {f.stat().st_size} bytes")
+            try:
+                size = f.stat().st_size
+            except FileNotFoundError:
+                continue  # a crash-safe write's temporary file, renamed since
+            if size > MAX_STATUS_BYTES:
+                problems.append(f"{f.name} is {size} bytes")
         # a bundle taken in has its status file, however many there are; rejections
         # leave at most MAX_STATUS_FILES for names state.json does not know
         known = set(state_of(host).bundles)
