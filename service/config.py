@@ -26,9 +26,10 @@ and bad values are errors naming the key and the value, reported together.
     digest_files = {}              # bundle -> file its drop's config digest is written to
                                    # once its generation is live, e.g.
                                    # {nvidia = "/run/nvidia/nvidia-driver.state"}
-    [bundles.nvidia]               # what the host allows one bundle beyond the default
+    [bundles.nvidia]               # what the host allows one bundle beyond the defaults
     firmware = []                  # globs of firmware names it may ship undeclared
     firmware_override = []         # globs of names it may shadow from /lib/firmware
+    shadow_in_tree = []            # globs of the target kernel's module names it may take
     [limits]
     max_file_bytes = 2147483648
     max_total_bytes = 8589934592
@@ -69,11 +70,12 @@ from pathlib import Path
 from typing import Any
 
 from service.backends import BACKENDS
+from service.bundlepolicy import BundlePolicy as BundlePolicy  # re-exported: its home before
+from service.bundlepolicy import load_bundles
 from service.errors import ConfigError
 from service.layout import is_release
 from service.window import DAYS, Guard, Window, zone
 from stager.manifest import MemoryPolicy
-from stager.paths import bundle_problem
 from stager.record import RecordError, load, spec
 
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
@@ -249,40 +251,6 @@ def _publish(value: Any, _: str, problems: list[str]) -> Publish:
     return Publish(status_dirs=status, digest_files=tuple(digests))
 
 
-@dataclass(frozen=True)
-class BundlePolicy:
-    """``[bundles.<name>]``: what the host allows one bundle's firmware beyond the rule
-    that a drop's firmware is what its own modules declare (:mod:`service.store.firmware`).
-
-    Each is a list of shell-style globs (``fnmatch``: ``*`` also matches ``/``) over a
-    firmware name below ``firmware/``.
-    """
-
-    firmware: tuple[str, ...] = ()  # names it may ship though no module of it declares them
-    firmware_override: tuple[str, ...] = ()  # names it may shadow from the host's firmware
-
-
-def _bundles(value: Any, _: str, problems: list[str]) -> tuple[tuple[str, BundlePolicy], ...]:
-    if not isinstance(value, dict):
-        problems.append(f"bundles: {shown(value)} is not a table of bundle tables")
-        return ()
-    out = []
-    for bundle, table in sorted(value.items()):
-        at = f"bundles.{bundle}"
-        if bundle_problem(bundle) is not None:
-            problems.append(f"{at}: {bundle!r} is not a bundle name (no drop can use it)")
-        if not isinstance(table, dict):
-            problems.append(f"{at}: {shown(table)} is not a table")
-            continue
-        known = {"firmware", "firmware_override"}
-        problems += [f"{at}.{k}: unknown key" for k in sorted(set(table) - known)]
-        globs = {k: _strings(table.get(k, []), f"{at}.{k}", problems) for k in sorted(known)}
-        for key, patterns in globs.items():
-            problems += [f"{at}.{key}: {shown(p)} is an empty glob" for p in patterns if not p]
-        out.append((bundle, BundlePolicy(**globs)))
-    return tuple(out)
-
-
 def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         problems.append(f"{key}: {shown(value)} is not an array of strings")
@@ -425,7 +393,9 @@ class Config:
     )
     publish: Publish = field(default_factory=lambda: Publish(), metadata=spec(load=_publish))
     node_labels: NodeLabels = field(default_factory=NodeLabels)
-    bundles: tuple[tuple[str, BundlePolicy], ...] = field(default=(), metadata=spec(load=_bundles))
+    bundles: tuple[tuple[str, BundlePolicy], ...] = field(
+        default=(), metadata=spec(load=load_bundles)
+    )
     kernel: KernelChoice = field(default_factory=KernelChoice)
 
     def bundle_policy(self, bundle: str) -> BundlePolicy:

@@ -3,8 +3,10 @@
 :func:`policy_problems` applies the host's policy to a manifest and the bundle's
 state; :func:`verify_copy` verifies the store's copies of the drop's files (digests,
 signatures, the target kernel's rules, module order, firmware only of the drop's own
-modules: :mod:`service.store.firmware`) and asks the running kernel's
-keyrings what it will refuse when it enforces signatures (:func:`preflight`).
+modules: :mod:`service.store.firmware`; no module in the place of one of the target
+kernel's own unless its bundle's table allows it: :mod:`service.store.bundlerules`) and
+asks the running kernel's keyrings what it will refuse when it enforces signatures
+(:func:`preflight`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
+from service.store.bundlerules import shadow_problems
 from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
@@ -22,6 +25,7 @@ from service.verify.modfile.params import param_problems
 from service.verify.modfile.symtab import Export
 from service.verify.signature.keyring import Keyring, enforcing
 from service.verify.signature.trust import TrustStore
+from service.verify.target.intree import in_tree_modules
 from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_files
 from stager.manifest import Manifest
@@ -134,9 +138,29 @@ def verify_copy(
         host_file=host_firmware(layout, manifest.kernel),
         suffixes=target.firmware_suffixes,
     )
+    reasons += shadow_problems(
+        [(m.file, v.name or m.name) for m, v in zip(manifest.modules, modules, strict=True)],
+        bundle=manifest.bundle,
+        policy=config.bundle_policy(manifest.bundle),
+        in_tree=host_modules(layout, manifest.kernel),
+        builtin=target.builtin,
+    )
     if not reasons:
         reasons = preflight(layout, keyring, manifest, modules, target, trust)
     return reasons
+
+
+def host_modules(layout: Layout, release: str) -> Callable[[str], str | None]:
+    """Where kernel ``release``'s tree has its in-tree module of a name, as the host names it
+    (``/lib/modules/<release>/kernel/lib/crc8.ko``), or None."""
+    tree = layout.modules_dir(release)
+    found = in_tree_modules(tree)
+
+    def path(name: str) -> str | None:
+        at = found.get(name)
+        return None if at is None else "/" + (tree / at).relative_to(layout.root).as_posix()
+
+    return path
 
 
 def host_firmware(layout: Layout, release: str) -> Callable[[str], str | None]:

@@ -1,0 +1,66 @@
+"""``[bundles.<name>]`` of ``config.toml``: what the host allows one bundle's drops beyond
+the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`).
+
+Every value is a list of shell-style globs (``fnmatch``, case matters). ``firmware`` and
+``firmware_override`` are over a firmware file's name below ``firmware/`` (``*`` also
+matches ``/``; :mod:`service.store.firmware`); ``shadow_in_tree`` is over module names,
+``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
+:mod:`service.store.bundlerules`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from stager.paths import bundle_problem
+from stager.record import RecordError, kind, load, spec
+
+
+def _globs(patterns: tuple[str, ...]) -> str | None:
+    return "'' is an empty glob" if "" in patterns else None
+
+
+_GLOBS = spec(check=_globs)
+
+
+@dataclass(frozen=True)
+class BundlePolicy:
+    """``[bundles.<name>]``: what the host allows one bundle beyond the defaults (a drop's
+    firmware is what its own modules declare, its modules are none of the target kernel's)."""
+
+    # firmware names it may ship though no module of it declares them
+    firmware: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # firmware names it may shadow from the host's firmware directories
+    firmware_override: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # module names of the target kernel's own (its tree or modules.builtin) it may take
+    shadow_in_tree: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+
+
+def name_matches(globs: Iterable[str], name: str) -> bool:
+    """Whether a module or parameter ``name`` matches one of ``globs``, ``-`` and ``_``
+    alike (the kernel compares both kinds of name so): the name with ``_`` for ``-``
+    against each glob as written and with ``_`` for ``-`` (a ``[a-z]`` range keeps its
+    meaning in the first)."""
+    name = name.replace("-", "_")
+    return any(fnmatchcase(name, g) or fnmatchcase(name, g.replace("-", "_")) for g in globs)
+
+
+def load_bundles(value: Any, at: str, problems: list[str]) -> tuple[tuple[str, BundlePolicy], ...]:
+    """``[bundles]``: a :class:`BundlePolicy` per bundle name, sorted by name; every problem
+    of every table is added to ``problems``."""
+    if not isinstance(value, dict):
+        problems.append(f"{at}: must be a table of bundle tables, not {kind(value)}")
+        return ()
+    out = []
+    for bundle, table in sorted(value.items()):
+        where = f"{at}.{bundle}"
+        if bundle_problem(bundle) is not None:
+            problems.append(f"{where}: {bundle!r} is not a bundle name (no drop can use it)")
+        try:
+            out.append((bundle, load(BundlePolicy, table, where)))
+        except RecordError as exc:
+            problems += exc.problems
+    return tuple(out)

@@ -1,0 +1,52 @@
+"""What the host refuses in a drop by its bundle's ``[bundles.<name>]`` table (pure).
+
+A trusted vendor key can sign any module under any name. ``modstage boot`` loads a
+generation early in boot, before most in-tree modules: a drop's module named like one of
+the target kernel's own (``nvme``, ``mlx5_core``, ``crc8``) takes that name, and the
+kernel's module never loads (modprobe finds the name taken). So a drop module whose name
+the target kernel's tree or ``modules.builtin`` has (:mod:`service.verify.target.intree`)
+is refused unless ``shadow_in_tree`` allows that name. A module's name is the one the
+kernel registers (``struct module``'s, from the verdict), else the file's; names compare
+``-`` and ``_`` alike, as the kernel does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+from service.bundlepolicy import BundlePolicy, name_matches
+from stager.paths import normalize_module_name
+
+
+def shadow_problems(
+    modules: Sequence[tuple[str, str]],
+    *,
+    bundle: str,
+    policy: BundlePolicy,
+    in_tree: Callable[[str], str | None],
+    builtin: Collection[str],
+) -> list[str]:
+    """Each module of a drop that would take the name of one of the target kernel's own
+    modules, naming the file, that module and the key that allows it.
+
+    ``modules``: (file in the drop, the module's name) of each; ``in_tree``: the path (as
+    the host names it) of the target's in-tree module of a name, or None; ``builtin``: the
+    names of ``modules.builtin``.
+    """
+    problems = []
+    for file, name in modules:
+        name = normalize_module_name(name)
+        found = in_tree(name)
+        if found is not None:
+            theirs = f"in-tree module {found}"
+        elif name in builtin:
+            theirs = f"module {name}, built in (modules.builtin)"
+        else:
+            continue
+        if name_matches(policy.shadow_in_tree, name):
+            continue
+        problems.append(
+            f"{file}: module {name} would take the place of the target kernel's {theirs}; "
+            f"[bundles.{bundle}] shadow_in_tree does not name it"
+        )
+    return problems
