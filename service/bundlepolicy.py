@@ -3,8 +3,8 @@ the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`
 
 Every value is a list of shell-style globs (``fnmatch``, case matters). ``firmware`` and
 ``firmware_override`` are over a firmware file's name below ``firmware/`` (``*`` also
-matches ``/``; :mod:`service.store.firmware`); ``shadow_in_tree`` is over module names,
-``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
+matches ``/``; :mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over
+module names, ``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
 :mod:`service.store.bundlerules`).
 """
 
@@ -37,6 +37,8 @@ class BundlePolicy:
     firmware_override: tuple[str, ...] = field(default=(), metadata=_GLOBS)
     # module names of the target kernel's own (its tree or modules.builtin) it may take
     shadow_in_tree: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # the only module names its drops may carry; empty: any
+    modules: tuple[str, ...] = field(default=(), metadata=_GLOBS)
 
 
 def name_matches(globs: Iterable[str], name: str) -> bool:

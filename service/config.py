@@ -30,6 +30,7 @@ and bad values are errors naming the key and the value, reported together.
     firmware = []                  # globs of firmware names it may ship undeclared
     firmware_override = []         # globs of names it may shadow from /lib/firmware
     shadow_in_tree = []            # globs of the target kernel's module names it may take
+    modules = []                   # globs of the only module names it may carry (empty: any)
     [limits]
     max_file_bytes = 2147483648
     max_total_bytes = 8589934592

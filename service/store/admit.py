@@ -3,8 +3,8 @@
 :func:`policy_problems` applies the host's policy to a manifest and the bundle's
 state; :func:`verify_copy` verifies the store's copies of the drop's files (digests,
 signatures, the target kernel's rules, module order, firmware only of the drop's own
-modules: :mod:`service.store.firmware`; no module in the place of one of the target
-kernel's own unless its bundle's table allows it: :mod:`service.store.bundlerules`) and
+modules: :mod:`service.store.firmware`; module names only as its bundle's table allows,
+none in the place of one of the target kernel's own: :mod:`service.store.bundlerules`) and
 asks the running kernel's keyrings what it will refuse when it enforces signatures
 (:func:`preflight`).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
-from service.store.bundlerules import shadow_problems
+from service.store.bundlerules import name_problems
 from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
@@ -138,7 +138,7 @@ def verify_copy(
         host_file=host_firmware(layout, manifest.kernel),
         suffixes=target.firmware_suffixes,
     )
-    reasons += shadow_problems(
+    reasons += name_problems(
         [(m.file, v.name or m.name) for m, v in zip(manifest.modules, modules, strict=True)],
         bundle=manifest.bundle,
         policy=config.bundle_policy(manifest.bundle),

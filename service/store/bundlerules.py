@@ -5,20 +5,22 @@ generation early in boot, before most in-tree modules: a drop's module named lik
 the target kernel's own (``nvme``, ``mlx5_core``, ``crc8``) takes that name, and the
 kernel's module never loads (modprobe finds the name taken). So a drop module whose name
 the target kernel's tree or ``modules.builtin`` has (:mod:`service.verify.target.intree`)
-is refused unless ``shadow_in_tree`` allows that name. A module's name is the one the
-kernel registers (``struct module``'s, from the verdict), else the file's; names compare
-``-`` and ``_`` alike, as the kernel does.
+is refused unless ``shadow_in_tree`` allows that name; where ``modules`` names globs, a
+module no glob matches is refused too. A module's name is the one the kernel registers
+(``struct module``'s, from the verdict), else the file's; names compare ``-`` and ``_``
+alike, as the kernel does.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Sequence
 
 from service.bundlepolicy import BundlePolicy, name_matches
 from stager.paths import normalize_module_name
 
 
-def shadow_problems(
+def name_problems(
     modules: Sequence[tuple[str, str]],
     *,
     bundle: str,
@@ -26,8 +28,9 @@ def shadow_problems(
     in_tree: Callable[[str], str | None],
     builtin: Collection[str],
 ) -> list[str]:
-    """Each module of a drop that would take the name of one of the target kernel's own
-    modules, naming the file, that module and the key that allows it.
+    """Each module of a drop whose name the bundle may not carry: one that would take the
+    name of one of the target kernel's own modules (naming that module), or that no glob of
+    ``modules`` matches when it has some; each problem names the file and the key.
 
     ``modules``: (file in the drop, the module's name) of each; ``in_tree``: the path (as
     the host names it) of the target's in-tree module of a name, or None; ``builtin``: the
@@ -36,6 +39,11 @@ def shadow_problems(
     problems = []
     for file, name in modules:
         name = normalize_module_name(name)
+        if policy.modules and not name_matches(policy.modules, name):
+            problems.append(
+                f"{file}: module {name} matches none of [bundles.{bundle}] modules = "
+                f"{json.dumps(list(policy.modules))}"
+            )
         found = in_tree(name)
         if found is not None:
             theirs = f"in-tree module {found}"

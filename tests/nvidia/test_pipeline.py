@@ -22,10 +22,14 @@ from typing import Any, NamedTuple
 import pytest
 
 from service.cli import main
+from service.config import Config
 from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statefile import load
 from tests.nvidia import PARAMS, Driver
+
+#: The example config's ``[bundles.nvidia]``, the policy the host takes the driver in under.
+SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
 
 
 def modinfo(path: Path, field: str) -> list[str]:
@@ -73,7 +77,9 @@ def taken_in(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> TakenIn:
     """``modstage stage`` the signed modules (load order), the operator's parameter files
-    and the GSP firmware; ``modstage verify --json`` the drop; ``modstage intake`` it."""
+    and the GSP firmware; ``modstage verify --json`` the drop; ``modstage intake`` it under
+    the example config's ``[bundles.nvidia]`` (against the kernel's whole tree: none of the
+    driver's modules is named like one of the kernel's own)."""
     params = tmp_path_factory.mktemp("drivers")
     for name, text in PARAMS.items():
         (params / f"{name}.conf").write_text(text)
@@ -86,6 +92,10 @@ def taken_in(
     manifest = tomllib.loads((drop / "manifest.toml").read_text())
     common = ["--root", str(real_host.root), "--kernel", driver.kernel]
     _, verified = _cli("verify", "--json", *common, str(drop))
+    policy = tomllib.loads(SHIPPED.read_text())["bundles"]["nvidia"]
+    real_host.config.parent.mkdir(parents=True, exist_ok=True)
+    table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in policy.items())
+    real_host.config.write_text("[bundles.nvidia]\n" + table)
     code, output = _cli("intake", "--root", str(real_host.root), str(drop))
     return TakenIn(real_host, manifest, code, output, json.loads(verified))
 
@@ -113,8 +123,9 @@ def test_stage_writes_every_module_parameter_and_firmware_file(
 def test_intake_takes_the_real_driver_in_as_a_pending_generation(
     taken_in: TakenIn, signed: dict[str, Path], firmware: Path
 ) -> None:
-    """Intake accepts the bundle: one pending ``nvidia`` generation whose stored modules and
-    firmware are byte-for-byte the signed modules and the package's firmware, read-only."""
+    """Intake accepts the bundle under the example config's policy: one pending ``nvidia``
+    generation whose stored modules and firmware are byte-for-byte the signed modules and
+    the package's firmware, read-only."""
     assert taken_in.code == 0, taken_in.output
     assert "pending nvidia generation" in taken_in.output
     bundle = load(taken_in.host.state).bundle("nvidia")
@@ -135,14 +146,15 @@ def test_the_gsp_firmware_is_what_nvidia_declares_and_needs_no_host_table(
 ) -> None:
     """Every firmware file the bundle ships is a name ``nvidia.ko`` declares (kmod's
     ``modinfo -F firmware``: ``nvidia/<version>/gsp_*.bin``), no other module declares any,
-    and the real host's config has no ``[bundles.nvidia]`` table: the driver passes intake's
-    firmware rule by its own declarations."""
+    and the real host's ``[bundles.nvidia]`` (the example config's) allows no firmware: the
+    driver passes intake's firmware rule by its own declarations."""
     declared = {name: set(modinfo(ko, "firmware")) for name, ko in signed.items()}
     shipped = {p.relative_to(firmware).as_posix() for p in firmware.rglob("*") if p.is_file()}
     assert shipped == declared["nvidia"], (shipped, declared["nvidia"])
     assert all(n.startswith(f"nvidia/{driver.version.split('-')[0]}/") for n in shipped)
     assert not any(declared[name] for name in signed if name != "nvidia")
-    assert not (taken_in.host.config.exists() and "bundles" in taken_in.host.config.read_text())
+    policy = Config.load(taken_in.host.config).bundle_policy("nvidia")
+    assert policy.firmware == policy.firmware_override == ()
     assert taken_in.code == 0, taken_in.output
 
 

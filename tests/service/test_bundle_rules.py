@@ -1,5 +1,6 @@
 """A bundle's drops carry no module in the place of one of the target kernel's own unless its
-``[bundles.<name>]`` table allows that name.
+``[bundles.<name>]`` table allows that name, and where the table names module globs, only
+modules they match.
 
 The pure rule (:mod:`service.store.bundlerules`) with plain values, the table's checks, then
 intake with real signed modules: the test host's tree for the target kernel has Debian's
@@ -16,7 +17,7 @@ import pytest
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
 from service.layout import Layout
-from service.store.bundlerules import shadow_problems
+from service.store.bundlerules import name_problems
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 
@@ -29,7 +30,7 @@ def shadows(
     policy: BundlePolicy = NONE,
     builtin: frozenset[str] = frozenset({"ext4"}),
 ) -> list[str]:
-    return shadow_problems(modules, bundle="demo", policy=policy, in_tree=TREE.get, builtin=builtin)
+    return name_problems(modules, bundle="demo", policy=policy, in_tree=TREE.get, builtin=builtin)
 
 
 def test_a_module_named_like_an_in_tree_module_is_refused_naming_file_module_and_key() -> None:
@@ -58,7 +59,7 @@ def test_dashes_and_underscores_are_one_name(name: str) -> None:
     tree = {"crc_8": "/lib/modules/r/kernel/lib/crc-8.ko"}.get
     for glob, found in (((), 1), (("crc-8",), 0), (("crc_*",), 0)):
         policy = BundlePolicy(shadow_in_tree=glob)
-        problems = shadow_problems(
+        problems = name_problems(
             [("m.ko", name)], bundle="demo", policy=policy, in_tree=tree, builtin=()
         )
         assert len(problems) == found, (glob, problems)
@@ -72,22 +73,40 @@ def test_shadow_in_tree_allows_the_names_its_globs_match() -> None:
     assert len(shadows([("a.ko", "crc8")], BundlePolicy(shadow_in_tree=("ext4",)))) == 1
 
 
-def test_shadow_in_tree_is_checked_like_every_key() -> None:
-    """``shadow_in_tree`` is an array of non-empty globs; a problem names the key and the
-    value."""
+def test_a_module_no_glob_of_modules_matches_is_refused_naming_file_and_globs() -> None:
+    """With ``modules`` set, a module no glob matches is one problem naming the file and the
+    globs; the modules they match pass, ``-`` and ``_`` alike."""
+    policy = BundlePolicy(modules=("nvidia", "nvidia-*"))
+    names = [("modules/nvidia.ko", "nvidia"), ("modules/uvm.ko", "nvidia-uvm")]
+    assert shadows([*names, ("modules/helper.ko", "helper")], policy) == [
+        "modules/helper.ko: module helper matches none of [bundles.demo] modules = "
+        '["nvidia", "nvidia-*"]'
+    ]
+
+
+def test_without_modules_any_name_is_taken_and_both_rules_apply_together() -> None:
+    """An empty ``modules`` takes any name not in-tree; a module both outside the globs and
+    in-tree gets both problems."""
+    assert shadows([("a.ko", "anything")]) == []
+    both = shadows([("a.ko", "crc8")], BundlePolicy(modules=("nvidia",)))
+    assert len(both) == 2 and "matches none of" in both[0] and "would take the place" in both[1]
+
+
+@pytest.mark.parametrize("key", ["shadow_in_tree", "modules"])
+def test_the_name_globs_are_checked_like_every_key(key: str) -> None:
+    """``shadow_in_tree`` and ``modules`` are arrays of non-empty globs; a problem names the
+    key and the value."""
     with pytest.raises(ConfigError) as info:
-        Config.from_dict({"bundles": {"demo": {"shadow_in_tree": [""]}, "b": {"x": 1}}})
+        Config.from_dict({"bundles": {"demo": {key: [""]}, "b": {"x": 1}}})
     assert sorted(info.value.problems) == [
         "bundles.b.x: unknown key",
-        "bundles.demo.shadow_in_tree: '' is an empty glob",
+        f"bundles.demo.{key}: '' is an empty glob",
     ]
     with pytest.raises(ConfigError) as info:
-        Config.from_dict({"bundles": {"demo": {"shadow_in_tree": "crc8"}}})
-    assert info.value.problems == (
-        "bundles.demo.shadow_in_tree: 'crc8' is not an array of strings",
-    )
-    config = Config.from_dict({"bundles": {"demo": {"shadow_in_tree": ["crc8"]}}})
-    assert config.bundle_policy("demo") == BundlePolicy(shadow_in_tree=("crc8",))
+        Config.from_dict({"bundles": {"demo": {key: "crc8"}}})
+    assert info.value.problems == (f"bundles.demo.{key}: 'crc8' is not an array of strings",)
+    config = Config.from_dict({"bundles": {"demo": {key: ["crc8"]}}})
+    assert config.bundle_policy("demo") == BundlePolicy(**{key: ("crc8",)})
 
 
 # intake, with real modules
@@ -178,3 +197,26 @@ def test_out_of_tree_modules_and_other_kernels_trees_do_not_count(
     _stage(host, kernel, signed["ms_params"])
     [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
+
+
+def test_intake_takes_only_the_modules_the_bundles_globs_match(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """With ``[bundles.demo] modules = ["ms_exporter"]``, a drop carrying ``ms_params`` is
+    rejected naming the file and the globs, also in a file named ``ms_exporter.ko`` (the
+    kernel registers ``ms_params``); ``ms_exporter`` itself is taken in, and another
+    bundle's drop carrying ``ms_params`` too."""
+    only = Config.from_dict({"bundles": {"demo": {"modules": ["ms_exporter"]}}})
+    disguised = tmp_path / "ms_exporter.ko"
+    disguised.write_bytes(signed["ms_params"].read_bytes())
+    for module in (signed["ms_params"], disguised):
+        _stage(host, kernel, module)
+        [outcome] = make_intake(host, only).run()
+        assert outcome.reasons == (
+            f"modules/{module.name}: module ms_params matches none of [bundles.demo] "
+            'modules = ["ms_exporter"]',
+        )
+    _stage(host, kernel, signed["ms_exporter"])
+    _stage(host, kernel, signed["ms_params"], bundle="other")
+    outcomes = make_intake(host, only).run()
+    assert [o.accepted for o in outcomes] == [True, True], [o.reasons for o in outcomes]
