@@ -1,10 +1,11 @@
 """``[bundles.<name>]`` of ``config.toml``: what the host allows one bundle's drops beyond
 the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`).
 
-Every value is a list of shell-style globs (``fnmatch``, case matters). ``firmware`` and
-``firmware_override`` are over a firmware file's name below ``firmware/`` (``*`` also
-matches ``/``; :mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over
-module names, ``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
+Every value but ``min_version`` (a version, ordered as Debian orders versions) is a list of
+shell-style globs (``fnmatch``, case matters). ``firmware`` and ``firmware_override`` are
+over a firmware file's name below ``firmware/`` (``*`` also matches ``/``;
+:mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over module names,
+``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
 :mod:`service.store.bundlerules`).
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from stager.manifest import token_problem
 from stager.paths import bundle_problem
 from stager.record import RecordError, kind, load, spec
 
@@ -39,6 +41,8 @@ class BundlePolicy:
     shadow_in_tree: tuple[str, ...] = field(default=(), metadata=_GLOBS)
     # the only module names its drops may carry; empty: any
     modules: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # the lowest manifest version a drop may have (the admin's rollback may go below it)
+    min_version: str | None = field(default=None, metadata=spec(check=token_problem))
 
 
 def name_matches(globs: Iterable[str], name: str) -> bool:

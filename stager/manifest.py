@@ -106,7 +106,8 @@ class MemoryTable:
     auto_online_blocks: MemoryPolicy
 
 
-def _token_problem(text: str) -> str | None:
+def token_problem(text: str) -> str | None:
+    """Why ``text`` is not a plain token (a version, a kernel release), or None."""
     if _TOKEN.match(text):
         return None
     return (
@@ -194,8 +195,8 @@ class Manifest:
     """
 
     bundle: str = field(metadata=spec(check=bundle_problem))
-    version: str = field(metadata=spec(check=_token_problem))
-    kernel: str = field(metadata=spec(check=_token_problem))
+    version: str = field(metadata=spec(check=token_problem))
+    kernel: str = field(metadata=spec(check=token_problem))
     modules: tuple[ModuleEntry, ...] = field(
         metadata=spec(
             key="module",

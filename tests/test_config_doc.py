@@ -74,6 +74,13 @@ class Row(NamedTuple):
         """A parsed config.toml setting this key to ``value`` and nothing else."""
         return self._nested({self.key: value})
 
+    def value(self, config: Config) -> Any:
+        """The key's value in ``config`` (a ``[bundles.<name>]`` key: in the policy of
+        :data:`SAMPLE`)."""
+        if self.table == "bundles.<name>":
+            return getattr(config.bundle_policy(SAMPLE), self.key)
+        return operator.attrgetter(self.path)(config)
+
     def without(self) -> Config:
         """The config of a file that leaves this key out (its table, if any, is present)."""
         return Config.from_dict(self._nested({}))
@@ -136,7 +143,7 @@ def test_each_documented_default_is_what_applies_without_the_key(row: Row) -> No
     out, and is of the documented type; an "unset" key loads as no value."""
     assert row.type in TYPES, f"docs/config.md:{row.line}: unknown type {row.type!r}"
     if row.default == "unset":
-        assert operator.attrgetter(row.path)(row.without()) is None
+        assert row.value(row.without()) is None
         return
     default = toml_value(row.default)
     assert TYPES[row.type](default), f"docs/config.md:{row.line}: default is not {row.type}"

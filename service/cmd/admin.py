@@ -22,6 +22,7 @@ from service.layout import Layout
 from service.status.collect import generation_rows as status_rows
 from service.status.collect import read_state
 from service.store import verbs
+from service.store.bundlerules import below_floor
 from service.store.generations import Store
 from service.store.owners import verb_claims
 from service.store.phase import Phase
@@ -202,10 +203,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     what = {"retry": "retry recorded", "rollback": "rollback recorded"}.get(verb, f"{verb} done")
     if verb == "rollback" and b.pending is None:
         what = "pending generation cancelled (rollback to the active one)"
+    elif verb == "rollback" and (chosen := b.generations.get(str(b.pending))) is not None:
+        what += _below_floor(layout, args.bundle, chosen.version)
     if verb == "retry" and b.pending is None:
         what = "pending rollback cancelled (retry of the active generation)"
     _report(args.bundle, b, what, args, out)
     return 0
+
+
+def _below_floor(layout: Layout, bundle: str, version: str) -> str:
+    """What a rollback's note adds when the version it chose is below the bundle's
+    ``min_version`` (nothing otherwise): the floor keeps drops out, never the admin. The
+    config is read as boot reads it, so a broken one does not fail the recorded rollback."""
+    config = Host(layout, salvage=True).config
+    why = below_floor(version, bundle, config.bundle_policy(bundle))
+    return "" if why is None else f"; {why}: a drop of it would be refused, the rollback is not"
 
 
 def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:

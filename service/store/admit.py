@@ -17,7 +17,7 @@ from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
-from service.store.bundlerules import name_problems
+from service.store.bundlerules import below_floor, name_problems
 from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
@@ -61,7 +61,10 @@ def missing_tree(layout: Layout, release: str) -> tuple[str, str] | None:
 
 
 def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> list[str]:
-    """Every way ``manifest`` breaks the host's policy, or its bundle's state forbids it."""
+    """Every way ``manifest`` breaks the host's policy, or its bundle's state forbids it.
+
+    A version below the bundle's ``min_version`` is refused unless the drop is the bundle's
+    active or pending generation already (an admin's rollback below the floor stands)."""
     problems = []
     if config.allowed_bundles and manifest.bundle not in config.allowed_bundles:
         problems.append(f"bundle {manifest.bundle!r} is not allowed on this host")
@@ -73,6 +76,9 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
         for name, _value in parse_params(module.params):
             if name.replace("-", "_") in forbidden:
                 problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
+    floor = below_floor(manifest.version, manifest.bundle, config.bundle_policy(manifest.bundle))
+    if floor is not None and manifest.digest not in (bundle.active, bundle.pending):
+        problems.append(floor)
     failed = bundle.generations.get(manifest.digest)
     if failed is not None and failed.failed:
         problems.append(f"generation {manifest.digest[:12]} already failed: {failed.failed}")

@@ -9,6 +9,11 @@ is refused unless ``shadow_in_tree`` allows that name; where ``modules`` names g
 module no glob matches is refused too. A module's name is the one the kernel registers
 (``struct module``'s, from the verdict), else the file's; names compare ``-`` and ``_``
 alike, as the kernel does.
+
+A drop whose manifest version orders below ``min_version`` (Debian's order,
+:func:`~service.kernel.installed.compare_versions`) is refused, unless it is the bundle's
+active or pending generation already: an admin's rollback below the floor, which the
+driver's pod then stages again, stands (``modstage rollback`` itself is not judged here).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 
 from service.bundlepolicy import BundlePolicy, name_matches
+from service.kernel.installed import compare_versions
 from stager.paths import normalize_module_name
 
 
@@ -58,3 +64,14 @@ def name_problems(
             f"[bundles.{bundle}] shadow_in_tree does not name it"
         )
     return problems
+
+
+def below_floor(version: str, bundle: str, policy: BundlePolicy) -> str | None:
+    """Why ``version`` is below the bundle's ``min_version``, naming both, or None."""
+    floor = policy.min_version
+    if floor is None or compare_versions(version, floor) >= 0:
+        return None
+    return (
+        f"version {version} orders below [bundles.{bundle}] min_version = "
+        f"{json.dumps(floor)} (Debian's version order)"
+    )
