@@ -4,9 +4,9 @@ the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`
 Every value but ``min_version`` (a version, ordered as Debian orders versions) is a list of
 shell-style globs (``fnmatch``, case matters). ``firmware`` and ``firmware_override`` are
 over a firmware file's name below ``firmware/`` (``*`` also matches ``/``;
-:mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over module names,
-``-`` and ``_`` alike, as the kernel compares them (:func:`name_matches`;
-:mod:`service.store.bundlerules`).
+:mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over module names
+and ``params`` over module parameter names, ``-`` and ``_`` alike, as the kernel compares
+both (:func:`name_matches`; :mod:`service.store.bundlerules`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class BundlePolicy:
     shadow_in_tree: tuple[str, ...] = field(default=(), metadata=_GLOBS)
     # the only module names its drops may carry; empty: any
     modules: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # the only module parameter names its drops may set; empty: any (but forbidden_params)
+    params: tuple[str, ...] = field(default=(), metadata=_GLOBS)
     # the lowest manifest version a drop may have (the admin's rollback may go below it)
     min_version: str | None = field(default=None, metadata=spec(check=token_problem))
 

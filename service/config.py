@@ -31,6 +31,7 @@ and bad values are errors naming the key and the value, reported together.
     firmware_override = []         # globs of names it may shadow from /lib/firmware
     shadow_in_tree = []            # globs of the target kernel's module names it may take
     modules = []                   # globs of the only module names it may carry (empty: any)
+    params = []                    # globs of the only parameter names it may set (empty: any)
     min_version = "550.0"          # the lowest version its drops may have (unset: none)
     [limits]
     max_file_bytes = 2147483648

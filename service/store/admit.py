@@ -17,7 +17,7 @@ from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
-from service.store.bundlerules import below_floor, name_problems
+from service.store.bundlerules import below_floor, name_problems, unlisted_params
 from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
@@ -76,7 +76,9 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
         for name, _value in parse_params(module.params):
             if name.replace("-", "_") in forbidden:
                 problems.append(f"module[{i}].params: {name!r} is forbidden on this host")
-    floor = below_floor(manifest.version, manifest.bundle, config.bundle_policy(manifest.bundle))
+    policy = config.bundle_policy(manifest.bundle)
+    problems += unlisted_params(manifest.modules, manifest.bundle, policy)
+    floor = below_floor(manifest.version, manifest.bundle, policy)
     if floor is not None and manifest.digest not in (bundle.active, bundle.pending):
         problems.append(floor)
     failed = bundle.generations.get(manifest.digest)

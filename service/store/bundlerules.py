@@ -10,6 +10,9 @@ module no glob matches is refused too. A module's name is the one the kernel reg
 (``struct module``'s, from the verdict), else the file's; names compare ``-`` and ``_``
 alike, as the kernel does.
 
+Where ``params`` names globs, a module parameter of the drop no glob matches is refused
+(beside the host's ``forbidden_params``, which no bundle may set).
+
 A drop whose manifest version orders below ``min_version`` (Debian's order,
 :func:`~service.kernel.installed.compare_versions`) is refused, unless it is the bundle's
 active or pending generation already: an admin's rollback below the floor, which the
@@ -23,6 +26,8 @@ from collections.abc import Callable, Collection, Sequence
 
 from service.bundlepolicy import BundlePolicy, name_matches
 from service.kernel.installed import compare_versions
+from stager.manifest import ModuleEntry
+from stager.params import parse_params
 from stager.paths import normalize_module_name
 
 
@@ -75,3 +80,17 @@ def below_floor(version: str, bundle: str, policy: BundlePolicy) -> str | None:
         f"version {version} orders below [bundles.{bundle}] min_version = "
         f"{json.dumps(floor)} (Debian's version order)"
     )
+
+
+def unlisted_params(modules: Sequence[ModuleEntry], bundle: str, policy: BundlePolicy) -> list[str]:
+    """Each parameter a drop's modules set that no glob of the bundle's ``params`` matches,
+    naming the module's file, the parameter and the globs (none when ``params`` is empty)."""
+    if not policy.params:
+        return []
+    globs = json.dumps(list(policy.params))
+    return [
+        f"{module.file}: parameter {name} matches none of [bundles.{bundle}] params = {globs}"
+        for module in modules
+        for name, _value in parse_params(module.params)
+        if not name_matches(policy.params, name)
+    ]

@@ -78,8 +78,9 @@ def taken_in(
 ) -> TakenIn:
     """``modstage stage`` the signed modules (load order), the operator's parameter files
     and the GSP firmware; ``modstage verify --json`` the drop; ``modstage intake`` it under
-    the example config's ``[bundles.nvidia]`` (against the kernel's whole tree: none of the
-    driver's modules is named like one of the kernel's own)."""
+    the example config's ``[bundles.nvidia]``: its module and parameter globs must admit the
+    driver and the operator's parameters, and against the kernel's whole tree none of the
+    driver's modules may be named like one of the kernel's own."""
     params = tmp_path_factory.mktemp("drivers")
     for name, text in PARAMS.items():
         (params / f"{name}.conf").write_text(text)
