@@ -10,8 +10,8 @@ other out-of-tree modules an admin or DKMS installed: those are not the kernel's
 are not counted. The modules built into the image are ``modules.builtin``'s, which
 :class:`~service.verify.target.kernel.Target` reads (``builtin``).
 
-Reading Debian 12's tree (4,023 modules) takes about 30 ms with a warm page cache and
-150 ms cold, once per drop intake judges, beside seconds of verification: not cached.
+Reading Debian 12's tree (4,023 modules) takes about 30 ms with a warm page cache and 100
+to 150 ms cold, once per drop intake judges, beside seconds of verification: not cached.
 """
 
 from __future__ import annotations
