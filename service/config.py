@@ -77,6 +77,8 @@ from service.bundlepolicy import BundlePolicy as BundlePolicy  # re-exported: it
 from service.bundlepolicy import load_bundles
 from service.errors import ConfigError
 from service.layout import is_release
+from service.limits import POSITIVE as _POSITIVE
+from service.limits import Limits as Limits  # re-exported: its home before
 from service.window import DAYS, Guard, Window, zone
 from stager.manifest import MemoryPolicy
 from stager.record import RecordError, load, spec
@@ -101,33 +103,6 @@ def shown(value: Any) -> str:
     if isinstance(value, date | time):
         return value.isoformat()
     return str(value)
-
-
-def _at_least_one(value: int) -> str | None:
-    return None if value >= 1 else f"{value} is not a positive integer"
-
-
-_POSITIVE = spec(check=_at_least_one)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what one drop may make the host copy."""
-
-    max_file_bytes: int = field(default=2 << 30, metadata=_POSITIVE)
-    max_total_bytes: int = field(default=8 << 30, metadata=_POSITIVE)
-    max_files: int = field(default=10_000, metadata=_POSITIVE)
-    # never more than the schema's 1 MiB
-    max_manifest_bytes: int = field(default=1 << 20, metadata=_POSITIVE)
-    # entries of a drop's tree removed or measured
-    max_tree_entries: int = field(default=100_000, metadata=_POSITIVE)
-    # wall time one drop may take to be taken in
-    max_seconds: int = field(default=600, metadata=_POSITIVE)
-    # what one drop's modules expand to, together
-    max_decompressed_bytes: int = field(default=1 << 30, metadata=_POSITIVE)
-    # rejected drops kept for an admin, and the bytes they may hold together
-    quarantine_drops: int = field(default=16, metadata=_POSITIVE)
-    quarantine_bytes: int = field(default=256 << 20, metadata=_POSITIVE)
 
 
 _SUBDOMAIN = re.compile(
