@@ -40,7 +40,7 @@ from service.store.labels import write_labels
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.records import RebootIntent
 from service.store.state import State
-from service.store.statefile import load, locked, save
+from service.store.statefile import load, locked, read, save
 from service.store.statusfile import write_status
 from service.window import Decision, Why, reboot_due
 from stager.manifest import MemoryPolicy
@@ -152,7 +152,7 @@ class Daemon:
     def announce_kernels(self) -> None:
         """Tell the node labels and the driver pods (``_host.json``) which kernel the next
         boot runs and which bundles have a generation for it."""
-        state = load(self.layout.state)
+        state = read(self.layout.state)  # untouched: setting a corrupt one aside is not ours
         found = next_kernel(self.layout, self.config.kernel.next)
         write_labels(self.layout, self.config.node_labels, state, found.release)
         announce(self.layout, self.config, state, found)
