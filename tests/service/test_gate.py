@@ -70,7 +70,8 @@ def test_the_daemon_holds_its_reboot_for_the_next_kernel_until_hold_max(
     assert decision.startswith(f"held: the next boot runs kernel {NEXT} and test has no"), decision
     clock.run_for(3600)
     daemon.loop()
-    assert len(asked) == 1 and installed + 3600 <= asked[0] <= installed + 3600 + 60
+    # (the fake clock reaches the bound by float sums: within a millisecond of it)
+    assert len(asked) == 1 and installed + 3600 - 1e-3 <= asked[0] <= installed + 3600 + 60
     assert load(host.state).bundle("test").phase is Phase.REBOOT_SCHEDULED
 
 

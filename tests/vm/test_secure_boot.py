@@ -369,7 +369,8 @@ def test_kexec_under_lockdown_is_judged_as_the_backend_says(node: Node, tmp_path
     assert vm.eval(f"kexec_file({node.kernel.guest_image!r})") == 0
     check = "__import__('service.backends', fromlist=['b'])._kexec_problem"
     layout = "__import__('service.layout', fromlist=['l']).Layout(__import__('pathlib').Path('/'))"
-    assert vm.eval(f"{check}({layout})") is None
+    # the image of the kernel the next boot runs: the running one here
+    assert vm.eval(f"{check}({layout}, {node.release!r})") is None
     root = "/run/kexec-root"
     vm.run(
         f"mkdir -p {root}/boot {root}/proc/sys/kernel {root}/sys/kernel/security && "
@@ -379,7 +380,7 @@ def test_kexec_under_lockdown_is_judged_as_the_backend_says(node: Node, tmp_path
     ).check()
     problem = vm.eval(
         f"{check}(__import__('service.layout', fromlist=['l']).Layout("
-        f"__import__('pathlib').Path({root!r})))"
+        f"__import__('pathlib').Path({root!r})), {node.release!r})"
     )
     assert problem is not None and "kexec under lockdown" in problem, problem
     assert "carries no Authenticode signature" in problem and "use backend systemd" in problem
