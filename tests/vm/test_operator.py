@@ -479,7 +479,8 @@ def test_first_install(rollout: Rollout, node: Vm, key: SigningKey, rootfs: Path
     image's root (Debian 12) mounted for the operands."""
     _host_up(node, key)
     result = node.run(_driver(node, rootfs, "1.0", KERNEL_VERSION="6.99.0-other"), timeout=60)
-    assert result.rc == 1 and "built for kernel 6.99.0-other, the node runs" in result.stderr
+    assert result.rc == 1 and "built for kernel 6.99.0-other (it carries: " in result.stderr
+    assert f"the node runs {node.kernel.release}: use an image that carries" in result.stderr
     assert "no nvidia driver loaded: uncordoning" in rollout.init_container()
     rollout.start()
     _pending(node, "1.0")
