@@ -195,7 +195,8 @@ def _labels(vm: Vm) -> dict[str, str]:
     path = f"{FEATURES}/{FILE_NAME}"
     text = str(vm.eval(f"read({path!r}) if os.path.exists({path!r}) else ''"))
     pairs = (ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
-    return {k.removeprefix("modstage.io/nvidia."): v for k, v in pairs}
+    prefix = "modstage.io/nvidia."  # the host's own (kernel.next) are not the bundle's
+    return {k.removeprefix(prefix): v for k, v in pairs if k.startswith(prefix)}
 
 
 def _labels_are(vm: Vm, expected: dict[str, str]) -> None:
