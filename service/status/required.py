@@ -9,7 +9,11 @@ host's mount namespace and reads only the exit code:
   config, an unreadable kernel release or boot id, a wrong ``--root``). kured treats any
   code other than 0 and 1 as "not required" and logs a warning carrying our stderr, so
   the reason reaches kured's log and the node is never rebooted on a guess. Exit 1 is
-  never used for an error.
+  never used for an error;
+* :data:`HELD` (4): a reboot is wanted but the next boot runs a kernel a bundle with a
+  driver now has no generation for (:mod:`service.gate`): held, with the gate's words on
+  stdout, which kured logs with its warning, until a driver for that kernel is accepted or
+  ``[kernel] hold_max`` has passed.
 
 A reboot is required when either
 
