@@ -101,6 +101,16 @@ class Path_:
         return out
 
 
+def _promtool_test(doc: dict[str, object], spec: Path) -> None:
+    """Write ``doc`` (a promtool rule test) to ``spec`` and run it; it must succeed."""
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = subprocess.run(
+        [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS" in run.stdout
+
+
 def _alert(name: str, instance: str) -> dict[str, object]:
     if name == "ModstageFailed":
         return {
@@ -173,13 +183,7 @@ def test_alerts_page_on_failures_never_on_a_planned_upgrade(tmp_path: Path) -> N
             }
         ],
     }
-    spec = tmp_path / "alerts-test.yml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run = subprocess.run(
-        [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS" in run.stdout
+    _promtool_test(doc, tmp_path / "alerts-test.yml")
 
 
 def test_a_next_kernel_without_the_driver_warns_after_an_hour(tmp_path: Path) -> None:
@@ -232,10 +236,4 @@ def test_a_next_kernel_without_the_driver_warns_after_an_hour(tmp_path: Path) ->
         "evaluation_interval": "1m",
         "tests": [{"interval": f"{int(STEP)}s", "input_series": series, "alert_rule_test": tests}],
     }
-    spec = tmp_path / "next-kernel-test.yml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run = subprocess.run(
-        [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS" in run.stdout
+    _promtool_test(doc, tmp_path / "next-kernel-test.yml")

@@ -12,6 +12,7 @@ from pathlib import Path
 from service.cli import main
 from service.layout import Layout
 from service.store.phase import Phase
+from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, boot_with, pending
@@ -31,15 +32,10 @@ def _wait(host: Layout, generation: str) -> tuple[int, str]:
     )
 
 
-def test_a_verb_after_a_failed_boot_does_not_make_wait_call_the_generation_active(
-    host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """v1 (two modules) active; a boot into another kernel loads nothing (no module recorded
-    loaded); back on v1's kernel, a boot whose kernel refuses one of v1's modules leaves
-    nothing of it loaded (``failed``, nothing recorded loaded); an admin's ``hold`` and ``release`` then
-    rewrite the status file with the bundle's phase moved on: ``wait`` for v1 still never
-    exits 0 (nothing recorded loaded means nothing is live, whatever the phase, unless the
-    bundle is ``active``)."""
+def _failed_after_a_driver_less_boot(host: Layout, signed: dict[str, Path], kernel: str) -> str:
+    """v1 (ms_exporter, ms_consumer) booted and live (``wait`` exits 0: the control); a boot
+    into another kernel loads nothing; back on v1's kernel a boot whose kernel refuses
+    ms_consumer fails v1 (``failed``). Returns v1."""
     root = ["--root", str(host.root)]
     v1 = pending(
         host, kernel, [(signed["ms_exporter"], ""), (signed["ms_consumer"], "")], bundle="demo"
@@ -52,7 +48,22 @@ def test_a_verb_after_a_failed_boot_does_not_make_wait_call_the_generation_activ
     reboot(host)
     host.os_release.write_text(f"{kernel}\n")
     state = boot_with(host, FakeKernel(fail={"ms_consumer": errno.ENOKEY}, sys=host.sys)).run()
-    assert state.bundle("demo").phase is Phase.FAILED and not state.bundle("demo").loaded
+    assert state.bundle("demo").phase is Phase.FAILED
+    return v1
+
+
+def test_a_verb_after_a_failed_boot_does_not_make_wait_call_the_generation_active(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v1 (two modules) active; a boot into another kernel loads nothing (no module recorded
+    loaded); back on v1's kernel, a boot whose kernel refuses one of v1's modules leaves
+    nothing of it loaded (``failed``, nothing recorded loaded); an admin's ``hold`` and ``release`` then
+    rewrite the status file with the bundle's phase moved on: ``wait`` for v1 still never
+    exits 0 (nothing recorded loaded means nothing is live, whatever the phase, unless the
+    bundle is ``active``)."""
+    root = ["--root", str(host.root)]
+    v1 = _failed_after_a_driver_less_boot(host, signed, kernel)
+    assert not load(host.state).bundle("demo").loaded
     for verb in ("retry", "hold", "release"):
         cli(verb, *root, "demo")
         code, out = _wait(host, v1)
@@ -184,18 +195,7 @@ def test_wait_does_not_call_active_a_generation_whose_load_failed_after_a_driver
     modules leaves nothing of it loaded (``failed``): ``wait`` for v1 exits 1 naming the
     failure, never 0 (the status file's record of live modules is empty, so only the phase
     says nothing is loaded)."""
-    root = ["--root", str(host.root)]
-    v1 = pending(
-        host, kernel, [(signed["ms_exporter"], ""), (signed["ms_consumer"], "")], bundle="demo"
-    )
-    assert cli("boot", *root)[0] == 0
-    reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
-    assert cli("boot", *root)[0] == 1
-    reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
-    state = boot_with(host, FakeKernel(fail={"ms_consumer": errno.ENOKEY}, sys=host.sys)).run()
-    assert state.bundle("demo").phase is Phase.FAILED
+    v1 = _failed_after_a_driver_less_boot(host, signed, kernel)
     code, out = cli(
         "wait",
         "--status-dir",
