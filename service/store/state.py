@@ -104,6 +104,14 @@ class BundleState:
         return chosen if chosen is not None and chosen.generation == self.pending else None
 
     @property
+    def active_up(self) -> bool:
+        """Whether the last ``modstage boot`` brought the active generation up: it recorded
+        its loads (a boot that loads nothing of it, for another kernel, no device or a
+        failed load, records none). Whether those modules are still live is the status
+        file's question (:func:`service.store.statusfile.live`)."""
+        return self.active is not None and bool(self.loaded)
+
+    @property
     def last_known_good(self) -> str | None:
         """The generation that last came up (the boot falls back to it)."""
         return self.active
@@ -319,13 +327,14 @@ class BundleState:
         )
 
     def failed(self, generation: str, reason: str) -> BundleState:
-        """Boot could not bring ``generation`` up; a pending one is failed for good."""
+        """Boot could not bring ``generation`` up (the loader unloaded what the attempt
+        loaded: nothing of the bundle is loaded); a pending one is failed for good."""
         self._refuse("failed", self.phase is not Phase.LOADING, "nothing is being loaded")
         gen = self._known("failed", generation)
         if gen.id != self.pending:
-            return self.move(Phase.FAILED, note=reason)
+            return self.move(Phase.FAILED, loaded=(), note=reason)
         return self.with_generation(replace(gen, failed=reason)).move(
-            Phase.FAILED, pending=None, deployed=gen.id, note=reason
+            Phase.FAILED, pending=None, loaded=(), deployed=gen.id, note=reason
         )
 
     def no_device(self, generation: str, reason: str) -> BundleState:

@@ -46,7 +46,7 @@ def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
         raise StateError(
             f"generation {gen.id[:12]} neither failed nor was rolled back; use rollback"
         )
-    if gen.id == bundle.active:  # rolled back from, the rollback not live yet
+    if gen.id == bundle.active and bundle.active_up:  # rolled back from, the rollback not live
         return cancel(bundle)
     _not_loading(bundle, "retry")
     cleared = replace(gen, failed=None, attempts=0, rolled_back=None)
@@ -67,9 +67,10 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     that did not fail.
     """
     gen = _earlier(bundle) if generation is None else resolve(bundle, generation)
-    if gen.id == bundle.active and bundle.pending not in (None, gen.id):
+    up = bundle.active_up  # not up (its boot could not load it): it is made pending below
+    if gen.id == bundle.active and up and bundle.pending not in (None, gen.id):
         return cancel(bundle)
-    if gen.id == bundle.active:
+    if gen.id == bundle.active and (up or bundle.pending is None):
         raise StateError(f"generation {gen.id[:12]} is already active")
     if gen.id == bundle.pending:
         raise StateError(
@@ -94,8 +95,15 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
 def cancel(bundle: BundleState) -> BundleState:
     """Take back a pending generation (a rollback, a retry, a drop): the active one, still
     loaded, stays; the pending one is kept in the store as retained. Refused once the
-    daemon asked for the reboot (``reboot_scheduled``) and while loading."""
+    daemon asked for the reboot (``reboot_scheduled``), while loading, and when the last
+    boot did not bring the active one up (:attr:`BundleState.active_up`: going back to it
+    would call a generation active that nothing loaded)."""
     _not_loading(bundle, "cancel")
+    if not bundle.active_up:
+        raise StateError(
+            f"nothing to cancel back to: the active generation {str(bundle.active)[:12]} "
+            "did not come up at the last boot"
+        )
     if bundle.phase is not Phase.PENDING or bundle.pending is None or bundle.active is None:
         raise StateError(
             f"nothing to cancel in phase {bundle.phase.value} (only a pending generation "

@@ -16,6 +16,7 @@ from service.layout import Layout
 from service.parser import build_parser
 from service.store.generations import Store
 from service.store.phase import Phase
+from service.store.records import ModuleLoad
 from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, locked, read, save
 from stager.manifest import Manifest, ModuleEntry
@@ -39,7 +40,7 @@ def put_in_store(layout: Layout, m: Manifest) -> str:
 
 
 def failed_upgrade(layout: Layout) -> tuple[str, str, str]:
-    """v1 then v2 active in turn, then v3 failed at boot (ENOKEY) with v2 running."""
+    """v1 then v2 active in turn, then v3 failed at boot (ENOKEY) and v2 came up again."""
     ids = [put_in_store(layout, manifest(v)) for v in ("1", "2", "3")]
     b = BundleState()
     for i, gid in enumerate(ids[:2]):
@@ -50,7 +51,8 @@ def failed_upgrade(layout: Layout) -> tuple[str, str, str]:
     b = b.move(Phase.PENDING, pending=ids[2]).move(Phase.LOADING)
     bad = Generation(ids[2], "3", KERNEL, added=300.0, attempts=1, failed="ENOKEY: key unknown")
     b = b.with_generation(bad).move(Phase.FAILED, pending=None, note="ENOKEY")
-    b = b.move(Phase.LOADING).move(Phase.ACTIVE, active=ids[1])
+    loads = (ModuleLoad("m", None, ms=1.0),)  # the fallback came up
+    b = b.move(Phase.LOADING).move(Phase.ACTIVE, active=ids[1], loaded=loads)
     save(layout.state, State({"nvidia": b}))
     return ids[0], ids[1], ids[2]
 
