@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from service.config import Config
 from service.kernel.nextboot import next_kernel
 from service.layout import Layout
+from service.store.cover import next_kernel_cover
 from service.store.state import State
 
 
@@ -73,12 +74,12 @@ class Gate:
 
 def uncovered(state: State, release: str) -> list[str]:
     """The bundles that have an active generation and none a boot into kernel ``release``
-    would load (:meth:`~service.store.state.BundleState.next_kernel_cover` is not
+    would load (:func:`~service.store.cover.next_kernel_cover` is not
     ``ready``); a bundle with nothing active has nothing to lose."""
     return [
         name
         for name, b in sorted(state.bundles.items())
-        if b.active is not None and b.next_kernel_cover(release) != "ready"
+        if b.active is not None and next_kernel_cover(b, release) != "ready"
     ]
 
 

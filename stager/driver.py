@@ -258,7 +258,8 @@ class Driver:
 
     def next_kernel(self) -> str | None:
         """Stage for the kernel the next boot runs when the host announces one it has no
-        ``nvidia`` generation for and this image carries it (once per kernel); say once
+        ``nvidia`` generation of this image's version for and this image carries it (once
+        per kernel); say once
         when the image does not carry it, and when the host refused what was staged. The
         drop staged, if any."""
         s = self.settings
@@ -266,10 +267,13 @@ class Driver:
             doc = json.loads(s.host_file.read_bytes())
             release = doc.get("next_kernel")
             running = doc.get("running_kernel")
-            cover = (doc.get("bundles") or {}).get("nvidia", {}).get("next")
+            entry = (doc.get("bundles") or {}).get("nvidia", {})
+            cover, version = entry.get("next"), entry.get("next_version")
         except (OSError, ValueError, AttributeError):
             return None  # an older host, or none yet: nothing announced
-        if not isinstance(release, str) or release == running or cover == "ready":
+        # ready with another version: an older build carried for that kernel would load
+        current = cover == "ready" and version in (None, s.version)
+        if not isinstance(release, str) or release == running or current:
             return None
         if release in self.next_staged:
             self._refused(release)

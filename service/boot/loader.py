@@ -166,7 +166,11 @@ class Boot:
             return self._save(
                 state, name, bundle.other_kernel(why), errors=[why], generation=bundle.active
             )
-        state = self._save(state, name, state.bundle(name).booting(gid), generation=gid)
+        if gid not in state.bundle(name).keep():  # carried for this kernel (plan.choose)
+            bound.info("generation.carried", generation=gid, kernel=self.release, note=choice.note)
+        state = self._save(
+            state, name, state.bundle(name).booting(gid, self.release), generation=gid
+        )
         try:  # the attempt is persisted: now the kernel
             loads = self._load(gid)
         except NoDevice as exc:
@@ -365,6 +369,11 @@ def summary(state: State, release: str | None = None) -> list[str]:
         elif b.phase is Phase.FAILED:
             why = failed.failed if failed is not None else b.history[-1].note if b.history else ""
             line += f"; no driver loaded{': ' + why if why else ''}"
+        pending = b.generations.get(b.pending) if b.pending else None
+        if release is not None and pending is not None and pending.kernel != release:
+            line += (
+                f"; pending {pending.id[:12]} ({pending.version}) is for kernel {pending.kernel}"
+            )
         lines.append(line)
     return lines
 

@@ -6,8 +6,9 @@ bundles so that each loads after the bundles it names in ``after``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from service.store.cover import carried as carried_for
 from service.store.state import BundleState
 
 
@@ -25,7 +26,20 @@ class Choice:
 
 def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Choice:
     """The pending generation if it targets ``kernel``, has attempts left and the bundle is
-    not held by an admin, else the active one (the last known good)."""
+    not held by an admin, else the active one (the last known good); when neither is for
+    ``kernel``, the one carried for it (:func:`service.store.cover.carried`: staged for a kernel
+    update before a later drop took the pending slot, or the last one of a kernel booted
+    back into), unless held."""
+    choice = _choose(name, bundle, kernel, max_attempts)
+    carried = carried_for(bundle, kernel)
+    if choice.generation is not None or bundle.held or carried is None:
+        return choice
+    note = f"carried {carried.id[:12]} ({carried.version}) built for kernel {kernel}"
+    return replace(choice, generation=carried.id, note=note)
+
+
+def _choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Choice:
+    """:func:`choose` among the pending and the active generation only."""
     active = bundle.active
     if active is not None and bundle.generations[active].kernel != kernel:
         other = bundle.generations[active].kernel

@@ -31,7 +31,8 @@ from service.kernel.installed import installed
 from service.kernel.nextboot import NextKernel, next_kernel
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.state import State
+from service.store.cover import next_kernel_cover, would_load
+from service.store.state import BundleState, State
 from stager.atomic import write_atomic
 
 HOST_FILE = "_host.json"
@@ -53,12 +54,21 @@ def host_doc(layout: Layout, state: State, found: NextKernel) -> dict[str, Any]:
         "next_kernel_how": found.how.value if release else None,
         "next_kernel_unknown": found.unknown,
         "installed": [k.release for k in installed(layout)],
-        "bundles": {
-            name: {"next": b.next_kernel_cover(release) if release else "unknown"}
-            for name, b in sorted(state.bundles.items())
-        },
+        "bundles": {name: _cover(b, release) for name, b in sorted(state.bundles.items())},
         "written": round(time.time(), 3),
     }
+
+
+def _cover(bundle: BundleState, release: str | None) -> dict[str, Any]:
+    """One bundle's entry: ``next`` (ready, held, none, unknown) and, when ready, the
+    ``next_generation`` and ``next_version`` a boot into ``release`` brings up."""
+    if not release:
+        return {"next": "unknown"}
+    entry: dict[str, Any] = {"next": next_kernel_cover(bundle, release)}
+    gen = would_load(bundle, release)
+    if gen is not None:
+        entry.update(next_generation=gen.id, next_version=gen.version)
+    return entry
 
 
 def announce(

@@ -11,7 +11,7 @@ brought the active generation back ``<bundle>.rejected`` (the drop's short reaso
 drop is accepted), and while an admin holds it ``<bundle>.held``. For the host:
 ``kernel.next``, the kernel the next boot runs (as a label value: ``+`` becomes ``-``), and
 when that is another kernel than the running one, per bundle ``<bundle>.next``: ``ready``,
-``held`` or ``none`` (:meth:`~service.store.state.BundleState.next_kernel_cover`), so a
+``held`` or ``none`` (:func:`~service.store.cover.next_kernel_cover`), so a
 pre-staging job can select the nodes that still need a driver. Keys and values keep to
 the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
 (a dot-file, then a rename), so a removed bundle's labels go with the next write.
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from service.config import NodeLabels
 from service.layout import Layout
+from service.store.cover import next_kernel_cover
 from service.store.state import BundleState, State
 from stager.atomic import write_atomic
 
@@ -88,7 +89,7 @@ def render(
     for name, bundle in sorted(state.bundles.items()):
         labels = bundle_labels(name, bundle)
         if update and next_kernel is not None:
-            labels[_name(name, "next")] = bundle.next_kernel_cover(next_kernel)
+            labels[_name(name, "next")] = next_kernel_cover(bundle, next_kernel)
         chunk = "".join(f"{prefix}/{k}={v}\n" for k, v in labels.items())
         if size + len(chunk) + 64 > MAX_FILE_BYTES:
             lines.append(f"{prefix}/labels.truncated=true\n".encode())

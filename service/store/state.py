@@ -108,7 +108,7 @@ class BundleState:
         """Whether the last ``modstage boot`` brought the active generation up: it recorded
         its loads (a boot that loads nothing of it, for another kernel, no device or a
         failed load, records none). Whether those modules are still live is the status
-        file's question (:func:`service.store.statusfile.live`)."""
+        file's question (:mod:`service.store.statusfile`)."""
         return self.active is not None and bool(self.loaded)
 
     @property
@@ -165,19 +165,6 @@ class BundleState:
     def with_generation(self, gen: Generation) -> BundleState:
         """A copy that knows ``gen`` (replacing what it knew of that id)."""
         return replace(self, generations={**self.generations, gen.id: gen})
-
-    def next_kernel_cover(self, release: str) -> str:
-        """Whether a boot into kernel ``release`` would load this bundle: ``ready`` (its
-        active generation, or a pending one not held by an admin, is for ``release`` and
-        not failed), ``held`` (only a held pending one is), ``none`` (nothing is)."""
-
-        def usable(gen: str | None) -> bool:
-            g = self.generations.get(gen) if gen else None
-            return g is not None and g.kernel == release and not g.failed
-
-        if usable(self.active) or (usable(self.pending) and not self.held):
-            return "ready"
-        return "held" if usable(self.pending) else "none"
 
     def keep(self) -> set[str]:
         """Generation ids the store must never collect for this bundle."""
@@ -292,11 +279,15 @@ class BundleState:
         self._refuse("reboot_asked", self.pending is None, "no generation is pending")
         return self.move(Phase.REBOOT_SCHEDULED, note=note)
 
-    def booting(self, generation: str) -> BundleState:
-        """Boot is about to load ``generation`` (persisted before the kernel is touched);
-        the pending generation counts an attempt."""
+    def booting(self, generation: str, kernel: str | None = None) -> BundleState:
+        """Boot is about to load ``generation`` (persisted before the kernel is touched):
+        the pending or the active one, or the one carried for the running ``kernel``
+        (:func:`service.store.cover.carried`); the pending generation counts an attempt."""
+        from service.store.cover import carried as carried_for  # cover reads these records
+
         gen = self._known("booting", generation)
-        chosen = generation in self.keep()
+        carried = carried_for(self, kernel) if kernel is not None else None
+        chosen = generation in self.keep() or (carried is not None and carried.id == gen.id)
         self._refuse("booting", not chosen, f"{generation[:12]} is neither pending nor active")
         if generation == self.pending:
             gen = replace(gen, attempts=gen.attempts + 1)
@@ -331,6 +322,10 @@ class BundleState:
         loaded: nothing of the bundle is loaded); a pending one is failed for good."""
         self._refuse("failed", self.phase is not Phase.LOADING, "nothing is being loaded")
         gen = self._known("failed", generation)
+        if gen.id not in (self.pending, self.active):  # a carried one: not tried again
+            return self.with_generation(replace(gen, failed=reason)).move(
+                Phase.FAILED, loaded=(), deployed=gen.id, note=reason
+            )
         if gen.id != self.pending:
             return self.move(Phase.FAILED, loaded=(), note=reason)
         return self.with_generation(replace(gen, failed=reason)).move(

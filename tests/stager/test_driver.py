@@ -201,8 +201,11 @@ def test_main_refuses_unknown_verbs_and_missing_version(
 NEXT = "6.12.0-next-amd64"
 
 
-def _announce(root: Path, next_kernel: str | None, cover: str = "none") -> None:
-    """The host's ``_host.json`` as ``service.store.announce`` writes it."""
+def _announce(
+    root: Path, next_kernel: str | None, cover: str = "none", version: str | None = None
+) -> None:
+    """The host's ``_host.json`` as ``service.store.announce`` writes it (``version``: the
+    version a boot into ``next_kernel`` loads)."""
     status = root / "run/nvidia/modstage/status"
     status.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -212,6 +215,8 @@ def _announce(root: Path, next_kernel: str | None, cover: str = "none") -> None:
         "installed": [KERNEL] + ([next_kernel] if next_kernel else []),
         "bundles": {"nvidia": {"next": cover}},
     }
+    if version is not None:
+        doc["bundles"] = {"nvidia": {"next": cover, "next_version": version}}
     (status / "_host.json").write_text(json.dumps(doc))
 
 
@@ -243,6 +248,21 @@ def test_a_multi_kernel_image_stages_for_the_next_kernel_once(root: Path) -> Non
     assert manifest.kernel == NEXT and (drop / DIGEST_NAME).read_text().strip() == "777"
     assert f"the next boot runs kernel {NEXT}: staged {name}" in out.getvalue()
     assert driver.next_kernel() is None and len(list(incoming.iterdir())) == 1
+
+
+def test_the_pod_stages_its_own_version_over_an_older_one_carried_for_the_next_kernel(
+    root: Path,
+) -> None:
+    """The host would load an older build for NEXT (``ready`` with another version): the pod
+    stages its own; with its own version ready, nothing."""
+    _carry(root, NEXT)
+    driver, _out = _driver(root)
+    incoming = root / "run/nvidia/modstage/incoming"
+    _announce(root, NEXT, cover="ready", version="2.0")  # DRIVER_VERSION
+    assert driver.next_kernel() is None and list(incoming.iterdir()) == []
+    _announce(root, NEXT, cover="ready", version="535.0.1")
+    name = driver.next_kernel()
+    assert name is not None and [d.name for d in incoming.iterdir()] == [name]
 
 
 def test_a_kernel_the_image_lacks_and_a_refusal_are_said_once(root: Path) -> None:

@@ -1,0 +1,58 @@
+"""What a boot into a given kernel would bring up of a bundle, read from its records (no
+I/O): the generation carried for a kernel, the one a boot into it loads, and the cover the
+gate (:mod:`service.gate`), the announcement (:mod:`service.store.announce`) and the node
+labels report for the next boot's kernel.
+
+A bundle has one pending generation; a kernel update staged for the next kernel can lose
+that slot to a later drop for the running kernel, and a boot back into an older kernel finds
+the active generation built for the newer one. :func:`carried` is what such a boot loads
+(:func:`service.boot.plan.choose`): the newest retained generation built for that kernel.
+"""
+
+from __future__ import annotations
+
+from service.store.state import BundleState, Generation, added
+
+
+def carried(bundle: BundleState, kernel: str) -> Generation | None:
+    """The generation a boot into ``kernel`` loads when neither the pending nor the active
+    one is for it: the newest retained one built for ``kernel`` that did not fail and that
+    no admin rolled back from. None when there is none."""
+    own = (
+        g
+        for g in bundle.generations.values()
+        if g.kernel == kernel and not g.failed and not g.rolled_back
+        if g.id not in (bundle.active, bundle.pending)
+    )
+    return max(own, key=added, default=None)
+
+
+def would_load(bundle: BundleState, release: str) -> Generation | None:
+    """The generation a boot into kernel ``release`` would bring up (None: nothing): the
+    pending one if it is for ``release``, not failed and not held by an admin, else the
+    active one if it is for ``release``, else the one :func:`carried` for it (not while
+    held). The boot's own choice, which also counts attempts, is
+    :func:`service.boot.plan.choose`."""
+
+    def usable(gen: str | None) -> Generation | None:
+        g = bundle.generations.get(gen) if gen else None
+        return g if g is not None and g.kernel == release and not g.failed else None
+
+    pending = usable(bundle.pending)
+    if pending is not None and not bundle.held:
+        return pending
+    active = usable(bundle.active)
+    if active is not None:
+        return active
+    return None if bundle.held else carried(bundle, release)
+
+
+def next_kernel_cover(bundle: BundleState, release: str) -> str:
+    """Whether a boot into kernel ``release`` would load ``bundle``: ``ready``
+    (:func:`would_load` names a generation), ``held`` (only what an admin's hold keeps back
+    is for it), ``none`` (nothing is)."""
+    if would_load(bundle, release) is not None:
+        return "ready"
+    gen = bundle.generations.get(bundle.pending) if bundle.pending else None
+    usable = gen is not None and gen.kernel == release and not gen.failed
+    return "held" if usable or (bundle.held and carried(bundle, release)) else "none"

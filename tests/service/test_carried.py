@@ -1,0 +1,153 @@
+"""A generation is kept for its kernel: a boot into a kernel that neither the pending nor the
+active generation is built for loads the newest retained one built for it, so a later drop
+for the running kernel (which takes the one pending slot) does not leave a kernel update
+without its driver, and a boot back into an older kernel finds its driver."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from service.cli import main
+from service.kernel.nextboot import How, NextKernel
+from service.layout import Layout
+from service.store.announce import host_doc
+from service.store.cover import carried, next_kernel_cover, would_load
+from service.store.generations import Store
+from service.store.phase import Phase
+from service.store.state import BundleState, Generation, State
+from service.store.statefile import load, save
+from stager.manifest import Manifest, ModuleEntry
+from stager.paths import MANIFEST_NAME
+from tests.service.fakes import FakeKernel, boot_with, pending
+from tests.service.test_sequences import reboot
+
+OTHER = "6.99.0-other"  # the kernel the node ran before the update (no tree installed here)
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    """``modstage ARGV`` in this process: (exit code, stdout)."""
+    out = io.StringIO()
+    return main(list(argv), out), out.getvalue()
+
+
+def other_kernel_generation(host: Layout, version: str, added: float) -> Generation:
+    """A generation built for kernel OTHER, in the store (its manifest) and as a record."""
+    m = Manifest("demo", version, OTHER, (ModuleEntry("ms_other.ko", "0" * 64),))
+    path = Store(host.store).path(m.digest)
+    path.mkdir(parents=True)
+    (path / MANIFEST_NAME).write_bytes(m.to_toml())
+    return Generation(m.digest, version, OTHER, added=added)
+
+
+def update_staged_then_pending_slot_taken(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> tuple[str, str, str]:
+    """The node ran OTHER with x1 active; the driver for the next kernel (``kernel``) was
+    staged and accepted (y), then a driver upgrade for OTHER (x2) took the pending slot; the
+    node is now booting into ``kernel``. Returns (y, x1, x2)."""
+    y = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    b = load(host.state).bundle("demo")
+    y_gen = b.generations[y]
+    x1 = other_kernel_generation(host, "1", added=y_gen.added - 100)
+    x2 = other_kernel_generation(host, "2", added=y_gen.added + 100)
+    b = replace(
+        b,
+        phase=Phase.PENDING,
+        active=x1.id,
+        pending=x2.id,
+        generations={y: y_gen, x1.id: x1, x2.id: x2},
+    )
+    save(host.state, State({"demo": b}))
+    reboot(host)
+    return y, x1.id, x2.id
+
+
+def test_the_next_kernel_s_generation_loads_after_a_later_drop_took_the_pending_slot(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Before the reboot the host tells the driver pod a boot into the new kernel loads y
+    (ready, y's id and version; no hold); ``modstage boot`` on the new kernel loads y, exits
+    0 and says the pending x2 is for kernel OTHER; x2 stays pending, no reboot is required
+    for it here, and ``wait`` answers for y, live."""
+    root = ["--root", str(host.root)]
+    y, x1, x2 = update_staged_then_pending_slot_taken(host, signed, kernel)
+    state = load(host.state)
+    assert next_kernel_cover(state.bundle("demo"), kernel) == "ready"
+    doc = host_doc(host, state, NextKernel(kernel, How.CONFIG))
+    assert doc["bundles"]["demo"] == {"next": "ready", "next_generation": y, "next_version": "1"}
+    code, out = cli("boot", *root)
+    assert code == 0, out
+    assert f"demo: active (active {y}, pending {x2})" in out
+    assert f"pending {x2[:12]} (2) is for kernel {OTHER}" in out
+    b = load(host.state).bundle("demo")
+    assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, y, x2)
+    assert x1 in b.generations and not b.generations[x1].failed
+    assert (host.sys / "module/ms_exporter/initstate").exists()
+    assert cli("status", *root, "--reboot-required")[0] == 1
+    code, out = cli(
+        "wait",
+        *("--status-dir", str(host.status), "--boot-id-file", str(host.boot_id)),
+        *("--bundle", "demo", "--timeout", "0"),
+    )
+    assert code == 0 and f"generation {y[:12]} is active" in out, out
+
+
+def test_a_held_bundle_loads_no_carried_generation(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Held by an admin, the bundle takes nothing it was not running: the announcement says
+    ``held`` for the next kernel, and the boot records ``other_kernel`` and exits 1."""
+    root = ["--root", str(host.root)]
+    update_staged_then_pending_slot_taken(host, signed, kernel)
+    assert cli("hold", *root, "demo")[0] == 0
+    assert next_kernel_cover(load(host.state).bundle("demo"), kernel) == "held"
+    code, out = cli("boot", *root)
+    assert code == 1, out
+    assert load(host.state).bundle("demo").phase is Phase.OTHER_KERNEL
+
+
+def test_a_carried_generation_that_fails_is_not_tried_again_until_retried(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """The kernel refuses y's module: y is marked failed (the host grades failed), the next
+    boot loads nothing of the bundle instead of trying y again, and ``retry`` makes y
+    pending, so a reboot is required for it and the boot after loads it."""
+    root = ["--root", str(host.root)]
+    y, _x1, _x2 = update_staged_then_pending_slot_taken(host, signed, kernel)
+    boot_with(host, FakeKernel(fail={"ms_exporter": errno.ENOKEY})).run()
+    b = load(host.state).bundle("demo")
+    assert b.phase is Phase.FAILED and b.generations[y].failed
+    assert carried(b, kernel) is None and next_kernel_cover(b, kernel) == "none"
+    assert json.loads(cli("status", *root, "--json")[1])["health"] == "failed"
+    reboot(host)
+    assert cli("boot", *root)[0] == 1
+    assert not (host.sys / "module/ms_exporter").exists()
+    assert cli("retry", *root, "demo", y[:12])[0] == 0
+    assert cli("status", *root, "--reboot-required")[0] == 0
+    reboot(host)
+    assert cli("boot", *root)[0] == 0
+    assert load(host.state).bundle("demo").active == y
+
+
+def test_the_carried_generation_is_the_newest_usable_one_for_the_kernel() -> None:
+    """Among the retained generations built for a kernel, the newest that neither failed nor
+    was rolled back from, and never the active or pending one; none for a kernel without."""
+    gens = [
+        Generation("a" * 64, "1", "K", added=1.0),
+        Generation("b" * 64, "2", "K", added=2.0),
+        Generation("c" * 64, "3", "K", added=3.0, failed="ENOKEY"),
+        Generation("d" * 64, "4", "K", added=4.0, rolled_back="rollback to a"),
+        Generation("e" * 64, "5", "X", added=5.0),
+    ]
+    b = BundleState(active="e" * 64, generations={g.id: g for g in gens})
+    found = carried(b, "K")
+    assert found is not None and found.id == "b" * 64
+    assert carried(b, "X") is None and carried(b, "Z") is None
+    assert would_load(replace(b, pending="b" * 64), "K") == gens[1]  # pending first
+    held = replace(b, held=True)
+    assert would_load(held, "K") is None and next_kernel_cover(held, "K") == "held"
+    assert next_kernel_cover(b, "K") == "ready" and next_kernel_cover(b, "Z") == "none"
