@@ -147,7 +147,16 @@ def _publish(layout: Layout) -> None:
     mirror_status(layout, config)
 
 
-def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, out: TextIO) -> None:
+def _report(
+    bundle: str,
+    b: BundleState,
+    what: str,
+    args: argparse.Namespace,
+    out: TextIO,
+    running: str | None = None,
+) -> None:
+    """What a verb did, as ``--json`` or one line; a pending generation built for another
+    kernel than the ``running`` one is said to load at the next boot into its kernel."""
     if args.json:
         doc = {
             "bundle": bundle,
@@ -159,7 +168,11 @@ def _report(bundle: str, b: BundleState, what: str, args: argparse.Namespace, ou
         }
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
     else:
-        when = "waits for release while held" if b.held else "loads at the next boot"
+        gen = b.generations.get(b.pending) if b.pending else None
+        boot = "the next boot"
+        if gen is not None and running is not None and gen.kernel != running:
+            boot += f" into kernel {gen.kernel} (running {running})"
+        when = "waits for release while held" if b.held else f"loads at {boot}"
         pending = f", pending {b.pending[:12]} ({when})" if b.pending else ""
         if b.held:
             pending += "; the last known good loads at boot, new drops wait in incoming"
@@ -207,7 +220,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         what += _below_floor(layout, args.bundle, chosen.version)
     if verb == "retry" and b.pending is None:
         what = "pending rollback cancelled (retry of the active generation)"
-    _report(args.bundle, b, what, args, out)
+    try:
+        running: str | None = layout.kernel_release()
+    except OSError:
+        running = None  # status says what cannot be read
+    _report(args.bundle, b, what, args, out, running)
     return 0
 
 

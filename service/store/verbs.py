@@ -64,7 +64,7 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     """Make an earlier generation the one to load at the next boot.
 
     Without ``generation``: the newest generation added before the active one
-    that did not fail.
+    that did not fail, built for the active one's kernel.
     """
     gen = _earlier(bundle) if generation is None else resolve(bundle, generation)
     up = bundle.active_up  # not up (its boot could not load it): it is made pending below
@@ -126,18 +126,22 @@ def cancel(bundle: BundleState) -> BundleState:
 
 
 def _earlier(bundle: BundleState) -> Generation:
-    """The newest generation added before the active one that did not fail."""
-    since = bundle.generations[bundle.active].added if bundle.active else float("inf")
+    """The newest generation added before the active one that did not fail, built for the
+    active one's kernel (one for another kernel could not load where the active one runs)."""
+    active = bundle.generations.get(bundle.active) if bundle.active else None
+    since = active.added if active is not None else float("inf")
     older = sorted(
         (
             g
             for g in bundle.generations.values()
             if not g.failed and g.id != bundle.active and g.added < since
+            if active is None or g.kernel == active.kernel
         ),
         key=added,
     )
     if not older:
-        raise StateError("no earlier generation to roll back to")
+        kernel = f" built for kernel {active.kernel}" if active is not None else ""
+        raise StateError(f"no earlier generation{kernel} to roll back to")
     return older[-1]
 
 

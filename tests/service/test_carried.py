@@ -11,6 +11,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from service.cli import main
 from service.kernel.nextboot import How, NextKernel
 from service.layout import Layout
@@ -151,3 +153,21 @@ def test_the_carried_generation_is_the_newest_usable_one_for_the_kernel() -> Non
     held = replace(b, held=True)
     assert would_load(held, "K") is None and next_kernel_cover(held, "K") == "held"
     assert next_kernel_cover(b, "K") == "ready" and next_kernel_cover(b, "Z") == "none"
+
+
+def test_rollback_takes_the_running_kernel_s_generation_and_says_which_boot_loads_one(
+    host: Layout, signed: dict[str, Path], kernel: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the new kernel with the carried y active: a plain ``rollback`` does not offer x1,
+    built for the old kernel (nothing earlier is built for this one: refused, naming the
+    kernel); naming x1 is the admin's choice, and the verb says it loads at the next boot
+    into the old kernel, not at the next boot."""
+    root = ["--root", str(host.root)]
+    _y, x1, _x2 = update_staged_then_pending_slot_taken(host, signed, kernel)
+    assert cli("boot", *root)[0] == 0
+    capsys.readouterr()
+    assert cli("rollback", *root, "demo")[0] == 1
+    assert f"no earlier generation built for kernel {kernel}" in capsys.readouterr().err
+    code, out = cli("rollback", *root, "demo", x1[:12])
+    assert code == 0, out
+    assert f"loads at the next boot into kernel {OTHER} (running {kernel})" in out, out
