@@ -49,6 +49,8 @@ def retry(bundle: BundleState, generation: str | None = None) -> BundleState:
     if gen.id == bundle.active and bundle.active_up:  # rolled back from, the rollback not live
         return cancel(bundle)
     _not_loading(bundle, "retry")
+    if bundle.admin_choice is not None and bundle.admin_choice.generation != gen.id:
+        bundle = _unretried(bundle)
     cleared = replace(gen, failed=None, attempts=0, rolled_back=None)
     what = f"retry of {gen.id[:12]} ({gen.version})"
     chosen = AdminChoice("retry", gen.id, what, failed=gen.failed, rolled_back=gen.rolled_back)
@@ -80,6 +82,7 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     if gen.failed:
         raise StateError(f"generation {gen.id[:12]} failed ({gen.failed}); use retry")
     _not_loading(bundle, "rollback")
+    bundle = _unretried(bundle)
     what = f"rollback to {gen.id[:12]} ({gen.version})"
     for away in (g for g in (bundle.active, bundle.pending) if g and g != gen.id):
         # kept out of later drops until a retry (policy_problems)
@@ -123,6 +126,19 @@ def cancel(bundle: BundleState) -> BundleState:
         if choice.failed:
             note += f" (still failed: {choice.failed})"
     return bundle.move(Phase.ACTIVE, pending=None, note=note)
+
+
+def _unretried(bundle: BundleState) -> BundleState:
+    """``bundle`` with what an admin's pending retry cleared recorded again (its failure,
+    or the rollback away from it): a verb that makes another generation pending takes the
+    retry back, as :func:`cancel` does."""
+    choice = bundle.admin_choice
+    if choice is None or choice.verb != "retry":
+        return bundle
+    gen = bundle.generations[choice.generation]
+    return bundle.with_generation(
+        replace(gen, failed=choice.failed, rolled_back=choice.rolled_back)
+    )
 
 
 def _earlier(bundle: BundleState) -> Generation:

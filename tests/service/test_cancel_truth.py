@@ -84,3 +84,26 @@ def test_retry_of_a_rolled_back_active_generation_that_is_not_up_makes_it_pendin
     assert b.generations[v1].rolled_back is None
     code, out = cli("wait", "--status-dir", str(host.status), "--bundle", "demo", "--timeout", "0")
     assert code != 0, out
+
+
+def test_undoing_a_retry_when_the_active_generation_is_not_up_keeps_the_failure(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """v2 failed at boot and the fallback to v1 failed too (nothing up); ``retry`` clears
+    v2's failure, ``rollback demo <v1>`` undoes it: v1 is pending (not cancelled back to
+    active, since it is not up) and v2's failure is recorded again."""
+    root = ["--root", str(host.root)]
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
+    assert cli("boot", *root)[0] == 0
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    reboot(host)
+    fail = {"ms_params": errno.ENOKEY, "ms_exporter": errno.ENOKEY}
+    boot_with(host, FakeKernel(fail=fail)).run()
+    reason = load(host.state).bundle("demo").generations[v2].failed
+    assert reason and not load(host.state).bundle("demo").active_up
+    assert cli("retry", *root, "demo")[0] == 0
+    assert load(host.state).bundle("demo").generations[v2].failed is None
+    assert cli("rollback", *root, "demo", v1[:12])[0] == 0
+    b = load(host.state).bundle("demo")
+    assert (b.phase, b.pending) == (Phase.PENDING, v1)
+    assert b.generations[v2].failed == reason, "the undo lost the recorded failure"
