@@ -1,8 +1,10 @@
 """``[bundles.<name>]`` of ``config.toml``: what the host allows one bundle's drops beyond
 the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`).
 
-Every value but ``min_version`` (a version, ordered as Debian orders versions) is a list of
-shell-style globs (``fnmatch``, case matters). ``firmware`` and ``firmware_override`` are
+Every value but ``min_version`` (a version, ordered as Debian orders versions) and
+``signers`` (trusted certificates, each by its key identifier in hex or its file name in
+``trusted.d``: :func:`signer_problem`) is a list of shell-style globs (``fnmatch``, case
+matters). ``firmware`` and ``firmware_override`` are
 over a firmware file's name below ``firmware/`` (``*`` also matches ``/``;
 :mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over module names
 and ``params`` over module parameter names, ``-`` and ``_`` alike, as the kernel compares
@@ -27,6 +29,35 @@ def _globs(patterns: tuple[str, ...]) -> str | None:
 
 _GLOBS = spec(check=_globs)
 
+# the certificate files trusted.d holds (service.verify.signature.trust.SUFFIXES)
+CERTIFICATE_SUFFIXES = (".pem", ".der", ".crt", ".cer")
+
+
+def key_identifier(entry: str) -> str | None:
+    """A ``signers`` entry as a key identifier's lower-case hex (``AB:CD:…`` as openssl
+    prints it, ``abcd…`` as ``modstage verify --json`` does), or None when it is not one."""
+    digits = entry.replace(":", "").lower()
+    if not digits or len(digits) % 2 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    return digits
+
+
+def signer_problem(entry: str) -> str | None:
+    """Why ``entry`` names no trusted certificate: it is neither a key identifier nor the
+    name of a certificate file (no ``/``, one of trusted.d's suffixes)."""
+    if key_identifier(entry) is not None:
+        return None
+    if "/" not in entry and entry.lower().endswith(CERTIFICATE_SUFFIXES):
+        return None
+    return (
+        f"{entry!r} is neither a key identifier (hex) nor a certificate file name in "
+        f"trusted.d ({', '.join('*' + s for s in CERTIFICATE_SUFFIXES)})"
+    )
+
+
+def _signers(entries: tuple[str, ...]) -> str | None:
+    return next(filter(None, map(signer_problem, entries)), None)
+
 
 @dataclass(frozen=True)
 class BundlePolicy:
@@ -43,6 +74,8 @@ class BundlePolicy:
     modules: tuple[str, ...] = field(default=(), metadata=_GLOBS)
     # the only module parameter names its drops may set; empty: any (but forbidden_params)
     params: tuple[str, ...] = field(default=(), metadata=_GLOBS)
+    # the trusted certificates that may sign its modules; empty: any trusted one
+    signers: tuple[str, ...] = field(default=(), metadata=spec(check=_signers))
     # the lowest manifest version a drop may have (the admin's rollback may go below it)
     min_version: str | None = field(default=None, metadata=spec(check=token_problem))
 

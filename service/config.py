@@ -32,6 +32,8 @@ and bad values are errors naming the key and the value, reported together.
     shadow_in_tree = []            # globs of the target kernel's module names it may take
     modules = []                   # globs of the only module names it may carry (empty: any)
     params = []                    # globs of the only parameter names it may set (empty: any)
+    signers = []                   # certificates that may sign its modules: file names in
+                                   # trusted.d or key identifiers in hex (empty: any trusted)
     min_version = "550.0"          # the lowest version its drops may have (unset: none)
     [limits]
     max_file_bytes = 2147483648

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from service.config import Config
 from service.layout import Layout
-from service.store.bundlerules import below_floor, name_problems, unlisted_params
+from service.store.bundlerules import below_floor, name_problems, signer_problems, unlisted_params
 from service.store.firmware import firmware_problems
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
@@ -152,6 +152,12 @@ def verify_copy(
         policy=config.bundle_policy(manifest.bundle),
         in_tree=host_modules(layout, manifest.kernel),
         builtin=target.builtin,
+    )
+    reasons += signer_problems(
+        [(m.file, v.key_id) for m, v in zip(manifest.modules, modules, strict=True) if v.ok],
+        bundle=manifest.bundle,
+        policy=config.bundle_policy(manifest.bundle),
+        trust=trust,
     )
     if not reasons:
         reasons = preflight(layout, keyring, manifest, modules, target, trust)

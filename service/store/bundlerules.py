@@ -10,6 +10,13 @@ module no glob matches is refused too. A module's name is the one the kernel reg
 (``struct module``'s, from the verdict), else the file's; names compare ``-`` and ``_``
 alike, as the kernel does.
 
+Where ``signers`` names certificates, a module signed by any other trusted key is refused:
+``trusted.d`` is one set for every bundle, and without it a certificate trusted for one
+vendor's bundle would make the host take anything it signed under any bundle name. An entry
+names a certificate by its file name in ``trusted.d`` or by one of the key ids the kernel
+files it under (its subjectKeyIdentifier, or its serial and issuer: what a module's
+signature names and ``modstage verify --json`` prints as ``key_id``).
+
 Where ``params`` names globs, a module parameter of the drop no glob matches is refused
 (beside the host's ``forbidden_params``, which no bundle may set).
 
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 
-from service.bundlepolicy import BundlePolicy, name_matches
+from service.bundlepolicy import BundlePolicy, key_identifier, name_matches
 from service.kernel.installed import compare_versions
+from service.verify.signature.trust import TrustedKey, TrustStore
 from stager.manifest import ModuleEntry
 from stager.params import parse_params
 from stager.paths import normalize_module_name
@@ -94,3 +103,47 @@ def unlisted_params(modules: Sequence[ModuleEntry], bundle: str, policy: BundleP
         for name, _value in parse_params(module.params)
         if not name_matches(policy.params, name)
     ]
+
+
+def signer_allowed(signers: Collection[str], key_id: str, key: TrustedKey | None) -> bool:
+    """Whether one of ``signers`` names the signature's key id ``key_id`` (hex) or the
+    trusted certificate ``key`` it resolves to (by file name or any of its key ids)."""
+    ids = {key_id.lower()} | ({k.hex() for k in key.key_ids} if key is not None else set())
+    file = Path(key.source).name if key is not None else None
+    return any(s == file or key_identifier(s) in ids for s in signers)
+
+
+def signer_of(key_id: str, key: TrustedKey | None) -> str:
+    """A signer as a refusal names it: subject, certificate file and key identifier (the
+    subjectKeyIdentifier where the certificate has one), else the signature's key id."""
+    if key is None:
+        return f"key id {key_id}"
+    return f"{key.subject!r} ({Path(key.source).name}, key identifier {key.key_ids[-1].hex()})"
+
+
+def signer_problems(
+    signed: Sequence[tuple[str, str | None]],
+    *,
+    bundle: str,
+    policy: BundlePolicy,
+    trust: TrustStore,
+) -> list[str]:
+    """Each module of a drop whose signer the bundle's ``signers`` does not name, naming the
+    file, the signer found and the signers allowed (none when ``signers`` is empty).
+
+    ``signed``: (file, the hex key id its signature names) of each module; an unsigned one
+    (None) is refused by its verdict already."""
+    if not policy.signers:
+        return []
+    allowed = json.dumps(list(policy.signers))
+    problems = []
+    for file, key_id in signed:
+        if key_id is None:
+            continue
+        key = trust.find(bytes.fromhex(key_id))
+        if not signer_allowed(policy.signers, key_id, key):
+            problems.append(
+                f"{file}: signed by {signer_of(key_id, key)}; [bundles.{bundle}] signers = "
+                f"{allowed} allows only those"
+            )
+    return problems
