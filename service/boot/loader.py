@@ -249,7 +249,7 @@ class Boot:
             ours = {m.name for m in manifest.modules}
             for module in manifest.modules:
                 step = module.file
-                done.append(self._load_module(root, module, live, ours))
+                done.append(self._load_module(root, module, live, ours, manifest.bundle))
         except (BootError, LoadError, OSError) as exc:
             self._undo([d.module for d in done if not d.already_loaded])
             if linked:
@@ -261,9 +261,18 @@ class Boot:
         return tuple(done)
 
     def _load_module(
-        self, root: Path, module: ModuleEntry, live: dict[str, str | None], ours: set[str]
+        self,
+        root: Path,
+        module: ModuleEntry,
+        live: dict[str, str | None],
+        ours: set[str],
+        bundle: str,
     ) -> ModuleLoad:
         """Open the module once, re-verify what the kernel will get, load exactly that.
+
+        The bundle's ``[bundles.<name>]`` rules on names and signers are applied again, as
+        the config reads now (:meth:`_refused`): a policy tightened since intake takes
+        effect at this boot.
 
         A plain ELF is verified from its descriptor and loaded from the same descriptor;
         a compressed one (told by content, never by suffix) is decompressed once in
@@ -281,6 +290,8 @@ class Boot:
             if not v.ok or (stored or v.sha256) != module.sha256:
                 raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
             name = normalize_module_name(v.name or module.name)
+            if refused := self._refused(bundle, module.file, name, v.key_id):
+                raise BootError("; ".join(refused))
             if name in live:
                 if live[name] is None or live[name] != v.srcversion:
                     raise BootError(
@@ -311,6 +322,32 @@ class Boot:
         ms = round((time.monotonic() - started) * 1000, 3)
         log.info("module.loaded", module=name, ms=ms)
         return ModuleLoad(name, v.srcversion, ms, pci=v.pci)
+
+    @cached_property
+    def in_tree(self) -> Callable[[str], str | None]:
+        """Where the running kernel's tree has its in-tree module of a name, or None (its
+        tree walked when the first module is judged: 20 to 150 ms for Debian 12's)."""
+        from service.store.admit import host_modules
+
+        return host_modules(self.layout, self.release)
+
+    def _refused(self, bundle: str, file: str, name: str, key_id: str | None) -> list[str]:
+        """What the bundle's table refuses of a verified module (its name: none of the
+        running kernel's own unless ``shadow_in_tree`` allows it, one ``modules`` matches;
+        its signer: one of ``signers``), as intake refuses it
+        (:mod:`service.store.bundlerules`)."""
+        from service.store.bundlerules import name_problems, signer_problems
+
+        policy = self.config.bundle_policy(bundle)
+        problems = name_problems(
+            [(file, name)],
+            bundle=bundle,
+            policy=policy,
+            in_tree=self.in_tree,
+            builtin=self.target.builtin,
+        )
+        signed = [(file, key_id)]
+        return problems + signer_problems(signed, bundle=bundle, policy=policy, trust=self.trusted)
 
     def _no_device(self, exc: LoadError, file: str, name: str, aliases: tuple[str, ...]) -> None:
         """Raise :class:`NoDevice` when none of the devices ``aliases`` match is present and
