@@ -113,6 +113,17 @@ def signer_allowed(signers: Collection[str], key_id: str, key: TrustedKey | None
     return any(s == file or key_identifier(s) in ids for s in signers)
 
 
+def named_by(entry: str, trust: TrustStore) -> list[TrustedKey]:
+    """The trusted certificates a ``signers`` entry names: by file name, or by one of the
+    key ids the kernel files the certificate under."""
+    ident = key_identifier(entry)
+    return [
+        k
+        for k in trust.keys
+        if Path(k.source).name == entry or ident in {i.hex() for i in k.key_ids}
+    ]
+
+
 def signer_of(key_id: str, key: TrustedKey | None) -> str:
     """A signer as a refusal names it: subject, certificate file and key identifier (the
     subjectKeyIdentifier where the certificate has one), else the signature's key id."""
