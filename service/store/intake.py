@@ -3,7 +3,9 @@
 For each drop: read its manifest (safely), apply the host's policy, copy the
 files it names into a temporary store directory, verify the copies, ask the
 running kernel whether it will trust the signers (when it enforces
-signatures), publish the generation under its id and record it as pending.
+signatures), publish the generation under its id and record it as pending. A
+drop of a generation the store holds already is verified again from the stored
+copy, under the config and certificates of now.
 A drop that fails anything is rejected with its reasons in
 ``status/<bundle>.json`` and the log, and changes nothing else, unless the
 modules of the bundle's active generation had left the kernel before it: then
@@ -183,6 +185,8 @@ class Intake:
                     self._build(drop, manifest, started, self._exported_before(state, manifest))
                 finally:
                     self.building(None)
+            elif missing_tree(self.layout, manifest.kernel) is None:
+                self._judge_stored(drop, manifest, state)
             self._record(state, manifest, digest, drop.name)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
@@ -320,6 +324,24 @@ class Intake:
             stored = self.store.path(generation)
             out.update(bundle_exports(stored, self.store.manifest(generation)))
         return out
+
+    def _judge_stored(self, drop: Path, manifest: Manifest, state: State) -> None:
+        """Judge a drop of a generation the store holds already from the stored copy, as a
+        new one is judged, by the host's config and certificates of now: a policy tightened
+        since the generation was taken in refuses it here, before it is pending again."""
+        with per_drop(self.config.limits.max_decompressed_bytes):
+            reasons = verify_copy(
+                self.store.path(manifest.digest),
+                manifest,
+                layout=self.layout,
+                config=self.config,
+                trust=self.trust,
+                keyring=self.keyring,
+                shown=drop,
+                before=self._exported_before(state, manifest),
+            )
+        if reasons:
+            raise Rejected(reasons)
 
     def _build(
         self, drop: Path, manifest: Manifest, started: float, before: dict[str, Export] | None

@@ -1,10 +1,12 @@
-"""``modstage boot`` applies the bundle's ``[bundles.<name>]`` rules on module names and
-signers again, as the config reads at that boot: a policy tightened after a generation was
-taken in (or after an admin's ``retry`` made it pending again) takes effect at the next boot,
-and the generation fails naming the rule, with nothing of it loaded.
+"""A bundle's ``[bundles.<name>]`` rules on module names and signers apply at every judgement,
+as the config reads then, not only when a generation is first taken in: ``modstage boot``
+applies them again to each module it verifies (a policy tightened after a generation was
+taken in, or after an admin's ``retry`` made it pending again, takes effect at the next boot:
+the generation fails naming the rule, with nothing of it loaded), and intake judges a drop of
+a generation the store holds already again from the stored copy.
 
 Each test takes a generation in under the defaults, tightens the config, and boots with a
-recording kernel.
+recording kernel or drops the same generation again.
 """
 
 from __future__ import annotations
@@ -124,3 +126,20 @@ def test_a_retried_generation_is_judged_again_by_the_policy_of_its_boot(
     retry()
     fake, failed, phase = boot(host, BundlePolicy(modules=("ms_*",)))
     assert (phase, failed, list(fake.loaded())) == (Phase.ACTIVE, None, ["ms_params"])
+
+
+def test_a_drop_of_a_stored_generation_is_judged_by_the_policy_of_now(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """The same drop again (its generation in the store already) under ``modules`` that no
+    longer match it is refused at intake, naming the rule, as a new generation would be;
+    under the defaults it is taken in again."""
+    gen = taken_in(host, kernel, signed["ms_params"])
+    tight = Config(bundles=(("test", BundlePolicy(modules=("nvidia",))),))
+    stage(host.incoming, bundle="test", version="1", kernel=kernel,
+          modules=[ModuleSpec(signed["ms_params"], "")])  # fmt: skip
+    [outcome] = make_intake(host, tight).run()
+    assert outcome.reasons == (
+        'modules/ms_params.ko: module ms_params matches none of [bundles.test] modules = ["nvidia"]',
+    )
+    assert taken_in(host, kernel, signed["ms_params"]) == gen
