@@ -117,7 +117,8 @@ def bundle_policies(
 
 
 def policy_lines(name: str, policy: dict[str, Any]) -> list[str]:
-    """A bundle's effective policy, one line a rule (``-``: none; ``*``: any)."""
+    """A bundle's effective policy as ``config check`` prints it, one line a rule, each
+    empty rule said in words (``any name``, ``none``)."""
 
     def listed(values: list[str], empty: str) -> str:
         return ", ".join(values) if values else empty
