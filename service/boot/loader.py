@@ -33,6 +33,7 @@ from service.kernel.modules import Kernel
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
+from service.store.cover import carried as carried_for
 from service.store.generations import Store
 from service.store.phase import Phase
 from service.store.records import ModuleLoad
@@ -166,11 +167,11 @@ class Boot:
             return self._save(
                 state, name, bundle.other_kernel(why), errors=[why], generation=bundle.active
             )
-        if gid not in state.bundle(name).keep():  # carried for this kernel (plan.choose)
+        carried = carried_for(state.bundle(name), self.release)
+        if carried is not None and carried.id == gid:  # plan.choose took it for this kernel
             bound.info("generation.carried", generation=gid, kernel=self.release, note=choice.note)
-        state = self._save(
-            state, name, state.bundle(name).booting(gid, self.release), generation=gid
-        )
+        booting = state.bundle(name).booting(gid, carried.id if carried else None)
+        state = self._save(state, name, booting, generation=gid)
         try:  # the attempt is persisted: now the kernel
             loads = self._load(gid)
         except NoDevice as exc:

@@ -279,15 +279,13 @@ class BundleState:
         self._refuse("reboot_asked", self.pending is None, "no generation is pending")
         return self.move(Phase.REBOOT_SCHEDULED, note=note)
 
-    def booting(self, generation: str, kernel: str | None = None) -> BundleState:
+    def booting(self, generation: str, carried: str | None = None) -> BundleState:
         """Boot is about to load ``generation`` (persisted before the kernel is touched):
-        the pending or the active one, or the one carried for the running ``kernel``
-        (:func:`service.store.cover.carried`); the pending generation counts an attempt."""
-        from service.store.cover import carried as carried_for  # cover reads these records
-
+        the pending or the active one, or ``carried``, the one carried for the running
+        kernel (:func:`service.store.cover.carried`); the pending generation counts an
+        attempt."""
         gen = self._known("booting", generation)
-        carried = carried_for(self, kernel) if kernel is not None else None
-        chosen = generation in self.keep() or (carried is not None and carried.id == gen.id)
+        chosen = generation in self.keep() or generation == carried
         self._refuse("booting", not chosen, f"{generation[:12]} is neither pending nor active")
         if generation == self.pending:
             gen = replace(gen, attempts=gen.attempts + 1)
