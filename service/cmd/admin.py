@@ -19,8 +19,8 @@ from typing import Any, TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, StateError, UsageError
 from service.layout import Layout
-from service.status.collect import generation_rows as status_rows
-from service.status.collect import read_state
+from service.status.survey import generation_rows as status_rows
+from service.status.survey import read_state
 from service.store import verbs
 from service.store.bundlerules import below_floor
 from service.store.generations import Store

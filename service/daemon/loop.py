@@ -13,14 +13,14 @@ import queue
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from service.backends import admin_reboots
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
 from service.daemon.events import Event, Kind, Queue
-from service.daemon.intake_runner import ChildIntake, prepare
+from service.daemon.intake_runner import prepare
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
 from service.daemon.uevents import UeventListener
@@ -37,6 +37,7 @@ from service.logs import get_logger
 from service.reboot import Rebooter
 from service.store.announce import announce
 from service.store.labels import write_labels
+from service.store.outcome import Outcome
 from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
 from service.store.records import RebootIntent
 from service.store.state import State
@@ -47,11 +48,17 @@ from stager.manifest import MemoryPolicy
 from stager.record import dump
 from stager.shown import MAX_REASON, shown
 
-if TYPE_CHECKING:  # not imported at run time: the daemon never loads the verify stack
-    from service.store.intake import Intake
-
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
+
+
+class DropIntake(Protocol):
+    """What the loop asks of intake: ``ChildIntake`` in ``serve``, its ``tick`` feeding
+    :meth:`Daemon.feed_watchdog` (the daemon never imports the verify stack, which the
+    in-process ``service.store.intake.Intake`` of the tests carries)."""
+
+    def run(self) -> list[Outcome]:
+        """Take in every complete drop; what became of each."""
 
 
 @dataclass
@@ -60,7 +67,7 @@ class Daemon:
 
     layout: Layout
     config: Config
-    intake: Intake | ChildIntake  # serve runs intake in a child process
+    intake: DropIntake  # serve runs intake in a child process (ChildIntake)
     rebooter: Rebooter
     clock: Clock = field(default_factory=SystemClock)
     events: Queue = field(default_factory=queue.Queue)
@@ -366,7 +373,6 @@ class Daemon:
         self.online_memory([])  # blocks that arrived before we started
         self.watcher = DropWatcher([d.resolve() for d in dirs], self.events)
         self.watcher.start()
-        self.intake.tick = self.feed_watchdog
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event(Kind.STOP, "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event(Kind.STOP, "SIGINT")))
         self._guarded(self.close_boot_window)

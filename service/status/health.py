@@ -1,7 +1,7 @@
 """Whether a bundle is healthy, decided from plain values (its state, status file, the kernel).
 
 Nothing here reads or writes a file: :func:`bundle_health` takes what
-:mod:`service.status.collect` read and returns a :class:`Verdict`.
+:mod:`service.status.survey` read and returns a :class:`Verdict`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 :func:`families` turns the ``status`` report into metric families (plain
 values, no I/O); :func:`render` writes them in the text exposition format;
 :func:`write_metrics` does both and persists the file with the one crash-safe
-write, so node-exporter never reads half a file.
+write, so node-exporter never reads half a file. It reads the report with
+:func:`~service.status.survey.survey` and no signers, the one part of ``status``
+no metric shows: the daemon, which writes the file after every scan, never
+imports the verify stack.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.layout import Layout
-from service.status.collect import collect
 from service.status.health import Health
 from service.status.report import BundleReport, Report
+from service.status.survey import survey
 from service.store.phase import Phase
 from stager.atomic import write_atomic
 
@@ -164,4 +167,4 @@ def write_metrics(
 ) -> None:
     """Write the textfile for the host under ``layout`` to ``path`` (e.g. ``modstage.prom``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, render(families(collect(layout), verification)))
+    write_atomic(path, render(families(survey(layout), verification)))

@@ -19,7 +19,8 @@ PROBE = """
 import io, sys
 from service.cli import main
 rc = main(["boot", "--root", sys.argv[1]], io.StringIO())
-print(rc, "service.status.metrics" in sys.modules, "service.status.collect" in sys.modules)
+status = ("service.status.metrics", "service.status.survey", "service.status.collect")
+print(rc, *(name in sys.modules for name in status))
 """
 
 
@@ -47,7 +48,7 @@ def test_boot_retires_the_old_textfile_and_the_daemons_first_pass_writes_the_new
         text=True,
         check=True,
     )
-    assert done.stdout.split() == ["0", "False", "False"], done.stderr
+    assert done.stdout.split() == ["0", "False", "False", "False"], done.stderr
     assert not layout.metrics.exists()
 
     host = Host(layout)

@@ -16,7 +16,7 @@ from service.config import Config
 from service.kernel.memory import MEMORY, Onlined, apply_policy, hand_over, misplaced
 from service.kernel.sysfs import Sysfs
 from service.layout import Layout
-from service.status.collect import misplaced_memory
+from service.status.hardware import misplaced_memory
 from service.status.health import Health
 from service.store.state import State
 from stager.manifest import MemoryPolicy

@@ -11,7 +11,8 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.status.collect import collect, memory_summary
+from service.status.collect import collect
+from service.status.hardware import memory_summary
 from service.status.health import Health, bundle_health, overall
 from service.status.live import LiveModule
 from service.status.report import SCHEMA, SignerRow

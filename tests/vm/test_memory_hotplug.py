@@ -140,7 +140,7 @@ def test_modstage_moves_blocks_the_kernel_onlined_before_its_policy_or_reports_t
         "from service.kernel.memory import apply_policy\n"
         "from service.kernel.sysfs import Sysfs\n"
         "from service.layout import Layout\n"
-        "from service.status.collect import misplaced_memory\n"
+        "from service.status.hardware import misplaced_memory\n"
         "from service.store.state import State\n"
         "from stager.manifest import MemoryPolicy\n"
         "done = apply_policy(Sysfs(Path('/sys')), MemoryPolicy.ONLINE_MOVABLE)\n"
