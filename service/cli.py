@@ -1,62 +1,57 @@
 """The ``modstage`` command: parse, dispatch lazily, map errors to messages and exit codes.
 
-Each subcommand names the module that runs it; that module is imported only
-when the subcommand runs, so ``modstage stage`` works in a container holding
-tomli-w alone and ``modstage boot`` imports nothing the boot path does not use.
-A command's ``run(args, out)`` returns the exit code; errors are mapped to
-messages and exit codes here and nowhere else, and the log of a host command is
-configured here (:func:`service.logs.configure`). The parser is
-:mod:`service.parser` (it builds only the parser of the command given).
+Each command's row in :data:`service.parser.VERBS` imports the module that runs it only
+when the command runs, so ``modstage stage`` works in a container holding tomli-w alone
+and ``modstage boot`` imports nothing the boot path does not use. A command's
+``run(args, out)`` returns the exit code; errors are mapped to messages and exit codes
+here and nowhere else, and the log of a host command is configured here
+(:func:`service.logs.configure`). The parser is :mod:`service.parser` (it builds only the
+parser of the command given).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from stager.errors import StagerError
-
-if TYPE_CHECKING:
-    import argparse
-
-    Runner = Callable[[argparse.Namespace, TextIO], int]
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
 EXIT_UNKNOWN = 3  # status --reboot-required: cannot tell (never 1, kured's "not required")
 EXIT_CONFIG = 78  # serve: the config is invalid (sysexits' EX_CONFIG; the unit does not restart)
 EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader went away: as a tool killed by SIGPIPE exits
-KERNEL_TREE_ROOT = {"service.cmd.verify"}  # its --root may be a kernel's tree alone
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run ``modstage``; the one place that turns errors into messages and exit codes."""
     out = out if out is not None else sys.stdout
     words = list(sys.argv[1:] if argv is None else argv)
-    from service.parser import build_parser
+    from service.parser import VERBS, build_parser
 
     args = build_parser(words[0] if words else None).parse_args(words)
+    verb = VERBS[args.command]
     error = EXIT_ERROR
     if getattr(args, "reboot_required", False):
         error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
     root = getattr(args, "root", None)
-    if root is not None and args.command.startswith("service.") and error != EXIT_UNKNOWN:
+    if root is not None and verb.host and error != EXIT_UNKNOWN:
         # (kured's sentinel answers every error itself, exit 3: service.status.required)
         from service.layout import root_problem
 
-        problem = root_problem(root, kernel_tree=args.command in KERNEL_TREE_ROOT)
+        problem = root_problem(root, kernel_tree=verb.kernel_tree)
         if problem is not None:
             print(f"modstage {args.subcommand}: error: {problem}", file=sys.stderr)
             return EXIT_USAGE
+    assert verb.load is not None  # a group (config) requires its ACTION
     try:
-        if args.command.startswith("service."):  # a host command; stager's need no log
+        if verb.host:  # a host command; the container's need no log
             from service.logs import configure
 
             configure()  # once, here: every host command logs to stderr, never to ``out``
-        module = importlib.import_module(args.command)
+        run = verb.load()
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith(("service.", "stager.")):
             print(f"modstage {args.subcommand}: not available in this build", file=sys.stderr)
@@ -67,7 +62,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             file=sys.stderr,
         )
         return error
-    run: Runner = module.run
     try:
         return run(args, out)
     except StagerError as exc:

@@ -180,9 +180,9 @@ def _report(
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Dispatch one verb (``args.verb``)."""
+    """Dispatch one verb (``args.command``, its name in :data:`service.parser.VERBS`)."""
     layout = Layout(args.root)
-    verb = args.verb
+    verb = args.command
     if verb == "generations":
         rows = generation_rows(current(layout), Store(layout.store), args.bundle)
         if args.json:

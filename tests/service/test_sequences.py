@@ -308,9 +308,9 @@ def test_every_help_example_is_a_shell_command_one_can_paste() -> None:
     comment, never ``(…)`` after the command."""
     import subprocess
 
-    from service.parser import EXAMPLES
+    from service.parser import EXAMPLE, VERBS
 
-    for name, example in EXAMPLES.items():
+    for name, example in [("modstage", EXAMPLE), *((n, v.example) for n, v in VERBS.items())]:
         done = subprocess.run(["bash", "-n"], input=example, text=True, capture_output=True)
         assert done.returncode == 0, (name, example, done.stderr)
 
