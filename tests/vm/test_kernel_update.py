@@ -11,8 +11,13 @@ would. unattended-upgrades' ``/var/run/reboot-required`` asks for the reboot:
 2. ``demo`` staged for 6.12 (test modules built against 6.12's headers, signed with its own
    sign-file) is judged on the 6.1 node against 6.12's files and accepted, pending for it;
    the gate lifts (exit 0) and ``_host.json`` says ``ready``;
-3. one reboot, into 6.12 (the same state disk, Debian 13's root): ``modstage boot`` loads the
-   6.12 generation, the module is live, ``status`` is healthy.
+3. a driver upgrade for the running 6.1 (version 2) then takes the bundle's one pending slot:
+   the gate stays open, since the 6.12 generation is carried for its kernel (``_host.json``:
+   ``ready``, version 1);
+4. one reboot, into 6.12 (the same state disk, Debian 13's root): ``modstage boot`` loads the
+   carried 6.12 generation, the module is live, ``status`` is healthy, version 2 stays pending
+   for 6.1;
+5. booting back into 6.1 (as grub's one-time entry would) loads version 2, built for it.
 
 Runs under the 6.1 parametrisation (it boots 6.12 as the second kernel).
 """
@@ -99,7 +104,7 @@ def test_a_kernel_update_takes_one_reboot_and_the_driver_comes_up_on_the_new_ker
         assert "modstage.io/demo.next=none" in labels, labels
 
         drop(node, "demo", "1", new.release, [(new_ko, "")])
-        rc, out = modstage(node, "intake")
+        rc, out = modstage(node, "intake", timeout=600)  # 6.12's files read over 9p
         assert rc == 0, out
         b = state(node).bundle("demo")
         assert b.active == first.active and b.pending is not None
@@ -108,6 +113,17 @@ def test_a_kernel_update_takes_one_reboot_and_the_driver_comes_up_on_the_new_ker
         code, out = modstage(node, "status", "--reboot-required")
         assert code == 0, out
         assert _host(share)["bundles"]["demo"]["next"] == "ready"
+
+        drop(node, "demo", "2", kernel.release, [(old_ko, "")])  # an upgrade for 6.1
+        rc, out = modstage(node, "intake")
+        assert rc == 0, out
+        upgrade = state(node).bundle("demo").pending
+        assert upgrade not in (None, pending)
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 0, out  # the 6.12 generation is carried for its kernel
+        _publish(node)
+        cover = _host(share)["bundles"]["demo"]
+        assert cover == {"next": "ready", "next_generation": pending, "next_version": "1"}
         node.poweroff()
 
     with Vm(share, name="update-6.12", kernel=new) as node:
@@ -115,11 +131,22 @@ def test_a_kernel_update_takes_one_reboot_and_the_driver_comes_up_on_the_new_ker
         prepare(node, certs)
         rc, out = modstage(node, "boot", replay_boot=False)
         assert rc == 0, out
+        assert f"is for kernel {kernel.release}" in out, out
         b = state(node).bundle("demo")
-        assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, pending, None)
+        assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, pending, upgrade)
         assert "ms_exporter" in live_modules(node)
         code, out = modstage(node, "status")
         assert code == 0 and "host: ok" in out, out
+        node.poweroff()
+
+    with Vm(share, name="update-back-6.1", kernel=kernel) as node:
+        node.start()  # back into the older kernel
+        prepare(node, certs)
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        b = state(node).bundle("demo")
+        assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, upgrade, None)
+        assert "ms_exporter" in live_modules(node)
 
 
 def _publish(vm: Vm) -> None:
