@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from service.cmd.host import Host
 from service.errors import ServiceError, StateError, UsageError
+from service.kernel.installed import installed_releases
 from service.layout import Layout
 from service.status.survey import generation_rows as status_rows
 from service.status.survey import read_state
@@ -238,15 +239,17 @@ def _below_floor(layout: Layout, bundle: str, version: str) -> str:
 
 
 def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
-    """Forget and remove generations beyond retention (never active or pending)."""
+    """Forget and remove generations beyond retention (never active, pending or the newest
+    for an installed kernel)."""
     keep = args.keep if args.keep is not None else Host(layout).config.retain
     if keep < 0:
         raise UsageError("--keep must be 0 or more")
     removed: dict[str, list[str]] = {}
+    kernels = installed_releases(layout)
     with locked(layout.var):
         state = current(layout)
         for name, b in sorted(state.bundles.items()):
-            pruned, gone = verbs.prune(b, keep)
+            pruned, gone = verbs.prune(b, keep, kernels)
             if gone:
                 state = state.with_bundle(name, pruned)
                 removed[name] = gone
@@ -262,7 +265,11 @@ def prune(layout: Layout, args: argparse.Namespace, out: TextIO) -> int:
         for name, gone in removed.items():
             print(f"{name}: removed {', '.join(g[:12] for g in gone)}", file=out)
         if not removed:
-            print(f"nothing to prune (keeping {keep} per bundle plus active and pending)", file=out)
+            print(
+                f"nothing to prune (keeping {keep} per bundle plus active, pending and the "
+                "newest for each installed kernel)",
+                file=out,
+            )
     return 0
 
 

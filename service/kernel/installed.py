@@ -13,6 +13,7 @@ Nothing here raises on an odd tree: an unreadable directory lists nothing, and a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Iterable
@@ -132,3 +133,15 @@ def installed(layout: Layout) -> tuple[InstalledKernel, ...]:
     kernels = [k for k in kernels if k.image or k.modules]  # e.g. a dangling link
     kernels.sort(key=functools.cmp_to_key(lambda x, y: compare_versions(y.release, x.release)))
     return tuple(kernels)
+
+
+def installed_releases(layout: Layout) -> frozenset[str]:
+    """The installed kernels' releases (:func:`installed`), the running one always among
+    them; empty when the boot directory and module trees cannot be read."""
+    try:
+        found = {k.release for k in installed(layout)}
+    except OSError:
+        found = set()
+    with contextlib.suppress(OSError):
+        found.add(layout.kernel_release())
+    return frozenset(found)

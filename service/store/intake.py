@@ -30,6 +30,7 @@ from pathlib import Path
 from service import faults
 from service.config import Config
 from service.errors import DropError, ServiceError
+from service.kernel.installed import installed_releases
 from service.layout import Layout
 from service.logs import get_logger
 from service.store.admit import (
@@ -239,7 +240,7 @@ class Intake:
         if self._unloaded(before, gen):
             after = before.reloading(generation)
         else:
-            after = before.staged(gen, self.config.retain)
+            after = before.staged(gen, self.config.retain, installed_releases(self.layout))
         choice = before.admin_choice
         if choice is not None and after.pending != choice.generation:
             log.warning(

@@ -29,7 +29,7 @@ the one crash-safe write; an unreadable file is moved aside, never reset.
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,6 +67,17 @@ class Generation:
 def added(gen: Generation) -> float:
     """When a generation was added (the order of "newest")."""
     return gen.added
+
+
+def kernels_last(generations: Mapping[str, Generation], kernels: Collection[str]) -> set[str]:
+    """For each release in ``kernels`` (the installed ones), the id of the newest generation
+    built for it that did not fail: what a boot into it can still load, which retention
+    keeps. A kernel removed since releases its generations."""
+    last: dict[str, Generation] = {}
+    for g in generations.values():
+        if g.kernel in kernels and not g.failed and added(g) >= added(last.get(g.kernel, g)):
+            last[g.kernel] = g
+    return {g.id for g in last.values()}
 
 
 @dataclass(frozen=True)
@@ -190,9 +201,10 @@ class BundleState:
 
     # -- transitions: intake, daemon, boot ------------------------------------------------
 
-    def staged(self, gen: Generation, retain: int) -> BundleState:
+    def staged(self, gen: Generation, retain: int, installed: Collection[str] = ()) -> BundleState:
         """Intake verified and published ``gen``: it is pending; generations past the
-        newest ``retain`` are forgotten (the caller collects them after saving).
+        newest ``retain`` are forgotten (the caller collects them after saving), but for
+        the newest one of each ``installed`` kernel (:func:`kernels_last`).
 
         Unchanged when ``gen`` is already pending or active and the bundle did not fail,
         but for a refused drop recorded, which no longer stands (the accepted drop's pod is
@@ -214,7 +226,7 @@ class BundleState:
         self._refuse("staged", away, f"an admin rolled generation {gen.id[:12]} back")
         every = {**self.generations, gen.id: gen}
         newest = {g.id for g in sorted(every.values(), key=added)[-retain:]}
-        keep = {g for g in (self.active, gen.id) if g} | newest
+        keep = {g for g in (self.active, gen.id) if g} | newest | kernels_last(every, installed)
         gone = sorted(g[:12] for g in every if g not in keep)
         note = f"generation {gen.id[:12]} pending"
         if self.admin_choice is not None:  # the admin's retry it replaces (a rollback waits)

@@ -10,12 +10,13 @@ retry it replaces.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from service.errors import StateError
 from service.store.phase import Phase
 from service.store.records import AdminChoice
-from service.store.state import BundleState, Generation, added
+from service.store.state import BundleState, Generation, added, kernels_last
 
 
 def resolve(bundle: BundleState, generation: str) -> Generation:
@@ -184,11 +185,15 @@ def release(bundle: BundleState) -> BundleState:
     return released.record("admin: release")
 
 
-def prune(bundle: BundleState, retain: int) -> tuple[BundleState, list[str]]:
-    """Forget generations beyond the newest ``retain``; never active (last known good)
-    or pending. Returns the copy and the forgotten ids (the caller removes them)."""
+def prune(
+    bundle: BundleState, retain: int, installed: Collection[str] = ()
+) -> tuple[BundleState, list[str]]:
+    """Forget generations beyond the newest ``retain``; never active (last known good),
+    pending, or the newest one of an ``installed`` kernel (what a boot into it loads).
+    Returns the copy and the forgotten ids (the caller removes them)."""
     newest = {g.id for g in sorted(bundle.generations.values(), key=added)[-retain:]}
     keep = bundle.keep() | (newest if retain > 0 else set())
+    keep |= kernels_last(bundle.generations, installed)
     gone = sorted(g for g in bundle.generations if g not in keep)
     if not gone:
         return bundle, []

@@ -171,3 +171,21 @@ def test_rollback_takes_the_running_kernel_s_generation_and_says_which_boot_load
     code, out = cli("rollback", *root, "demo", x1[:12])
     assert code == 0, out
     assert f"loads at the next boot into kernel {OTHER} (running {kernel})" in out, out
+
+
+def test_retention_keeps_the_newest_generation_of_each_installed_kernel(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """``prune --keep 0`` before the reboot: y, neither active nor pending but the newest
+    generation for the installed ``kernel``, stays (a boot into it loads it). A drop with
+    ``retain`` 1 keeps the same way, and forgets it once that kernel is removed."""
+    root = ["--root", str(host.root)]
+    y, x1, x2 = update_staged_then_pending_slot_taken(host, signed, kernel)
+    code, out = cli("prune", *root, "--keep", "0")
+    assert code == 0 and "nothing to prune" in out, out
+    b = load(host.state).bundle("demo")
+    assert set(b.generations) == {y, x1, x2} and Store(host.store).has(y)
+    z = Generation("f" * 64, "9", OTHER, added=b.generations[x2].added + 1)
+    kept = b.staged(z, retain=1, installed={kernel, OTHER})
+    assert set(kept.generations) == {x1, y, z.id}  # x1 active; x2, older of OTHER, past retain
+    assert set(b.staged(z, retain=1, installed={OTHER}).generations) == {x1, z.id}
