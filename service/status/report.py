@@ -118,6 +118,9 @@ class SignerRow:
     certificate: str | None = None  # a trusted certificate's path, "kernel keyring", or None
     taint: str | None = None  # /sys/module/<name>/taint of a live module
     loaded: str | None = None  # "verified" | "unverified" | None: not live, or unknown
+    # the in-tree module of the generation's kernel this one takes the name of (its path in
+    # that kernel's module tree; a bundle's ``shadow_in_tree`` allowed it), None: none
+    shadows: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ generation, which the plain and the rich view both print.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +41,7 @@ from service.verify.signature.keyring import (
 )
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import Cert, parse_certificate
+from service.verify.target.intree import in_tree_modules
 from stager.manifest import ModuleEntry
 
 VERIFIED, UNVERIFIED = "verified", "unverified"
@@ -246,9 +248,11 @@ def signer_rows(
     known, kernel = _Known(layout.trusted, ring), _Kernel(layout)
     recorded = {m.module for m in b.loaded}
     rows: list[SignerRow] = []
+    trees: dict[str, dict[str, str]] = {}  # each kernel's in-tree modules, read once
     for generation in dict.fromkeys(g for g in (b.active, b.pending) if g):
         known_gen = b.generations.get(generation)
         version = known_gen.version if known_gen else None
+        own = _in_tree(layout, known_gen.kernel, trees) if known_gen else {}
         try:
             entries = store.manifest(generation).modules
         except Exception as exc:  # a store damaged under status: say so, never crash status
@@ -261,19 +265,38 @@ def signer_rows(
                 and entry.name in recorded
                 and (layout.sys / "module" / entry.name).is_dir()
             )
-            rows.append(
-                _row(
-                    store.path(generation) / entry.file,
-                    entry,
-                    generation,
-                    version,
-                    live=live,
-                    keyring=ring,
-                    known=known,
-                    kernel=kernel,
-                )
+            row = _row(
+                store.path(generation) / entry.file,
+                entry,
+                generation,
+                version,
+                live=live,
+                keyring=ring,
+                known=known,
+                kernel=kernel,
             )
+            rows.append(replace(row, shadows=own.get(entry.name)))
     return tuple(rows)
+
+
+def _in_tree(layout: Layout, release: str, trees: dict[str, dict[str, str]]) -> dict[str, str]:
+    """``release``'s in-tree modules by name (:func:`in_tree_modules`), read once per
+    status into ``trees``; none when its module tree is not installed."""
+    if release not in trees:
+        tree = layout.modules_dir(release)
+        trees[release] = in_tree_modules(tree) if tree.is_dir() else {}
+    return trees[release]
+
+
+def shadow_lines(rows: Iterable[SignerRow], bundle: str) -> list[str]:
+    """One line per module that takes the name of an in-tree module of its kernel."""
+    return [
+        f"{r.file} shadows the in-tree {r.shadows} of its kernel: while it is loaded, "
+        f"the kernel's own module of that name cannot load ([bundles.{bundle}] "
+        "shadow_in_tree lets a drop carry one)"
+        for r in rows
+        if r.shadows
+    ]
 
 
 def _trust(row: SignerRow) -> str:

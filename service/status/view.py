@@ -20,7 +20,7 @@ from service.status.report import (
     Report,
     SignerLine,
 )
-from service.status.signers import signer_lines
+from service.status.signers import shadow_lines, signer_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -226,6 +226,7 @@ def _bundle_lines(name: str, b: BundleReport, out: list[str], *, issuers: bool =
         out.append(f"  {signer_text(sig)}")
         if issuers and sig.issuer:
             out.append(f"    issuer {sig.issuer}")
+    out.extend(f"  {line}" for line in shadow_lines(b.signers, name))
     if len(b.history) > HISTORY_SHOWN:
         out.append(f"  history: the last {HISTORY_SHOWN} of {len(b.history)} ({_more(name)})")
     for h in b.history[-HISTORY_SHOWN:]:  # each entry with its own note, however often

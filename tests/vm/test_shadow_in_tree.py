@@ -1,6 +1,7 @@
 """A vendor-signed module named like one of the guest kernel's own in-tree modules, on a real
 kernel: refused at intake by default; with ``[bundles.<name>] shadow_in_tree`` naming it,
-``modstage boot`` loads it and it takes the name, so the kernel's own module no longer loads.
+``modstage boot`` loads it and it takes the name, so the kernel's own module no longer loads,
+and ``status`` says it shadows the in-tree one.
 
 The module is a trivial one built as ``dummy`` against the guest kernel's headers: Debian's
 kernels have ``kernel/drivers/net/dummy.ko`` (not loaded at boot in the test guest), whose
@@ -92,3 +93,6 @@ def test_a_module_named_like_an_in_tree_one_is_refused_unless_the_bundle_may_sha
     assert "O" in node.read(TAINT)  # the vendor's, not the kernel's
     node.run(["modprobe", "dummy"])  # finds the name taken: the kernel's own never loads
     assert "O" in node.read(TAINT)
+    rc, out = modstage(node, "status")
+    shadow = "modules/dummy.ko shadows the in-tree kernel/drivers/net/dummy.ko of its kernel"
+    assert shadow in out, out
