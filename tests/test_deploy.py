@@ -72,7 +72,7 @@ def test_daemonset_mounts_exactly_the_layout_paths_at_the_same_place() -> None:
     assert {n: m["mountPath"] for n, m in mounts.items()} == host
     assert mounts["config"].get("readOnly") is True
     assert container["securityContext"]["privileged"] is True and not spec.get("hostPID")
-    assert subcommands()[container["command"][1]].get_default("command") == "service.cmd.serve"
+    assert subcommands()[container["command"][1]].get_default("command") == "serve"  # the daemon
 
 
 def kured() -> tuple[dict[str, Any], dict[str, str]]:
