@@ -1,7 +1,8 @@
 """``nvidia-driver``: the GPU operator's driver-container contract on a modstage host.
 
 The operator runs ``nvidia-driver init`` in its driver pod (and ``reload_nvidia_peermem``,
-``probe_nvidia_peermem`` in its peermem sidecar). Here ``init`` never loads or unloads
+``probe_nvidia_peermem`` in its peermem sidecar); ``nvidia-driver prestage`` is a precompiled
+pool's pre-stage DaemonSet (:mod:`stager.prestage`). Here ``init`` never loads or unloads
 a module:
 
 * the loaded driver (``/sys/module/nvidia/version``) is this image's version: finish as
@@ -340,7 +341,7 @@ class Driver:
         return code
 
 
-VERBS = ("init", "reload_nvidia_peermem", "probe_nvidia_peermem")
+VERBS = ("init", "reload_nvidia_peermem", "probe_nvidia_peermem", "prestage")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -351,6 +352,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"usage: nvidia-driver {{{'|'.join(VERBS)}}}", file=sys.stderr)
         return 2
     try:
+        if args[0] == "prestage":  # a precompiled pool's next kernel (stager/prestage.py)
+            from stager.prestage import Prestage
+
+            return Prestage.from_environ(os.environ, out).run()
         driver = Driver(Settings.from_environ(os.environ), out)
         if args[0] == "init":
             return driver.init()
