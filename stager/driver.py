@@ -34,13 +34,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from stager.atomic import write_atomic
 from stager.errors import StagerError
 from stager.wait import EXIT_ACTIVE, Target, read_status, wait_for
+
+if TYPE_CHECKING:
+    from stager.prestage import Prestage
 
 EXIT_FAILED = 1
 
@@ -341,6 +344,25 @@ class Driver:
         return code
 
 
+def prestage(
+    env: Mapping[str, str],
+    out: TextIO,
+    root: Path = Path("/"),
+    stopped: Callable[[float], bool] | None = None,
+) -> Prestage:
+    """``nvidia-driver prestage`` (:mod:`stager.prestage`): this image's settings narrowed to
+    its own kernel (the one ``DRIVER_CONFIG_DIGEST`` is for), a driver that mounts nothing."""
+    from stager.prestage import Prestage, mounts_nothing, require, stop_signals
+
+    require(env)
+    s = replace(Settings.from_environ(env, root), modules_root=None)
+    driver = Driver(s, out, mount=mounts_nothing)
+    what = f"nvidia {s.version} for kernel {s.kernel}"
+    return Prestage(
+        driver.next_kernel, driver.say, what, s.next_kernel_every, stopped or stop_signals()
+    )
+
+
 VERBS = ("init", "reload_nvidia_peermem", "probe_nvidia_peermem", "prestage")
 
 
@@ -353,9 +375,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     try:
         if args[0] == "prestage":  # a precompiled pool's next kernel (stager/prestage.py)
-            from stager.prestage import Prestage
-
-            return Prestage.from_environ(os.environ, out).run()
+            return prestage(os.environ, out).run()
         driver = Driver(Settings.from_environ(os.environ), out)
         if args[0] == "init":
             return driver.init()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stager.driver import main
+from stager.driver import main, prestage
 from stager.drop import DIGEST_NAME
 from stager.errors import StagerError
 from stager.manifest import Manifest
@@ -97,7 +97,7 @@ class Stops:
 
 def _prestage(root: Path, stopped: Stops | None = None) -> tuple[Prestage, io.StringIO]:
     out = io.StringIO()
-    return Prestage.from_environ(_env(), out, root, stopped or Stops(0)), out
+    return prestage(_env(), out, root, stopped or Stops(0)), out
 
 
 def test_stages_only_for_the_announced_next_kernel_that_is_its_own(root: Path) -> None:
@@ -177,9 +177,9 @@ def test_the_digest_and_kernel_are_required(
     unload the driver after the reboot: the mode refuses to start, naming it; without
     KERNEL_VERSION it has no kernel of its own."""
     with pytest.raises(StagerError, match="DRIVER_CONFIG_DIGEST: not set"):
-        Prestage.from_environ({**_env(), "DRIVER_CONFIG_DIGEST": ""}, io.StringIO())
+        prestage({**_env(), "DRIVER_CONFIG_DIGEST": ""}, io.StringIO())
     with pytest.raises(StagerError, match="KERNEL_VERSION: not set"):
-        Prestage.from_environ({**_env(), "KERNEL_VERSION": ""}, io.StringIO())
+        prestage({**_env(), "KERNEL_VERSION": ""}, io.StringIO())
     monkeypatch.setenv("DRIVER_VERSION", "2.0")
     monkeypatch.setenv("KERNEL_VERSION", NEXT)
     monkeypatch.delenv("DRIVER_CONFIG_DIGEST", raising=False)
