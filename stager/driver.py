@@ -179,6 +179,12 @@ class Driver:
                 f"this image's modules are built for kernel {s.kernel} (it carries: "
                 f"{carried}), the node runs {running}: use an image that carries {running}"
             )
+        if s.modules_for(running) is None:
+            carried = ", ".join(s.carried()) or "none"
+            raise StagerError(
+                f"this image carries no modules for kernel {running} (it carries: "
+                f"{carried}): use an image that carries {running}"
+            )
         shown = "no nvidia driver" if loaded is None else f"nvidia {loaded or '(no version)'}"
         self.say(f"{shown} loaded; staging nvidia {s.version} for the host to load at boot")
         code = self.stage_and_wait()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -146,6 +147,21 @@ def test_image_for_another_kernel_is_refused_at_once(root: Path) -> None:
     with pytest.raises(
         StagerError,
         match=r"built for kernel 6\.12\.0-other \(it carries: 6\.1\.0-test-amd64\), the node runs",
+    ):
+        driver.init(forever=lambda: None)
+    assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []
+
+
+def test_a_multi_kernel_image_without_the_running_kernel_is_refused_at_once(root: Path) -> None:
+    """An image of several kernels (module directories under MODSTAGE_MODULES_ROOT, as
+    build-image writes it) that lacks the node's running kernel is refused before anything
+    is staged, naming the kernels it carries."""
+    shutil.rmtree(root / f"opt/modstage/modules/{KERNEL}")
+    _carry(root, NEXT)
+    driver, _out = _driver(root)
+    with pytest.raises(
+        StagerError,
+        match=rf"carries no modules for kernel {KERNEL} \(it carries: {NEXT}\): use an image",
     ):
         driver.init(forever=lambda: None)
     assert list((root / "run/nvidia/modstage/incoming").iterdir()) == []

@@ -139,8 +139,9 @@ def _size(path: Path | None) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def build(args: argparse.Namespace, out: TextIO) -> dict[str, Any]:
-    """Everything :func:`main` does once the arguments are read; the report."""
+def build(args: argparse.Namespace, progress: TextIO) -> dict[str, Any]:
+    """Everything :func:`main` does once the arguments are read, saying each step on
+    ``progress``; the report."""
     cache = (args.cache or default_cache()).resolve()
     cache.mkdir(parents=True, exist_ok=True)
     flavor = "open" if args.open else "proprietary"
@@ -154,9 +155,9 @@ def build(args: argparse.Namespace, out: TextIO) -> dict[str, Any]:
         scratch = Path(tmp)
         prepared = []
         for kernel in kernels:
-            print(f"build-image: kernel {kernel.release}: {source.describe()}", file=out)
+            print(f"build-image: kernel {kernel.release}: {source.describe()}", file=progress)
             prepared.append(prepare(source, kernel, signer, cache, scratch))
-            print(f"build-image: kernel {kernel.release}: signed, verified", file=out)
+            print(f"build-image: kernel {kernel.release}: signed, verified", file=progress)
         firmware = args.firmware
         smi = args.nvidia_smi
         if args.driver:
@@ -168,8 +169,8 @@ def build(args: argparse.Namespace, out: TextIO) -> dict[str, Any]:
         report = _report(source, version, prepared, signer)
         ref = args.tag or f"localhost/modstage/nvidia-driver:{version}"
         digest = write(contents, report, args.output.resolve(), ref, cache, scratch)
-    inputs = sum(_size(p) for p in (base, firmware, smi))
-    inputs += sum(_size(k.directory / f"{n}.ko") for k in prepared for n in k.names)
+        inputs = sum(_size(p) for p in (base, firmware, smi))
+        inputs += sum(_size(k.directory / f"{n}.ko") for k in prepared for n in k.names)
     report["image"] = {
         "ref": ref,
         "manifest": digest,
@@ -209,7 +210,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = parser().parse_args(argv)
     try:
-        report = build(args, out)
+        report = build(args, sys.stderr)
     except BuildError as exc:
         print(f"build-image: {exc}", file=sys.stderr)
         return EXIT_FAILED
