@@ -10,18 +10,23 @@ Used by the tests in this directory and by ``bench/verify --nvidia`` and
     signed = sign_driver(driver, key, tmp_path)   # every .ko through scripts/sign-file
     firmware = driver.firmware                    # nvidia/535.261.03/gsp_*.bin below it
 
-The packages come from Debian's archive through an apt configuration of the test cache's
-own (:mod:`tests.nvidia.archive`); the build runs kbuild as DKMS does
-(:mod:`tests.nvidia.build`) and is cached per package version and kernel release, so a
-machine pays for it once. An unreachable archive fails the test that needs the driver.
+The packages, the build and the signing are the driver image builder's (``build-image``,
+:mod:`buildimage` in deploy/driver-container): Debian's archive through an apt
+configuration of the test cache's own, kbuild as DKMS runs it, cached per package version
+and kernel release (:mod:`tests.nvidia.build`), each kernel's own ``sign-file``. A machine
+pays for a build once. An unreachable archive fails the test that needs the driver.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from buildimage.archive import ArchiveError
+from buildimage.kernel import KernelFiles
+from buildimage.sign import Signer, sign
+
 from tests.kmod.keys import SigningKey
-from tests.nvidia.archive import ArchiveError
 from tests.nvidia.build import (
     DEFAULT_VERSION,
     MODULE_NAMES,
@@ -30,7 +35,6 @@ from tests.nvidia.build import (
     gsp_firmware,
 )
 from tests.nvidia.target import install_real_target
-from tests.vm.harness import kmod
 from tests.vm.harness.kernel import Kernel
 
 #: What an operator's kernelModuleConfig would carry (one file per module, several
@@ -60,13 +64,16 @@ def sign_driver(
     driver: Driver, key: SigningKey, into: Path, kernel: Kernel | None = None
 ) -> dict[str, Path]:
     """Every module of ``driver`` signed with ``key`` by ``sign-file`` (sha256, issuer and
-    serial): ``kernel``'s own (default: this machine's kernel's), copied to
-    ``into/<name>.ko``; name -> path, in load order."""
+    serial) as ``build-image`` signs them: ``kernel``'s own (default: this machine's
+    kernel's), copied to ``into/<name>.ko``; name -> path, in load order."""
     into.mkdir(parents=True, exist_ok=True)
     kernel = kernel or Kernel.find(driver.kernel)
-    return {
-        name: kmod.sign(kernel, ko, key, into / f"{name}.ko") for name, ko in driver.modules.items()
-    }
+    signed = {name: into / f"{name}.ko" for name in driver.modules}
+    for name, ko in driver.modules.items():
+        shutil.copyfile(ko, signed[name])
+    files = KernelFiles(kernel.release, kernel.root)
+    sign(files, list(signed.values()), Signer(str(key.key), key.cert_pem), into)
+    return signed
 
 
 __all__ = [

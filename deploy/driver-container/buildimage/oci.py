@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -186,13 +186,13 @@ def read_archive(archive: Path) -> tuple[dict[str, Any], dict[str, Any], list[st
     archive, as :func:`write_archive` writes it."""
     with tarfile.open(archive) as tar:
 
-        def member(name: str) -> BinaryIO:
+        def member(name: str) -> IO[bytes]:
             found = tar.extractfile(name)
             if found is None:
                 raise KeyError(f"{archive}: no {name}")
             return found
 
-        def blob(digest: str) -> BinaryIO:
+        def blob(digest: str) -> IO[bytes]:
             return member(f"blobs/sha256/{digest.removeprefix('sha256:')}")
 
         index = json.load(member("index.json"))
