@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,9 +57,34 @@ class KernelModules:
     record: dict[str, Any]
 
 
-def _load_order(names: list[str]) -> list[str]:
-    known = [n for n in MODULE_NAMES if n in names]
-    return known + sorted(n for n in names if n not in MODULE_NAMES)
+def _depends(path: Path) -> set[str]:
+    """The module names ``path`` imports symbols from (its ``.modinfo`` ``depends=``)."""
+    done = subprocess.run(
+        ["modinfo", "-F", "depends", str(path)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise BuildError(f"{path}: modinfo failed: {done.stderr.strip()}")
+    return {_norm(n) for n in done.stdout.strip().split(",") if n}
+
+
+def _norm(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def load_order(found: dict[str, Path]) -> list[str]:
+    """The names of ``found`` ordered so that each comes after the modules among them it
+    depends on (NVIDIA's own order, then the name, between independent ones)."""
+    deps = {name: _depends(path) & {_norm(n) for n in found} for name, path in found.items()}
+    rank = {n: i for i, n in enumerate(MODULE_NAMES)}
+    order: list[str] = []
+    while len(order) < len(found):
+        placed = {_norm(n) for n in order}
+        ready = [n for n in found if n not in order and deps[n] <= placed]
+        if not ready:
+            cycle = sorted(n for n in found if n not in order)
+            raise BuildError(f"modules depend on each other in a cycle: {', '.join(cycle)}")
+        order.append(min(ready, key=lambda n: (rank.get(n, len(rank)), n)))
+    return order
 
 
 def _unsigned(
@@ -85,7 +111,7 @@ def _unsigned(
     )
     if not found:
         raise BuildError(f"kernel {kernel.release}: no {directory}/*.ko (the ready-built modules)")
-    return {n: found[n] for n in _load_order(list(found))}, {"prebuilt": str(directory)}, True
+    return {n: found[n] for n in load_order(found)}, {"prebuilt": str(directory)}, True
 
 
 def prepare(

@@ -1,0 +1,1 @@
+"""Tests of deploy/: the driver image builder (``build-image``)."""
