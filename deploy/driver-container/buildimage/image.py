@@ -147,11 +147,13 @@ def write(
     contents: Contents, report: dict[str, Any], output: Path, ref: str, cache: Path, scratch: Path
 ) -> str:
     """Write the image to the OCI archive ``output`` named ``ref``; its manifest digest."""
-    blobs = cache / "oci-layers"
+    blobs = scratch / "blobs"  # this image's layers: they go with the scratch directory
     report_tree = _tree(scratch, "report")
     (report_tree / "opt/modstage").mkdir(parents=True)
     (report_tree / "opt/modstage/build.json").write_text(json.dumps(report, indent=1) + "\n")
-    layers: list[Layer] = [layer_from_tar(contents.base, blobs, f"base: {contents.base.name}")]
+    # the base is compressed once per content (its layer is the same in every image)
+    base = layer_from_tar(contents.base, cache / "oci-base", f"base: {contents.base.name}")
+    layers: list[Layer] = [base]
     layers.append(layer_from_tree(_stager_tree(scratch), blobs, "modstage: stager, nvidia-driver"))
     layers.append(
         layer_from_tree(

@@ -8,8 +8,9 @@ manifest with its reference (``org.opencontainers.image.ref.name``). An OCI arch
 layout as one tar; ``podman load``, ``skopeo copy oci-archive:`` and registries take it.
 
 Layers made here are reproducible: entries sorted, owned by root, times fixed, gzip
-without a name or time, so the same files give the same digests. A layer is kept in the
-blob cache under its digest, and a base root file system tar is compressed once.
+without a name or time, so the same files give the same digests. A layer's blob is kept
+in the directory given under its uncompressed digest: the base root file system's in the
+build cache (compressed once), the others in the build's scratch directory.
 """
 
 from __future__ import annotations
