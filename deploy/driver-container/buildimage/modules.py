@@ -92,13 +92,10 @@ def _unsigned(
 ) -> tuple[dict[str, Path], dict[str, Any], bool]:
     """(name -> unsigned module, build record, whether strip is still due)."""
     if source.package_version is not None:
-        started = time.monotonic()
         driver = build_driver(cache, source.package_version, kernel, source.flavor)
-        waited = round(time.monotonic() - started, 1)
-        cached = waited < float(str(driver.build["seconds"]))
         record = {
             "build_seconds": driver.build["seconds"],
-            "cached": cached,
+            "cached": driver.cached,
             "load_after": driver.build["load_after"],
         }
         return dict(driver.modules), record, False

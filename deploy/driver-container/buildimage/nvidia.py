@@ -57,6 +57,7 @@ class Driver:
     modules: dict[str, Path]  # name -> unsigned .ko, in load order
     symvers: Path  # the build's Module.symvers (the driver's own exports)
     build: dict[str, object]  # build.json: seconds, cpus, load averages, commands
+    cached: bool = False  # found in the cache (not built by this call)
 
     @property
     def package_version(self) -> str:
@@ -139,7 +140,8 @@ def build_driver(
     version = package_version.rsplit("-", 1)[0]
     final = cache / f"nvidia-{flavor}-{package_version}-{kernel.release}-r{RECIPE}"
     failed = final.with_name(final.name + ".failed")  # a build that failed: its error, kept
-    if not final.is_dir():
+    cached = final.is_dir()
+    if not cached:
         if failed.is_file():
             raise BuildError(f"{failed.read_text()}\n(cached in {failed}; remove it to retry)")
         package = deb(cache, PACKAGES[flavor], package_version)
@@ -154,7 +156,7 @@ def build_driver(
                     raise
     build = json.loads((final / "build.json").read_text())
     modules = {name: final / f"{name}.ko" for name in MODULE_NAMES}
-    return Driver(flavor, version, kernel.release, modules, final / "Module.symvers", build)
+    return Driver(flavor, version, kernel.release, modules, final / "Module.symvers", build, cached)
 
 
 def _unpacked_once(
