@@ -1,7 +1,7 @@
 """The GPU operator's side of the operator test (tests/vm/test_operator.py).
 
 Fake NVIDIA modules (``nvfake.c`` built as nvidia, nvidia-modeset and nvidia-uvm with a
-driver version), a driver image laid out as deploy/driver-container/build-image lays
+driver version), a driver image laid out as deploy/driver-container's Containerfile lays
 it out, and the shell commands that play the operator's pod in the guest: ``pod.sh``
 (the driver container's mounts), ``uninstall_driver.sh`` (the init container's
 decision), ``startup_probe.sh`` (the startup probe). The modules are built against the

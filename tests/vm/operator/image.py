@@ -1,11 +1,10 @@
 """The driver image really built, and its root file system for the pod (tests/vm/operator).
 
-``mmdebstrap --variant=minbase bookworm`` makes the base from Debian's packages alone, and
-deploy/driver-container/build-image writes the image on it (``--prebuilt``: the fake
-modules of version 1.0 for the node's kernel, signed with a key made here and accepted by
-``modstage verify``; no container is run), an OCI archive that podman loads (vfs storage).
-The image's root file system is exported for the test VM, where pod.sh runs it (chrooted,
-in the pod's mount namespace). Running the image with podman inside the TCG guest was tried:
+``mmdebstrap --variant=minbase bookworm`` makes the base from Debian's packages alone,
+``podman import`` turns it into an image, and deploy/driver-container/Containerfile is
+built on top with podman (vfs storage, no container is run: the build only copies). The
+image's root file system is exported for the test VM, where pod.sh runs it (chrooted, in
+the pod's mount namespace). Running the image with podman inside the TCG guest was tried:
 loading its six layers with the vfs driver took 550 s and then filled the guest's tmpfs,
 far beyond the suite's budget. Everything is cached under the test cache, keyed by the
 files that go into the image and the node's kernel (the image's ``KERNEL_VERSION`` and the
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import io
 import os
 import shutil
 import subprocess
@@ -28,14 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from buildimage.cli import main as build_image
-
-from tests.kmod import cache_root, make_key
+from tests.kmod import cache_root
 from tests.vm.harness.kernel import Kernel
 from tests.vm.operator import HERE, REPO, build_nvidia, node_kernel
 
 BASE_PACKAGES = "python3,python3-tomli-w,mount,util-linux"
-TAG = "localhost/modstage/nvidia-driver:1.0"  # build-image's name for a 1.0 image
+TAG = "localhost/modstage-test/nvidia-driver:1.0"
 
 
 def _run(argv: list[str], env: dict[str, str], **kw: object) -> None:
@@ -47,8 +43,10 @@ def _run(argv: list[str], env: dict[str, str], **kw: object) -> None:
 
 
 def _inputs() -> bytes:
-    files = [REPO / "deploy/driver-container/nvidia-driver"]
-    files += sorted((REPO / "deploy/driver-container/buildimage").glob("*.py"))
+    files = [
+        REPO / "deploy/driver-container/Containerfile",
+        REPO / "deploy/driver-container/nvidia-driver",
+    ]
     files += [*sorted((REPO / "stager").glob("*.py")), HERE / "nvidia-smi", HERE / "nvfake.c"]
     return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)
 
@@ -83,10 +81,10 @@ def driver_rootfs(kernel: Kernel | None = None) -> Path:
                 env,
             )
             os.replace(str(base) + ".tmp", base)
+        _run(["podman", "import", str(base), "localhost/modstage-driver-base:bookworm"], env)
         work = Path(tempfile.mkdtemp(prefix="image-", dir=root))
         try:
-            _build(work, kernel, base)
-            _run(["podman", "load", "-i", str(work / "image.oci.tar")], env)
+            _build(work, env, kernel)
             _export(work / "rootfs", env)
             (work / "rootfs").rename(final)
         finally:
@@ -125,23 +123,23 @@ def placed(rootfs: Path, kernel: Kernel) -> Iterator[str]:
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _build(work: Path, kernel: Kernel, base: Path) -> None:
-    """``work/image.oci.tar``: build-image's image of the fake 1.0 modules for ``kernel``."""
-    inputs = {name: work / name for name in ("prebuilt", "firmware", "smi")}
-    (inputs["prebuilt"] / kernel.release).mkdir(parents=True)
+def _build(work: Path, env: dict[str, str], kernel: Kernel) -> None:
+    contexts = {name: work / name for name in ("modules", "firmware", "userspace")}
+    for d in contexts.values():
+        d.mkdir()
     for name, ko in build_nvidia("1.0", kernel).items():
-        shutil.copy(ko, inputs["prebuilt"] / kernel.release / f"{name}.ko")
-    inputs["firmware"].mkdir()
-    (inputs["firmware"] / "gsp_test.bin").write_text("gsp firmware 1.0\n")
-    inputs["smi"].mkdir()
-    shutil.copy(HERE / "nvidia-smi", inputs["smi"] / "nvidia-smi")
-    key = make_key(work / "key", "rsa2048", cn="operator test image")
-    argv = ["--prebuilt", str(inputs["prebuilt"]), "--version", "1.0"]
-    argv += ["--kernel", f"{kernel.release}={kernel.root}", "--base", str(base)]
-    argv += ["--key", str(key.key), "--cert", str(key.cert_pem), "--cache", str(cache_root())]
-    argv += ["--firmware", str(inputs["firmware"]), "--nvidia-smi", str(inputs["smi"])]
-    if build_image([*argv, "--output", str(work / "image.oci.tar")], io.StringIO()) != 0:
-        raise RuntimeError(f"build-image {' '.join(argv)} failed (its reason above)")
+        shutil.copy(ko, contexts["modules"] / f"{name}.ko")
+    (contexts["firmware"] / "gsp_test.bin").write_text("gsp firmware 1.0\n")
+    (contexts["userspace"] / "bin").mkdir()
+    shutil.copy(HERE / "nvidia-smi", contexts["userspace"] / "bin/nvidia-smi")
+    # the build context: the repository's files the Containerfile copies, nothing else
+    ctx = work / "context"
+    shutil.copytree(REPO / "stager", ctx / "stager", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "deploy/driver-container", ctx / "deploy/driver-container")
+    argv = ["podman", "build", "-f", str(ctx / "deploy/driver-container/Containerfile")]
+    argv += [f"--build-context={n}={p}" for n, p in contexts.items()]
+    argv += ["--build-arg=DRIVER_VERSION=1.0", f"--build-arg=KERNEL_VERSION={kernel.release}"]
+    _run([*argv, "--squash-all", "-t", TAG, str(ctx)], env)
 
 
 def _export(into: Path, env: dict[str, str]) -> None:
