@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.tiers import Needs, item_needs
+
 settings.register_profile("modstage", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("modstage")
 
@@ -37,3 +39,17 @@ def _staged_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``modstage stage`` notes its last drop for ``wait`` (stager/staged.py): per test, never
     in the shared tmp directory, so one test's drop is not another's."""
     monkeypatch.setenv("MODSTAGE_STAGED_DIR", str(tmp_path / "staged-notes"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with what it needs of the machine (tests/tiers.py): ``kbuild`` for
+    Debian's kernel packages, ``root`` for root; before ``-m`` selects."""
+    needs = Needs()
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        defs = item._fixtureinfo.name2fixturedefs
+        fixtures = [d for name in item.fixturenames for d in defs.get(name, ())]
+        for marker in sorted(item_needs(needs, item.function, fixtures)):
+            item.add_marker(marker)
