@@ -23,6 +23,8 @@ from service.status.metrics import families
 from service.store.phase import Phase
 from tests.service.test_upgrading import HOUR, T0, V2, Node, _timed
 
+pytestmark = pytest.mark.debian  # promtool from Debian's prometheus package
+
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy/prometheus/modstage-alerts.yml"
 STEP = 300.0  # the daemon's periodic scan rewrites the textfile at least this often

@@ -29,6 +29,10 @@ import pytest
 
 from tests.kmod.build import cache_root
 
+pytestmark = (
+    pytest.mark.debian
+)  # dpkg-buildpackage, lintian, piuparts and the Debian roots of the test cache
+
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = "http://deb.debian.org/debian"
 SUITES = ("bookworm", "trixie")

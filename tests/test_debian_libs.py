@@ -17,7 +17,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.debian_libs import site
+
+pytestmark = pytest.mark.debian  # Debian's python3 and the Debian 12 libraries of the test cache
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"  # Debian's

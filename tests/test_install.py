@@ -17,6 +17,8 @@ import pytest
 from tests.installer import REPO, build_wheel, checkout, install, wheelhouse, wheelhouse_for
 from tests.vm.harness import debian
 
+pytestmark = pytest.mark.debian  # the wheelhouse and the Debian 13 root of the test cache
+
 UNITS = ("modstage-boot.service", "modstage.service")
 UNITDIR = "usr/local/lib/systemd/system"
 

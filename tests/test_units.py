@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.debian  # systemd-analyze, and a Debian 13 root of the test cache
+
 SYSTEMD = Path(__file__).resolve().parents[1] / "deploy/systemd"
 DAEMON = SYSTEMD / "modstage.service"
 BOOT = SYSTEMD / "modstage-boot.service"

@@ -15,6 +15,7 @@ of names, not of calls: a test that names such a helper without calling it is ma
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import types
 from collections.abc import Callable, Iterator
@@ -96,7 +97,8 @@ class Needs:
             yield from self._code(inner, scope)
 
     def _code(self, code: types.CodeType, scope: dict[str, Any]) -> Iterator[str]:
-        if any(isinstance(c, str) and c in ROOT_COMMANDS for c in code.co_consts):
+        strings = [c for c in code.co_consts if isinstance(c, str)]
+        if any(c in ROOT_COMMANDS for c in strings):
             yield "root"
         names = code.co_names
         if any(n in ROOT_CALLS for n in names) and scope.get("os") is not None:
@@ -109,17 +111,30 @@ class Needs:
 
     @staticmethod
     def _referred(names: tuple[str, ...], scope: dict[str, Any]) -> Iterator[object]:
-        """The objects ``names`` reach from ``scope``: a global, or an attribute of a module
-        the code names (``kmod.sign``)."""
+        """The objects ``names`` reach from ``scope``: a global, or an attribute of a module of
+        the test tree the code names (``kmod.sign``) or imports in its body."""
         modules = [scope[n] for n in names if isinstance(scope.get(n), types.ModuleType)]
+        modules += [_module(n) for n in names if n.startswith("tests.")]
+        ours = [m for m in modules if m is not None and _ours_module(m)]
         for name in names:
             if name in scope:
                 yield scope[name]
-            for module in modules:
-                if module.__name__ == "tests" or module.__name__.startswith("tests."):
-                    attr = getattr(module, name, None)
-                    if attr is not None:
-                        yield attr
+            for module in ours:
+                attr = getattr(module, name, None)
+                if attr is not None:
+                    yield attr
+
+
+def _module(name: str) -> types.ModuleType | None:
+    """The test tree's module ``name`` (imported now if a function imports it when run)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _ours_module(module: types.ModuleType) -> bool:
+    return module.__name__ == "tests" or module.__name__.startswith("tests.")
 
 
 def _hashable_in(obj: object, group: frozenset[object]) -> bool:

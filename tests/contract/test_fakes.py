@@ -18,12 +18,12 @@ from tests.contract.subject import KernelSubject
 from tests.kmod import kernel_release
 from tests.service.fakes import FakeKernel, FakeSysfs
 
-INTREE_FILE = Path("/lib/modules") / kernel_release() / "kernel/lib" / f"{INTREE}.ko"
-
 
 def fake_subject(sys: Path) -> KernelSubject:
-    """A fresh fake kernel, as the VM's: ms_enodev's init fails, ts_kmp is in-tree."""
-    intree = {INTREE: ModInfo.from_bytes(INTREE_FILE.read_bytes()).srcversion}
+    """A fresh fake kernel, as the VM's: ms_enodev's init fails, ts_kmp is in-tree (the
+    installed kernel's own file)."""
+    intree_file = Path("/lib/modules") / kernel_release() / "kernel/lib" / f"{INTREE}.ko"
+    intree = {INTREE: ModInfo.from_bytes(intree_file.read_bytes()).srcversion}
     kernel = FakeKernel(fail={"ms_enodev": errno.ENODEV}, intree=intree, sys=contract_sys(sys))
     return KernelSubject(kernel, FakeSysfs(sys))
 

@@ -107,6 +107,7 @@ def test_kexec_under_lockdown_is_refused_before_the_reboot_for_an_unsigned_image
     assert len((host.run / "reboot-commands").read_text().splitlines()) == 4
 
 
+@pytest.mark.kbuild  # debian_image reads this machine's /boot
 def test_the_signature_reader_knows_debians_image_and_refuses_what_is_not_pe(
     tmp_path: Path, debian_image: bytes
 ) -> None:
