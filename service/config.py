@@ -58,6 +58,9 @@ and bad values are errors naming the key and the value, reported together.
     timezone = "UTC"
     min_delay = 60                 # seconds after the last drop before asking
     min_interval = 3600            # never ask again within this many seconds
+    upgrading_bound = 14400        # seconds a bundle may be without its driver for a pending
+                                   # upgrade before status calls it failed (unset: the
+                                   # window's longest closed stretch + min_delay + 2 h)
     [kernel]
     next = "6.12.57+deb13-amd64"   # the kernel the next boot runs, where grub's files do
                                    # not say it (unset: read grub.cfg and grubenv)
