@@ -101,7 +101,7 @@ class Needs:
         if any(c in ROOT_COMMANDS for c in strings):
             yield "root"
         names = code.co_names
-        if any(n in ROOT_CALLS for n in names) and scope.get("os") is not None:
+        if any(n in ROOT_CALLS for n in names) and {"os", "shutil"} & set(names):
             yield "root"
         for referred in self._referred(names, scope):
             if _hashable_in(referred, KBUILD):
