@@ -1,6 +1,5 @@
-"""What a test needs is read from its code (tests/tiers.py): the fast tier,
-``-m "not kbuild and not root and not debian and not vm"``, holds no test that builds or signs
-a module, reads the installed kernel or runs what only root may."""
+"""What a test needs is read from its code (tests/tiers.py): the fast tier (tests/fast) holds
+no test that builds or signs a module, reads the installed kernel or runs what only root may."""
 
 from __future__ import annotations
 

@@ -7,10 +7,12 @@ entry points that read those files), directly or through any function or class o
 tree that refers to one. It needs ``root`` when that code runs a command only root may
 (:data:`ROOT_COMMANDS`) or calls a call only root may (:data:`ROOT_CALLS`). The reading is
 of names, not of calls: a test that names such a helper without calling it is marked too
-(it lands in the slower tier, never in the fast one with a need it does not meet).
+(it lands in the slower tier, never in the fast one with a need it does not meet). A test
+that reads those files without tests/kmod carries ``@pytest.mark.kbuild`` by hand.
 
-``tests/conftest.py`` marks every collected test from here; the fast tier,
-``pytest -m "not kbuild and not root and not vm"``, is what remains (README.md).
+``tests/conftest.py`` marks every collected test from here. The fast tier, ``tests/fast``,
+leaves out these two, ``debian`` and ``vm`` (set by hand on the files that need them) and
+``fuzz`` (README.md).
 """
 
 from __future__ import annotations

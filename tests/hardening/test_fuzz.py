@@ -12,6 +12,7 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import tomli_w
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,8 @@ from stager.errors import ManifestError
 from stager.manifest import Manifest
 from tests.strategies import manifest_tables, manifests, toml_tables, toml_values
 
+# thousands of examples a test, a minute or more in all: out of the fast tier (tests/fast)
+pytestmark = pytest.mark.fuzz
 FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Recursive TOML tables cost ~15 ms an example to draw: fewer, to keep the suite under 3 min.
 FUZZ_TABLES = settings(FUZZ, max_examples=600)
