@@ -29,9 +29,8 @@ import pytest
 
 from tests.kmod.build import cache_root
 
-pytestmark = (
-    pytest.mark.debian
-)  # dpkg-buildpackage, lintian, piuparts and the Debian roots of the test cache
+# dpkg-buildpackage, lintian, piuparts and the Debian roots of the test cache
+pytestmark = pytest.mark.debian
 
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = "http://deb.debian.org/debian"
