@@ -47,6 +47,14 @@ def _another_uid() -> None:
     os.setuid(65534)
 
 
+def _ping(n: int) -> object:
+    return _pong(n - 1) if n else None
+
+
+def _pong(n: int) -> object:
+    return _ping(n - 1) if n else build_modules()
+
+
 class _Builder:
     def build(self) -> object:
         return tests.kmod.build_modules()
@@ -74,6 +82,15 @@ def test_code_that_mounts_or_changes_uid_needs_root(code: object) -> None:
     """Running mount (or unshare, through tests/mountns.py imported in the function's body) or
     changing uid needs ``root``."""
     assert Needs().of(code) == {"root"}
+
+
+def test_each_of_two_functions_calling_each_other_needs_what_either_needs() -> None:
+    """A cycle (``_ping`` calls ``_pong``, which calls ``_ping`` and builds) costs neither
+    function the other's needs, whichever is read first."""
+    needs = Needs()
+    assert (needs.of(_ping), needs.of(_pong)) == ({"kbuild"}, {"kbuild"})
+    needs = Needs()
+    assert (needs.of(_pong), needs.of(_ping)) == ({"kbuild"}, {"kbuild"})
 
 
 def test_code_of_the_standard_library_alone_needs_nothing() -> None:

@@ -66,6 +66,8 @@ class Needs:
 
     def __init__(self) -> None:
         self._seen: dict[object, frozenset[str]] = {}
+        self._open: set[object] = set()  # being read: a cycle back to one is cut there
+        self._cut = False
 
     def of(self, obj: object) -> frozenset[str]:
         """The markers ``obj`` (a function, method or class) needs, through what it refers to."""
@@ -75,9 +77,16 @@ class Needs:
                 return self._seen[key]
         except TypeError:  # unhashable: nothing of ours
             return frozenset()
-        self._seen[key] = frozenset()  # a cycle reads as nothing more
+        if key in self._open:
+            self._cut = True
+            return frozenset()
+        self._open.add(key)
+        outer, self._cut = self._cut, False
         found = frozenset(self._read(obj))
-        self._seen[key] = found
+        self._open.discard(key)
+        if not self._cut or not self._open:  # a reading cut short by a cycle is not kept
+            self._seen[key] = found
+        self._cut = self._cut or outer
         return found
 
     def _read(self, obj: object) -> Iterator[str]:
