@@ -6,6 +6,7 @@ every test that changes bytes works on its own copy under ``tmp_path``.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -138,3 +139,16 @@ def signed(
 def module(signed: dict[str, Path]) -> Path:
     """ms_params signed with the trusted key: the module a test stages when any one will do."""
     return signed["ms_params"]
+
+
+@pytest.fixture(scope="session")
+def vendor_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
+    """A second vendor's RSA-2048 module signing key."""
+    return make_key(tmp_path_factory.mktemp("vendor"), "rsa2048", cn="other vendor")
+
+
+@pytest.fixture
+def both(host: Layout, vendor_key: SigningKey) -> Layout:
+    """The host trusting the session's RSA key and the second vendor's (``vendor.pem``)."""
+    shutil.copy(vendor_key.cert_pem, host.trusted / "vendor.pem")
+    return host

@@ -10,7 +10,6 @@ The host trusts two keys: the session's RSA key (``make_host`` puts its certific
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,21 +21,8 @@ from service.layout import Layout
 from service.verify.signature.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.drop import ModuleSpec, stage
-from tests.kmod import SigningKey, make_key, sign
+from tests.kmod import SigningKey, sign
 from tests.service.fakes import make_intake
-
-
-@pytest.fixture(scope="session")
-def vendor_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
-    """A second vendor's RSA-2048 module signing key."""
-    return make_key(tmp_path_factory.mktemp("vendor"), "rsa2048", cn="other vendor")
-
-
-@pytest.fixture
-def both(host: Layout, vendor_key: SigningKey) -> Layout:
-    """The host trusting the session's RSA key and the second vendor's."""
-    shutil.copy(vendor_key.cert_pem, host.trusted / "vendor.pem")
-    return host
 
 
 def skid_as_openssl_prints_it(key: SigningKey) -> str:

@@ -11,29 +11,13 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from service.cli import main
 from service.layout import Layout
 from service.verify.signature.trust import TrustStore
-from tests.kmod import SigningKey, make_key
-
-
-@pytest.fixture(scope="module")
-def vendor_key(tmp_path_factory: pytest.TempPathFactory) -> SigningKey:
-    """A second vendor's RSA-2048 module signing key."""
-    return make_key(tmp_path_factory.mktemp("vendor"), "rsa2048", cn="other vendor")
-
-
-@pytest.fixture
-def both(host: Layout, vendor_key: SigningKey) -> Layout:
-    """The host trusting the session's RSA key and the second vendor's (``vendor.pem``)."""
-    shutil.copy(vendor_key.cert_pem, host.trusted / "vendor.pem")
-    return host
+from tests.kmod import SigningKey
 
 
 def check(host: Layout, config: str, *flags: str) -> tuple[int, str]:
