@@ -5,8 +5,8 @@ state; :func:`verify_copy` verifies the store's copies of the drop's files (dige
 signatures, the target kernel's rules, module order, firmware only of the drop's own
 modules: :mod:`service.store.firmware`; module names only as its bundle's table allows,
 none in the place of one of the target kernel's own: :mod:`service.store.bundlerules`) and
-asks the running kernel's keyrings what it will refuse when it enforces signatures
-(:func:`preflight`).
+asks the running kernel's keyrings what the target kernel will refuse when it enforces
+signatures (:func:`preflight`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from service.verify.bundle import order_problems
 from service.verify.modfile.params import param_problems
 from service.verify.modfile.symtab import Export
 from service.verify.signature.keyring import Keyring, enforcing
+from service.verify.signature.nextkeys import next_enforcing, next_refusals
 from service.verify.signature.trust import TrustStore
 from service.verify.target.intree import in_tree_modules
 from service.verify.target.kernel import Target
@@ -200,22 +201,28 @@ def preflight(
     target: Target,
     trust: TrustStore | None = None,
 ) -> list[str]:
-    """What the running kernel will refuse, when it enforces and is the target: asked
+    """What the target kernel will refuse, when it enforces. The running kernel is asked
     as it asks (``.secondary_trusted_keys``, then ``.platform`` on ENOKEY when built
-    with it, then the module's hash against ``.blacklist``). A signer the kernel does
-    not trust is named with what makes it trusted (:func:`untrusted_signer`)."""
-    if manifest.kernel != layout.kernel_release():
-        return []
-    why = enforcing(layout)
-    if why is None:
-        return []
-    platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+    with it, then the module's hash against ``.blacklist``); a signer it does not trust is
+    named with what makes it trusted (:func:`untrusted_signer`). An installed kernel that
+    is not running trusts only the keys every kernel on the host shares and its own image's
+    (:func:`~service.verify.signature.nextkeys.next_refusals`); ``.blacklist`` is dbx's."""
     signers = {v.key_id: v.signer for v in verdicts if v.key_id}
-    reasons = [
-        untrusted_signer(why, k, signers[k], trust)
-        for k in signers
-        if not keyring.trusts(k, platform=platform)
-    ]
+    if manifest.kernel != layout.kernel_release():
+        why = next_enforcing(layout, target)
+        if why is None:
+            return []
+        reasons = next_refusals(why, layout, keyring, target, signers, trust)
+    else:
+        why = enforcing(layout)
+        if why is None:
+            return []
+        platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+        reasons = [
+            untrusted_signer(why, k, signers[k], trust)
+            for k in signers
+            if not keyring.trusts(k, platform=platform)
+        ]
     checks_hash = target.version < MODULE_HASH_DENYLIST_UNTIL
     for v in verdicts:
         digest = v.image_sha256 or v.sha256

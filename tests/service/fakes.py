@@ -38,24 +38,45 @@ def module_identity(read_at: ReadAt, size: int, fallback: str) -> ModInfo:
 
 
 class FakeKeyring:
-    """The kernel's trusted keys, as a set of key ids; records what was asked."""
+    """The kernel's trusted keys, as sets of key ids; records what was asked.
+
+    ``trusted`` keys sit in ``.secondary_trusted_keys`` through ``.machine`` (MOKs, as an
+    out-of-tree signer's key is on a Secure Boot host), ``builtin`` ones in
+    ``.builtin_trusted_keys``, ``secondary`` ones in ``.secondary_trusted_keys`` itself (added
+    at run time), ``platform`` ones in ``.platform`` (the UEFI db)."""
 
     def __init__(
-        self, trusted: set[str], platform: set[str] | None = None, blacklist: set[str] | None = None
+        self,
+        trusted: set[str],
+        platform: set[str] | None = None,
+        blacklist: set[str] | None = None,
+        *,
+        builtin: set[str] | None = None,
+        secondary: set[str] | None = None,
     ) -> None:
         self.trusted = trusted
         self.platform = platform or set()
         self.blacklist = blacklist or set()
+        self.builtin = builtin or set()
+        self.secondary = secondary or set()
         self.asked: list[str] = []
 
     def trusts(self, key_id: str, *, platform: bool = False) -> bool:
         """Whether ``key_id`` is trusted (the platform keyring too, if asked)."""
         self.asked.append(key_id)
-        return key_id in self.trusted or (platform and key_id in self.platform)
+        held = self.trusted | self.builtin | self.secondary
+        return key_id in held or (platform and key_id in self.platform)
 
     def blacklisted(self, sha256: str) -> bool:
         """Whether the digest is on the blacklist."""
         return sha256 in self.blacklist
+
+    def rings(self, key_id: str) -> frozenset[str]:
+        """The keyrings holding ``key_id``, by the kernel keyring reader's labels."""
+        self.asked.append(key_id)
+        sets = (("machine", self.trusted), ("builtin", self.builtin),
+                ("secondary", self.secondary), ("platform", self.platform))  # fmt: skip
+        return frozenset(label for label, keys in sets if key_id in keys)
 
 
 class FakeKernel:

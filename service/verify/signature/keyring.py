@@ -93,6 +93,9 @@ class Keyring(Protocol):
     def blacklisted(self, sha256: str) -> bool:
         """Whether a module with this sha256 (of the whole file the kernel reads) is refused."""
 
+    def rings(self, key_id: str) -> frozenset[str]:
+        """Every keyring that holds key ``ex:<key_id>``, by :data:`WHERE`'s labels."""
+
 
 class KernelKeyring:
     """The running kernel's system keyrings, through /proc/keys and keyctl(2)."""
@@ -131,6 +134,14 @@ class KernelKeyring:
             if self._search((ring,), b"asymmetric", f"ex:{key_id}"):
                 return label
         return None
+
+    def rings(self, key_id: str) -> frozenset[str]:
+        """Every keyring of :data:`WHERE` that holds key ``ex:<key_id>``, by its label: a
+        kernel that is not running shares some of them only (:mod:`.nextkeys`)."""
+        found = (
+            label for label, ring in WHERE if self._search((ring,), b"asymmetric", f"ex:{key_id}")
+        )
+        return frozenset(found)
 
     def descriptions(self) -> tuple[KeyDescription, ...]:
         """The asymmetric keys this process may view, as /proc/keys describes them."""
