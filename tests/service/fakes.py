@@ -72,10 +72,13 @@ class FakeKeyring:
         return sha256 in self.blacklist
 
     def rings(self, key_id: str) -> frozenset[str]:
-        """The keyrings holding ``key_id``, by the kernel keyring reader's labels."""
+        """The keyrings holding ``key_id``, by the kernel keyring reader's labels; as
+        ``KEYCTL_SEARCH`` follows links, ``.secondary_trusted_keys`` holds the keys of
+        ``.builtin_trusted_keys`` and ``.machine`` too."""
         self.asked.append(key_id)
         sets = (("machine", self.trusted), ("builtin", self.builtin),
-                ("secondary", self.secondary), ("platform", self.platform))  # fmt: skip
+                ("secondary", self.secondary | self.trusted | self.builtin),
+                ("platform", self.platform))  # fmt: skip
         return frozenset(label for label, keys in sets if key_id in keys)
 
 

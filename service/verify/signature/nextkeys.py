@@ -103,6 +103,9 @@ class NextKeys:
         return head + self._where(rings, unread) + ": " + self._remedy(key_id, trust)
 
     def _where(self, rings: frozenset[str], unread: str | None) -> str:
+        """Where the running kernel holds the key, and why that does not serve the target;
+        ``.secondary_trusted_keys`` last, as searching it finds the keys of the keyrings it
+        links (``.builtin_trusted_keys``, ``.machine``) too."""
         running, release = self.running, self.target.release
         if unread is not None:
             image = f"the certificates built into {release} are unknown ({unread})"
@@ -110,11 +113,6 @@ class NextKeys:
             image = f"{self.image} does not carry it"
         if "builtin" in rings:
             return f"only the running kernel {running}'s .builtin_trusted_keys holds it and {image}"
-        if "secondary" in rings:
-            return (
-                f"only the running kernel {running}'s .secondary_trusted_keys holds it (added "
-                f"at run time, which no boot keeps) and {image}"
-            )
         config = self.target.config.source
         if "machine" in rings:
             return (
@@ -128,6 +126,11 @@ class NextKeys:
                 f"the running kernel's {RING_NAMES['platform']} holds it, but {release} asks no "
                 f".platform for modules (no CONFIG_INTEGRITY_PLATFORM_KEYRING in {config}) "
                 f"and {image}"
+            )
+        if "secondary" in rings:
+            return (
+                f"only the running kernel {running}'s .secondary_trusted_keys holds it (added "
+                f"at run time, which no boot keeps) and {image}"
             )
         return f"no keyring of the running kernel {self.running} holds it and {image}"
 
