@@ -111,7 +111,11 @@ FACTS = (
     Fact(
         "keyrings",
         "CONFIG_INTEGRITY_PLATFORM_KEYRING (the .platform fallback), the running kernel's "
-        "/proc/keys for the intake pre-flight",
-        "no .platform fallback",
+        "/proc/keys for the intake pre-flight; for a kernel that is not running, also "
+        "CONFIG_INTEGRITY_MACHINE_KEYRING, CONFIG_INTEGRITY_CA_MACHINE_KEYRING, "
+        "CONFIG_MODULE_SIG_FORCE, CONFIG_LOCK_DOWN_KERNEL_FORCE_* and the certificates built "
+        "into its image (service.verify.signature.nextkeys)",
+        "no .platform fallback; for a kernel that is not running, no MOK either, and an "
+        "unreadable image carries no key",
     ),
 )
