@@ -14,6 +14,11 @@ module, signed by that built-in key, is staged for both kernels:
 The keyring reader finds the key in ``.builtin_trusted_keys`` and, through the link, in
 ``.secondary_trusted_keys``, and in no other keyring.
 
+On a Secure Boot node (OVMF, Debian 12's shim and grub, its signed 6.1; a vendor key enrolled
+as a MOK) with 6.12 installed, a drop for 6.12 signed by the MOK is taken in (a MOK is every
+kernel's key, and 6.12's config lets MOKs sign), and one signed by a key the node never
+enrolled is refused for 6.12, naming no keyring of the running kernel.
+
 Runs under the 6.1 parametrisation.
 """
 
@@ -29,6 +34,7 @@ from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, exports_cache, kmod
 from tests.vm.harness.builtin_key import BuiltinKeyKernel
 from tests.vm.harness.kernel import Kernel
+from tests.vm.harness.secureboot import SecureBootVm, enroll
 from tests.vm.node import drop, modstage, prepare, state
 from tests.vm.test_kernel_update import _install
 
@@ -92,3 +98,45 @@ def test_a_key_only_the_running_kernel_builds_in_is_refused_for_the_next_kernel(
         rc, out = modstage(node, "intake")
         assert rc == 0, out
         assert state(node).bundle("demo").pending is not None
+
+
+def test_a_mok_signs_for_the_next_kernel_on_a_secure_boot_node(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """The Secure Boot part of the module docstring."""
+    new = Kernel.named("6.12")
+    keys = tmp_path / "keys"
+    vendor = make_key(keys, "rsa2048", cn="enrolled vendor")
+    stranger = make_key(keys, "rsa2048", cn="stranger vendor")
+    built = kmod.build_modules(new)
+    enrolled_ko = kmod.sign(new, built["ms_exporter"], vendor, keys / "ms_exporter.ko")
+    stranger_ko = kmod.sign(new, built["ms_params"], stranger, keys / "ms_params.ko")
+    store = enroll(tmp_path / "vars.fd", mok=[vendor.cert_pem])
+    share = tmp_path / "state"
+    exports_cache.seed(share, new)
+    with SecureBootVm(share, vars_store=store, name="nextkeys-sb-6.1", kernel=kernel) as node:
+        node.start()
+        assert node.read("/sys/kernel/security/lockdown") == "none [integrity] confidentiality"
+        key_id = signer_key_id(enrolled_ko)
+        assert key_id is not None
+        assert "machine" in node.eval(f"sorted({RUNNING}.rings({key_id!r}))")
+        certs = {"vendor.pem": vendor.cert_pem.read_bytes(),
+                 "stranger.pem": stranger.cert_pem.read_bytes()}  # fmt: skip
+        prepare(node, certs)
+        _install(node, new)
+        drop(node, "enrolled", "1", new.release, [(enrolled_ko, "")])
+        drop(node, "stranger", "1", new.release, [(stranger_ko, "")])
+        said = modstage(node, "intake", timeout=900)[1]  # 6.12's files read over 9p
+        generation = state(node).bundle("enrolled").pending
+        assert generation is not None, said
+        assert state(node).bundle("enrolled").generations[generation].kernel == new.release
+        assert state(node).bundle("stranger").pending is None, said
+        out = modstage(node, "status", "--json")[1]
+        errors = json.loads(out)["bundles"]["stranger"]["errors"]
+        refused = [e for e in errors if "EKEYREJECTED" in e]
+        assert len(refused) == 1, (said, errors)
+        assert refused[0].startswith(
+            f"EKEYREJECTED: kernel {new.release} (module.sig_enforce=1 on the running"
+        )
+        assert "(stranger vendor): no keyring of the running kernel" in refused[0]
+        assert f"/boot/vmlinuz-{new.release} does not carry it" in refused[0]
