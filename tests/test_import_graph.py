@@ -16,6 +16,8 @@ from typing import Any
 import grimp
 import pytest
 
+from service.parser import VERBS
+
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 #: The verification packages, each held to its own layers by a contract in pyproject.toml.
@@ -137,3 +139,15 @@ def test_each_verification_package_keeps_its_layers_contract(
         if c.get("type") == "layers" and package in c.get("containers", ()) and c.get("layers")
     ]
     assert naming, f"{PYPROJECT}: no [[tool.importlinter.contracts]] of layers names {package}"
+
+
+def test_the_import_graph_shows_the_module_that_runs_each_command() -> None:
+    """Each command's row imports the module that runs it as a plain import statement (run
+    only when the command runs), so the import graph ``lint-imports`` checks has an edge
+    from ``service.parser`` to every command's module."""
+    graph = grimp.build_graph("service", "stager")
+    runners = {n: v.load().__module__ for n, v in VERBS.items() if v.load is not None}
+    assert runners["boot"] == "service.cmd.boot" and runners["stage"] == "stager.drop"
+    assert len(runners) == len(VERBS) - 1  # config alone is a group, not a command
+    for name, module in runners.items():
+        assert graph.direct_import_exists(importer="service.parser", imported=module), name

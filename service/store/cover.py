@@ -17,7 +17,11 @@ from service.store.state import BundleState, Generation, added
 def carried(bundle: BundleState, kernel: str) -> Generation | None:
     """The generation a boot into ``kernel`` loads when neither the pending nor the active
     one is for it: the newest retained one built for ``kernel`` that did not fail and that
-    no admin rolled back from. None when there is none."""
+    no admin rolled back from. None when there is none, and for a bundle with nothing active
+    (it has no driver on this node to keep: a state rebuilt after corruption remembers the
+    stored generations, and nothing is guessed from them)."""
+    if bundle.active is None:
+        return None
     own = (
         g
         for g in bundle.generations.values()

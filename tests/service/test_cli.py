@@ -100,17 +100,3 @@ def test_the_help_names_each_argument() -> None:
         "FILEs named together are judged as one bundle, in the order given (as intake and "
         "modprobe resolve them); a DIR is a drop, judged as its own bundle" in flat
     )
-
-
-def test_the_import_graph_shows_the_module_that_runs_each_command() -> None:
-    """Each command's row imports the module that runs it as a plain import statement (run
-    only when the command runs), so the import graph ``lint-imports`` checks has an edge
-    from ``service.parser`` to every command's module."""
-    import grimp
-
-    graph = grimp.build_graph("service", "stager")
-    runners = {n: v.load().__module__ for n, v in VERBS.items() if v.load is not None}
-    assert runners["boot"] == "service.cmd.boot" and runners["stage"] == "stager.drop"
-    assert len(runners) == len(VERBS) - 1  # config alone is a group, not a command
-    for name, module in runners.items():
-        assert graph.direct_import_exists(importer="service.parser", imported=module), name
