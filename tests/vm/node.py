@@ -17,6 +17,18 @@ from service.store.state import State
 from stager.drop import ModuleSpec, stage
 from tests.vm.harness import Vm
 
+#: the host config of a node under the GPU operator: the driver pod's incoming and status
+#: directories, its digest file, an admin's reboot without delay
+OPERATOR_CONFIG = """\
+incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
+[publish]
+status_dirs = ["/run/nvidia/modstage/status"]
+digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
+[reboot]
+backend = "none"
+min_delay = 0
+"""
+
 
 def prepare(vm: Vm, certificates: dict[str, bytes], config: str = "") -> None:
     """Install trusted certificates and config.toml in the guest's /etc/modstage."""

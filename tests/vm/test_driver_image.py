@@ -28,21 +28,13 @@ from buildimage.oci import read_archive
 from tests.kmod import SigningKey, cache_root, make_key
 from tests.vm.harness import VmFactory
 from tests.vm.harness.kernel import Kernel
+from tests.vm.node import OPERATOR_CONFIG as CONFIG
 from tests.vm.node import modstage, prepare, state, wait_until
 from tests.vm.operator import HERE
 from tests.vm.operator.image import placed
 
 pytestmark = [pytest.mark.vm, pytest.mark.nvidia, pytest.mark.kernels("6.1", "6.12")]
 DRIVER = "550.163.01-2"
-CONFIG = """\
-incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
-[publish]
-status_dirs = ["/run/nvidia/modstage/status"]
-digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
-[reboot]
-backend = "none"
-min_delay = 0
-"""
 
 
 @pytest.fixture(scope="session")

@@ -56,6 +56,7 @@ from service.store.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.harness.kernel import Kernel
+from tests.vm.node import OPERATOR_CONFIG as CONFIG
 from tests.vm.node import daemon_events, modstage, prepare, start_daemon, state, wait_until
 from tests.vm.operator import container_env, init_container, make_image, nvidia_driver
 from tests.vm.operator import startup_probe as probe_command
@@ -86,15 +87,6 @@ from tests.vm.operator.upgrade_controller import (
 )
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
-CONFIG = """\
-incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
-[publish]
-status_dirs = ["/run/nvidia/modstage/status"]
-digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
-[reboot]
-backend = "none"
-min_delay = 0
-"""
 FEATURES = "/etc/kubernetes/node-feature-discovery/features.d"
 STATE_FILE = "/run/nvidia/nvidia-driver.state"
 READY = "/run/nvidia/validations/.driver-ctr-ready"

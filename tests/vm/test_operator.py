@@ -73,6 +73,7 @@ from service.store.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.harness.kernel import Kernel
+from tests.vm.node import OPERATOR_CONFIG as CONFIG
 from tests.vm.node import daemon_events, live_modules, modstage, prepare, start_daemon, state
 from tests.vm.node import wait_until as _wait_until
 from tests.vm.operator import (
@@ -94,15 +95,6 @@ from tests.vm.operator.upgrade_controller import (
 )
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
-CONFIG = """\
-incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
-[publish]
-status_dirs = ["/run/nvidia/modstage/status"]
-digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
-[reboot]
-backend = "none"
-min_delay = 0
-"""
 NV = ("nvidia", "nvidia_modeset", "nvidia_uvm")
 # DRIVER_CONFIG_DIGEST per ClusterPolicy; "2.0-b" is v2 again after an install-irrelevant change
 DIGEST = {"1.0": "3520785164", "2.0": "1177712841", "2.0-b": "4025513990", "3.0": "2846122119"}

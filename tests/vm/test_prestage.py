@@ -28,6 +28,7 @@ from service.store.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, exports_cache, kmod
 from tests.vm.harness.kernel import Kernel
+from tests.vm.node import OPERATOR_CONFIG as CONFIG
 from tests.vm.node import drop, live_modules, modstage, prepare, state
 from tests.vm.operator import (
     NAMES,
@@ -41,15 +42,6 @@ from tests.vm.operator.image import driver_rootfs, placed
 from tests.vm.test_kernel_update import _host, _install, _publish
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1")]
-CONFIG = """\
-incoming_dirs = ["/var/lib/modstage/incoming", "/run/nvidia/modstage/incoming"]
-[publish]
-status_dirs = ["/run/nvidia/modstage/status"]
-digest_files = { nvidia = "/run/nvidia/nvidia-driver.state" }
-[reboot]
-backend = "none"
-min_delay = 0
-"""
 RUNNING_DIGEST = "3520785164"  # the operator's digest for the pool's 6.1 pod
 NEXT_DIGEST = "1626662984"  # for its 6.12 pod (a precompiled digest covers the kernel)
 
