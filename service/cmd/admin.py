@@ -211,6 +211,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             raise StateError(
                 f"generation {str(moved.pending)[:12]} is no longer in the store; stage it again"
             )
+        if verb in ("retry", "rollback"):
+            _refuse_uninstalled(layout, moved)
         return moved
 
     b = change(layout, args.bundle, how)
@@ -227,6 +229,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         running = None  # status says what cannot be read
     _report(args.bundle, b, what, args, out, running)
     return 0
+
+
+def _refuse_uninstalled(layout: Layout, bundle: BundleState) -> None:
+    """Refuse to make pending a generation built for a kernel that is not installed: no
+    boot could load it. Nothing is refused when no installed kernel can be read."""
+    gen = bundle.generations.get(bundle.pending) if bundle.pending else None
+    kernels = installed_releases(layout)
+    if gen is None or not kernels or gen.kernel in kernels:
+        return
+    raise StateError(
+        f"generation {gen.id[:12]} is built for kernel {gen.kernel}, which is not installed "
+        f"on this host (installed: {', '.join(sorted(kernels))}): no boot could load it"
+    )
 
 
 def _below_floor(layout: Layout, bundle: str, version: str) -> str:

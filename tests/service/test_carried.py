@@ -168,9 +168,37 @@ def test_rollback_takes_the_running_kernel_s_generation_and_says_which_boot_load
     capsys.readouterr()
     assert cli("rollback", *root, "demo")[0] == 1
     assert f"no earlier generation built for kernel {kernel}" in capsys.readouterr().err
+    host.modules_dir(OTHER).mkdir(parents=True)  # the old kernel is still installed
     code, out = cli("rollback", *root, "demo", x1[:12])
     assert code == 0, out
     assert f"loads at the next boot into kernel {OTHER} (running {kernel})" in out, out
+
+
+@pytest.mark.parametrize("verb", ["rollback", "retry"])
+def test_a_generation_for_a_kernel_no_longer_installed_is_refused(
+    host: Layout,
+    signed: dict[str, Path],
+    kernel: str,
+    capsys: pytest.CaptureFixture[str],
+    verb: str,
+) -> None:
+    """On the new kernel, with the old kernel removed: naming x1 (built for it) to
+    ``rollback``, or to ``retry`` once it failed, is refused (exit 1) naming its kernel and
+    the installed ones, and the bundle's record is unchanged: no boot could load it."""
+    root = ["--root", str(host.root)]
+    _y, x1, _x2 = update_staged_then_pending_slot_taken(host, signed, kernel)
+    assert cli("boot", *root)[0] == 0
+    if verb == "retry":
+        b = load(host.state).bundle("demo")
+        failed = replace(b.generations[x1], failed="ENOEXEC: boom")
+        save(host.state, State({"demo": replace(b, generations={**b.generations, x1: failed})}))
+    before = load(host.state)
+    capsys.readouterr()
+    assert cli(verb, *root, "demo", x1[:12])[0] == 1
+    err = capsys.readouterr().err
+    assert f"built for kernel {OTHER}, which is not installed on this host" in err, err
+    assert f"(installed: {kernel})" in err, err
+    assert load(host.state) == before
 
 
 def test_retention_keeps_the_newest_generation_of_each_installed_kernel(
