@@ -6,7 +6,8 @@ kernel X has nothing a boot into Y would load, so that boot is driver-less until
 Y is staged, and then a second reboot follows. The gate holds every reboot (the host's own
 reboot-required file as well as modstage's) while some bundle with a driver now has no
 generation for the next boot's kernel, so the driver for Y can be staged first and one
-reboot does both.
+reboot does both. Only a cover of ``ready`` releases a bundle; the gate's words say when
+its drop for Y arrived and waits to be judged, was refused, or an admin holds what it has.
 
 The hold is bounded: ``[kernel] hold_max`` seconds after kernel Y was installed (its image's
 change time: dpkg writes the file when it unpacks the package) the gate opens and the
@@ -19,12 +20,14 @@ and in kured's log. ``hold_max = 0`` never holds. A next kernel modstage cannot 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.config import Config
 from service.kernel.nextboot import next_kernel
 from service.layout import Layout
+from service.store.arrivals import next_covers
 from service.store.cover import next_kernel_cover
 from service.store.state import State
 
@@ -45,6 +48,8 @@ class Gate:
     since: float
     until: float
     now: float
+    # each bundle's cover (:func:`~service.store.cover.next_kernel_cover`), by name
+    covers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
@@ -59,10 +64,12 @@ class Gate:
     def line(self) -> str:
         """What the gate says, in the words plain status and kured's log both show."""
         names = ", ".join(self.bundles)
+        whys = [w for b in self.bundles if (w := _why(b, self.covers.get(b), self.kernel))]
+        why = "".join(f"{w}; " for w in whys)
         if self.holds:
             return (
                 f"held: the next boot runs kernel {self.kernel} and {names} has no generation "
-                f"for it (a driver for {self.kernel} staged and accepted lifts the hold; "
+                f"for it ({why}a driver for {self.kernel} staged and accepted lifts the hold; "
                 f"[kernel] hold_max ends it at {_iso(self.until)}, then {names} boots "
                 "without its driver)"
             )
@@ -72,15 +79,28 @@ class Gate:
         )
 
 
-def uncovered(state: State, release: str) -> list[str]:
+def _why(bundle: str, cover: str | None, kernel: str) -> str | None:
+    """What a held bundle's cover adds to the gate's words (None: nothing)."""
+    return {
+        "waiting": f"{bundle}'s drop for {kernel} arrived and waits to be judged",
+        "refused": f"{bundle}'s newest drop for {kernel} was refused",
+        "held": f"{bundle}'s generation for {kernel} is held by an admin",
+    }.get(cover or "")
+
+
+def uncovered(
+    state: State, release: str, covers: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The bundles that have an active generation and none a boot into kernel ``release``
-    would load (:func:`~service.store.cover.next_kernel_cover` is not
-    ``ready``); a bundle with nothing active has nothing to lose."""
-    return [
-        name
-        for name, b in sorted(state.bundles.items())
-        if b.active is not None and next_kernel_cover(b, release) != "ready"
-    ]
+    would load, with their cover (``covers``, else
+    :func:`~service.store.cover.next_kernel_cover` from the state alone; only ``ready``
+    releases); a bundle with nothing active has nothing to lose."""
+    out = {}
+    for name, b in sorted(state.bundles.items()):
+        cover = (covers or {}).get(name) or next_kernel_cover(b, release)
+        if b.active is not None and cover != "ready":
+            out[name] = cover
+    return out
 
 
 def installed_at(layout: Layout, release: str, now: float) -> float:
@@ -101,8 +121,10 @@ def gate_for(layout: Layout, config: Config, state: State, running: str, now: fl
     found = next_kernel(layout, config.kernel.next)
     if found.release is None or found.release == running:
         return None
-    bundles = uncovered(state, found.release)
+    covers = next_covers(layout, config, state, found.release)
+    bundles = uncovered(state, found.release, covers)
     if not bundles:
         return None
     since = installed_at(layout, found.release, now)
-    return Gate(found.release, tuple(bundles), since, since + config.kernel.hold_max, now)
+    until = since + config.kernel.hold_max
+    return Gate(found.release, tuple(bundles), since, until, now, bundles)

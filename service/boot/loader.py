@@ -123,7 +123,7 @@ class Boot:
                     log.info("memory.handed_over", auto_online_blocks="offline")
             self._saved = False
             choices = [
-                choose(n, b, self.release, self.config.max_boot_attempts)
+                choose(n, b, self.release, self.config.max_boot_attempts, self._floor(n))
                 for n, b in state.bundles.items()
             ]
             after = {c.bundle: self._after(c.generation) for c in choices if c.generation}
@@ -167,7 +167,7 @@ class Boot:
             return self._save(
                 state, name, bundle.other_kernel(why), errors=[why], generation=bundle.active
             )
-        carried = carried_for(state.bundle(name), self.release)
+        carried = carried_for(state.bundle(name), self.release, self._floor(name))
         if carried is not None and carried.id == gid:  # plan.choose took it for this kernel
             bound.info("generation.carried", generation=gid, kernel=self.release, note=choice.note)
         booting = state.bundle(name).booting(gid, carried.id if carried else None)
@@ -216,6 +216,10 @@ class Boot:
             except ManifestError as exc:
                 raise BootError(f"the generation's manifest is invalid: {exc}") from exc
         return self._manifests[generation]
+
+    def _floor(self, bundle: str) -> str | None:
+        """The bundle's ``[bundles] min_version``: no generation below it is carried."""
+        return self.config.bundle_policy(bundle).min_version
 
     def _after(self, generation: str) -> tuple[str, ...]:
         try:

@@ -24,14 +24,17 @@ class Choice:
     note: str = ""
 
 
-def choose(name: str, bundle: BundleState, kernel: str, max_attempts: int) -> Choice:
+def choose(
+    name: str, bundle: BundleState, kernel: str, max_attempts: int, floor: str | None = None
+) -> Choice:
     """The pending generation if it targets ``kernel``, has attempts left and the bundle is
     not held by an admin, else the active one (the last known good); when neither is for
     ``kernel``, the one carried for it (:func:`service.store.cover.carried`: staged for a kernel
     update before a later drop took the pending slot, or the last one of a kernel booted
-    back into), unless held."""
+    back into), unless held, and never one whose version orders below ``floor`` (the
+    bundle's ``min_version`` now)."""
     choice = _choose(name, bundle, kernel, max_attempts)
-    carried = carried_for(bundle, kernel)
+    carried = carried_for(bundle, kernel, floor)
     if choice.generation is not None or bundle.held or carried is None:
         return choice
     note = f"carried {carried.id[:12]} ({carried.version}) built for kernel {kernel}"

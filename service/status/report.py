@@ -217,6 +217,8 @@ class RebootReport:
     next_kernel: str | None = None
     # bundles with an active generation and none for the next kernel: without a driver there
     driverless: tuple[str, ...] = ()
+    # each of them with its cover: waiting, refused, held or none (service.store.cover)
+    covers: Mapping[str, str] = field(default_factory=dict)
     # a wanted reboot waits for them (``--reboot-required`` exits 4) until ``hold_until``
     held: bool = False
     hold_until: str | None = None

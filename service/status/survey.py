@@ -374,6 +374,7 @@ def _with_answer(report: RebootReport, answer: required.Answer) -> RebootReport:
         unknown=answer.unknown,
         next_kernel=gate.kernel,
         driverless=gate.bundles,
+        covers=dict(gate.covers),
         held=answer.held,
         hold_until=iso(gate.until),
         gate=gate.line(),

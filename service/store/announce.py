@@ -10,7 +10,9 @@ with a letter or digit):
 * ``running_kernel``, ``next_kernel`` (None: ``next_kernel_unknown`` says why) and how it
   was decided (:mod:`service.kernel.nextboot`), ``installed`` (the installed kernels' releases);
 * ``bundles``: per bundle, ``next``: ``ready`` (a boot into the next kernel loads it),
-  ``held`` (only a generation an admin holds is for it), ``none`` (nothing is);
+  ``waiting`` (a drop for it arrived and is not judged yet), ``refused`` (the newest drop
+  for it was refused), ``held`` (only a generation an admin holds is for it), ``none``
+  (nothing is), in that precedence (:func:`~service.store.cover.next_kernel_cover`);
 * ``written``: when (epoch seconds).
 
 It is written with every status mirror (intake, boot, the admin's verbs) and by the daemon's
@@ -31,8 +33,9 @@ from service.kernel.installed import installed
 from service.kernel.nextboot import NextKernel, next_kernel
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.cover import next_kernel_cover, would_load
-from service.store.state import BundleState, State
+from service.store.arrivals import next_covers
+from service.store.cover import would_load
+from service.store.state import State
 from stager.atomic import write_atomic
 
 HOST_FILE = "_host.json"
@@ -40,8 +43,11 @@ SCHEMA = 1
 log = get_logger("modstage.announce")
 
 
-def host_doc(layout: Layout, state: State, found: NextKernel) -> dict[str, Any]:
-    """The announcement from the host's files, ``state`` and the next kernel ``found``."""
+def host_doc(
+    layout: Layout, state: State, found: NextKernel, config: Config | None = None
+) -> dict[str, Any]:
+    """The announcement from the host's files, ``state``, the next kernel ``found`` and
+    ``config`` (the bundles' ``min_version``, the incoming directories; None: defaults)."""
     try:
         running: str | None = layout.kernel_release()
     except OSError:
@@ -54,21 +60,29 @@ def host_doc(layout: Layout, state: State, found: NextKernel) -> dict[str, Any]:
         "next_kernel_how": found.how.value if release else None,
         "next_kernel_unknown": found.unknown,
         "installed": [k.release for k in installed(layout)],
-        "bundles": {name: _cover(b, release) for name, b in sorted(state.bundles.items())},
+        "bundles": _covers(layout, config, state, release),
         "written": round(time.time(), 3),
     }
 
 
-def _cover(bundle: BundleState, release: str | None) -> dict[str, Any]:
-    """One bundle's entry: ``next`` (ready, held, none, unknown) and, when ready, the
-    ``next_generation`` and ``next_version`` a boot into ``release`` brings up."""
+def _covers(
+    layout: Layout, config: Config | None, state: State, release: str | None
+) -> dict[str, dict[str, Any]]:
+    """Each bundle's entry: ``next`` (:data:`~service.store.cover.COVERS`, or ``unknown``)
+    and, when ready, the ``next_generation`` and ``next_version`` a boot into ``release``
+    brings up."""
     if not release:
-        return {"next": "unknown"}
-    entry: dict[str, Any] = {"next": next_kernel_cover(bundle, release)}
-    gen = would_load(bundle, release)
-    if gen is not None:
-        entry.update(next_generation=gen.id, next_version=gen.version)
-    return entry
+        return {name: {"next": "unknown"} for name in sorted(state.bundles)}
+    config = config if config is not None else Config()
+    covers = next_covers(layout, config, state, release)
+    out: dict[str, dict[str, Any]] = {}
+    for name, bundle in sorted(state.bundles.items()):
+        entry: dict[str, Any] = {"next": covers[name]}
+        floor = config.bundle_policy(name).min_version
+        if (gen := would_load(bundle, release, floor)) is not None:
+            entry.update(next_generation=gen.id, next_version=gen.version)
+        out[name] = entry
+    return out
 
 
 def announce(
@@ -77,7 +91,7 @@ def announce(
     """Write ``_host.json`` into the status directory and each ``[publish] status_dirs``;
     the files written (a failure is logged)."""
     found = found if found is not None else next_kernel(layout, config.kernel.next)
-    doc = host_doc(layout, state, found)
+    doc = host_doc(layout, state, found, config)
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     written = []
     for directory in (layout.status, *(layout.host(d) for d in config.publish.status_dirs)):

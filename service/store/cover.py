@@ -11,15 +11,19 @@ the active generation built for the newer one. :func:`carried` is what such a bo
 
 from __future__ import annotations
 
+from service.kernel.installed import compare_versions
 from service.store.state import BundleState, Generation, added
 
 
-def carried(bundle: BundleState, kernel: str) -> Generation | None:
+def carried(bundle: BundleState, kernel: str, floor: str | None = None) -> Generation | None:
     """The generation a boot into ``kernel`` loads when neither the pending nor the active
-    one is for it: the newest retained one built for ``kernel`` that did not fail and that
-    no admin rolled back from. None when there is none, and for a bundle with nothing active
-    (it has no driver on this node to keep: a state rebuilt after corruption remembers the
-    stored generations, and nothing is guessed from them)."""
+    one is for it: the newest retained one built for ``kernel`` that did not fail, that no
+    admin rolled back from and whose version does not order below ``floor`` (the bundle's
+    ``[bundles] min_version`` now: a floor set after it was taken in keeps it from coming
+    back by itself; an admin's rollback below the floor is the pending generation, not a
+    carried one). None when there is none, and for a bundle with nothing active (it has no
+    driver on this node to keep: a state rebuilt after corruption remembers the stored
+    generations, and nothing is guessed from them)."""
     if bundle.active is None:
         return None
     own = (
@@ -27,15 +31,16 @@ def carried(bundle: BundleState, kernel: str) -> Generation | None:
         for g in bundle.generations.values()
         if g.kernel == kernel and not g.failed and not g.rolled_back
         if g.id not in (bundle.active, bundle.pending)
+        if floor is None or compare_versions(g.version, floor) >= 0
     )
     return max(own, key=added, default=None)
 
 
-def would_load(bundle: BundleState, release: str) -> Generation | None:
+def would_load(bundle: BundleState, release: str, floor: str | None = None) -> Generation | None:
     """The generation a boot into kernel ``release`` would bring up (None: nothing): the
     pending one if it is for ``release``, not failed and not held by an admin, else the
     active one if it is for ``release``, else the one :func:`carried` for it (not while
-    held). The boot's own choice, which also counts attempts, is
+    held; ``floor`` as for :func:`carried`). The boot's own choice, which also counts attempts, is
     :func:`service.boot.plan.choose`."""
 
     def usable(gen: str | None) -> Generation | None:
@@ -48,15 +53,45 @@ def would_load(bundle: BundleState, release: str) -> Generation | None:
     active = usable(bundle.active)
     if active is not None:
         return active
-    return None if bundle.held else carried(bundle, release)
+    return None if bundle.held else carried(bundle, release, floor)
 
 
-def next_kernel_cover(bundle: BundleState, release: str) -> str:
-    """Whether a boot into kernel ``release`` would load ``bundle``: ``ready``
-    (:func:`would_load` names a generation), ``held`` (only what an admin's hold keeps back
-    is for it), ``none`` (nothing is)."""
-    if would_load(bundle, release) is not None:
+#: the covers, by precedence: the first that holds is the one reported
+COVERS = ("ready", "waiting", "refused", "held", "none")
+
+
+def next_kernel_cover(
+    bundle: BundleState,
+    release: str,
+    *,
+    floor: str | None = None,
+    arrived: bool = False,
+    refused_at: float | None = None,
+) -> str:
+    """Whether a boot into kernel ``release`` would load ``bundle``, the first that holds:
+
+    * ``ready``: :func:`would_load` names a generation (``floor``: the bundle's
+      ``min_version``, as for :func:`carried`);
+    * ``waiting``: ``arrived``, a drop of the bundle built for ``release`` sits in an
+      incoming directory, not judged yet (being taken in, or waiting there: an admin's hold,
+      the kernel's module tree not installed yet); its verdict comes after any refusal;
+    * ``refused``: the newest drop for ``release`` was refused: ``refused_at``, when the
+      newest refused drop for it was refused (its quarantine record,
+      :func:`service.store.quarantine.refused_at`), is later than every generation for
+      ``release`` the bundle remembers was taken in; the driver pod that made it has to act,
+      whatever an admin holds;
+    * ``held``: only what an admin's hold keeps back is for it;
+    * ``none``: nothing is.
+    """
+    if would_load(bundle, release, floor) is not None:
         return "ready"
+    if arrived:
+        return "waiting"
+    if refused_at is not None and all(
+        g.added < refused_at for g in bundle.generations.values() if g.kernel == release
+    ):
+        return "refused"
     gen = bundle.generations.get(bundle.pending) if bundle.pending else None
     usable = gen is not None and gen.kernel == release and not gen.failed
-    return "held" if usable or (bundle.held and carried(bundle, release)) else "none"
+    held = usable or (bundle.held and carried(bundle, release, floor))
+    return "held" if held else "none"

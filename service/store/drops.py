@@ -101,9 +101,13 @@ class Drops:
             return
         log.debug("drop.removed", drop=drop.name, why=why)
 
-    def quarantine(self, drop: Path, bundle: str | None, reasons: list[str]) -> None:
-        """Move ``drop`` to the quarantine; one that stays where it is becomes stuck."""
-        record = quarantine.put(self.layout, drop, bundle, reasons, self.config.limits, self.tick)
+    def quarantine(
+        self, drop: Path, bundle: str | None, reasons: list[str], kernel: str | None = None
+    ) -> None:
+        """Move ``drop`` (built for ``kernel``, when its manifest was read) to the
+        quarantine; one that stays where it is becomes stuck."""
+        limits = self.config.limits
+        record = quarantine.put(self.layout, drop, bundle, reasons, limits, self.tick, kernel)
         if record.left is not None:
             self._stuck(drop, reasons[0] if reasons else "could not be removed")
 

@@ -169,9 +169,9 @@ class Intake:
         try:
             manifest = self._manifest(drop)
             bundle = manifest.bundle
-            carried = Carried(manifest.version, manifest.digest)
+            carried = Carried(manifest.version, manifest.digest, kernel=manifest.kernel)
             digest = self._digest(drop)
-            carried = Carried(manifest.version, manifest.digest, digest)
+            carried = Carried(manifest.version, manifest.digest, digest, manifest.kernel)
             held = load(self.layout.state).bundle(bundle)
             # before any check that could refuse it: a hold never loses a drop
             if (wait := _behind_admin(bundle, held, manifest.digest)) is not None:

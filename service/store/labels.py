@@ -11,8 +11,8 @@ brought the active generation back ``<bundle>.rejected`` (the drop's short reaso
 drop is accepted), and while an admin holds it ``<bundle>.held``. For the host:
 ``kernel.next``, the kernel the next boot runs (as a label value: ``+`` becomes ``-``), and
 when that is another kernel than the running one, per bundle ``<bundle>.next``: ``ready``,
-``held`` or ``none`` (:func:`~service.store.cover.next_kernel_cover`), so a
-pre-staging job can select the nodes that still need a driver. Keys and values keep to
+``waiting``, ``refused``, ``held`` or ``none`` (:func:`~service.store.cover.next_kernel_cover`),
+so a pre-staging job can select the nodes that still need a driver. Keys and values keep to
 the Kubernetes label syntax; the file is rewritten whole through the one crash-safe write
 (a dot-file, then a rename), so a removed bundle's labels go with the next write.
 """
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
-from service.config import NodeLabels
+from service.config import Config, NodeLabels
 from service.layout import Layout
+from service.store.arrivals import next_covers
 from service.store.cover import next_kernel_cover
 from service.store.state import BundleState, State
 from stager.atomic import write_atomic
@@ -74,12 +76,17 @@ def bundle_labels(name: str, bundle: BundleState) -> dict[str, str]:
 
 
 def render(
-    state: State, prefix: str, next_kernel: str | None = None, running: str | None = None
+    state: State,
+    prefix: str,
+    next_kernel: str | None = None,
+    running: str | None = None,
+    covers: Mapping[str, str] | None = None,
 ) -> bytes:
     """The feature file: one ``prefix/name=value`` a line, bundles by name, at most
     :data:`MAX_FILE_BYTES` (bundles that do not fit are left out and said to be);
     ``next_kernel``: the kernel the next boot runs (None: unknown), ``running`` the running
-    one."""
+    one, ``covers`` each bundle's cover for it (:func:`~service.store.arrivals.next_covers`;
+    None or a bundle it lacks: from its state alone)."""
     head = b"# written by modstage: each bundle's phase and versions (do not edit)\n"
     lines = [head]
     if next_kernel is not None:
@@ -89,7 +96,8 @@ def render(
     for name, bundle in sorted(state.bundles.items()):
         labels = bundle_labels(name, bundle)
         if update and next_kernel is not None:
-            labels[_name(name, "next")] = next_kernel_cover(bundle, next_kernel)
+            cover = (covers or {}).get(name) or next_kernel_cover(bundle, next_kernel)
+            labels[_name(name, "next")] = cover
         chunk = "".join(f"{prefix}/{k}={v}\n" for k, v in labels.items())
         if size + len(chunk) + 64 > MAX_FILE_BYTES:
             lines.append(f"{prefix}/labels.truncated=true\n".encode())
@@ -110,11 +118,17 @@ def features_file(layout: Layout) -> Path:
 
 
 def write_labels(
-    layout: Layout, labels: NodeLabels, state: State, next_kernel: str | None = None
+    layout: Layout,
+    labels: NodeLabels,
+    state: State,
+    next_kernel: str | None = None,
+    config: Config | None = None,
 ) -> Path | None:
     """Rewrite the feature file from ``state`` (and the next boot's kernel) when enabled and
     ``features.d`` exists; unchanged contents are not written again. Returns the file
-    written, else None."""
+    written, else None. The covers take the bundles' ``min_version`` and incoming
+    directories from ``config`` (None: ``config.toml`` as boot reads it, defaults for what
+    is invalid)."""
     path = features_file(layout)
     if not labels.enabled or not path.parent.is_dir():
         return None
@@ -122,7 +136,11 @@ def write_labels(
         running: str | None = layout.kernel_release()
     except OSError:
         running = None
-    data = render(state, labels.prefix, next_kernel, running)
+    covers = None
+    if next_kernel is not None and next_kernel != running:
+        config = config if config is not None else Config.salvage(layout.config)[0]
+        covers = next_covers(layout, config, state, next_kernel)
+    data = render(state, labels.prefix, next_kernel, running, covers)
     try:
         if path.read_bytes() == data:
             return None

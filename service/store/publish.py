@@ -136,7 +136,7 @@ def mirror_status(layout: Layout, config: Config, state: State | None = None) ->
             return
     found = next_kernel(layout, config.kernel.next)
     try:
-        if written := write_labels(layout, config.node_labels, state, found.release):
+        if written := write_labels(layout, config.node_labels, state, found.release, config):
             log.info("labels.written", path=str(written))
     except OSError as exc:
         log.error("labels.write_failed", error=str(exc))

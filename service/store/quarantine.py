@@ -2,9 +2,10 @@
 
 A rejected drop is moved, by one rename, from ``incoming/`` to
 ``quarantine/<drop name>/`` (root only, out of the container's reach), beside a
-record ``quarantine/<drop name>.json`` saying which bundle it claimed and why it
-was refused. Only the newest ``limits.quarantine_drops`` drops are kept, holding
-at most ``limits.quarantine_bytes`` together: older ones go first; a drop that
+record ``quarantine/<drop name>.json`` saying which bundle it claimed, the kernel its
+manifest targets (when it was read) and why it was refused (:func:`refused_at` gives the
+next kernel's cover its ``refused``). Only the newest ``limits.quarantine_drops`` drops
+are kept, holding at most ``limits.quarantine_bytes`` together: older ones go first; a drop that
 cannot be measured (too deep, too many entries) keeps its record but loses its
 contents at once.
 
@@ -20,7 +21,7 @@ import errno
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from service.logs import get_logger
 from service.store.dropfs import RemoveError, Tick, copy_tree, remove_tree, tree_size
 from stager.atomic import write_atomic
 from stager.paths import parse_drop_name
-from stager.record import RecordError, dump, load
+from stager.record import RecordError, dump, is_none, load, spec
 from stager.shown import bounded, shown
 
 log = get_logger("modstage.quarantine")
@@ -49,6 +50,8 @@ class Record:
     kept: bool  # its contents are under quarantine/<drop>
     left: str | None = None  # where it stays when it could be neither moved nor removed
     size: int = 0  # bytes its kept contents take
+    # the kernel its manifest targets (absent: the manifest was not read)
+    kernel: str | None = field(default=None, metadata=spec(omit=is_none))
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``status --json`` and the record file show it."""
@@ -70,8 +73,10 @@ def put(
     reasons: list[str] | tuple[str, ...],
     limits: Limits,
     tick: Tick | None = None,
+    kernel: str | None = None,
 ) -> Record:
-    """Move ``drop`` into the quarantine (or remove it, or leave it), record why, prune.
+    """Move ``drop`` into the quarantine (or remove it, or leave it), record why (and the
+    ``kernel`` its manifest targets, when it was read), prune.
 
     Never raises for what the drop is; an ``OSError`` of the quarantine itself (a full
     disk) is logged and the drop is removed instead, as before there was a quarantine.
@@ -93,7 +98,8 @@ def put(
     if kept:
         measured = tree_size(where, drop.name, max_entries=limits.max_tree_entries)
         size = measured if measured is not None else limits.quarantine_bytes + 1
-    record = Record(drop.name, bundle, tuple(bounded(list(reasons))), time.time(), kept, left, size)
+    why = tuple(bounded(list(reasons)))
+    record = Record(drop.name, bundle, why, time.time(), kept, left, size, kernel)
     try:
         prune(layout, limits, tick, adding=record)
     except OSError as exc:
@@ -218,3 +224,9 @@ def _orphans(
         if parse_drop_name(name) and name not in recorded and name != adding:
             with contextlib.suppress(RemoveError):
                 remove_tree(layout.quarantine, name, max_entries=limits.max_tree_entries, tick=tick)
+
+
+def refused_at(found: list[Record], bundle: str, kernel: str) -> float | None:
+    """When the newest drop of ``bundle`` for ``kernel`` among the records ``found``
+    (:func:`records`) was refused; None: none is recorded."""
+    return max((r.at for r in found if r.bundle == bundle and r.kernel == kernel), default=None)

@@ -56,6 +56,7 @@ class Carried:
     version: str | None = None  # its manifest's
     generation: str | None = None  # the id its manifest would have had
     digest: str | None = None  # the config digest it carried
+    kernel: str | None = None  # the release its manifest targets (its quarantine record's)
 
 
 def reject(
@@ -98,7 +99,7 @@ def reject(
             pass
         except (OSError, ServiceError) as exc:  # a full disk, a corrupt state: logged
             log.error("status.unwritable", bundle=bundle, error=shown(exc))
-    drops.quarantine(drop, bundle, shown_reasons)
+    drops.quarantine(drop, bundle, shown_reasons, carried.kernel if carried else None)
     return Outcome(drop, bundle, None, False, tuple(shown_reasons))
 
 

@@ -254,7 +254,7 @@ def test_the_next_kernel_s_gate_holds_a_wanted_reboot_until_its_bound() -> None:
     with a pending generation for NEXT is covered; one held by an admin is not (its pending
     generation would not load); a bundle with nothing active has nothing to lose."""
     state = State({"nvidia": active()})
-    assert uncovered(state, NEXT) == ["nvidia"] and uncovered(state, KERNEL) == []
+    assert uncovered(state, NEXT) == {"nvidia": "none"} and uncovered(state, KERNEL) == {}
     gate = Gate(NEXT, ("nvidia",), since=100.0, until=200.0, now=150.0)
     kw = {"kernel": KERNEL, "boot_id": BOOT, "backend": "kured"}
     held = decide(state, host_file="/var/run/reboot-required", gate=gate, **kw)  # type: ignore[arg-type]
@@ -274,10 +274,10 @@ def test_the_next_kernel_s_gate_holds_a_wanted_reboot_until_its_bound() -> None:
     assert (quiet.required, quiet.held, quiet.gate) == (False, False, gate)  # said, not held
     covered = active().with_generation(Generation(NEW, "2.0", NEXT, added=2.0))
     covered = covered.move(Phase.PENDING, pending=NEW)
-    assert uncovered(State({"nvidia": covered}), NEXT) == []
-    assert uncovered(State({"nvidia": replace(covered, held=True)}), NEXT) == ["nvidia"]
+    assert uncovered(State({"nvidia": covered}), NEXT) == {}
+    assert uncovered(State({"nvidia": replace(covered, held=True)}), NEXT) == {"nvidia": "held"}
     fresh = BundleState().with_generation(Generation(NEW, "2.0", KERNEL, added=2.0))
-    assert uncovered(State({"new": fresh.move(Phase.PENDING, pending=NEW)}), NEXT) == []
+    assert uncovered(State({"new": fresh.move(Phase.PENDING, pending=NEW)}), NEXT) == {}
 
 
 def test_a_held_reboot_exits_4_with_the_gate_s_words(
