@@ -20,7 +20,8 @@ the pod sleeps it reads the host's announcement (``status/_host.json``) every
 update was installed) and the host has no ``nvidia`` generation for it, the pod stages the
 image's modules for that kernel, once; the host judges them against that kernel's own files
 and holds the reboot until it has (:mod:`service.gate`). A kernel the image does not carry,
-and a refusal, are said in the pod's log.
+and a refusal, are said in the pod's log. ``init`` also stages, once, for each other kernel
+the host announces as installed that the image carries (:mod:`stager.installed`).
 
 Settings come from the image's environment (see :class:`Settings`). Standard library only.
 """
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from stager.atomic import write_atomic
 from stager.errors import StagerError
+from stager.installed import stage_installed
 from stager.wait import EXIT_ACTIVE, Target, read_status, wait_for
 
 if TYPE_CHECKING:
@@ -168,11 +170,12 @@ class Driver:
         s = self.settings
         s.ready_file.unlink(missing_ok=True)
         loaded = loaded_version(s.sys_dir)
+        running = self.running_kernel or os.uname().release
         if loaded == s.version:
             self.finish()
+            stage_installed(self, running)
             (forever or self.sleep_until_term)()
             return 0
-        running = self.running_kernel or os.uname().release
         if s.kernel != running:
             carried = ", ".join(s.carried()) or "none"
             raise StagerError(
@@ -186,6 +189,7 @@ class Driver:
                 f"{carried}): use an image that carries {running}"
             )
         shown = "no nvidia driver" if loaded is None else f"nvidia {loaded or '(no version)'}"
+        stage_installed(self, running)  # first: the running kernel's drop keeps the pending slot
         self.say(f"{shown} loaded; staging nvidia {s.version} for the host to load at boot")
         code = self.stage_and_wait()
         if code != EXIT_ACTIVE:
@@ -200,7 +204,7 @@ class Driver:
         (forever or self.sleep_until_term)()
         return 0
 
-    def _stage(self, kernel: str, module_dir: Path) -> Path:
+    def stage_for(self, kernel: str, module_dir: Path) -> Path:
         """Stage the bundle for ``kernel`` from ``module_dir``; the drop."""
         from stager.drop import ModuleSpec, stage
 
@@ -227,7 +231,7 @@ class Driver:
 
         s = self.settings
         self._wait_for_host(s.modstage_dir / "incoming")
-        drop = self._stage(s.kernel, s.module_dir)
+        drop = self.stage_for(s.kernel, s.module_dir)
         generation = Manifest.read(drop).digest
         self.say(f"staged {drop.name} (generation {generation[:12]}); waiting for the host")
         status = s.modstage_dir / "status" / "nvidia.json"
@@ -298,7 +302,7 @@ class Driver:
                     "that reboot for a while; stage an image that carries it"
                 )
             return None
-        drop = self._stage(release, module_dir)
+        drop = self.stage_for(release, module_dir)
         self.next_staged[release] = drop.name
         self.say(
             f"the next boot runs kernel {release}: staged {drop.name} for it (the host "
