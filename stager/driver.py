@@ -272,8 +272,8 @@ class Driver:
 
     def next_kernel(self) -> str | None:
         """Stage for the kernel the next boot runs when the host announces one it has no
-        ``nvidia`` generation of this image's version for and this image carries it (once
-        per kernel); say once
+        ``nvidia`` generation of this image's version for, no drop for it waiting to be
+        judged (cover ``waiting``), and this image carries it (once per kernel); say once
         when the image does not carry it, and when the host refused what was staged. The
         drop staged, if any."""
         s = self.settings
@@ -285,9 +285,10 @@ class Driver:
             cover, version = entry.get("next"), entry.get("next_version")
         except (OSError, ValueError, AttributeError):
             return None  # an older host, or none yet: nothing announced
-        # ready with another version: an older build carried for that kernel would load
+        # ready with another version: an older build carried for that kernel would load;
+        # waiting: a drop for it (a restarted pod's predecessor's) is not judged yet
         current = cover == "ready" and version in (None, s.version)
-        if not isinstance(release, str) or release == running or current:
+        if not isinstance(release, str) or release == running or current or cover == "waiting":
             return None
         if release in self.next_staged:
             self._refused(release)

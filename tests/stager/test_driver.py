@@ -281,6 +281,21 @@ def test_the_pod_stages_its_own_version_over_an_older_one_carried_for_the_next_k
     assert name is not None and [d.name for d in incoming.iterdir()] == [name]
 
 
+def test_a_restarted_pod_stages_nothing_while_a_drop_for_the_next_kernel_waits(
+    root: Path,
+) -> None:
+    """The host says ``waiting`` for NEXT (a drop for it, its predecessor's, is not judged
+    yet): the pod stages nothing until the host's cover changes; ``refused``: it stages."""
+    _carry(root, NEXT)
+    driver, _out = _driver(root)
+    incoming = root / "run/nvidia/modstage/incoming"
+    _announce(root, NEXT, cover="waiting")
+    assert driver.next_kernel() is None and list(incoming.iterdir()) == []
+    _announce(root, NEXT, cover="refused")
+    name = driver.next_kernel()
+    assert name is not None and [d.name for d in incoming.iterdir()] == [name]
+
+
 def test_a_kernel_the_image_lacks_and_a_refusal_are_said_once(root: Path) -> None:
     """The image carries only KERNEL: the pod says once that it has no modules for NEXT and
     stages nothing. For an image carrying NEXT whose drop the host refused, the pod says the
