@@ -3,16 +3,23 @@ no generation below the bundle's current ``min_version`` is carried or called re
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from service.boot.plan import choose
+from service.cli import main
 from service.config import Config
 from service.gate import Gate, uncovered
 from service.layout import Layout
 from service.store.arrivals import arrivals, next_covers
 from service.store.cover import carried, next_kernel_cover, would_load
+from service.store.labels import write_labels
 from service.store.phase import Phase
+from service.store.publish import mirror_status
 from service.store.state import BundleState, Generation, State
 from service.store.statefile import load, save
 from stager.drop import ModuleSpec, stage
@@ -142,3 +149,37 @@ def test_the_boot_loads_no_carried_generation_below_the_floor(
     boot_with(host, FakeKernel(), bundles=floor).run()
     assert load(host.state).bundle("demo").phase is Phase.OTHER_KERNEL
     assert not (host.sys / "module/ms_exporter").exists()
+
+
+def test_a_waiting_drop_shows_in_status_the_announcement_and_the_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a kernel update to NEXT with nvidia active on the running kernel and a drop of
+    nvidia for NEXT in incoming: ``--reboot-required`` still holds (exit 4) and says the drop
+    waits to be judged, plain status says it on its reboot line, ``--json`` gives
+    ``reboot.covers`` ``{"nvidia": "waiting"}``, and ``_host.json`` and the node labels say
+    ``waiting``, also written without the config at hand (the daemon's scan)."""
+    from tests.service.test_reboot_required import NEXT as UPDATE
+    from tests.service.test_reboot_required import active, updated
+
+    layout = updated(tmp_path, State({"nvidia": active()}))
+    write_drop(layout.incoming, "nvidia", UPDATE)
+    features = layout.host("/etc/kubernetes/node-feature-discovery/features.d")
+    features.mkdir(parents=True)
+    root = ["--root", str(layout.root)]
+    code = main(["status", *root, "--reboot-required"], sys.stdout)
+    out = capsys.readouterr().out
+    assert code == 4, out
+    assert f"nvidia's drop for {UPDATE} arrived and waits to be judged" in out
+    main(["status", *root], sys.stdout)
+    assert "arrived and waits to be judged" in capsys.readouterr().out
+    main(["status", *root, "--json"], sys.stdout)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["reboot"]["covers"] == {"nvidia": "waiting"}
+    mirror_status(layout, Config.load(layout.config))
+    host_file = json.loads((layout.status / "_host.json").read_bytes())
+    assert host_file["bundles"]["nvidia"] == {"next": "waiting"}
+    assert "modstage.io/nvidia.next=waiting" in (features / "modstage").read_text()
+    (features / "modstage").unlink()  # as the daemon's scan writes them: no config passed
+    write_labels(layout, Config().node_labels, load(layout.state), UPDATE)
+    assert "modstage.io/nvidia.next=waiting" in (features / "modstage").read_text()
