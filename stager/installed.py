@@ -21,14 +21,40 @@ host would refuse it: ``modstage retry`` brings it back).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stager.statusfile import StatusFile
 from stager.wait import EXIT_ACTIVE, EXIT_OTHER_KERNEL, Target, read_status, wait_for
 
-if TYPE_CHECKING:
-    from stager.driver import Driver
+
+class Image(Protocol):
+    """What the driver image tells (:class:`stager.driver.Settings`)."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def modstage_dir(self) -> Path: ...
+    @property
+    def host_file(self) -> Path: ...
+    @property
+    def host_wait(self) -> float: ...
+    def modules_for(self, release: str) -> Path | None: ...
+    def carried(self) -> list[str]: ...
+
+
+class Driver(Protocol):
+    """The pod's run (:class:`stager.driver.Driver`): its image, its log, staging, waiting."""
+
+    @property
+    def settings(self) -> Image: ...
+    @property
+    def wait_interval(self) -> float: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+    def say(self, message: str) -> None: ...
+    def stage_for(self, kernel: str, module_dir: Path) -> Path: ...
 
 
 def announced(driver: Driver) -> tuple[list[str], str | None]:
