@@ -9,7 +9,8 @@ kernel and selected by the host's ``<prefix>/kernel.next`` label
 * it reads the host's announcement (``status/_host.json``) at start and every
   ``MODSTAGE_NEXT_KERNEL_EVERY`` seconds; when the next boot runs the image's own kernel
   (``KERNEL_VERSION``), not the running one, and the host has no ``nvidia`` generation of
-  this version for it, it stages the image's modules for that kernel, once per kernel
+  this version for it nor a drop for it waiting to be judged, it stages the image's modules
+  for that kernel, once per kernel
   (:meth:`stager.driver.Driver.next_kernel`, narrowed to the image's kernel by
   :func:`stager.driver.prestage`). Modules the image carries for other kernels are
   never staged: the digest is the one kernel's;
