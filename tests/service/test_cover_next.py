@@ -91,7 +91,7 @@ def write_drop(incoming: Path, bundle: str, kernel: str, name: str = "0" * 20 + 
 
 def test_a_drop_for_the_next_kernel_in_incoming_makes_it_waiting(tmp_path: Path) -> None:
     """A drop of ``demo`` for NEXT sits in incoming: its cover is ``waiting`` and the gate
-    names it (still holding: only ``ready`` releases); a drop for another kernel, one
+    names it (still holding: only ``ready`` releases), as it names a refused one; a drop for another kernel, one
     whose directory is named for another bundle, or one without a manifest counts not."""
     host = Layout(tmp_path)
     state = State({"demo": active_on_running(), "other": active_on_running()})
@@ -108,6 +108,8 @@ def test_a_drop_for_the_next_kernel_in_incoming_makes_it_waiting(tmp_path: Path)
     assert gate.holds
     assert f"demo's drop for {NEXT} arrived and waits to be judged" in gate.line()
     assert "other's" not in gate.line()
+    refused = Gate(NEXT, ("demo",), 0.0, 100.0, 50.0, {"demo": "refused"})
+    assert f"demo's newest drop for {NEXT} was refused" in refused.line()
 
 
 def test_a_drop_for_the_next_kernel_refused_by_intake_makes_it_refused(
