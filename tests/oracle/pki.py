@@ -235,3 +235,28 @@ def reissue(
     for extension in cert.extensions:
         builder = builder.add_extension(extension.value, extension.critical)
     return builder.sign(pki.ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)  # type: ignore[arg-type]
+
+
+def issue(
+    pki: Pki, name: str, serial: int, cn: str, extensions: list[x509.ExtensionType], out: Path
+) -> Cred:
+    """A certificate the CA issues for `name`'s key with exactly `extensions` (non-critical)
+    and an authorityKeyIdentifier (the secondary keyring finds its issuer by it), no
+    subjectKeyIdentifier (so one key can have several); written under `out` as `<cn>.pem`."""
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(pki.ca.cert.subject)
+        .public_key(pki[name].key.public_key())
+        .serial_number(serial)
+        .not_valid_before(NOT_BEFORE)
+        .not_valid_after(NOT_AFTER)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(pki.ca.key.public_key()), False
+        )
+    )
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
+    cert = builder.sign(pki.ca.key, hashes.SHA256())
+    out.mkdir(parents=True, exist_ok=True)
+    return _store(out, cn.replace(" ", "-"), pki[name].key, cert)

@@ -39,8 +39,9 @@ from tests.oracle.judge import (
     trusted_dir,
     write_cases,
 )
+from tests.oracle.keyflags import KEY_FLAG_CERTS
 from tests.oracle.module import base_module, renamed
-from tests.oracle.pki import Pki, ca_kind, load_pki
+from tests.oracle.pki import Pki, ca_kind, issue, load_pki
 from tests.oracle.target_kernel import use
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
 from tests.vm.harness import debian
@@ -349,6 +350,42 @@ def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
     [verdict] = modstage_verdicts([module], root, trusted, kernel.release).values()
     assert (verdict["ok"], verdict["errno"]) == (False, "EKEYREJECTED"), verdict
     print(f"\nML-DSA-65 on 7.2: add_key gave {added}; modstage: {verdict['reason']}")
+
+
+def test_key_usage_and_basic_constraints_decide_trust_as_the_kernel_does(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, kernel: Kernel
+) -> None:
+    """Each KEY_FLAG_CERTS certificate (issued by the test CA) is offered to
+    `.secondary_trusted_keys` and put in modstage's trusted directory, and signs a module.
+    From 6.4 on (6.12, 7.2) a malformed keyUsage or basicConstraints, and a keyUsage with no
+    bit set (valid DER, 03 01 00), make add_key fail with EBADMSG and the module gets
+    EKEYREJECTED; 6.1 loads all three. A CA certificate without
+    digitalSignature, and a leaf with neither digitalSignature nor keyCertSign, enter the
+    keyring and verify their module on all three: module signature checks read no key flag.
+    modstage gives each module the kernel's verdict and errno for that kernel."""
+    refusing = kernel.series != "6.1"
+    trusted = trusted_dir(pki, tmp_path / "trusted")
+    modules, expected, seen = {}, {}, {}
+    for i, (name, (extensions, malformed)) in enumerate(KEY_FLAG_CERTS.items()):
+        cred = issue(pki, "chain2048", 4100 + i, f"modstage oracle {name}", extensions, tmp_path)
+        shutil.copyfile(cred.pem_cert, trusted / f"{name}.pem")
+        refused = malformed and refusing
+        added = oracle.guest(f"add_certificate({cred.der!r})")
+        assert (added == -errno.EBADMSG) if refused else added > 0, (name, added)
+        modules[name] = tmp_path / f"{name}.ko"
+        data = sign_file(renamed(base_module(), 90030 + i), cred, modules[name])
+        seen[name] = _load(oracle, data, name)
+        if seen[name] == 0:
+            assert oracle.guest(f"unload('msorc_{90030 + i:05d}')") == 0
+        expected[name] = errno.EKEYREJECTED if refused else 0
+    assert seen == expected
+    root = target_root(tmp_path / "root", kernel.release)
+    verdicts = modstage_verdicts(list(modules.values()), root, trusted, kernel.release)
+    judged = {
+        name: (v := verdicts[str(path.resolve())])["errno"] or ("" if v["ok"] else v["reason"])
+        for name, path in modules.items()
+    }
+    assert judged == {n: errno_name(e) if e else "" for n, e in expected.items()}, verdicts
 
 
 def short_this_module(pki: Pki, directory: Path) -> bytes:

@@ -55,6 +55,8 @@ _DOTTED = {
     "2.5.4.3": "commonName",
     "2.5.4.10": "organizationName",
     "2.5.29.14": "subjectKeyIdentifier",
+    "2.5.29.15": "keyUsage",
+    "2.5.29.19": "basicConstraints",
     "2.5.29.35": "authorityKeyIdentifier",
     "1.2.643.7.1.1.1.1": "gost2012PKey256",
     "1.2.643.7.1.1.1.2": "gost2012PKey512",

@@ -1,9 +1,18 @@
-"""``x509_cert_parse`` (crypto/asymmetric_keys/x509_cert_parser.c, Linux 6.1) for embedded certs.
+"""``x509_cert_parse`` (crypto/asymmetric_keys/x509_cert_parser.c) for embedded certs.
 
 A PKCS#7 message may carry certificates; the kernel parses every one with its own X.509
-grammar and actions, and any failure fails the whole message. This module runs the same
-grammar (:mod:`service.verify.signature.asn1`) with ports of the actions, then the parts of
-``x509_get_sig_params`` and ``x509_check_for_self_signed`` that decide acceptance.
+grammar and actions, and any failure fails the whole message; a trusted certificate the
+target's parser refuses never enters its keyring. The actions follow the target's release
+(:data:`KEY_USAGE_FROM`, :func:`sig_algos`). The key flags (``KEY_EFLAG_*``) are kept on
+:class:`Cert` but decide nothing here: the kernel's module signature check
+(``pkcs7_validate_trust``, ``public_key_verify_signature``) reads none of them, so a CA
+certificate or one without digitalSignature in the built-in or secondary keyring still
+verifies a module; only keyring restrictions Debian does not build
+(``CONFIG_INTEGRITY_CA_MACHINE_KEYRING``'s ``restrict_link_by_ca``) read them.
+
+This module runs the same grammar (:mod:`service.verify.signature.asn1`) with ports of the
+actions, then the parts of ``x509_get_sig_params`` and ``x509_check_for_self_signed`` that
+decide acceptance.
 """
 
 from __future__ import annotations
@@ -50,6 +59,10 @@ _EC_CURVES = {
 SHA3_FROM = (6, 7)  # SHA-3 digests, RSA and ECDSA with SHA-3 (2ee7c1bcf3d1, ee62afb9d02d)
 MD4_MD5_UNTIL = (6, 7)  # "crypto: pkcs7 - remove md4 md5 x.509 support" (8468516f9f93)
 SM2_UNTIL = (6, 11)  # "crypto: sm2 - Remove sm2 algorithm" (46b3ff73afc8)
+# keyUsage and basicConstraints are read into the key's flags, and a malformed one fails the
+# parse ("KEYS: X.509: Parse Basic Constraints for CA" 30eae2b037af, "KEYS: X.509: Parse Key
+# Usage" 567671281a75, both 6.4); 6.1 skips both extensions
+KEY_USAGE_FROM = (6, 4)
 _SHA3 = ("sha3_256", "sha3_384", "sha3_512")
 
 
@@ -87,6 +100,10 @@ class Cert:
     sig: SigParams | None = None
     self_signed: bool = False
     unsupported_sig: bool = False
+    # the public key's KEY_EFLAG_CA, _DIGITALSIG, _KEYCERTSIGN (6.4 on, else all False)
+    ca: bool = False
+    digital_signature: bool = False
+    key_cert_sign: bool = False
     signer: Cert | None = None  # set by the chain walk
     seen: bool = False
     verified: bool = False
@@ -98,6 +115,7 @@ class _Ctx:
     def __init__(self, data: bytes, cert: Cert, version: tuple[int, int]) -> None:
         self.data, self.cert = data, cert
         self.sm2 = version < SM2_UNTIL
+        self.key_usage = version >= KEY_USAGE_FROM
         self.sig_algos = sig_algos(version)
         self.ec_curves = ec_curves(version)
         self.last_oid: str | None = None
@@ -201,6 +219,32 @@ class _Ctx:
             self.cert.skid = v[2:]
         elif self.last_oid == "authorityKeyIdentifier":
             self.raw_akid = v
+        elif self.last_oid == "keyUsage" and self.key_usage:
+            self._key_usage(v)
+        elif self.last_oid == "basicConstraints" and self.key_usage:
+            self._basic_constraints(v)
+
+    def _key_usage(self, v: bytes) -> None:
+        """``x509_process_extension``'s keyUsage (6.4 on): the value must be a BIT STRING
+        of at least one content byte with fewer than 8 unused bits, else the certificate is
+        refused (EBADMSG); digitalSignature is the first bit, keyCertSign the sixth (read
+        only where the unused-bit count leaves it in the string)."""
+        if not v or v[0] != 0x03 or len(v) < 4 or v[2] >= 8:
+            raise Asn1Error(errno.EBADMSG, "malformed keyUsage extension")
+        if v[3] & 0x80:
+            self.cert.digital_signature = True
+        one_byte = v[1] == 0x02 and v[2] <= 2
+        if v[3] & 0x04 and (one_byte or (len(v) > 4 and v[1] == 0x03)):
+            self.cert.key_cert_sign = True
+
+    def _basic_constraints(self, v: bytes) -> None:
+        """``x509_process_extension``'s basicConstraints (6.4 on): the value must be a
+        SEQUENCE whose length octet is the rest of the value, else EBADMSG; cA is set by a
+        first BOOLEAN whose content byte is 1."""
+        if not v or v[0] != 0x30 or len(v) < 2 or v[1] != len(v) - 2:
+            raise Asn1Error(errno.EBADMSG, "malformed basicConstraints extension")
+        if len(v) >= 4 and v[1] != 0 and v[2] == 0x01 and v[3] == 1:
+            self.cert.ca = True
 
     def x509_note_not_before(self, hdr: int, tag: int, at: int, n: int) -> None:
         _decode_time(tag, self.value(at, n))
