@@ -53,6 +53,20 @@ class Linkage(NamedTuple):
     exports: Mapping[str, Export]  # the module's own exports, for the modules after it
 
 
+# "module: deprecate usage of *_gpl sections in module loader" (the __kflagstab series, 7.1):
+# find_module_sections no longer reads a module's __ksymtab_gpl or __kcrctab_gpl, so what a
+# module exports there does not exist for the modules loaded after it (no config symbol)
+GPL_SECTION_IGNORED_FROM = (7, 1)
+
+
+def visible(exports: Mapping[str, Export], version: tuple[int, int]) -> Mapping[str, Export]:
+    """The modules' ``exports`` a kernel of ``version`` resolves against: from 7.1 on, not
+    those of a module's ``__ksymtab_gpl`` (:data:`GPL_SECTION_IGNORED_FROM`)."""
+    if version < GPL_SECTION_IGNORED_FROM or not any(e.gpl_section for e in exports.values()):
+        return exports
+    return {name: e for name, e in exports.items() if not e.gpl_section}
+
+
 class Rules(NamedTuple):
     """The target's settings the rules depend on."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.errors import ModuleRejected, Refusal
-from service.verify.linking import Failure, Linkage, Rules, last, resolve
+from service.verify.linking import Failure, Linkage, Rules, last, resolve, visible
 from service.verify.modfile.modinfo import ModInfo, same_magic
 from service.verify.modfile.symtab import Export
 from service.verify.target.kernel import Target
@@ -69,6 +69,7 @@ def finish(
     modules, not known here, load before it: imports still unresolved are not judged."""
     info = linkage.info
     failures = list(linkage.failures)
+    bundle = visible(bundle, target.version)
     if linkage.unresolved:
         found, left = resolve(info, linkage.unresolved, bundle, _rules(target), final=False)
         failures += found

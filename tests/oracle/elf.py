@@ -168,3 +168,25 @@ def replace_in_section(elf: bytes, label: str, old: bytes, new: bytes) -> bytes:
     assert data.count(old) == 1, f"{old!r} occurs {data.count(old)} times in {label}"
     at = offset + data.index(old)
     return elf[:at] + new + elf[at + len(old) :]
+
+
+def rename_section(elf: bytes, label: str, new: str) -> bytes:
+    """`elf` with section `label` called `new`. The name is written over that of a section
+    the loader never looks up (not allocated, its name shared with no other section's, long
+    enough), whose sections are then named "" (`.shstrtab` keeps its size)."""
+    headers = sections(elf)
+    shstrtab = int(headers[struct.unpack_from("<H", elf, 62)[0]]["offset"])
+    spans = [(int(h["name"]), int(h["name"]) + len(str(h["label"]))) for h in headers]
+    for donor in headers:
+        start, end = int(donor["name"]), int(donor["name"]) + len(str(donor["label"]))
+        alone = all(s == start or e < start or s > end for s, e in spans)
+        if int(donor["flags"]) & SHF_ALLOC or not alone or end - start < len(new) or not start:
+            continue
+        out = bytearray(elf)
+        out[shstrtab + start : shstrtab + end] = new.encode().ljust(end - start, b"\0")
+        for i, header in enumerate(headers):
+            if int(header["name"]) == start:
+                SHDR.pack_into(out, _shoff(elf) + i * SHDR.size,
+                               *(0 if f == "name" else header[f] for f in SHDR_FIELDS))  # fmt: skip
+        return set_section(bytes(out), index_of(elf, label), name=start)
+    raise ValueError(f"no section name to take over for {new}")

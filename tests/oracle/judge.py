@@ -103,10 +103,14 @@ def write_cases(cases: list[Case], directory: Path) -> dict[str, Path]:
     return paths
 
 
-def modstage_verdicts(paths: list[Path], root: Path, trusted: Path, release: str) -> dict[str, Any]:
+def modstage_verdicts(
+    paths: list[Path], root: Path, trusted: Path, release: str, *, apart: bool = True
+) -> dict[str, Any]:
     """`modstage verify --apart --json` over every path in one process, each judged alone
-    (as the guest loads each alone); resolved path -> verdict."""
-    argv = [sys.executable, "-m", "service.cli", "verify", "--apart", "--json"]
+    (as the guest loads each alone; without `apart`, as one bundle in the order given);
+    resolved path -> verdict."""
+    argv = [sys.executable, "-m", "service.cli", "verify", *(["--apart"] if apart else [])]
+    argv.append("--json")
     argv += ["--root", str(root)]
     argv += ["--kernel", release, "--trusted", str(trusted), *map(str, paths)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -347,3 +347,35 @@ def test_a_builtin_name_is_judged_by_where_sysfs_names_were_read(
     assert caught.value.refusal.policy == (refused == "policy")
     if refused == "policy":
         assert "which a built-in driver adds when it registers" in caught.value.reason
+
+
+def test_a_modules_ksymtab_gpl_exports_nothing_from_7_1_on(modules: dict[str, Path]) -> None:
+    """An export a module lists in ``__ksymtab_gpl`` resolves a later GPL module's import on
+    6.1; from 7.1 on the loader ignores that section (``find_module_sections``), so the same
+    import is an unknown symbol (ENOENT), while one from its ``__ksymtab`` still resolves."""
+    from dataclasses import replace
+
+    from tests.oracle.elf import rename_section
+
+    data = modules["ms_exporter"].read_bytes()
+    gpl_only = rename_section(rename_section(data, "__ksymtab", "__ksymtab_gpl"),
+                              "__kcrctab", "__kcrctab_gpl")  # fmt: skip
+    consumer = _with_symbols(modules["ms_consumer"])
+    assert consumer.symbols is not None
+    for exporter, stays in ((data, True), (gpl_only, False)):
+        provider = _with_symbols_of(exporter)
+        assert provider.symbols is not None and provider.symbols.exports
+        bundle = {n: e._replace(owner="ms_exporter") for n, e in provider.symbols.exports.items()}
+        rest = {i.name: Export(None, False, "", "vmlinux") for i in consumer.symbols.imports}
+        for name in bundle:
+            del rest[name]
+        old = _vm_target(consumer, rest)
+        finish(load_rules(consumer, old), old, bundle)  # type: ignore[arg-type]
+        new = replace(old, release="7.2.13+deb14-amd64")
+        linkage = load_rules(consumer, new)
+        assert linkage is not None
+        if stays:
+            finish(linkage, new, bundle)
+            continue
+        with pytest.raises(ModuleRejected, match=r"ENOENT: .*ms_exporter_value"):
+            finish(linkage, new, bundle)

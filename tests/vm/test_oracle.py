@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import ssl
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,15 +39,14 @@ from tests.oracle.judge import (
     write_cases,
 )
 from tests.oracle.keyflags import KEY_FLAG_CERTS
+from tests.oracle.mldsa import ml_dsa_signed
 from tests.oracle.module import base_module, renamed
 from tests.oracle.pki import Pki, ca_kind, issue, load_pki
 from tests.oracle.target_kernel import use
 from tests.oracle.testbed import OracleVm, boot_oracle, sign_file
-from tests.vm.harness import debian
 from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.errors import VmError
 from tests.vm.harness.kernel import Kernel
-from tests.vm.harness.kmod import sign_file as sign_file_of
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
@@ -298,40 +296,6 @@ def kernel_verdicts(oracle: OracleVm, cases: list[Case], paths: dict[str, Path])
     return result
 
 
-def _ml_dsa_signed(kernel: Kernel, pki: Pki, tmp_path: Path) -> tuple[Path, Path]:
-    """(an ML-DSA-65 certificate the test CA issued, the base module signed by its key), made
-    by the 7.2 root's OpenSSL 3.6 and signed by its own sign-file (the host's OpenSSL 3.0 has
-    no ML-DSA)."""
-    scratch = Path(tempfile.mkdtemp(prefix="mldsa-", dir=kernel.root / "tmp"))
-    inside = f"/tmp/{scratch.name}"
-    shutil.copyfile(pki.ca.pem_key, scratch / "ca.key")
-    shutil.copyfile(pki.ca.pem_cert, scratch / "ca.pem")
-    (scratch / "ext").write_text(
-        "keyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n"
-        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
-    )
-    (scratch / "m.ko").write_bytes(renamed(base_module(), 90020))
-    steps = [
-        ["openssl", "genpkey", "-algorithm", "ML-DSA-65", "-out", f"{inside}/k.pem"],
-        ["openssl", "req", "-new", "-key", f"{inside}/k.pem", "-subj", "/CN=modstage ML-DSA-65",
-         "-out", f"{inside}/req.pem"],
-        ["openssl", "x509", "-req", "-in", f"{inside}/req.pem", "-CA", f"{inside}/ca.pem",
-         "-CAkey", f"{inside}/ca.key", "-days", "3650", "-set_serial", "4242",
-         "-extfile", f"{inside}/ext", "-out", f"{inside}/c.pem"],
-        [str(sign_file_of(kernel)), "sha512", f"{inside}/k.pem", f"{inside}/c.pem",
-         f"{inside}/m.ko"],
-    ]  # fmt: skip
-    try:
-        for argv in steps:
-            debian.chroot(kernel.root, argv)
-        cert, module = tmp_path / "mldsa.pem", tmp_path / "mldsa.ko"
-        shutil.copyfile(scratch / "c.pem", cert)
-        shutil.copyfile(scratch / "m.ko", module)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return cert, module
-
-
 @pytest.mark.kernels("7.2")  # ML-DSA keys come from sid's OpenSSL 3.6
 def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
     oracle: OracleVm, pki: Pki, tmp_path: Path, kernel: Kernel
@@ -340,7 +304,7 @@ def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
     CONFIG_CRYPTO_MLDSA: a module signed by an ML-DSA-65 key (its certificate issued by the
     test CA, offered to `.secondary_trusted_keys` and given to modstage as trusted) does not
     load under enforcement (EKEYREJECTED), and modstage refuses it with the same errno."""
-    cert, module = _ml_dsa_signed(kernel, pki, tmp_path)
+    cert, module = ml_dsa_signed(kernel, pki, tmp_path)
     der = ssl.PEM_cert_to_DER_cert(cert.read_text())
     added = oracle.guest(f"add_certificate({der!r})")
     assert _load(oracle, module.read_bytes(), "mldsa") == errno.EKEYREJECTED
@@ -386,6 +350,37 @@ def test_key_usage_and_basic_constraints_decide_trust_as_the_kernel_does(
         for name, path in modules.items()
     }
     assert judged == {n: errno_name(e) if e else "" for n, e in expected.items()}, verdicts
+
+
+@pytest.mark.kernels("7.2")  # the loader ignores a module's __ksymtab_gpl from 7.1 on
+def test_a_modules_ksymtab_gpl_exports_nothing_on_7_2(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, test_modules: dict[str, Path], kernel: Kernel
+) -> None:
+    """ms_exporter with its `__ksymtab` renamed `__ksymtab_gpl` loads (the kernel warns that
+    it ignores the section) and ms_consumer, importing its export, is then refused ENOENT;
+    with the exporter as built the consumer loads. modstage, judging the two as one bundle in
+    that order, gives each the kernel's verdict."""
+    built = test_modules["ms_exporter"].read_bytes()
+    variants = {
+        "gpl-section": elf.rename_section(built, "__ksymtab", "__ksymtab_gpl"),
+        "built": built,
+    }
+    consumer = sign_file(test_modules["ms_consumer"].read_bytes(), pki.ca, tmp_path / "c.ko")
+    root = target_root(tmp_path / "root", kernel.release)
+    trusted = trusted_dir(pki, tmp_path / "trusted")
+    for label, exporter in variants.items():
+        signed = sign_file(exporter, pki.ca, tmp_path / label / "ms_exporter.ko")
+        assert _load(oracle, signed, f"{label}-exporter") == 0
+        want = errno.ENOENT if label == "gpl-section" else 0
+        assert _load(oracle, consumer, f"{label}-consumer") == want, label
+        if not want:
+            assert oracle.guest("unload('ms_consumer')") == 0
+        assert oracle.guest("unload('ms_exporter')") == 0
+        paths = [tmp_path / label / "ms_exporter.ko", tmp_path / "c.ko"]
+        verdicts = modstage_verdicts(paths, root, trusted, kernel.release, apart=False)
+        judged = [verdicts[str(p.resolve())]["errno"] or "" for p in paths]
+        assert judged == ["", errno_name(want)], (label, verdicts)
+    assert "ignoring obsolete section __ksymtab_gpl" in oracle.vm.run("dmesg").check().stdout
 
 
 def short_this_module(pki: Pki, directory: Path) -> bytes:

@@ -9,6 +9,9 @@ label's offset), their namespaces the strings at ``__kstrtabns_<name>`` in
 ``__ksymtab_strings``. The same layout holds on 6.1 and 6.12. Since 6.19 (Debian's 7.2) every
 export is in ``__ksymtab`` and a byte at the ``__flags_<name>`` label in ``__kflagstab`` says
 whether it is GPL-only (``KSYM_FLAG_GPL_ONLY``, bit 0; ``include/linux/module_symbol.h``).
+From 7.1 the loader ignores a module's ``__ksymtab_gpl`` (``find_module_sections`` only warns
+"ignoring obsolete section"): what is exported there marks :attr:`Export.gpl_section`, and
+:func:`service.verify.linking.visible` drops it for those targets.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Export(NamedTuple):
     gpl: bool  # EXPORT_SYMBOL_GPL: a module that is not GPL-compatible cannot use it
     namespace: str  # "" when the symbol is in no namespace
     owner: str  # "vmlinux", or the module (name, or the file it was read from)
+    gpl_section: bool = False  # a module's export in __ksymtab_gpl (ignored from 7.1 on)
 
 
 class Import(NamedTuple):
@@ -99,6 +103,7 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
     contents: dict[int, bytes] = {}
     imports: list[Import] = []
     gpl: dict[bytes, bool] = {}
+    in_gpl_section: set[bytes] = set()
     crcs: dict[bytes, int] = {}
     spaces: dict[bytes, bytes] = {}
     flags: dict[bytes, int] = {}
@@ -126,6 +131,8 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
         label = _name(names, name_at)
         if sec.name in _EXPORT_SECTIONS and label.startswith(b"__ksymtab_"):
             gpl[label[10:]] = sec.name == b"__ksymtab_gpl"
+            if sec.name == b"__ksymtab_gpl":
+                in_gpl_section.add(label[10:])
         elif sec.name in _CRC_SECTIONS and label.startswith(b"__crc_"):
             body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
             if value + 4 <= len(body):
@@ -142,8 +149,9 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
             gpl[name] = gpl[name] or bool(flag & KSYM_FLAG_GPL_ONLY)
     exports = {
         name.decode("utf-8", "replace"): Export(
-            crcs.get(name), only_gpl, spaces.get(name, b"").decode("utf-8", "replace"), ""
+            crcs.get(name), only_gpl, spaces.get(name, b"").decode("utf-8", "replace"), "",
+            name in in_gpl_section,
         )
         for name, only_gpl in gpl.items()
-    }
+    }  # fmt: skip
     return Symbols(tuple(imports), exports, problem)

@@ -153,7 +153,9 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
         for path in _in_tree(sources.modules):
             try:
                 for name, export in read_module_exports(path).items():
-                    symbols.setdefault(name, export)
+                    # the kernel's own modpost writes no __ksymtab_gpl where the loader
+                    # ignores it (7.1 on), so the in-tree exports need no such mark
+                    symbols.setdefault(name, export._replace(gpl_section=False))
                 count += 1
             except TargetFileError as exc:
                 problems.append(str(exc))
