@@ -27,7 +27,11 @@ from service.kernel.sysfs import Sysfs
 MODULE_INIT_COMPRESSED_FILE = 4  # include/uapi/linux/module.h (5.17 on)
 _SYSCALLS = {"x86_64": (313, 176), "aarch64": (273, 106)}  # finit_module, delete_module
 
-# What finit_module's errnos mean for a module (kernel/module/main.c, signing.c).
+# What finit_module's errnos mean for a module (kernel/module/main.c, signing.c). A module's
+# init may return any errno, and finit_module passes it on; do_init_module turns an init's
+# EEXIST into EBUSY from 7.1 on ("module: Override -EEXIST module return", 743f8cae549a, a
+# stable candidate too), so that EEXIST names only a module already loaded. modstage does not
+# predict init results: these texts name both causes where the release decides which.
 MEANINGS = {
     errno.EKEYREJECTED: "the kernel rejected the module's signature",
     errno.EBADMSG: "the kernel found the module's signature malformed",
@@ -36,8 +40,10 @@ MEANINGS = {
     errno.ENOEXEC: "the kernel refused the module's ELF or vermagic",
     errno.ENOENT: "the module needs a symbol no loaded module exports (a dependency is missing)",
     errno.EINVAL: "invalid module or parameter (or a symbol version mismatch)",
-    errno.EEXIST: "a module of that name is already loaded",
-    errno.EBUSY: "a module of that name is being unloaded",
+    errno.EEXIST: "a module of that name is already loaded (or, before 7.1, its init "
+    "returned EEXIST)",
+    errno.EBUSY: "a module of that name is being unloaded (or, from 7.1, its init returned "
+    "EEXIST or EBUSY)",
     errno.ETXTBSY: "the module file is open for writing",
     errno.ENODEV: "the module's init found no device (init returned -ENODEV)",
     errno.EOPNOTSUPP: "the kernel cannot decompress modules itself",

@@ -369,6 +369,7 @@ def test_a_modules_ksymtab_gpl_exports_nothing_on_7_2(
     root = target_root(tmp_path / "root", kernel.release)
     trusted = trusted_dir(pki, tmp_path / "trusted")
     for label, exporter in variants.items():
+        (tmp_path / label).mkdir()
         signed = sign_file(exporter, pki.ca, tmp_path / label / "ms_exporter.ko")
         assert _load(oracle, signed, f"{label}-exporter") == 0
         want = errno.ENOENT if label == "gpl-section" else 0
@@ -381,6 +382,27 @@ def test_a_modules_ksymtab_gpl_exports_nothing_on_7_2(
         judged = [verdicts[str(p.resolve())]["errno"] or "" for p in paths]
         assert judged == ["", errno_name(want)], (label, verdicts)
     assert "ignoring obsolete section __ksymtab_gpl" in oracle.vm.run("dmesg").check().stdout
+
+
+# What finit_module returns for a module whose init returns -EEXIST: do_init_module passes it
+# on before 7.1 and turns it into EBUSY from 7.1 ("module: Override -EEXIST module return")
+INIT_EEXIST = {"6.1": "EEXIST", "6.12": "EEXIST", "7.2": "EBUSY"}
+
+
+def test_an_init_returning_eexist_reaches_userspace_as_the_release_says(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, test_modules: dict[str, Path], kernel: Kernel
+) -> None:
+    """ms_enodev with its init's `mov $-ENODEV, %eax` made `-EEXIST` gives finit_module the
+    errno of INIT_EEXIST, and modstage's text for that errno names an init's EEXIST."""
+    from service.kernel.modules import describe
+
+    patched = elf.replace_in_section(
+        test_modules["ms_enodev"].read_bytes(), ".init.text", b"\xb8\xed\xff\xff\xff",
+        b"\xb8\xef\xff\xff\xff",
+    )  # fmt: skip
+    got = errno_name(_load(oracle, sign_file(patched, pki.ca, tmp_path / "m.ko"), "eexist"))
+    assert got == INIT_EEXIST[kernel.series]
+    assert "init returned EEXIST" in describe(getattr(errno, got))
 
 
 def short_this_module(pki: Pki, directory: Path) -> bytes:
