@@ -53,7 +53,7 @@ class Linkage(NamedTuple):
     exports: Mapping[str, Export]  # the module's own exports, for the modules after it
 
 
-# "module: deprecate usage of *_gpl sections in module loader" (the __kflagstab series, 7.1):
+# "module: deprecate usage of *_gpl sections in module loader" (b4760ff2a5e4, 7.1):
 # find_module_sections no longer reads a module's __ksymtab_gpl or __kcrctab_gpl, so what a
 # module exports there does not exist for the modules loaded after it (no config symbol)
 GPL_SECTION_IGNORED_FROM = (7, 1)

@@ -6,12 +6,13 @@ section index past ``e_shnum`` is refused (``ENOEXEC``). A module's exports are 
 ``__ksymtab_<name>`` labels kbuild places in ``__ksymtab`` (or ``__ksymtab_gpl``: GPL-only),
 their CRCs the ``__crc_<name>`` labels in ``__kcrctab``/``__kcrctab_gpl`` (a ``u32`` at the
 label's offset), their namespaces the strings at ``__kstrtabns_<name>`` in
-``__ksymtab_strings``. The same layout holds on 6.1 and 6.12. Since 6.19 (Debian's 7.2) every
-export is in ``__ksymtab`` and a byte at the ``__flags_<name>`` label in ``__kflagstab`` says
-whether it is GPL-only (``KSYM_FLAG_GPL_ONLY``, bit 0; ``include/linux/module_symbol.h``).
-From 7.1 the loader ignores a module's ``__ksymtab_gpl`` (``find_module_sections`` only warns
-"ignoring obsolete section"): what is exported there marks :attr:`Export.gpl_section`, and
-:func:`service.verify.linking.visible` drops it for those targets.
+``__ksymtab_strings``. The same layout holds on 6.1 and 6.12. Since 7.1 (55fcb926b6d8; Debian's
+7.2) every export is in ``__ksymtab`` and a byte at the ``__flags_<name>`` label in
+``__kflagstab`` says whether it is GPL-only (``KSYM_FLAG_GPL_ONLY``, bit 0;
+``include/linux/module_symbol.h``). From 7.1 the loader ignores a module's ``__ksymtab_gpl``
+(``find_module_sections`` only warns "ignoring obsolete section"): what is exported there
+marks :attr:`Export.gpl_section`, and :func:`service.verify.linking.visible` drops it for
+those targets.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ Debian 12 compresses it with xz, Debian 13 with zstd. The payload is an ELF with
 headers and no symbol table: ``__ksymtab`` and ``__ksymtab_gpl`` hold 12-byte entries of
 three self-relative ``s32`` offsets (value, name, namespace; the names in
 ``__ksymtab_strings``), ``__kcrctab`` and ``__kcrctab_gpl`` the parallel ``u32`` CRCs.
-Since 6.19 (Debian's 7.2) ``__ksymtab`` holds every export and ``__kflagstab`` a parallel byte
-per entry whose bit 0 says GPL-only (``KSYM_FLAG_GPL_ONLY``); without ``MODVERSIONS`` there
-is no ``__kcrctab``.
+Since 7.1 ("module: use kflagstab instead of *_gpl sections", 55fcb926b6d8) ``__ksymtab``
+holds every export and ``__kflagstab`` a parallel byte per entry whose bit 0 says GPL-only
+(``KSYM_FLAG_GPL_ONLY``); without ``MODVERSIONS`` there is no ``__kcrctab``.
 That is what ``find_symbol`` searches and ``check_version`` compares (x86-64 and arm64
 build with ``HAVE_ARCH_PREL32_RELOCATIONS``). A plain ELF vmlinux is read the same way.
 
@@ -58,7 +58,7 @@ class Image(NamedTuple):
 
     exports: dict[str, Export]  # every symbol vmlinux exports
     builtin_sysfs: frozenset[str]  # the /sys/module names of built-in code
-    kflagstab: bool  # exports carry a flags table (6.19 on): a module's must too
+    kflagstab: bool  # exports carry a flags table (7.1 on): a module's must too
     module_namespaces: bool  # the loader knows `module:` namespaces (MODULE_NAMESPACE_LOADER)
 
 
