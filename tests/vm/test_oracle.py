@@ -303,7 +303,8 @@ def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
     """7.2 offers ML-DSA module signing keys in Kconfig, but Debian builds it without
     CONFIG_CRYPTO_MLDSA: a module signed by an ML-DSA-65 key (its certificate issued by the
     test CA, offered to `.secondary_trusted_keys` and given to modstage as trusted) does not
-    load under enforcement (EKEYREJECTED), and modstage refuses it with the same errno."""
+    load under enforcement (EKEYREJECTED), and modstage refuses it with the same errno, as
+    the kernel's refusal (no verifier), not its own policy."""
     cert, module = ml_dsa_signed(kernel, pki, tmp_path)
     der = ssl.PEM_cert_to_DER_cert(cert.read_text())
     added = oracle.guest(f"add_certificate({der!r})")
@@ -312,7 +313,8 @@ def test_ml_dsa_signature_is_refused_as_the_kernel_refuses_it(
     shutil.copyfile(cert, trusted / "mldsa.pem")
     root = target_root(tmp_path / "root", kernel.release)
     [verdict] = modstage_verdicts([module], root, trusted, kernel.release).values()
-    assert (verdict["ok"], verdict["errno"]) == (False, "EKEYREJECTED"), verdict
+    assert (verdict["ok"], verdict["errno"], verdict["policy"]) == (False, "EKEYREJECTED", False)
+    assert "no ML-DSA verifier" in verdict["reason"], verdict
     print(f"\nML-DSA-65 on 7.2: add_key gave {added}; modstage: {verdict['reason']}")
 
 

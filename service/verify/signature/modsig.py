@@ -13,7 +13,7 @@ from typing import BinaryIO, NamedTuple
 
 from service.errors import ModuleRejected, Refusal
 from service.verify.signature.asn1 import MAX_BLOB, Asn1Error
-from service.verify.signature.pkcs7 import Message, parse_message
+from service.verify.signature.pkcs7 import Message, MlDsaSignature, parse_message
 from service.verify.signature.signers import Refused, pkcs7_verify, validate_trust
 from service.verify.signature.trailer import TAIL, parse_trailer
 from service.verify.signature.trust import TrustStore
@@ -89,6 +89,20 @@ def digest_policy(signed: Signed) -> Refusal | None:
     )
 
 
+def ml_dsa_refusal(variant: str, target: Target) -> Refusal:
+    """An ML-DSA signature on a target whose parsers name it (7.0 on): a kernel built with
+    ``CONFIG_CRYPTO_MLDSA`` would verify it, so modstage, which verifies no ML-DSA, refuses it
+    as its policy; without it the kernel has no verifier and refuses it (``EKEYREJECTED``
+    under enforcement: Debian's 7.2)."""
+    if target.config.enabled("CRYPTO_MLDSA") or not target.config.known:
+        could = "built with" if target.config.known else "if built with"
+        why = (f"{variant} signatures are not verified by modstage (the target kernel, {could} "
+               "CONFIG_CRYPTO_MLDSA, would verify this one)")  # fmt: skip
+        return Refusal("ENOPKG", why, policy=True)
+    why = f"{variant} signature: the target kernel has no ML-DSA verifier (no CONFIG_CRYPTO_MLDSA)"
+    return Refusal("ENOPKG", why)
+
+
 def read_signature(
     f: BinaryIO, size: int, problems: list[Refusal], target: Target
 ) -> tuple[int, Message | None]:
@@ -113,6 +127,9 @@ def read_signature(
             have_ecdsa=target.ecdsa,
             version=target.version,
         )
+    except MlDsaSignature as exc:
+        problems.append(ml_dsa_refusal(exc.variant, target))
+        return trailer.signed_len, None
     except Asn1Error as exc:
         what = "malformed PKCS#7: " if exc.code == errno.EBADMSG else ""
         problems.append(Refusal(errno_name(exc.code), f"{what}{exc.why}"))

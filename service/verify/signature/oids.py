@@ -52,6 +52,9 @@ _DOTTED = {
     "2.16.840.1.101.3.4.3.14": "id_rsassa_pkcs1_v1_5_with_sha3_256",
     "2.16.840.1.101.3.4.3.15": "id_rsassa_pkcs1_v1_5_with_sha3_384",
     "2.16.840.1.101.3.4.3.16": "id_rsassa_pkcs1_v1_5_with_sha3_512",
+    "2.16.840.1.101.3.4.3.17": "id_ml_dsa_44",  # 7.0's registry on
+    "2.16.840.1.101.3.4.3.18": "id_ml_dsa_65",
+    "2.16.840.1.101.3.4.3.19": "id_ml_dsa_87",
     "2.5.4.3": "commonName",
     "2.5.4.10": "organizationName",
     "2.5.29.14": "subjectKeyIdentifier",

@@ -50,6 +50,21 @@ _PKEYS = {
 }
 
 
+# The PKCS#7 and X.509 parsers name ML-DSA from 7.0 (pkcs7_sig_note_pkey_algo); whether the
+# kernel verifies it is CONFIG_CRYPTO_MLDSA's question. modstage verifies no ML-DSA signature.
+ML_DSA_FROM = (7, 0)
+ML_DSA = {"id_ml_dsa_44": "ML-DSA-44", "id_ml_dsa_65": "ML-DSA-65", "id_ml_dsa_87": "ML-DSA-87"}
+
+
+class MlDsaSignature(Asn1Error):
+    """A signer using ML-DSA on a target whose parser names it (:data:`ML_DSA_FROM`); the
+    caller decides by the target's config whether its kernel could verify it."""
+
+    def __init__(self, variant: str) -> None:
+        super().__init__(errno.ENOPKG, f"{variant} signature")
+        self.variant = variant
+
+
 def digests(version: tuple[int, int]) -> dict[str, str]:
     """The digests ``pkcs7_sig_note_digest_algo`` of ``version`` names: MD4 and MD5 gone and
     SHA-3 added in 6.7 (x509.MD4_MD5_UNTIL, x509.SHA3_FROM)."""
@@ -227,6 +242,8 @@ class _Ctx:
         self.sinfo.hash_algo = name
 
     def pkcs7_sig_note_pkey_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
+        if self.last_oid in ML_DSA and self.version >= ML_DSA_FROM:
+            raise MlDsaSignature(ML_DSA[self.last_oid])
         found = self.pkeys.get(self.last_oid or "")
         if found is None:
             raise Asn1Error(errno.ENOPKG, f"signature algorithm {decode(self.last_raw)}")
