@@ -15,6 +15,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtensionOID
 
 from service.layout import Layout
 from service.verify.signature.keyring import signer_key_id
@@ -195,3 +197,24 @@ def test_trusted_d_still_decides_first(
     assert key_id is not None
     reasons = take(host, kernel, signed, FakeKeyring({key_id}))
     assert reasons and not any("EKEYREJECTED: kernel" in r for r in reasons), reasons
+
+
+def test_a_builtin_certificate_the_next_kernels_parser_refuses_trusts_nothing(
+    kernel: str, tmp_path: Path
+) -> None:
+    """A built-in certificate with a malformed keyUsage is loaded by a 6.1 kernel and not by
+    a 6.12 one (its X.509 parser refuses it from 6.4 on), so its key ids count for the first
+    only."""
+    from service.verify.signature.nextkeys import image_key_ids
+    from service.verify.signature.trust import TrustedKey
+    from tests.service.test_x509_key_usage import BAD_KEY_USAGE, self_signed
+
+    real = Kernel.find()
+    if real.release != kernel:
+        pytest.skip(f"the test modules' kernel {kernel} is not this machine's {real.release}")
+    der = self_signed(20, x509.UnrecognizedExtension(ExtensionOID.KEY_USAGE, BAD_KEY_USAGE))
+    image = tmp_path / "vmlinux"
+    image.write_bytes(carrying(real.vmlinux().read_bytes(), der))
+    ids = {k.hex() for k in TrustedKey.from_der(der, "test").key_ids}
+    assert image_key_ids(image, (6, 1)) == (frozenset(ids), None)
+    assert image_key_ids(image, (6, 12)) == (frozenset(), None)

@@ -24,7 +24,7 @@ BAD_BASIC_CONSTRAINTS = b"\x30\x05\x01\x01\xff"
 NO_BITS = b"\x03\x01\x00"  # valid DER for a keyUsage with no bit set, too short for 6.4
 
 
-def _cert(serial: int, *extensions: x509.ExtensionType) -> bytes:
+def self_signed(serial: int, *extensions: x509.ExtensionType) -> bytes:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"key usage {serial}")])
     builder = (
         x509.CertificateBuilder()
@@ -72,7 +72,7 @@ def test_a_malformed_extension_fails_the_parse_from_6_4_on(
 ) -> None:
     """6.1 skips keyUsage and basicConstraints; 6.4 and later refuse a malformed one with
     EBADMSG, so that certificate never enters the target's keyring."""
-    der = _cert(10, x509.UnrecognizedExtension(oid, value))
+    der = self_signed(10, x509.UnrecognizedExtension(oid, value))
     _parse(der, OLD)
     for version in ((6, 4), NEW, (7, 2)):
         with pytest.raises(Asn1Error) as refused:
@@ -83,12 +83,12 @@ def test_a_malformed_extension_fails_the_parse_from_6_4_on(
 def test_the_key_flags_are_read_from_6_4_on() -> None:
     """A CA certificate with keyCertSign and no digitalSignature gets KEY_EFLAG_CA and
     KEY_EFLAG_KEYCERTSIGN on 6.12 (none on 6.1); a leaf's digitalSignature its own flag."""
-    ca = _cert(
+    ca = self_signed(
         11,
         x509.BasicConstraints(ca=True, path_length=None),
         _usage(digital_signature=False, key_cert_sign=True),
     )
-    leaf = _cert(
+    leaf = self_signed(
         12,
         x509.BasicConstraints(ca=False, path_length=None),
         _usage(digital_signature=True, key_cert_sign=False),
@@ -104,8 +104,8 @@ def test_a_malformed_extension_leaves_the_certificate_out_of_a_6_4_keyring() -> 
     target and not for a 6.12 one (named among the certificates it cannot load); a CA
     certificate without digitalSignature counts for both, as the kernel's module signature
     check reads no key flag."""
-    bad = _cert(13, x509.UnrecognizedExtension(ExtensionOID.KEY_USAGE, BAD_KEY_USAGE))
-    ca = _cert(
+    bad = self_signed(13, x509.UnrecognizedExtension(ExtensionOID.KEY_USAGE, BAD_KEY_USAGE))
+    ca = self_signed(
         14,
         x509.BasicConstraints(ca=True, path_length=None),
         _usage(digital_signature=False, key_cert_sign=True),

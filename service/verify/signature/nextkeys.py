@@ -33,8 +33,10 @@ from pathlib import Path
 
 from service.errors import TargetFileError, TrustError
 from service.layout import Layout
+from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.keyring import Keyring, enforcing
 from service.verify.signature.trust import TrustedKey, TrustStore
+from service.verify.signature.x509 import parse_certificate
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import read_builtin_certificates
 
@@ -94,7 +96,7 @@ class NextKeys:
         ``rings``), None when it trusts it: a shared key, or one its own image carries."""
         if self.shared(rings):
             return None
-        carried, unread = image_key_ids(self.image)
+        carried, unread = image_key_ids(self.image, self.target.version)
         if key_id in carried:
             return None
         release = self.target.release
@@ -148,19 +150,23 @@ class NextKeys:
         return f"sign it with a key built into {self.image}"
 
 
-def image_key_ids(image: Path) -> tuple[frozenset[str], str | None]:
-    """The key ids (hex) of the certificates built into the kernel image at ``image``, and
-    why they are unknown (None: they were read). Kept per file version: intake asks once
+def image_key_ids(image: Path, version: tuple[int, int]) -> tuple[frozenset[str], str | None]:
+    """The key ids (hex) of the certificates built into the kernel image at ``image`` that a
+    kernel of ``version`` loads (its own X.509 parse: from 6.4 on a malformed keyUsage or
+    basicConstraints keeps one out, as ``load_certificate_list`` logs "Problem loading"),
+    and why they are unknown (None: they were read). Kept per file version: intake asks once
     per drop, and the image is decompressed whole to find them."""
     try:
         st = image.stat()
     except OSError as exc:
         return frozenset(), f"{image}: cannot read: {exc.strerror or exc}"
-    return _image_key_ids(image, st.st_size, st.st_mtime_ns)
+    return _image_key_ids(image, st.st_size, st.st_mtime_ns, version)
 
 
 @functools.lru_cache(maxsize=8)
-def _image_key_ids(image: Path, size: int, mtime_ns: int) -> tuple[frozenset[str], str | None]:
+def _image_key_ids(
+    image: Path, size: int, mtime_ns: int, version: tuple[int, int]
+) -> tuple[frozenset[str], str | None]:
     try:
         certificates = read_builtin_certificates(image)
     except TargetFileError as exc:
@@ -169,7 +175,8 @@ def _image_key_ids(image: Path, size: int, mtime_ns: int) -> tuple[frozenset[str
     for i, der in enumerate(certificates, 1):
         try:
             key = TrustedKey.from_der(der, f"{image} (built-in certificate {i})")
-        except TrustError:
+            parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=version)
+        except (TrustError, Asn1Error):
             continue  # a certificate the kernel could not load trusts nothing
         ids.update(k.hex() for k in key.key_ids)
     return frozenset(ids), None
