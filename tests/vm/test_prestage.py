@@ -15,7 +15,11 @@ A Debian 12 node on 6.1 runs the fake NVIDIA driver 1.0 as its pool's pod for 6.
    the init container stand-in (``k8s-driver-manager uninstall_driver``) with that digest
    keeps the driver loaded.
 
-Runs under the 6.1 parametrisation (it boots 6.12 as the second kernel).
+A plain pool's kernel update (the same image for every kernel): the node's sleeping driver pod
+stages the next kernel from its own image, one reboot, the driver kept
+(:func:`test_a_plain_pools_sleeping_pod_stages_the_next_kernel_from_its_multi_kernel_image`).
+
+Both run under the 6.1 parametrisation (they boot 6.12 as the second kernel).
 """
 
 from __future__ import annotations
@@ -125,3 +129,92 @@ def test_the_prestage_pod_makes_a_precompiled_pools_kernel_update_one_reboot(
         kept = node.run(init_container(NEXT_DIGEST), timeout=60)
         assert kept.rc == 0 and "skipping the unload" in kept.stdout, kept
         assert {n.replace("-", "_") for n in NAMES} <= set(live_modules(node))
+
+
+PLAIN_DIGEST = "2838416977"  # a plain pool's digest: the same for every kernel's pod
+
+
+def test_a_plain_pools_sleeping_pod_stages_the_next_kernel_from_its_multi_kernel_image(
+    kernel: Kernel, key: SigningKey, tmp_path: Path
+) -> None:
+    """A 6.1 node runs the fake NVIDIA driver 1.0 as its plain pool's pod left it; the pool's
+    image carries 1.0 for 6.1 and 6.12 (``/opt/modstage/modules/<release>/``, as
+    ``build-image --kernel`` twice makes it; no ``KERNEL_VERSION``: the pod takes the
+    node's). 6.12 is installed and the reboot held (exit 4). The pod (``nvidia-driver
+    init``) finds its driver loaded, is ready, and while it sleeps stages 1.0 for 6.12 once,
+    from its own image; intake judges it against 6.12's files, pending for 6.12, and the gate
+    lifts. One reboot into 6.12: ``modstage boot`` loads it, the digest file keeps the pool's
+    digest, so the init container keeps the driver, and the same image's pod on 6.12 finds
+    its driver loaded and is ready."""
+    new = Kernel.named("6.12")
+    certs = {"vendor.pem": key.cert_pem.read_bytes()}
+    config = CONFIG + f'[kernel]\nnext = "{new.release}"\n'
+    share = tmp_path / "state"
+    exports_cache.seed(share, new)
+    image = share / "images" / "multi"
+    make_image(image, "1.0", key, {}, kernel)
+    extra = image / "opt/modstage/modules" / new.release
+    extra.mkdir()
+    for name, ko in build_nvidia("1.0", new).items():
+        kmod.sign(new, ko, key, extra / f"{name}.ko")
+    env = container_env("1.0", PLAIN_DIGEST, kernel, MODSTAGE_NEXT_KERNEL_EVERY="1")
+    del env["KERNEL_VERSION"]  # a multi-kernel image names none: the node's own
+    old = [(image / "opt/modstage/modules" / kernel.release / f"{n}.ko", "") for n in NAMES]
+    with (
+        Vm(share, name="plain-6.1", kernel=kernel) as node,
+        placed(driver_rootfs(kernel), kernel) as rootfs,
+    ):
+        node.start()
+        prepare(node, certs, CONFIG)
+        drop(node, "nvidia", "1.0", kernel.release, old, config_digest=PLAIN_DIGEST)
+        assert modstage(node, "intake")[0] == 0
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        assert state(node).bundle("nvidia").phase is Phase.ACTIVE
+
+        _install(node, new)
+        node.run("mkdir -p /run/nvidia/modstage/incoming /var/run").check()
+        node.run("echo '*** System restart required ***' > /var/run/reboot-required").check()
+        prepare(node, certs, config)
+        _publish(node)
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 4 and "nvidia has no generation" in out, out
+
+        pod = nvidia_driver(Path(rootfs), "/var/lib/modstage/images/multi", env, "init")
+        done = node.run(f"timeout --preserve-status -s TERM 25 {pod}", timeout=90)
+        assert done.rc == 0, done
+        assert "nvidia 1.0 is loaded (by the host)" in done.stdout, done
+        assert done.stdout.count(f"the next boot runs kernel {new.release}: staged") == 1, done
+        drops = node.run("ls /run/nvidia/modstage/incoming").check().stdout.split()
+        assert len(drops) == 1, drops
+        assert node.read(f"/run/nvidia/modstage/incoming/{drops[0]}/config-digest") == PLAIN_DIGEST
+
+        rc, out = modstage(node, "intake", timeout=600)  # 6.12's files read over 9p
+        assert rc == 0, out
+        b = state(node).bundle("nvidia")
+        assert b.pending is not None and b.generations[b.pending].kernel == new.release
+        pending = b.pending
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 0, out
+        _publish(node)
+        assert _host(share)["bundles"]["nvidia"]["next"] == "ready"  # type: ignore[index]
+        node.poweroff()
+
+    with (
+        Vm(share, name="plain-6.12", kernel=new) as node,
+        placed(driver_rootfs(new), new) as rootfs,
+    ):
+        node.start()  # the one reboot, into the kernel the update installed
+        prepare(node, certs, CONFIG)
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        b = state(node).bundle("nvidia")
+        assert (b.phase, b.active) == (Phase.ACTIVE, pending)
+        assert node.read("/run/nvidia/nvidia-driver.state") == PLAIN_DIGEST
+        kept = node.run(init_container(PLAIN_DIGEST), timeout=60)
+        assert kept.rc == 0 and "skipping the unload" in kept.stdout, kept
+        assert {n.replace("-", "_") for n in NAMES} <= set(live_modules(node))
+        pod = nvidia_driver(Path(rootfs), "/var/lib/modstage/images/multi", env, "init")
+        done = node.run(f"timeout --preserve-status -s TERM 15 {pod}", timeout=90)
+        assert done.rc == 0 and "nvidia 1.0 is loaded (by the host)" in done.stdout, done
+        assert node.run("test -e /run/nvidia/validations/.driver-ctr-ready").rc == 0
