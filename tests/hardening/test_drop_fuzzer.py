@@ -10,8 +10,8 @@ the canaries and on every FIFO, device node and socket planted), nothing was wri
 outside the places the daemon may write (every other path of the test's tree, the host
 root and the canaries included, keeps its inode, mode, size and mtime; the default paths
 of a real host stay absent), and status, metrics and log stay bounded.
-``MODSTAGE_FUZZ_CASES`` (default 1000) and ``MODSTAGE_FUZZ_SEED`` choose the run; see
-docs/reliability.md for the long run.
+``MODSTAGE_FUZZ_CASES`` (default 500, the unit suite's share; docs/reliability.md quotes 1000
+and the long run) and ``MODSTAGE_FUZZ_SEED`` choose the run.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from tests.hardening.fuzz_drops import GENERATORS, World, clear_non_drops, drops
 from tests.hardening.invariants import published_problems, state_of
 from tests.hardening.watch import AccessWatch
 
-CASES = int(os.environ.get("MODSTAGE_FUZZ_CASES", "1000"))
+CASES = int(os.environ.get("MODSTAGE_FUZZ_CASES", "500"))
 SEED = int(os.environ.get("MODSTAGE_FUZZ_SEED", "17"))
 PER_ROUND = int(os.environ.get("MODSTAGE_FUZZ_PER_ROUND", "6"))
 GOOD_WITHIN = 30.0  # s: a bound for a stuck daemon, not a latency figure (bench/attacked)
@@ -286,7 +286,7 @@ def test_hostile_drops_against_running_daemon(
     signed: dict[str, Path],
     served: tuple[subprocess.Popen[bytes], Notifications, Path],
 ) -> None:
-    """Thousands of hostile drops: the daemon lives, feeds its watchdog, takes in every good
+    """Hundreds of hostile drops: the daemon lives, feeds its watchdog, takes in every good
     drop staged meanwhile, opens no planted node nor canary, and writes nowhere but its own
     places."""
     proc, notes, log = served
