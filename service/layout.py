@@ -148,6 +148,13 @@ class Layout:
         return self.run / "unloads.json"
 
     @property
+    def kernel_hook(self) -> Path:
+        """Where the package's kernel hook (``/etc/kernel/postinst.d/zzz-modstage``, and
+        ``postrm.d``'s) tells the daemon that a kernel package was installed or removed: it
+        writes a file here, which the daemon watches (it makes the directory)."""
+        return self.run / "kernel-hook"
+
+    @property
     def reboot_sentinel(self) -> Path:
         """kured's default sentinel file."""
         return self._under("/var/run/reboot-required")
@@ -213,12 +220,17 @@ class Layout:
     @property
     def grub_cfg(self) -> Path:
         """grub's menu, as grub-mkconfig writes it (``update-grub``)."""
-        return self.boot / "grub/grub.cfg"
+        return self.grub_dir / "grub.cfg"
+
+    @property
+    def grub_dir(self) -> Path:
+        """grub's directory in the boot directory (``grub.cfg``, ``grubenv``)."""
+        return self.boot / "grub"
 
     @property
     def grubenv(self) -> Path:
         """grub's environment block (``saved_entry``, the one-time ``next_entry``)."""
-        return self.boot / "grub/grubenv"
+        return self.grub_dir / "grubenv"
 
     def modules_dir(self, release: str) -> Path:
         """A kernel release's module tree (in-tree modules, ``modules.builtin``):

@@ -1,7 +1,8 @@
 """The daemon's events: what its watchers put on the loop's one queue.
 
-The drop watch (:mod:`service.daemon.watcher`, watchdog's observer) and the kernel's
-uevents (:mod:`service.daemon.uevents`, pyudev) run their own threads; they only put an
+The drop watch (:mod:`service.daemon.watcher`, watchdog's observer), the kernel watch
+(:mod:`service.daemon.kernelwatch`, another observer) and the kernel's uevents
+(:mod:`service.daemon.uevents`, pyudev) run their own threads; they only put an
 :class:`Event` on the daemon's queue. Nothing that puts one reads or changes modstage's
 state: the loop's one thread does.
 """
@@ -24,6 +25,8 @@ class Kind(enum.StrEnum):
     MEMORY = "memory"  # a memory block was added or went offline
     DEVICES = "devices"  # a PCI device appeared, went, or was bound or unbound
     MODULES = "modules"  # a kernel module was unloaded or loaded (detail: "remove nvidia")
+    KERNEL = "kernel"  # a kernel's files or grub's changed: the next kernel read again
+    KERNEL_HOOK = "kernel_hook"  # a kernel package's hook ran (its files are in place)
     STOP = "stop"  # SIGTERM, SIGINT, or a test: leave the loop
 
 

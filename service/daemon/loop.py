@@ -1,4 +1,4 @@
-"""``modstage serve``: notice drops, take them in, ask for reboots, online hot-added memory.
+"""``modstage serve``: notice drops and kernels, take drops in, ask for reboots, online memory.
 
 One thread owns all state. Watchers only put events on a queue; the loop
 waits on that queue (through its :class:`~service.daemon.clock.Clock`) with a
@@ -21,6 +21,7 @@ from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
 from service.daemon.events import Event, Kind, Queue
 from service.daemon.intake_runner import prepare
+from service.daemon.kernelwatch import KernelWatcher
 from service.daemon.notify import notify, watchdog_interval
 from service.daemon.timers import Timers
 from service.daemon.uevents import UeventListener
@@ -72,11 +73,13 @@ class Daemon:
     clock: Clock = field(default_factory=SystemClock)
     events: Queue = field(default_factory=queue.Queue)
     debounce: float = 0.2
+    kernel_debounce: float = 2.0  # a package's files land in a burst: read them once after
     rescan_every: float = 300.0
     recheck_every: float = 30.0  # while a reboot is wanted but not yet due
     settle: float = 1.0  # metrics wait this long after the last hot-added block or device
     last_drop: float | None = None  # wall time of the last accepted drop
     watcher: DropWatcher | None = None  # every incoming directory; set by serve() or a test
+    kernel_changes: list[str] = field(default_factory=list)  # paths since the last refresh
     intake_seconds: dict[str, float] = field(default_factory=dict)  # for the metrics
     watchdog: Watchdog = field(default_factory=Watchdog)
     sysfs: Sysfs | None = None  # the kernel's sysfs (a fake in tests); None: layout.sys
@@ -163,6 +166,15 @@ class Daemon:
         found = next_kernel(self.layout, self.config.kernel.next)
         write_labels(self.layout, self.config.node_labels, state, found.release)
         announce(self.layout, self.config, state, found)
+
+    def refresh_kernels(self) -> None:
+        """A kernel's files changed (the kernel watch): what the periodic scan refreshes but
+        taking drops in (a package may be unpacking still): the node labels, ``_host.json``
+        and the metrics; the loop's pass decides the reboot (the gate) next."""
+        changed, self.kernel_changes = self.kernel_changes, []
+        log.info("kernels.changed", paths=changed[:8], more=max(0, len(changed) - 8))
+        self._guarded(self.announce_kernels)
+        self.write_metrics()
 
     def maybe_reboot(self) -> Decision:
         """Ask for a reboot if one is due: decide, record the intent (transition, save), ask.
@@ -311,7 +323,14 @@ class Daemon:
     def step(self, batch: list[Event], timers: Timers) -> None:
         """One pass: debounce drops, online memory, scan when due, decide reboots, ping."""
         now = self.clock.monotonic()
-        if any(e.kind in (Kind.DROP, Kind.OVERFLOW) for e in batch):
+        hook = [e.detail for e in batch if e.kind is Kind.KERNEL_HOOK]
+        if hook:  # the package's files are in place: a full scan (waiting drops too)
+            log.info("kernels.hook", files=sorted(set(hook)))
+        kernel_files = [e.detail for e in batch if e.kind is Kind.KERNEL]
+        if kernel_files:
+            self.kernel_changes += kernel_files
+            timers.kernel = now + self.kernel_debounce if timers.kernel is None else timers.kernel
+        if any(e.kind in (Kind.DROP, Kind.OVERFLOW, Kind.KERNEL_HOOK) for e in batch):
             timers.dirty = now + self.debounce if timers.dirty is None else timers.dirty
             prepare(self.intake)  # a child intake starts during the debounce
         if any(e.kind is Kind.OVERFLOW for e in batch):
@@ -332,6 +351,12 @@ class Daemon:
             timers.metrics = None
             self.write_metrics()
         scanned = self._scan_if_due(timers, now)
+        if scanned:
+            timers.kernel = None  # the scan announced the kernels already
+            self.kernel_changes.clear()
+        elif timers.kernel is not None and now >= timers.kernel:
+            timers.kernel = None
+            self.refresh_kernels()
         kernel_only = len(memory) + len(devices) + len(modules) == len(batch)
         hardware_only = bool(batch) and kernel_only and not scanned
         quiet = timers.check is None or now < timers.check
@@ -373,6 +398,8 @@ class Daemon:
         self.online_memory([])  # blocks that arrived before we started
         self.watcher = DropWatcher([d.resolve() for d in dirs], self.events)
         self.watcher.start()
+        kernels = KernelWatcher(self.layout, self.events)
+        kernels.start()
         signal.signal(signal.SIGTERM, lambda *_: self.events.put(Event(Kind.STOP, "SIGTERM")))
         signal.signal(signal.SIGINT, lambda *_: self.events.put(Event(Kind.STOP, "SIGINT")))
         self._guarded(self.close_boot_window)
@@ -389,6 +416,7 @@ class Daemon:
         finally:
             notify("STOPPING=1")
             self.watcher.stop()
+            kernels.stop()
             uevents.stop()
             self.stopped()
             log.info("daemon.stopped")

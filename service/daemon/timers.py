@@ -14,6 +14,7 @@ class Timers:
 
     rescan: float  # the periodic rescan of the incoming directories
     dirty: float | None = None  # the debounced scan after drop events
+    kernel: float | None = None  # the debounced refresh after a kernel's files changed
     check: float | None = None  # re-decide a reboot while a generation waits
     metrics: float | None = None  # rewrite metrics once hot-added memory settles
     ping: float | None = None  # the next WATCHDOG=1 (None: no watchdog)
@@ -27,5 +28,5 @@ class Timers:
 
     def earliest(self, also: float) -> float:
         """The first armed deadline, or ``also`` (the heartbeat) if that comes first."""
-        armed = (self.rescan, self.dirty, self.check, self.metrics, self.ping)
+        armed = (self.rescan, self.dirty, self.kernel, self.check, self.metrics, self.ping)
         return min([t for t in armed if t is not None] + [also])
