@@ -88,7 +88,8 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     """Architecture all, Debian's python3 libraries as dependencies (Debian 12's lowest
     versions, watchdog for the drop watch, rich only suggested), /usr/bin/modstage, both
     units running /usr/bin/modstage, the example config as the conffile
-    /etc/modstage/config.toml, /var/lib/modstage 0755,
+    /etc/modstage/config.toml, the kernel hook as the conffiles
+    /etc/kernel/postinst.d/zzz-modstage and postrm.d's (0755), /var/lib/modstage 0755,
     the modules private to the command in /usr/share/modstage (Debian's Python policy:
     nothing in dist-packages), and nothing under /opt or /usr/local."""
     deb = debs["0.1.0"]
@@ -125,7 +126,13 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     assert 'sys.path.insert(0, "/usr/share/modstage")' in _file(deb, "usr/bin/modstage")
     state = files["/var/lib/modstage"]
     assert state.isdir() and state.mode & 0o7777 == 0o755
-    assert _control(deb, "conffiles").split() == ["/etc/modstage/config.toml"]
+    hooks = [f"/etc/kernel/{d}/zzz-modstage" for d in ("postinst.d", "postrm.d")]
+    assert sorted(_control(deb, "conffiles").split()) == sorted(
+        ["/etc/modstage/config.toml", *hooks]
+    )
+    for hook in hooks:  # a kernel package's run-parts runs them (deploy/kernel/zzz-modstage)
+        assert files[hook].mode & 0o7777 == 0o755, hook
+        assert _file(deb, hook[1:]) == (ROOT / "deploy/kernel/zzz-modstage").read_text()
     config = _file(deb, "etc/modstage/config.toml")
     assert config == (ROOT / "deploy/config.example.toml").read_text()
     for unit in ("modstage.service", "modstage-boot.service"):

@@ -19,13 +19,19 @@ would. unattended-upgrades' ``/var/run/reboot-required`` asks for the reboot:
    for 6.1;
 5. booting back into 6.1 (as grub's one-time entry would) loads version 2, built for it.
 
+The second test is the update with no driver for the new kernel: the hold, its bound, a
+boot without the driver, and the drop that brings it back with one reboot. Its daemon notices
+6.12 installed at once (the kernel watch) and hears the package's kernel hook.
+
 Runs under the 6.1 parametrisation (it boots 6.12 as the second kernel).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,11 +39,21 @@ from service.store.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, exports_cache, kmod
 from tests.vm.harness.kernel import Kernel
-from tests.vm.node import drop, live_modules, modstage, prepare, state
+from tests.vm.node import (
+    daemon_events,
+    drop,
+    live_modules,
+    modstage,
+    prepare,
+    start_daemon,
+    state,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1")]
 
 NODE_FEATURES = "/etc/kubernetes/node-feature-discovery/features.d"
+HOOK = Path(__file__).resolve().parents[2] / "deploy/kernel/zzz-modstage"
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +177,116 @@ def _publish(vm: Vm) -> None:
     )
 
 
-def _host(share: Path) -> dict[str, object]:
-    """The host's announcement, read on the host side of the state share."""
-    doc: dict[str, object] = json.loads((share / "status" / "_host.json").read_text())
+def _host(share: Path, *, missing_ok: bool = False) -> dict[str, Any]:
+    """The host's announcement, read on the host side of the state share ({} while there is
+    none, with ``missing_ok``)."""
+    path = share / "status" / "_host.json"
+    if missing_ok and not path.exists():
+        return {}
+    doc: dict[str, Any] = json.loads(path.read_text())
     return doc
+
+
+def test_a_kernel_without_a_driver_holds_then_boots_without_it_and_one_drop_brings_it_back(
+    kernel: Kernel, key: SigningKey, tmp_path: Path
+) -> None:
+    """A 6.1 node with ``demo`` active; 6.12 installed, no drop for it:
+
+    1. the daemon (its periodic scan five minutes away) announces 6.12 in ``_host.json`` and
+       the labels within seconds of the install, and hears the package's kernel hook;
+    2. ``status --reboot-required`` holds the reboot (exit 4, naming demo); with
+       ``[kernel] hold_max = 1`` the hold has ended: exit 0, while ``status``, ``_host.json``
+       (``none``) and the labels (``demo.next=none``) say demo boots without its driver;
+    3. the reboot into 6.12: ``modstage boot`` names demo as having no generation for 6.12
+       (exit 1), ``status`` grades it failed (exit 2), ``modstage wait --bundle demo`` says
+       it waits for its kernel (exit 4, not 0);
+    4. a drop for 6.12 is accepted there, and one reboot into 6.12 brings demo live."""
+    new = Kernel.named("6.12")
+    certs = {"vendor.pem": key.cert_pem.read_bytes()}
+    kernel_table = f'[kernel]\nnext = "{new.release}"\n'
+    publish = '[publish]\nstatus_dirs = ["/run/nvidia/modstage/status"]\n'
+    old_ko = _signed(kernel, key, tmp_path / "old")
+    new_ko = _signed(new, key, tmp_path / "new")
+    share = tmp_path / "state"
+    exports_cache.seed(share, new)
+    with Vm(share, name="nodriver-6.1", kernel=kernel) as node:
+        node.start()
+        prepare(node, certs)
+        drop(node, "demo", "1", kernel.release, [(old_ko, "")])
+        assert modstage(node, "intake")[0] == 0
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0 and "ms_exporter" in live_modules(node), out
+        first = state(node).bundle("demo").active
+
+        node.run(f"mkdir -p {NODE_FEATURES} /var/run").check()
+        prepare(node, certs, kernel_table + publish)
+        log = start_daemon(node, "kernel-watch.log")
+        wait_until(  # the first scan: [kernel] next names a kernel with no image yet
+            lambda: (
+                any(e["event"] == "daemon.ready" for e in daemon_events(log))
+                and _host(share, missing_ok=True).get("next_kernel", "") is None
+            ),
+            120,
+            "the first scan",
+        )
+        installed = time.monotonic()
+        _install(node, new)
+        wait_until(lambda: _host(share)["next_kernel"] == new.release, 60, "6.12 announced")
+        seconds = time.monotonic() - installed
+        assert _host(share)["bundles"]["demo"]["next"] == "none"
+        assert "modstage.io/demo.next=none" in node.read(f"{NODE_FEATURES}/modstage")
+        events = [e["event"] for e in daemon_events(log)]
+        assert "kernels.changed" in events, events
+        hooks = "/etc/kernel/postinst.d"
+        hook = f"mkdir -p {hooks} && cp {HOOK} {hooks}/ && {hooks}/{HOOK.name} {new.release}"
+        node.run(hook).check()
+        wait_until(
+            lambda: any(e["event"] == "kernels.hook" for e in daemon_events(log)), 60, "the hook"
+        )
+        node.python("daemon.terminate(); daemon.wait(timeout=60)")
+        print(f"\n6.12 announced {seconds:.1f} s after its install began")
+
+        node.run("echo '*** System restart required ***' > /var/run/reboot-required").check()
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 4, out
+        assert f"held: the next boot runs kernel {new.release} and demo has no generation" in out
+        prepare(node, certs, kernel_table + "hold_max = 1\n" + publish)
+        code, out = modstage(node, "status", "--reboot-required")
+        assert code == 0, out
+        code, out = modstage(node, "status")
+        assert "demo has no generation for it: it boots without its driver" in out, out
+        _publish(node)
+        assert _host(share)["bundles"]["demo"] == {"next": "none"}
+        assert "modstage.io/demo.next=none" in node.read(f"{NODE_FEATURES}/modstage")
+        node.poweroff()
+
+    with Vm(share, name="nodriver-6.12", kernel=new) as node:
+        node.start()  # the reboot the gate let through
+        prepare(node, certs)
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 1, out
+        assert f"demo: other_kernel (active {first}" in out, out
+        assert f"nothing for this kernel {new.release}" in out, out
+        assert state(node).bundle("demo").phase is Phase.OTHER_KERNEL
+        code, out = modstage(node, "status")
+        assert code == 2 and f"no generation for the running kernel {new.release}" in out, out
+        code, out = modstage(node, "wait", "--bundle", "demo", "--timeout", "5")
+        assert code == 4 and "targets another kernel than the running" in out, out
+        drop(node, "demo", "1", new.release, [(new_ko, "")])
+        rc, out = modstage(node, "intake", timeout=600)
+        assert rc == 0, out
+        b = state(node).bundle("demo")
+        assert b.pending is not None and b.generations[b.pending].kernel == new.release
+        pending = b.pending
+        node.poweroff()
+
+    with Vm(share, name="nodriver-6.12-again", kernel=new) as node:
+        node.start()  # one reboot, into 6.12 again
+        prepare(node, certs)
+        rc, out = modstage(node, "boot", replay_boot=False)
+        assert rc == 0, out
+        b = state(node).bundle("demo")
+        assert (b.phase, b.active, b.pending) == (Phase.ACTIVE, pending, None)
+        assert "ms_exporter" in live_modules(node)
+        code, out = modstage(node, "status")
+        assert code == 0 and "host: ok" in out, out
