@@ -15,8 +15,9 @@ with a letter or digit):
   (nothing is), in that precedence (:func:`~service.store.cover.next_kernel_cover`);
 * ``written``: when (epoch seconds).
 
-It is written with every status mirror (intake, boot, the admin's verbs) and by the daemon's
-periodic scan, which notices a kernel installed or removed within its period; a file whose
+It is written with every status mirror (intake, boot, the admin's verbs), by the daemon's
+periodic scan, and by its kernel watch within seconds of a kernel installed or removed
+(:mod:`service.daemon.kernelwatch`); a file whose
 contents would not change but for ``written`` is left as it is. A failure is logged, never
 raised.
 """
