@@ -17,6 +17,8 @@
 #   /usr/local/lib/systemd/system/modstage{,-boot}.service, enabled
 #   /etc/modstage/config.toml            deploy/config.example.toml, only if absent
 #   /etc/modstage/trusted.d/             created empty if absent
+#   /etc/kernel/postinst.d/zzz-modstage, /etc/kernel/postrm.d/zzz-modstage   the kernel hook
+#                                        (deploy/kernel/zzz-modstage: run by a kernel package)
 # The boot unit is enabled, never started here: it loads modules, which happens at boot.
 set -eu
 
@@ -24,6 +26,7 @@ VENV=/opt/modstage
 LINK=/usr/local/bin/modstage
 UNITDIR=/usr/local/lib/systemd/system
 UNITS="modstage-boot.service modstage.service"
+HOOKS="/etc/kernel/postinst.d/zzz-modstage /etc/kernel/postrm.d/zzz-modstage"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 
 die() { echo "install.sh: $*" >&2; exit 1; }
@@ -106,9 +109,17 @@ install_files() {
         cp "$SRC/deploy/systemd/$unit" "$DEST$UNITDIR/$unit"
         chmod 0644 "$DEST$UNITDIR/$unit"
     done
+    for hook in $HOOKS; do
+        mkdir -p "$DEST$(dirname "$hook")"
+        cp "$SRC/deploy/kernel/zzz-modstage" "$DEST$hook"
+        chmod 0755 "$DEST$hook"
+    done
     install_config
-    { echo "$LINK"; for unit in $UNITS; do echo "$UNITDIR/$unit"; done; } \
-        >"$DEST$VENV/share/modstage/installed"
+    {
+        echo "$LINK"
+        for unit in $UNITS; do echo "$UNITDIR/$unit"; done
+        for hook in $HOOKS; do echo "$hook"; done
+    } >"$DEST$VENV/share/modstage/installed"
 }
 
 install_config() {

@@ -94,8 +94,9 @@ def test_venv_is_relocated_to_its_final_path(root: Path) -> None:
 
 
 def test_units_link_and_config_are_installed_and_enabled(root: Path) -> None:
-    """Both units (as in deploy/systemd), the PATH link, the example config and trusted.d are
-    in place, and systemd's enablement links exist."""
+    """Both units (as in deploy/systemd), the PATH link, the example config, trusted.d and the
+    kernel hook in postinst.d and postrm.d (executable) are in place, and systemd's
+    enablement links exist."""
     for unit in UNITS:
         installed = root / UNITDIR / unit
         assert installed.read_text() == (REPO / "deploy/systemd" / unit).read_text()
@@ -104,6 +105,10 @@ def test_units_link_and_config_are_installed_and_enabled(root: Path) -> None:
     config = root / "etc/modstage/config.toml"
     assert config.read_text() == (REPO / "deploy/config.example.toml").read_text()
     assert (root / "etc/modstage/trusted.d").is_dir()
+    for hooks in ("postinst.d", "postrm.d"):
+        hook = root / "etc/kernel" / hooks / "zzz-modstage"
+        assert hook.read_text() == (REPO / "deploy/kernel/zzz-modstage").read_text()
+        assert hook.stat().st_mode & 0o7777 == 0o755
     wants = root / "etc/systemd/system"
     assert (wants / "sysinit.target.wants/modstage-boot.service").is_symlink()
     assert (wants / "multi-user.target.wants/modstage.service").is_symlink()

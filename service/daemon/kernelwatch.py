@@ -80,22 +80,29 @@ class KernelWatcher:
         self.dirs = kernel_dirs(layout)
         self.hook = layout.kernel_hook
         self.observer = Observer()
-        files = KernelHandler(events, Kind.KERNEL)
-        for directory in self.dirs:
-            self.observer.schedule(files, str(directory), recursive=False)
+        self.files = KernelHandler(events, Kind.KERNEL)
         self.hook_handler = KernelHandler(events, Kind.KERNEL_HOOK, hidden=False)
+        self.unwatched: dict[str, str] = {}  # directory: why it could not be watched
 
     def start(self) -> None:
-        """Make the hook's directory, place the watches and start watchdog's threads."""
-        try:
-            self.hook.mkdir(mode=0o755, parents=True, exist_ok=True)
-            self.observer.schedule(self.hook_handler, str(self.hook), recursive=False)
-            hook: str | None = str(self.hook)
-        except OSError as exc:
-            log.error("kernels.hook_unwatched", path=str(self.hook), error=str(exc))
-            hook = None
+        """Start watchdog's observer, then place each watch on its own: one that cannot be
+        placed (the directory gone since, the user's inotify instances spent on a busy
+        node) is logged and left to the periodic scan; the daemon and its drop watch go on."""
         self.observer.start()
-        log.info("kernels.watching", dirs=[str(d) for d in self.dirs], hook=hook)
+        watches = [(d, self.files) for d in self.dirs] + [(self.hook, self.hook_handler)]
+        placed = []
+        for directory, handler in watches:
+            try:
+                if directory == self.hook:
+                    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+                self.observer.schedule(handler, str(directory), recursive=False)
+            except OSError as exc:
+                self.unwatched[str(directory)] = exc.strerror or str(exc)
+                continue
+            placed.append(str(directory))
+        log.info("kernels.watching", dirs=placed)
+        if self.unwatched:
+            log.warning("kernels.unwatched", dirs=self.unwatched, found_by="the periodic scan")
 
     def stop(self) -> None:
         """Stop watchdog's threads and close its watches (nothing to do if never started)."""

@@ -337,3 +337,31 @@ def test_a_burst_of_kernel_events_is_one_refresh_after_the_debounce(tmp_path: Pa
     assert [e["files"] for e in logs if e["event"] == "kernels.hook"] == [
         [str(layout.kernel_hook / "installed")]
     ]
+
+
+def test_a_watch_that_cannot_be_placed_is_logged_and_the_rest_still_watch(
+    tmp_path: Path,
+) -> None:
+    """The boot directory (grub's in it) gone between the watch's making and its start, and
+    the hook's directory impossible to make (a file where its parent should be): each is
+    logged as unwatched with the reason, start() does not raise (the daemon and its drop watch go
+    on), and the module trees' watch still reports a kernel's tree."""
+    layout = _node(tmp_path / "root")
+    events: queue.Queue[Event] = queue.Queue()
+    watcher = KernelWatcher(layout, events)
+    shutil.rmtree(layout.boot)
+    layout.run.mkdir(parents=True)
+    layout.kernel_hook.parent.rmdir()
+    layout.kernel_hook.parent.write_text("")
+    with capture_logs() as logs:
+        watcher.start()
+    try:
+        (layout.modules_dir(NEW)).mkdir()
+        assert [e.detail for e in _events(events)] == [str(layout.modules_dir(NEW))]
+    finally:
+        watcher.stop()
+    [unwatched] = [e for e in logs if e["event"] == "kernels.unwatched"]
+    gone = {str(layout.boot.resolve()), str(layout.grub_dir.resolve()), str(layout.kernel_hook)}
+    assert set(unwatched["dirs"]) == gone
+    [watching] = [e for e in logs if e["event"] == "kernels.watching"]
+    assert str(layout.root.resolve() / "lib/modules") in watching["dirs"]
