@@ -237,6 +237,9 @@ def test_a_kernel_without_a_driver_holds_then_boots_without_it_and_one_drop_brin
         assert "modstage.io/demo.next=none" in node.read(f"{NODE_FEATURES}/modstage")
         events = [e["event"] for e in daemon_events(log)]
         assert "kernels.changed" in events, events
+        [watching] = [e for e in daemon_events(log) if e["event"] == "kernels.watching"]
+        trees = node.eval("os.path.realpath('/lib/modules')")  # merged /usr: /usr/lib/modules
+        assert {"/boot", trees, "/run/modstage/kernel-hook"} <= set(watching["dirs"]), watching
         hooks = "/etc/kernel/postinst.d"
         hook = f"mkdir -p {hooks} && cp {HOOK} {hooks}/ && {hooks}/{HOOK.name} {new.release}"
         node.run(hook).check()
