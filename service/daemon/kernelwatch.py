@@ -18,8 +18,9 @@ which is a ``Kind.KERNEL_HOOK`` event: a full scan, so a drop that waited for th
 tree is taken in.
 
 watchdog's threads only put events on the queue. A directory missing at start (a root
-without grub, a merged-/usr root's second module path) is not watched; the periodic
-rescan still notices what it would have.
+without grub, a merged-/usr root's second module path) is not watched, and a watch that
+cannot be placed is logged (``kernels.unwatched``); the periodic rescan still notices what
+either would have.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ log = get_logger("modstage.daemon")
 class KernelHandler(FileSystemEventHandler):
     """watchdog's events in one watched directory as ``kind`` events, on watchdog's thread.
 
-    ``hidden`` False: names starting with '.' raise nothing (the hook's temporary file:
-    only its rename into place is the hook's word)."""
+    ``hidden``: whether names starting with '.' count (not in the hook's directory: the
+    hook's temporary file is not its word, only its rename into place is)."""
 
     def __init__(self, events: Queue, kind: Kind, *, hidden: bool = True) -> None:
         super().__init__()
