@@ -6,7 +6,8 @@ ext4 disk of its own (``Vm(root_disk=...)``). Boot 1: the package built from thi
 (``deploy/debian/build``, as tests/test_deb.py builds it) is installed with ``apt-get install
 ./modstage_*_all.deb``, so its maintainer scripts run (on 6.1, the host's Debian 12 root, the
 python3 libraries apt would fetch are handed in beside it; the Debian 13 root already has
-them). systemd-analyze scores the packaged units as it scores deploy/systemd's. The node is a
+them). The packaged daemon hears a module tree appearing and the package's kernel hook.
+systemd-analyze scores the packaged units as it scores deploy/systemd's. The node is a
 fresh one whose boot unit was skipped (no state at boot): a drop is taken in and its
 generation waits for kured's reboot; the daemon killed, the package upgraded to a newer
 build, the daemon restarted and the boot unit started by hand each leave the running
@@ -28,6 +29,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,6 +184,42 @@ def test_apt_installs_the_package_enables_both_units_and_starts_the_daemon(
     assert node.run("command -v modstage").stdout.strip() == "/usr/bin/modstage"
     owner = node.run(["dpkg-query", "-S", "/var/lib/modstage"]).stdout.strip()
     assert owner == "modstage: /var/lib/modstage", owner
+
+
+def test_the_packaged_daemon_hears_a_kernel_tree_and_the_packages_kernel_hook(
+    node: Vm,
+) -> None:
+    """Under its unit's sandbox the packaged daemon watches the boot directory, the module
+    trees' directory (as the root resolves ``/lib/modules``) and ``/run/modstage/kernel-hook``,
+    which it made; a module tree appearing is a ``kernels.changed`` refresh within seconds,
+    and the package's hook, run as a kernel package runs ``/etc/kernel/postinst.d`` (``run-parts
+    --exit-on-error``, only it selected: Debian's own hooks would build an initramfs), exits
+    0 and is a ``kernels.hook`` scan."""
+    assert installed(node), "the install test did not pass"
+
+    def daemon_events(name: str) -> list[dict[str, Any]]:
+        return [e for e in events(journal(node, DAEMON)) if e["event"] == name]
+
+    [watching] = poll(lambda: daemon_events("kernels.watching"), 60, "kernels.watching")
+    trees = node.eval("os.path.realpath('/lib/modules')")
+    assert {"/boot", trees, "/run/modstage/kernel-hook"} <= set(watching["dirs"]), watching
+    tree = "/lib/modules/0.0.1-hooktest"
+    node.run(["mkdir", tree]).check()
+    try:
+        changed = poll(lambda: daemon_events("kernels.changed"), 60, "kernels.changed")
+        assert any(tree in p for e in changed for p in e["paths"]), changed
+        hook = [
+            "run-parts", "--report", "--exit-on-error", "--regex", "^zzz-modstage$",
+            "--arg=0.0.1-hooktest", "--arg=/boot/vmlinuz-0.0.1-hooktest", "/etc/kernel/postinst.d",
+        ]  # fmt: skip
+        ran = node.run(hook)
+        assert (ran.rc, ran.stderr) == (0, ""), ran
+        [heard] = poll(lambda: daemon_events("kernels.hook"), 60, "kernels.hook")
+        assert heard["files"] == ["/run/modstage/kernel-hook/installed"], heard
+        text = node.read("/run/modstage/kernel-hook/installed")
+        assert text.strip() == "installed 0.0.1-hooktest", text
+    finally:
+        node.run(["rmdir", tree]).check()
 
 
 def test_systemd_scores_the_packaged_units_as_the_installers(node: Vm) -> None:
