@@ -5,8 +5,8 @@ imports only the libraries unpacked from Debian 12's packages (``tests/debian_li
 cryptography 38.0.4 on the system's OpenSSL, zstandard 0.20, structlog 22.3, pyudev 0.24,
 watchdog 2.2.1, rich 13.3, tomli-w 1.0, and Debian's pytest 7.2 runs the tests of what
 touches each of them: the drop watch and a real overflow of the kernel's inotify queue
-(watchdog 2.2.1 reports no lost events: the periodic rescan finds a lost drop), the daemon's
-event cycle, ECDSA signatures (cryptography), zstd bounds (zstandard), the log (structlog),
+(watchdog 2.2.1 reports no lost events: the periodic rescan finds a lost drop), the kernel
+watch and the kernel hook's rename, the daemon's event cycle, ECDSA signatures (cryptography), zstd bounds (zstandard), the log (structlog),
 uevents (pyudev), status (rich), intake and signatures end to end, the CLI. About 50 s; the
 libraries are fetched once into the test cache (``.ci/install``).
 """
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"  # Debian's
 TESTS = [
     "tests/service/test_watcher.py",
+    "tests/service/test_kernel_watch.py",
     "tests/service/test_daemon.py",
     "tests/service/test_ecdsa_pubkey.py",
     "tests/service/test_decompress_bounds.py",
