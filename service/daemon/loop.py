@@ -164,7 +164,7 @@ class Daemon:
         boot runs and which bundles have a generation for it."""
         state = read(self.layout.state)  # untouched: setting a corrupt one aside is not ours
         found = next_kernel(self.layout, self.config.kernel.next)
-        write_labels(self.layout, self.config.node_labels, state, found.release)
+        write_labels(self.layout, self.config.node_labels, state, found.release, self.config)
         announce(self.layout, self.config, state, found)
 
     def refresh_kernels(self) -> None:
