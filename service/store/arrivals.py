@@ -21,15 +21,14 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from service.config import Config
+from service.config import Config, Limits
 from service.errors import ServiceError
 from service.layout import Layout
 from service.store import quarantine
 from service.store.cover import next_kernel_cover
-from service.store.dropfs import open_dir, read_small
+from service.store.dropfs import read_manifest
 from service.store.state import State
 from stager.errors import StagerError
-from stager.manifest import MAX_MANIFEST_BYTES, Manifest
 from stager.paths import MANIFEST_NAME, parse_drop_name
 
 MAX_READ = 64  # manifests read per call: a flood of drops costs a scan no more than this
@@ -37,10 +36,9 @@ MAX_READ = 64  # manifests read per call: a flood of drops costs a scan no more 
 
 def arrivals(layout: Layout, config: Config) -> dict[str, frozenset[str]]:
     """Per bundle, the kernels its drops in ``config.incoming_dirs`` are built for."""
-    limit = min(MAX_MANIFEST_BYTES, config.limits.max_manifest_bytes)
     dirs = [layout.host(p) for p in config.incoming_dirs]
     found: dict[str, set[str]] = {}
-    for bundle, kernel in _kernels(layout, _drops(dirs), limit):
+    for bundle, kernel in _kernels(layout, _drops(dirs), config.limits):
         found.setdefault(bundle, set()).add(kernel)
     return {b: frozenset(k) for b, k in found.items()}
 
@@ -60,18 +58,13 @@ def _drops(dirs: Iterable[Path]) -> list[Path]:
     return out
 
 
-def _kernels(layout: Layout, drops: list[Path], limit: int) -> Iterable[tuple[str, str]]:
+def _kernels(layout: Layout, drops: list[Path], limits: Limits) -> Iterable[tuple[str, str]]:
     """(bundle, kernel) of each drop whose manifest reads, at most :data:`MAX_READ`."""
     for drop in drops[:MAX_READ]:
         if quarantine.left_in_place(layout, drop):
             continue
         try:
-            fd = open_dir(drop)
-            try:
-                raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=limit)
-            finally:
-                os.close(fd)
-            manifest = Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
+            manifest = read_manifest(drop, limits)
         except (OSError, ServiceError, StagerError, ValueError):
             continue
         named = parse_drop_name(drop.name)

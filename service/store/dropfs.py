@@ -18,7 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from service.beneath import DIR_FLAGS, open_beneath
+from service.config import Limits
 from service.errors import DropError
+from stager.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.paths import MANIFEST_NAME
 
 
 def _why(exc: OSError) -> str:
@@ -86,6 +89,19 @@ def read_small(dir_fd: int, relative: str, *, display: Path, max_bytes: int) -> 
     if len(data) > max_bytes:
         raise DropError(display / relative, f"grew beyond the limit of {max_bytes} bytes")
     return data
+
+
+def read_manifest(drop: Path, limits: Limits) -> Manifest:
+    """The drop's manifest as intake reads it: beneath the drop's directory (no symbolic
+    link followed), at most the schema's or ``limits``' byte bound, whichever is smaller;
+    raises what :func:`open_dir`, :func:`read_small` and :meth:`Manifest.from_toml` raise."""
+    limit = min(MAX_MANIFEST_BYTES, limits.max_manifest_bytes)
+    fd = open_dir(drop)
+    try:
+        raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=limit)
+    finally:
+        os.close(fd)
+    return Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
 
 
 MAX_OPEN_DEPTH = 32  # directories held open at once while removing; deeper ones are hoisted

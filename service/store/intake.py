@@ -40,7 +40,7 @@ from service.store.admit import (
     policy_problems,
     verify_copy,
 )
-from service.store.dropfs import open_dir, read_small
+from service.store.dropfs import open_dir, read_manifest
 from service.store.drops import Drops
 from service.store.generations import Store
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
@@ -61,8 +61,8 @@ from service.verify.modfile.symtab import Export
 from service.verify.signature.keyring import Keyring
 from service.verify.signature.trust import TrustStore
 from stager.errors import ManifestError
-from stager.manifest import MAX_MANIFEST_BYTES, Manifest
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.manifest import Manifest
+from stager.paths import parse_drop_name
 from stager.shown import MAX_REASON, shown
 
 log = get_logger("modstage.intake")
@@ -288,13 +288,7 @@ class Intake:
             log.error("status.unwritable", bundle=bundle, error=str(exc))
 
     def _manifest(self, drop: Path) -> Manifest:
-        limit = min(MAX_MANIFEST_BYTES, self.config.limits.max_manifest_bytes)
-        fd = open_dir(drop)
-        try:
-            raw = read_small(fd, MANIFEST_NAME, display=drop, max_bytes=limit)
-        finally:
-            os.close(fd)
-        manifest = Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
+        manifest = read_manifest(drop, self.config.limits)
         named = parse_drop_name(drop.name)
         if named and named[0] != manifest.bundle:
             raise Rejected(

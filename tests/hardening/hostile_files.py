@@ -144,6 +144,11 @@ def _total(ctx: Ctx) -> list[str | re.Pattern[str]]:
     ]
 
 
+def _manifest_over_config(ctx: Ctx) -> list[str | re.Pattern[str]]:
+    size = (ctx.drop / MANIFEST_NAME).stat().st_size
+    return [f"{ctx.d}/manifest.toml: is {size} bytes, over the limit of 64"]
+
+
 def _huge(ctx: Ctx) -> list[str | re.Pattern[str]]:
     raw = (ctx.drop / MANIFEST_NAME).read_bytes()
     raw += b"#" * ((1 << 20) + 1 - len(raw) - 1) + b"\n"
@@ -236,6 +241,11 @@ FILE_CASES = [
     Case("total-bytes-over-config", _total, Config(limits=Limits(max_total_bytes=3 << 20))),
     Case("sparse-manifest-2MiB", _sparse(MANIFEST_NAME, 2 << 20, 1 << 20)),
     Case("huge-manifest-1MiB+1", _huge),
+    Case(
+        "manifest-over-config",
+        _manifest_over_config,
+        Config(limits=Limits(max_manifest_bytes=64)),
+    ),
     Case(
         "files-over-config",
         lambda ctx: [f"{ctx.d}: names 2 files, over the limit of 1"],
