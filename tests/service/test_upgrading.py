@@ -10,10 +10,14 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime, time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
+from service.status import survey
 from service.status.collect import collect
 from service.status.health import DRIVER_POD_READY, DROP_GRACE, Health
 from service.status.metrics import families
@@ -101,11 +105,14 @@ class Node:
         return collect(self.layout, now=now)
 
 
-def test_a_driver_unloaded_for_a_pending_generation_is_upgrading(tmp_path: Path) -> None:
+def test_a_driver_unloaded_for_a_pending_generation_is_upgrading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """v1 unloaded by the new pod's init container (the daemon saw it), v2's drop taken in
     30 s later: an hour on, the bundle and the host are upgrading, exit code 4, the line
     says how long the node has been without its driver, when it becomes a failure, and the
-    reboot it waits for on the same line; ``--json`` says the same."""
+    reboot it waits for on the same line; ``--json`` says the same at the same moment (the
+    command's wall clock is pinned there: the recorded times are fixed dates)."""
     node = Node(tmp_path)
     node.pod_replaced()
     node.unload(T0 + HOUR)
@@ -123,6 +130,7 @@ def test_a_driver_unloaded_for_a_pending_generation_is_upgrading(tmp_path: Path)
     assert "; reboot: required for nvidia" in problem and "backend kured" in problem
     assert "FAILED" not in "\n".join(lines(report))
     out = io.StringIO()
+    monkeypatch.setattr(survey, "time", SimpleNamespace(time=lambda: T0 + 2 * HOUR))
     rc = main(["status", "--root", str(tmp_path), "--json"], out)
     doc = json.loads(out.getvalue())
     assert rc == 4 and doc["exit_code"] == 4 and doc["health"] == "upgrading"
