@@ -37,7 +37,7 @@ before leaves and failing at once, naming it, when that one did not pass:
 
 Each path's row (boots, upgrade state, driver-less time, staging, reboot) is printed as a
 table once the node is done and written to ``<state share>/nvidiadriver.json``. Written for
-6.1 and 6.12 (Debian 13's kernel and root), as test_operator.py is.
+6.1, as test_operator.py is, and for the same reason: no expectation differs by kernel.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ from tests.vm.operator.upgrade_controller import (
     UpgradeController,
 )
 
-pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
+pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1")]
 FEATURES = "/etc/kubernetes/node-feature-discovery/features.d"
 STATE_FILE = "/run/nvidia/nvidia-driver.state"
 READY = "/run/nvidia/validations/.driver-ctr-ready"
