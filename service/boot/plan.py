@@ -32,9 +32,15 @@ def choose(
     ``kernel``, the one carried for it (:func:`service.store.cover.carried`: staged for a kernel
     update before a later drop took the pending slot, or the last one of a kernel booted
     back into), unless held, and never one whose version orders below ``floor`` (the
-    bundle's ``min_version`` now)."""
+    bundle's ``min_version`` now). A pending generation with no last known good for
+    ``kernel`` to fall back to (the active one is built for another kernel, or is the same
+    generation dropped again) falls back to the one carried for ``kernel``, so a new
+    version that fails at its first boot into a new kernel leaves the older driver built
+    for that kernel loaded, not none."""
     choice = _choose(name, bundle, kernel, max_attempts)
     carried = carried_for(bundle, kernel, floor)
+    if choice.pending and choice.fallback is None and carried is not None:
+        return replace(choice, fallback=carried.id)
     if choice.generation is not None or bundle.held or carried is None:
         return choice
     note = f"carried {carried.id[:12]} ({carried.version}) built for kernel {kernel}"

@@ -19,16 +19,18 @@ from typing import Any, TextIO
 from service.cmd.host import Host
 from service.errors import ServiceError, StateError, UsageError
 from service.kernel.installed import installed_releases
+from service.kernel.nextboot import next_kernel
 from service.layout import Layout
 from service.status.survey import generation_rows as status_rows
 from service.status.survey import read_state
 from service.store import verbs
 from service.store.bundlerules import below_floor
+from service.store.cover import would_load
 from service.store.generations import Store
 from service.store.owners import verb_claims
 from service.store.phase import Phase
 from service.store.publish import mirror_status
-from service.store.state import BundleState, State
+from service.store.state import BundleState, Generation, State
 from service.store.statefile import locked, save
 from service.store.statusfile import write_status
 from stager.record import dump
@@ -155,9 +157,12 @@ def _report(
     args: argparse.Namespace,
     out: TextIO,
     running: str | None = None,
+    upcoming: tuple[str, Generation | None] | None = None,
 ) -> None:
     """What a verb did, as ``--json`` or one line; a pending generation built for another
-    kernel than the ``running`` one is said to load at the next boot into its kernel."""
+    kernel than the ``running`` one is said to load at the next boot into its kernel, and
+    one built for another kernel than the next boot runs (``upcoming``: that kernel, when
+    known, and what a boot into it brings up of the bundle) says so."""
     if args.json:
         doc = {
             "bundle": bundle,
@@ -174,6 +179,13 @@ def _report(
         if gen is not None and running is not None and gen.kernel != running:
             boot += f" into kernel {gen.kernel} (running {running})"
         when = "waits for release while held" if b.held else f"loads at {boot}"
+        if gen is not None and not b.held and upcoming and gen.kernel != upcoming[0]:
+            brings = upcoming[1]
+            what_then = f"{brings.id[:12]} ({brings.version})" if brings else "nothing of it"
+            when = (
+                f"loads at a boot into kernel {gen.kernel}; the next boot runs kernel "
+                f"{upcoming[0]} and brings up {what_then}"
+            )
         pending = f", pending {b.pending[:12]} ({when})" if b.pending else ""
         if b.held:
             pending += "; the last known good loads at boot, new drops wait in incoming"
@@ -227,7 +239,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         running: str | None = layout.kernel_release()
     except OSError:
         running = None  # status says what cannot be read
-    _report(args.bundle, b, what, args, out, running)
+    config = Host(layout, salvage=True).config
+    floor = config.bundle_policy(args.bundle).min_version
+    brings = None
+    if (upcoming := next_kernel(layout, config.kernel.next).release) is not None:
+        brings = (upcoming, would_load(b, upcoming, floor, config.max_boot_attempts))
+    _report(args.bundle, b, what, args, out, running, brings)
     return 0
 
 

@@ -80,7 +80,7 @@ def _covers(
     for name, bundle in sorted(state.bundles.items()):
         entry: dict[str, Any] = {"next": covers[name]}
         floor = config.bundle_policy(name).min_version
-        if (gen := would_load(bundle, release, floor)) is not None:
+        if (gen := would_load(bundle, release, floor, config.max_boot_attempts)) is not None:
             entry.update(next_generation=gen.id, next_version=gen.version)
         out[name] = entry
     return out

@@ -90,6 +90,7 @@ def next_covers(layout: Layout, config: Config, state: State, release: str) -> d
             floor=config.bundle_policy(name).min_version,
             arrived=arrived(found, name, release),
             refused_at=quarantine.refused_at(refusals, name, release),
+            max_attempts=config.max_boot_attempts,
         )
         for name, bundle in sorted(state.bundles.items())
     }

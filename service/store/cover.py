@@ -36,11 +36,17 @@ def carried(bundle: BundleState, kernel: str, floor: str | None = None) -> Gener
     return max(own, key=added, default=None)
 
 
-def would_load(bundle: BundleState, release: str, floor: str | None = None) -> Generation | None:
+def would_load(
+    bundle: BundleState,
+    release: str,
+    floor: str | None = None,
+    max_attempts: int | None = None,
+) -> Generation | None:
     """The generation a boot into kernel ``release`` would bring up (None: nothing): the
-    pending one if it is for ``release``, not failed and not held by an admin, else the
+    pending one if it is for ``release``, not failed, not held by an admin and (given
+    ``max_attempts``, the config's ``max_boot_attempts``) with a boot attempt left, else the
     active one if it is for ``release``, else the one :func:`carried` for it (not while
-    held; ``floor`` as for :func:`carried`). The boot's own choice, which also counts attempts, is
+    held; ``floor`` as for :func:`carried`). The boot's own choice is
     :func:`service.boot.plan.choose`."""
 
     def usable(gen: str | None) -> Generation | None:
@@ -48,6 +54,8 @@ def would_load(bundle: BundleState, release: str, floor: str | None = None) -> G
         return g if g is not None and g.kernel == release and not g.failed else None
 
     pending = usable(bundle.pending)
+    if pending is not None and max_attempts is not None and pending.attempts >= max_attempts:
+        pending = None  # the boot expires it (plan.choose)
     if pending is not None and not bundle.held:
         return pending
     active = usable(bundle.active)
@@ -67,11 +75,13 @@ def next_kernel_cover(
     floor: str | None = None,
     arrived: bool = False,
     refused_at: float | None = None,
+    max_attempts: int | None = None,
 ) -> str:
     """Whether a boot into kernel ``release`` would load ``bundle``, the first that holds:
 
     * ``ready``: :func:`would_load` names a generation (``floor``: the bundle's
-      ``min_version``, as for :func:`carried`);
+      ``min_version``, as for :func:`carried`; ``max_attempts``: the config's
+      ``max_boot_attempts``);
     * ``waiting``: ``arrived``, a drop of the bundle built for ``release`` sits in an
       incoming directory, not judged yet (being taken in, or waiting there: an admin's hold,
       the kernel's module tree not installed yet); its verdict comes after any refusal;
@@ -83,7 +93,7 @@ def next_kernel_cover(
     * ``held``: only what an admin's hold keeps back is for it;
     * ``none``: nothing is.
     """
-    if would_load(bundle, release, floor) is not None:
+    if would_load(bundle, release, floor, max_attempts) is not None:
         return "ready"
     if arrived:
         return "waiting"
@@ -93,5 +103,6 @@ def next_kernel_cover(
         return "refused"
     gen = bundle.generations.get(bundle.pending) if bundle.pending else None
     usable = gen is not None and gen.kernel == release and not gen.failed
+    usable = usable and (max_attempts is None or gen is None or gen.attempts < max_attempts)
     held = usable or (bundle.held and carried(bundle, release, floor))
     return "held" if held else "none"

@@ -71,11 +71,13 @@ def added(gen: Generation) -> float:
 
 def kernels_last(generations: Mapping[str, Generation], kernels: Collection[str]) -> set[str]:
     """For each release in ``kernels`` (the installed ones), the id of the newest generation
-    built for it that did not fail: what a boot into it can still load, which retention
-    keeps. A kernel removed since releases its generations."""
+    built for it that neither failed nor was rolled back from by an admin: what a boot into
+    it can still load (:func:`service.store.cover.carried`), which retention keeps. A kernel
+    removed since releases its generations."""
     last: dict[str, Generation] = {}
     for g in generations.values():
-        if g.kernel in kernels and not g.failed and added(g) >= added(last.get(g.kernel, g)):
+        usable = not g.failed and not g.rolled_back
+        if g.kernel in kernels and usable and added(g) >= added(last.get(g.kernel, g)):
             last[g.kernel] = g
     return {g.id for g in last.values()}
 

@@ -67,7 +67,10 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     """Make an earlier generation the one to load at the next boot.
 
     Without ``generation``: the newest generation added before the active one
-    that did not fail, built for the active one's kernel.
+    that did not fail, built for the active one's kernel. The generations it moves away
+    from are kept out of later drops until a retry only when built for the same kernel as
+    the one chosen: a pending generation for another kernel (a kernel update's driver) is
+    displaced, not rolled back from, so a boot into that kernel still carries it.
     """
     gen = _earlier(bundle) if generation is None else resolve(bundle, generation)
     up = bundle.active_up  # not up (its boot could not load it): it is made pending below
@@ -86,6 +89,8 @@ def rollback(bundle: BundleState, generation: str | None = None) -> BundleState:
     bundle = _unretried(bundle)
     what = f"rollback to {gen.id[:12]} ({gen.version})"
     for away in (g for g in (bundle.active, bundle.pending) if g and g != gen.id):
+        if bundle.generations[away].kernel != gen.kernel:
+            continue  # another kernel's driver: displaced, still carried for that kernel
         # kept out of later drops until a retry (policy_problems)
         bundle = bundle.with_generation(replace(bundle.generations[away], rolled_back=what))
     return bundle.with_generation(replace(gen, attempts=0)).move(

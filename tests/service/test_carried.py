@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from service.boot.plan import choose
 from service.cli import main
 from service.kernel.nextboot import How, NextKernel
 from service.layout import Layout
@@ -20,7 +21,7 @@ from service.store.announce import host_doc
 from service.store.cover import carried, next_kernel_cover, would_load
 from service.store.generations import Store
 from service.store.phase import Phase
-from service.store.state import BundleState, Generation, State
+from service.store.state import BundleState, Generation, State, kernels_last
 from service.store.statefile import load, save
 from stager.manifest import Manifest, ModuleEntry
 from stager.paths import MANIFEST_NAME
@@ -217,3 +218,102 @@ def test_retention_keeps_the_newest_generation_of_each_installed_kernel(
     kept = b.staged(z, retain=1, installed={kernel, OTHER})
     assert set(kept.generations) == {x1, y, z.id}  # x1 active; x2, older of OTHER, past retain
     assert set(b.staged(z, retain=1, installed={OTHER}).generations) == {x1, z.id}
+
+
+def test_a_new_version_failing_at_its_first_boot_into_the_kernel_falls_back_to_the_carried_one(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Booting into ``kernel`` with x1 (built for OTHER) active, y (v1) carried for
+    ``kernel`` and v2 pending for it: v2's module fails at init, so v2 is failed and y,
+    the older driver built for this kernel, is brought up in the same boot, not nothing."""
+    y = pending(host, kernel, [(signed["ms_exporter"], "")], version="1", bundle="demo")
+    v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
+    b = load(host.state).bundle("demo")
+    x1 = other_kernel_generation(host, "1", added=b.generations[y].added - 100)
+    b = replace(
+        b, phase=Phase.PENDING, active=x1.id, pending=v2, generations={**b.generations, x1.id: x1}
+    )
+    save(host.state, State({"demo": b}))
+    assert carried(b, kernel) == b.generations[y]
+    reboot(host)
+    fake = FakeKernel(fail={"ms_params": errno.ENOKEY})
+    boot_with(host, fake).run()
+    after = load(host.state).bundle("demo")
+    assert after.phase is Phase.ACTIVE and after.active == y
+    assert after.generations[v2].failed and "ms_exporter" in fake.live
+    assert "ms_params" not in fake.live
+
+
+def _next_kernel_generation(host: Layout, release: str, added: float) -> Generation:
+    """A generation built for the next kernel ``release``, in the store and as a record."""
+    m = Manifest("demo", "2", release, (ModuleEntry("ms_next.ko", "1" * 64),))
+    path = Store(host.store).path(m.digest)
+    path.mkdir(parents=True)
+    (path / MANIFEST_NAME).write_bytes(m.to_toml())
+    return Generation(m.digest, "2", release, added=added)
+
+
+def test_a_rollback_on_the_running_kernel_keeps_the_next_kernel_s_driver(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Running ``kernel`` with v2 active and the next kernel's v2 (y) pending: ``rollback``
+    makes v1 pending for ``kernel`` and rolls back from the active v2 only; y, built for
+    the next kernel, is displaced but not rolled back from, so the next kernel stays
+    ``ready`` (carried), the driver pod's drop of it is taken again, retention keeps it,
+    and the verb says the next boot runs the next kernel and brings up y."""
+    nxt = "6.99.1-next"
+    host.modules_dir(nxt).mkdir(parents=True)
+    host.kernel_image(nxt).parent.mkdir(parents=True, exist_ok=True)
+    host.kernel_image(nxt).write_bytes(b"MZ")
+    host.config.write_text(f'[kernel]\nnext = "{nxt}"\n')
+    v1 = pending(host, kernel, [(signed["ms_exporter"], "")], version="1", bundle="demo")
+    b = load(host.state).bundle("demo")
+    v2 = replace(b.generations[v1], id="a" * 64, version="2", added=b.generations[v1].added + 1)
+    y = _next_kernel_generation(host, nxt, added=v2.added + 1)
+    b = replace(
+        b,
+        phase=Phase.PENDING,
+        active=v2.id,
+        pending=y.id,
+        generations={v1: b.generations[v1], v2.id: v2, y.id: y},
+    )
+    save(host.state, State({"demo": b}))
+    assert next_kernel_cover(b, nxt) == "ready"
+    code, out = cli("rollback", "--root", str(host.root), "demo", v1[:12])
+    assert code == 0, out
+    assert (
+        f"loads at a boot into kernel {kernel}; the next boot runs kernel {nxt} and brings up "
+        f"{y.id[:12]} (2)" in out
+    ), out
+    after = load(host.state).bundle("demo")
+    assert after.pending == v1 and after.generations[v2.id].rolled_back
+    assert after.generations[y.id].rolled_back is None
+    assert next_kernel_cover(after, nxt) == "ready" and carried(after, nxt) == y
+    live = replace(after, phase=Phase.ACTIVE, active=v1, pending=None)
+    assert live.staged(y, retain=0, installed={kernel, nxt}).pending == y.id
+    pruned = live.staged(
+        replace(v2, id="c" * 64, added=y.added + 1), retain=0, installed={kernel, nxt}
+    )
+    assert y.id in pruned.generations
+
+
+def test_retention_keeps_what_a_boot_into_the_kernel_loads_not_a_rolled_back_newer_one() -> None:
+    """For an installed kernel, the newest generation an admin rolled back from is not
+    what a boot into it loads: retention keeps the carried one (``kernels_last``)."""
+    a = Generation("a" * 64, "550", "X", added=10)
+    c = Generation("c" * 64, "535", "Y", added=1)
+    p = Generation("p" * 64, "550", "Y", added=3, rolled_back="rollback to aaaaaaaaaaaa")
+    b = BundleState(phase=Phase.ACTIVE, active=a.id, generations={g.id: g for g in (a, c, p)})
+    assert carried(b, "Y") == c
+    assert kernels_last(b.generations, {"X", "Y"}) == {a.id, c.id}
+
+
+def test_a_pending_generation_out_of_boot_attempts_is_not_ready() -> None:
+    """A pending generation for the next kernel that used its boot attempts is expired by
+    that boot (``plan.choose``): its cover is not ``ready`` once the attempts are counted."""
+    a = Generation("a" * 64, "550", "X", added=1)
+    p = Generation("p" * 64, "550", "Y", added=2, attempts=3)
+    b = BundleState(phase=Phase.PENDING, active=a.id, pending=p.id, generations={a.id: a, p.id: p})
+    assert choose("nvidia", b, "Y", 3).generation is None
+    assert next_kernel_cover(b, "Y", max_attempts=3) == "none"
+    assert next_kernel_cover(b, "Y", max_attempts=4) == "ready"
