@@ -7,8 +7,9 @@ set by ``grub-set-default``). A default names an entry as grub's ``get_entry_num
 (grub-core/normal/menu.c) resolves it: a number (an index among the entries of one menu, a
 submenu counting as one), a title or a ``--id``, and a ``>``-joined path through submenus
 (``1>2``, ``Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-50-amd64``;
-``>>`` is a literal ``>``). A menu entry's kernel is the ``vmlinuz-<release>`` of its
-``linux`` line.
+``>>`` is a literal ``>``). Where it names no entry of a menu level grub boots that level's
+first entry, and a submenu it names boots the submenu's first entry (:func:`resolve`). A
+menu entry's kernel is the ``vmlinuz-<release>`` of its ``linux`` line.
 
 This is a reader of what grub-mkconfig writes, not a grub script interpreter: lines it does
 not know are ignored, and nothing here raises on a hostile file; the files are read capped
@@ -236,21 +237,21 @@ def parse_env(data: bytes) -> dict[str, str]:
     return found
 
 
-def _components(ref: str) -> list[str]:
-    """A default split at each single ``>``; ``>>`` stands for ``>`` itself."""
-    parts, current, i = [], [], 0
+def _first(ref: str) -> tuple[str, str | None]:
+    """``ref``'s first component (``>>`` read as ``>``) and what grub leaves as the
+    submenu's default once it runs that entry: the text after the first single ``>``
+    (None: there is none, or nothing follows it; grub then unsets ``default``)."""
+    part, i = [], 0
     while i < len(ref):
         if ref[i] == ">" and ref[i + 1 : i + 2] == ">":
-            current.append(">")
+            part.append(">")
             i += 2
             continue
         if ref[i] == ">":
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ref[i])
+            return "".join(part), ref[i + 1 :] or None
+        part.append(ref[i])
         i += 1
-    return [*parts, "".join(current)]
+    return "".join(part), None
 
 
 def _number(text: str) -> int | None:
@@ -269,10 +270,13 @@ def _number(text: str) -> int | None:
 
 @dataclass(frozen=True)
 class Resolved:
-    """The menu entry a default names, with the titles of the submenus on its way."""
+    """The menu entry a default names, with the titles of the submenus on its way;
+    ``fallback`` says where grub fell back to a first entry or ignored the rest of the
+    path (None: the default named the entry itself)."""
 
     entry: Entry
     path: tuple[str, ...]  # titles from the top menu down to the entry
+    fallback: str | None = None
 
     @property
     def title(self) -> str:
@@ -280,24 +284,46 @@ class Resolved:
         return ">".join(t.replace(">", ">>") for t in self.path)
 
 
+def _pick(level: tuple[Entry, ...], part: str) -> int | None:
+    """The index grub's ``get_entry_number`` gives ``part`` in ``level`` (None: none,
+    or a number past the menu's end)."""
+    index = _number(part)
+    if index is None:
+        return next((i for i, e in enumerate(level) if part in (e.title, e.id)), None)
+    return index if index < len(level) else None
+
+
 def resolve(entries: tuple[Entry, ...], ref: str) -> Resolved | str:
-    """The menu entry ``ref`` names (as grub resolves ``default``), or why none is."""
+    """The menu entry grub boots for ``default`` = ``ref``, or why it boots none.
+
+    As grub-core/normal/menu.c does: at each menu level ``run_menu`` takes the entry
+    ``get_entry_number`` names, and entry 0 when it names none (``default_entry < 0 ||
+    default_entry >= menu->size``); a submenu run as the default (``grub_menu_execute_entry``)
+    gets the rest of the ``>`` path as its default, or none (its entry 0) when nothing is
+    left; a menu entry named with more of the path after it boots, the rest unread. An empty
+    menu boots nothing."""
     level: tuple[Entry, ...] = entries
     path: list[str] = []
-    parts = _components(ref)
-    for depth, part in enumerate(parts):
-        index = _number(part)
-        if index is None:
-            found = next((e for e in level if part in (e.title, e.id)), None)
-        else:
-            found = level[index] if index < len(level) else None
-        if found is None:
-            where = "grub.cfg's menu" if depth == 0 else f"submenu {path[-1]!r}"
-            return f"{part!r} names no entry of {where}"
+    fell: list[str] = []
+    rest: str | None = ref
+    while True:
+        where = f"submenu {path[-1]!r}" if path else "grub.cfg's menu"
+        if not level:
+            return f"{where} has no entries"
+        index = 0
+        if rest is not None:
+            part, rest = _first(rest)
+            picked = _pick(level, part)
+            if picked is None:
+                fell.append(f"{part!r} names no entry of {where}: grub boots its first entry")
+            else:
+                index = picked
+                if rest is None and level[index].children is not None:
+                    fell.append(f"{level[index].title!r} is a submenu: grub boots its first entry")
+        found = level[index]
         path.append(found.title)
         if found.children is None:
-            if depth + 1 < len(parts):
-                return f"{found.title!r} is a menu entry, not a submenu"
-            return Resolved(found, tuple(path))
+            if rest is not None:
+                fell.append(f"{found.title!r} is a menu entry: grub boots it, ignoring {rest!r}")
+            return Resolved(found, tuple(path), "; ".join(fell) or None)
         level = found.children
-    return f"{path[-1]!r} is a submenu, not an entry to boot"

@@ -11,8 +11,10 @@ In order:
 3. without a grub.cfg: the newest installed kernel that has an image (dpkg's version order,
    :mod:`service.kernel.installed`).
 
-When it cannot tell, :attr:`NextKernel.unknown` says why (grub.cfg unreadable, the default
-names no entry, the kernel named has no image) and ``release`` is None: modstage never
+A grub default that names no entry, or a submenu, is resolved as grub falls back (the first
+entry of that menu level, :func:`service.kernel.grub.resolve`); :attr:`NextKernel.fallback`
+says so. When it cannot tell, :attr:`NextKernel.unknown` says why (grub.cfg unreadable, a
+menu with no entries, the kernel named has no image) and ``release`` is None: modstage never
 guesses a kernel to verify against. :func:`decide` is pure; :func:`next_kernel` reads the
 files under a :class:`~service.layout.Layout`.
 """
@@ -41,13 +43,15 @@ class How(enum.StrEnum):
 class NextKernel:
     """The next boot's kernel ``release`` and ``how`` it was decided; ``entry`` is the
     grub default followed (as written) and ``title`` the menu entry it names (submenus
-    joined by ``>``). ``release`` None: ``unknown`` says why it cannot be told."""
+    joined by ``>``); ``fallback`` says where grub falls back from what the default names
+    (None: it names the entry). ``release`` None: ``unknown`` says why it cannot be told."""
 
     release: str | None
     how: How
     entry: str | None = None
     title: str | None = None
     unknown: str | None = None
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,10 @@ def _from_grub(files: GrubFiles, kernels: tuple[InstalledKernel, ...]) -> NextKe
     release = found.entry.release
     if release is None:
         why = f"grub entry {found.title!r} names no /boot/vmlinuz-<release> on a linux line"
-        return NextKernel(None, how, ref, found.title, unknown=why)
+        return NextKernel(None, how, ref, found.title, unknown=why, fallback=found.fallback)
     no_image = _image_problem(release, kernels, f"grub entry {found.title!r} boots")
-    return NextKernel(None if no_image else release, how, ref, found.title, unknown=no_image)
+    release = None if no_image else release
+    return NextKernel(release, how, ref, found.title, no_image, found.fallback)
 
 
 def decide(

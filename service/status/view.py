@@ -131,11 +131,12 @@ def next_kernel_line(doc: Report) -> str | None:
     n = doc.next_kernel
     if n is None:
         return None
+    fallback = f"; grub falls back: {n.fallback}" if n.fallback is not None else ""
     if n.release is None:
-        return f"next boot: kernel unknown ({_SOURCE[n.how]}): {n.unknown}"
+        return f"next boot: kernel unknown ({_SOURCE[n.how]}): {n.unknown}{fallback}"
     entry = f" {n.entry!r} ({n.title})" if n.entry is not None else ""
     running = ", the running one" if n.release == doc.kernel else ""
-    return f"next boot: kernel {n.release}{running}, from {_SOURCE[n.how]}{entry}"
+    return f"next boot: kernel {n.release}{running}, from {_SOURCE[n.how]}{entry}{fallback}"
 
 
 def kernels_line(doc: Report) -> str | None:

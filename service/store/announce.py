@@ -8,7 +8,8 @@ host writes one file of its own, ``_host.json`` (no bundle is named so: a bundle
 with a letter or digit):
 
 * ``running_kernel``, ``next_kernel`` (None: ``next_kernel_unknown`` says why) and how it
-  was decided (:mod:`service.kernel.nextboot`), ``installed`` (the installed kernels' releases);
+  was decided (:mod:`service.kernel.nextboot`; ``next_kernel_fallback``: where grub falls
+  back from what its default names), ``installed`` (the installed kernels' releases);
 * ``bundles``: per bundle, ``next``: ``ready`` (a boot into the next kernel loads it),
   ``waiting`` (a drop for it arrived and is not judged yet), ``refused`` (the newest drop
   for it was refused), ``held`` (only a generation an admin holds is for it), ``none``
@@ -60,6 +61,7 @@ def host_doc(
         "next_kernel": release,
         "next_kernel_how": found.how.value if release else None,
         "next_kernel_unknown": found.unknown,
+        "next_kernel_fallback": found.fallback,
         "installed": [k.release for k in installed(layout)],
         "bundles": _covers(layout, config, state, release),
         "written": round(time.time(), 3),

@@ -129,15 +129,17 @@ def test_real_grub_files_name_the_next_kernel_and_how(
     assert got.title == title if title is not None else release in got.title
 
 
-def test_a_stale_saved_entry_is_unknown_naming_it() -> None:
-    """A saved_entry naming a removed kernel's entry resolves to nothing: the release is
-    unknown and the reason names the entry and the submenu searched, never a guess."""
+def test_a_stale_saved_entry_boots_the_submenus_first_entry_naming_it() -> None:
+    """A saved_entry naming a removed kernel's entry in the submenu boots that submenu's
+    first entry, as grub falls back; the fallback names the entry and the submenu
+    searched."""
     got = decide(
         None, files("bookworm/grub-saved.cfg", "bookworm/grubenv-saved-stale"), kernels(*BOOKWORM)
     )
-    assert got.release is None and got.how is How.SAVED_ENTRY
-    assert got.unknown is not None
-    assert "6.1.0-40-amd64" in got.unknown and f"submenu {ADVANCED!r}" in got.unknown
+    assert (got.release, got.how, got.unknown) == (BOOKWORM[0], How.SAVED_ENTRY, None)
+    assert got.title == f"{ADVANCED}>Debian GNU/Linux, with Linux {BOOKWORM[0]}"
+    assert got.fallback is not None
+    assert "6.1.0-40-amd64" in got.fallback and f"submenu {ADVANCED!r}" in got.fallback
 
 
 def test_an_entry_whose_kernel_has_no_image_is_unknown() -> None:
@@ -258,8 +260,9 @@ def test_a_block_without_grubs_signature_sets_nothing() -> None:
 
 def test_grub_entry_paths_resolve_as_grub_resolves_them() -> None:
     """Numbers (decimal, 0x hex) index one menu, submenus counting; '>' walks into a
-    submenu and '>>' is a '>' in a title; a path ending at a submenu, or going through a
-    plain entry, names nothing to boot."""
+    submenu and '>>' is a '>' in a title; a path ending at a submenu boots its first entry,
+    one going on past a plain entry boots that entry, a number past the end the first
+    entry, each saying so; an empty menu boots nothing."""
     menu = grub.parse_menu((DATA / "bookworm/grub.cfg").read_text())
     path = grub.resolve(menu.entries, "0x1>3")
     assert isinstance(path, grub.Resolved) and path.entry.release == BOOKWORM[1]
@@ -267,9 +270,13 @@ def test_grub_entry_paths_resolve_as_grub_resolves_them() -> None:
     odd = (grub.Entry("a>b", None, "1.0"),)
     found = grub.resolve(odd, "a>>b")
     assert isinstance(found, grub.Resolved) and found.entry.release == "1.0"
-    assert isinstance(grub.resolve(menu.entries, "1"), str)
-    assert isinstance(grub.resolve(menu.entries, "0>1"), str)
-    assert isinstance(grub.resolve(menu.entries, "2"), str)
+    assert path.fallback is None
+    first = f"{ADVANCED}>Debian GNU/Linux, with Linux {BOOKWORM[0]}"
+    for ref, title in (("1", first), ("0>1", "Debian GNU/Linux"), ("2", "Debian GNU/Linux")):
+        found = grub.resolve(menu.entries, ref)
+        assert isinstance(found, grub.Resolved) and found.title == title
+        assert found.fallback is not None
+    assert isinstance(grub.resolve((), "0"), str)
 
 
 def test_a_default_from_another_variable_is_not_guessed() -> None:
@@ -386,6 +393,7 @@ def test_status_shows_the_next_kernel_how_and_the_installed_ones(tmp_path: Path)
         "entry": None,
         "title": None,
         "unknown": None,
+        "fallback": None,
     }
     assert [(k["release"], k["modules"] is not None) for k in doc["kernels"]] == [
         (BOOKWORM[0], True),
