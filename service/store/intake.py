@@ -267,9 +267,14 @@ class Intake:
         faults.hit("intake.recorded")
 
     def _unloaded(self, bundle: BundleState, gen: Generation) -> bool:
-        """Whether ``gen`` is the bundle's active generation, for the running kernel, and
-        some of the modules boot loaded for it have left the kernel since."""
-        return gen.id == bundle.active and unloaded(self.layout, bundle)
+        """Whether ``gen`` is the bundle's active generation, for the running kernel, some
+        of the modules boot loaded for it have left the kernel since, and no generation for
+        that kernel waits for a reboot already (one pending for another kernel does not
+        count: :meth:`~service.store.state.BundleState.reloading` displaces it)."""
+        if gen.id != bundle.active or bundle.awaits_reboot(gen.kernel):
+            return False
+        waits = (Phase.ACTIVE, Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        return bundle.phase in waits and unloaded(self.layout, bundle)
 
     def _reject(
         self, drop: Path, bundle: str | None, reasons: list[str], carried: Carried | None = None

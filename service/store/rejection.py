@@ -8,8 +8,9 @@ daemon can reject without importing it.
 A refused drop never leaves the node without its driver: when the bundle's active
 generation is for the running kernel and some of the modules boot loaded for it have
 left the kernel (the GPU operator's new driver pod unloads the old driver before its
-container drops), that generation is made pending again, so a reboot brings it back,
-and the refused drop is recorded, so the boot publishes the config digest it carried
+container drops), that generation is made pending again, so a reboot brings it back (a
+generation pending for another kernel is displaced and stays carried for it), and the
+refused drop is recorded, so the boot publishes the config digest it carried
 (:meth:`~service.store.state.BundleState.after_refusal`).
 """
 
@@ -125,10 +126,13 @@ def _after_refusal(layout: Layout, state: State, name: str, refused: RefusedDrop
 
 
 def unloaded(layout: Layout, bundle: BundleState) -> bool:
-    """Whether ``bundle``'s active generation is live by its state (active, not held), for
-    the running kernel, and some of the modules boot loaded for it have left the kernel."""
+    """Whether ``bundle``'s active generation came up by its records (boot recorded its
+    loads; not held), is for the running kernel, and some of the modules boot loaded for it
+    have left the kernel. Whatever the phase: a generation pending for another kernel (the
+    next one's drop) leaves the bundle ``pending`` while the running kernel's driver is the
+    active generation's."""
     gen = bundle.generations.get(bundle.active) if bundle.active else None
-    if gen is None or bundle.phase is not Phase.ACTIVE or bundle.held or not bundle.loaded:
+    if gen is None or bundle.held or not bundle.loaded:
         return False
     if gen.kernel != layout.kernel_release():
         return False

@@ -245,15 +245,29 @@ class BundleState:
         kernel (something unloaded them, such as a driver pod's init container): it is
         pending once more, so a reboot is asked and the next boot loads it again.
 
+        From phase ``active``, or from ``pending``/``reboot_scheduled`` when the pending
+        generation is for another kernel (a drop for the next kernel, or for an installed
+        fallback one): that one is displaced but stays among the generations, carried for
+        its kernel (:func:`service.store.cover.carried`), so a boot into that kernel still
+        loads it. Refused when a generation for ``generation``'s kernel already waits for
+        its reboot (:meth:`awaits_reboot`), while held, and in any other phase.
+
         With ``refused``, it was not dropped again: the drop that followed the unload was
         refused (:meth:`after_refusal`), and that drop is recorded as :attr:`refused`;
         without, a refused drop recorded no longer stands."""
         self._refuse("reloading", generation != self.active, f"{generation[:12]} is not active")
-        self._refuse("reloading", self.phase is not Phase.ACTIVE, "the bundle is not active")
         self._refuse("reloading", self.held, "the bundle is held by an admin")
+        waiting = (Phase.ACTIVE, Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        self._refuse("reloading", self.phase not in waiting, "the bundle is not active")
+        kernel = self._known("reloading", generation).kernel
+        why = f"a generation for {kernel} already waits for its reboot"
+        self._refuse("reloading", self.awaits_reboot(kernel), why)
         why = "its modules were unloaded"
         if refused is not None:
             why += f" and the drop after them was refused ({refused.version or 'no version'})"
+        displaced = self.generations.get(self.pending) if self.pending else None
+        if displaced is not None:
+            why += f"; generation {displaced.id[:12]} for {displaced.kernel} stays carried"
         return self.move(
             Phase.PENDING,
             pending=generation,
@@ -267,20 +281,24 @@ class BundleState:
         have left the kernel since (the driver pod that made the drop unloaded them first).
 
         Then the active generation is pending again (:meth:`reloading`, ``refused``
-        recorded), so a reboot brings the last good driver back. Once per refused drop: the
-        same drop refused again after its reload went live, its modules unloaded once more,
-        changes nothing, so no pod can make reboots follow one another. A refused drop while
-        the active generation waits to be reloaded is recorded in place of the one before
-        (its pod is the newer one); no other reboot is asked. Unchanged otherwise: modules
-        still loaded, nothing active, or held by an admin (no reboot asked).
+        recorded), so a reboot brings the last good driver back, unless a generation for
+        its kernel already waits for a reboot (a pending one for another kernel does not
+        count: it is displaced and carried). Once per refused drop: the same drop refused
+        again after its reload went live, its modules unloaded once more, changes nothing,
+        so no pod can make reboots follow one another. A refused drop while the active
+        generation waits to be reloaded is recorded in place of the one before (its pod is
+        the newer one); no other reboot is asked. Unchanged otherwise: modules still
+        loaded, nothing active, or held by an admin (no reboot asked).
         """
         if self.held or self.active is None:
             return self
         if self.refused is not None and self.refused.same_drop(refused):
             return self
-        if unloaded and self.phase is Phase.ACTIVE:
-            return self.reloading(self.active, refused)
+        active = self.generations.get(self.active)
         waits = self.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
+        reloads = unloaded and (self.phase is Phase.ACTIVE or waits)
+        if reloads and active is not None and not self.awaits_reboot(active.kernel):
+            return self.reloading(self.active, refused)
         if waits and self.pending == self.active:
             note = f"refused drop recorded ({refused.version or 'no version'}): {refused.reason}"
             return replace(self, refused=refused).record(note)
