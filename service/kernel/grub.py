@@ -255,17 +255,21 @@ def _first(ref: str) -> tuple[str, str | None]:
 
 
 def _number(text: str) -> int | None:
-    """A component read as grub's ``grub_strtoul(val, &tail, 0)`` takes it whole: decimal,
-    ``0x`` hex or leading-``0`` octal; None when it is not a number."""
+    """A component read as grub's ``grub_strtoul(val, 0, 0)`` reads it (grub-core/kern/misc.c):
+    the digits it starts with, ``0x`` hex, leading-``0`` octal or decimal, the rest
+    ignored (``2nd`` is 2); None when it starts with none (grub's ``GRUB_ERR_BAD_NUMBER``:
+    then it is a title or an id)."""
     t = text.lower()
-    try:
-        if t.startswith("0x"):
-            return int(t[2:], 16)
-        if len(t) > 1 and t.startswith("0"):
-            return int(t[1:], 8)
-        return int(t, 10) if t.isdigit() else None
-    except ValueError:
-        return None
+    if t.startswith("0x"):
+        t, base, digits = t[2:], 16, "0123456789abcdef"
+    elif t[1:2] and t[0] == "0" and t[1] in "01234567":
+        t, base, digits = t[1:], 8, "01234567"
+    else:
+        base, digits = 10, "0123456789"
+    end = 0
+    while end < len(t) and t[end] in digits:
+        end += 1
+    return int(t[:end], base) if end else None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
-from service.kernel.grub import parse_env
+from service.kernel.grub import Entry, Resolved, parse_env, resolve
 from service.kernel.installed import InstalledKernel
 from service.kernel.nextboot import GrubFiles, How, decide, next_kernel
 from service.layout import Layout
@@ -142,3 +142,17 @@ def test_the_gate_holds_a_reboot_into_the_kernel_grub_falls_back_to(
     assert (doc["next_kernel"], doc["bundles"]) == (NEXT, {"nvidia": {"next": "none"}})
     assert REMOVED in doc["next_kernel_fallback"]
     assert json.loads(json.dumps(doc)) == doc
+
+
+def test_a_default_starting_with_digits_is_a_number_as_grub_reads_it() -> None:
+    """grub reads a default with ``grub_strtoul`` first and matches titles only when it
+    starts with no digit: ``1 rescue`` is entry 1, never the entry titled so; ``0x1`` is
+    hex, ``01`` octal, and ``0xg`` no number (a title)."""
+    entries = tuple(
+        Entry(title, None, release)
+        for title, release in (("1 rescue", "r0"), ("second", "r1"), ("0xg", "r2"))
+    )
+    for ref, release in (("1 rescue", "r1"), ("0x1", "r1"), ("01", "r1"), ("0xg", "r2")):
+        found = resolve(entries, ref)
+        assert isinstance(found, Resolved) and found.entry.release == release, ref
+        assert found.fallback is None
