@@ -15,12 +15,13 @@ a module:
   next pod finds it loaded. A rejection or a failed load is printed and exits 1.
 
 An image may carry modules for several kernels (``/opt/modstage/modules/<release>/``). While
-the pod sleeps it reads the host's announcement (``status/_host.json``) every
-``MODSTAGE_NEXT_KERNEL_EVERY`` seconds: when the next boot runs another kernel (a kernel
-update was installed) and the host has no ``nvidia`` generation for it, the pod stages the
-image's modules for that kernel, once; the host judges them against that kernel's own files
-and holds the reboot until it has (:mod:`service.gate`). A kernel the image does not carry,
-and a refusal, are said in the pod's log. ``init`` also stages, once, for each other kernel
+the pod sleeps, and while it waits for its own bundle's reboot, it reads the host's
+announcement (``status/_host.json``) every ``MODSTAGE_NEXT_KERNEL_EVERY`` seconds: when the
+next boot runs another kernel (a kernel update was installed) and the host has no ``nvidia``
+generation for it, the pod stages the image's modules for that kernel, once; the host
+judges them against that kernel's own files and holds the reboot until it has
+(:mod:`service.gate`). A kernel the image does not carry, and a refusal, are said in the
+pod's log. ``init`` also stages, once, for each other kernel
 the host announces as installed that the image carries (:mod:`stager.installed`).
 
 Settings come from the image's environment (see :class:`Settings`). Standard library only.
@@ -226,7 +227,8 @@ class Driver:
         )
 
     def stage_and_wait(self) -> int:
-        """Stage the bundle into the host's pod directory and wait for its verdict."""
+        """Stage the bundle into the host's pod directory and wait for its verdict, staging
+        for the next boot's kernel meanwhile when the host announces one."""
         from stager.manifest import Manifest
 
         s = self.settings
@@ -240,8 +242,24 @@ class Driver:
             Target.from_drop(drop, generation),
             self.say,
             interval=self.wait_interval,
-            sleep=self.sleep,
+            sleep=self._sleep_looking_ahead(),
         )
+
+    def _sleep_looking_ahead(self) -> Callable[[float], None]:
+        """:attr:`sleep` that also looks for the next kernel (:meth:`look_ahead`) each time
+        ``next_kernel_every`` seconds were slept, as :meth:`sleep_until_term` does: a pod
+        waiting for its own reboot stages for a kernel update installed meanwhile."""
+        slept = 0.0
+
+        def sleep(seconds: float) -> None:
+            nonlocal slept
+            self.sleep(seconds)
+            slept += seconds
+            if slept >= self.settings.next_kernel_every:
+                slept = 0.0
+                self.look_ahead()
+
+        return sleep
 
     def _wait_for_host(self, incoming: Path) -> None:
         """The host's daemon creates the directory at start (``/run`` is empty after boot)."""
@@ -322,6 +340,13 @@ class Driver:
             self.next_said.add(f"refused:{release}")
             self.say(f"the host refused {drop} for kernel {release}: {reason}")
 
+    def look_ahead(self) -> None:
+        """:meth:`next_kernel`, a failure said in the pod's log (the next look tries again)."""
+        try:
+            self.next_kernel()
+        except (OSError, StagerError) as exc:
+            self.say(f"staging for the next kernel failed: {exc}")
+
     def sleep_until_term(self) -> None:
         """Sleep until SIGTERM or SIGINT, staging for the next boot's kernel when the host
         announces one (:meth:`next_kernel`); the modules stay loaded (only a reboot changes
@@ -329,10 +354,7 @@ class Driver:
         signals = {signal.SIGTERM, signal.SIGINT}
         signal.pthread_sigmask(signal.SIG_BLOCK, signals)
         while signal.sigtimedwait(signals, self.settings.next_kernel_every) is None:
-            try:
-                self.next_kernel()
-            except (OSError, StagerError) as exc:
-                self.say(f"staging for the next kernel failed: {exc}")
+            self.look_ahead()
         self.say("stopping; the nvidia modules stay loaded (the host changes them at boot)")
         self.mount(["umount", "--lazy", str(self.settings.driver_root)])
 
