@@ -4,8 +4,9 @@ A drop is a directory ``<bundle>.<time>.<token>`` holding the files under
 ``modules/`` and ``firmware/`` and, written last by rename, ``manifest.toml``.
 Until the manifest exists the drop is incomplete and every reader ignores it,
 so a stager killed at any point leaves nothing that looks complete. A finished
-drop removes the older drops of its bundle (complete or not); drops of other
-bundles are never touched.
+drop removes the older drops of its bundle built for the same kernel, and those whose
+manifest names no kernel (incomplete, unreadable); a drop for another kernel stays (it
+covers that kernel), and drops of other bundles are never touched.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import BinaryIO, TextIO
 
 from stager.atomic import fsync_dir, fsync_file, write_atomic
 from stager.errors import ManifestError, StageError
-from stager.manifest import SCHEMA, FirmwareEntry, Manifest, ModuleEntry
+from stager.manifest import MAX_MANIFEST_BYTES, SCHEMA, FirmwareEntry, Manifest, ModuleEntry
 from stager.modfile import HEAD, Unchecked, compression, elf_problem, payload_head
 from stager.params import ParamsError, merge_params, parse_params
 from stager.paths import (
@@ -202,7 +203,7 @@ def stage(
     except BaseException:
         remove_drop(drop)  # a failed stager leaves nothing behind
         raise
-    supersede(into, drop)
+    supersede(into, drop, kernel)
     return drop
 
 
@@ -356,17 +357,50 @@ def _validated(
         raise StageError(exc.source, "; ".join(exc.problems)) from exc
 
 
-def supersede(into: Path, drop: Path) -> list[Path]:
-    """Remove the drops of ``drop``'s bundle that are older than it; return them."""
+def supersede(into: Path, drop: Path, kernel: str) -> list[Path]:
+    """Remove the drops of ``drop``'s bundle that are older than it and built for its
+    ``kernel``, or whose manifest names no kernel (:func:`drop_kernel`: absent, unreadable);
+    return them. An older drop for another kernel stays: it covers that kernel."""
     mine = parse_drop_name(drop.name)
     assert mine is not None
     removed = []
     for entry in into.iterdir():
         other = parse_drop_name(entry.name)
-        if other and other[0] == mine[0] and other[1] < mine[1]:
+        if not other or other[0] != mine[0] or other[1] >= mine[1]:
+            continue
+        if drop_kernel(entry) in (kernel, None):
             remove_drop(entry)
             removed.append(entry)
     return removed
+
+
+def drop_kernel(drop: Path) -> str | None:
+    """The kernel ``drop``'s manifest names, read as the host reads a container's drop: no
+    symbolic link followed (the drop, its manifest), only a singly linked regular file,
+    checked before it is opened for reading, at most :data:`MAX_MANIFEST_BYTES`. None when
+    the manifest is absent, cannot be read or parsed, or names another bundle."""
+    named = parse_drop_name(drop.name)
+    try:
+        top = os.open(drop, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            inode = os.open(MANIFEST_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+        finally:
+            os.close(top)
+        try:
+            st = os.fstat(inode)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return None  # a FIFO or device is never opened for reading
+            fd = os.open(f"/proc/self/fd/{inode}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        finally:
+            os.close(inode)
+        try:
+            raw = os.read(fd, MAX_MANIFEST_BYTES + 1)
+        finally:
+            os.close(fd)
+        manifest = Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
+    except (OSError, ManifestError):
+        return None
+    return manifest.kernel if named and manifest.bundle == named[0] else None
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
