@@ -22,13 +22,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from service.config import Config, Limits
-from service.errors import ServiceError
 from service.layout import Layout
 from service.store import quarantine
 from service.store.cover import next_kernel_cover
-from service.store.dropfs import read_manifest
+from service.store.dropfs import manifest_kernel
 from service.store.state import State
-from stager.errors import StagerError
 from stager.paths import MANIFEST_NAME, parse_drop_name
 
 MAX_READ = 64  # manifests read per call: a flood of drops costs a scan no more than this
@@ -63,13 +61,9 @@ def _kernels(layout: Layout, drops: list[Path], limits: Limits) -> Iterable[tupl
     for drop in drops[:MAX_READ]:
         if quarantine.left_in_place(layout, drop):
             continue
-        try:
-            manifest = read_manifest(drop, limits)
-        except (OSError, ServiceError, StagerError, ValueError):
-            continue
         named = parse_drop_name(drop.name)
-        if named is not None and named[0] == manifest.bundle:
-            yield manifest.bundle, manifest.kernel
+        if named is not None and (kernel := manifest_kernel(drop, limits)) is not None:
+            yield named[0], kernel
 
 
 def arrived(found: Mapping[str, frozenset[str]], bundle: str, release: str) -> bool:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from service.beneath import DIR_FLAGS, open_beneath
 from service.config import Limits
-from service.errors import DropError
+from service.errors import DropError, ServiceError
+from stager.errors import StagerError
 from stager.manifest import MAX_MANIFEST_BYTES, Manifest
-from stager.paths import MANIFEST_NAME
+from stager.paths import MANIFEST_NAME, parse_drop_name
 
 
 def _why(exc: OSError) -> str:
@@ -102,6 +103,18 @@ def read_manifest(drop: Path, limits: Limits) -> Manifest:
     finally:
         os.close(fd)
     return Manifest.from_toml(raw, source=str(drop / MANIFEST_NAME))
+
+
+def manifest_kernel(drop: Path, limits: Limits) -> str | None:
+    """The kernel ``drop``'s manifest names (:func:`read_manifest`); None when the manifest
+    cannot be read or parsed, or names another bundle than the drop's name (intake refuses
+    such a drop)."""
+    try:
+        manifest = read_manifest(drop, limits)
+    except (OSError, ServiceError, StagerError, ValueError):
+        return None
+    named = parse_drop_name(drop.name)
+    return manifest.kernel if named is not None and named[0] == manifest.bundle else None
 
 
 MAX_OPEN_DEPTH = 32  # directories held open at once while removing; deeper ones are hoisted

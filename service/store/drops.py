@@ -1,5 +1,8 @@
 """The drops in the incoming directories: which are complete, and disposing of them.
 
+A newer drop of a bundle supersedes the older ones for the same kernel (a drop for another
+kernel covers that kernel and stays: :meth:`Drops.complete`).
+
 A drop taken in or superseded goes to the trash by one rename (emptied after the
 scan, so a huge tree delays no other drop); a rejected one to the quarantine. A drop
 that can be neither moved nor removed (a read-only mount, a mount point) is *stuck*:
@@ -23,7 +26,7 @@ from service.errors import ServiceError
 from service.layout import Layout
 from service.logs import get_logger
 from service.store import quarantine
-from service.store.dropfs import remove_tree
+from service.store.dropfs import manifest_kernel, remove_tree
 from service.store.publish import incoming_dirs
 from service.store.statefile import load
 from service.store.statusfile import write_status
@@ -31,6 +34,7 @@ from stager.paths import MANIFEST_NAME, parse_drop_name
 from stager.shown import MAX_REASON, shown
 
 log = get_logger("modstage.intake")
+MAX_READ = 64  # manifests read per scan to tell each drop's kernel: a flood costs no more
 
 
 @dataclass
@@ -47,25 +51,38 @@ class Drops:
         return str(drop) in self.stuck or quarantine.left_in_place(self.layout, drop)
 
     def complete(self) -> list[Path]:
-        """The newest complete drop of each bundle; older complete ones are removed.
+        """The newest complete drop of each bundle for each kernel; older ones are removed.
 
-        Drops are gathered from every configured incoming directory.
+        A drop's kernel is its manifest's, read as intake reads it
+        (:func:`~service.store.dropfs.manifest_kernel`), at most :data:`MAX_READ` manifests
+        a scan. A drop whose manifest cannot be read, or is past that bound, names no
+        kernel: a newer drop of its bundle supersedes it, and it supersedes none. Drops are
+        gathered from every configured incoming directory. The bundles come smallest
+        manifest first (a huge one delays no other bundle), each bundle's drops oldest
+        first, so the one staged last is also taken in last.
         """
-        newest: dict[str, tuple[str, Path]] = {}
+        found: dict[str, list[tuple[str, Path]]] = {}
         for entry in self._entries():
             named = parse_drop_name(entry.name)
             if named is None or not os.path.lexists(entry / MANIFEST_NAME):
                 continue
             if self.skipped(entry):
                 continue
-            bundle, key = named
-            if bundle in newest and newest[bundle][0] > key:
-                self.remove(entry, "superseded")
-                continue
-            if bundle in newest:
-                self.remove(newest[bundle][1], "superseded")
-            newest[bundle] = (key, entry)
-        return sorted((path for _key, path in newest.values()), key=_manifest_size)
+            found.setdefault(named[0], []).append((named[1], entry))
+        budget = MAX_READ
+        kept: list[list[Path]] = []
+        for bundle in sorted(found):
+            newest: dict[str | None, tuple[str, Path]] = {}
+            for key, entry in sorted(found[bundle], reverse=True):
+                kernel = manifest_kernel(entry, self.config.limits) if budget > 0 else None
+                budget -= 1
+                if kernel in newest or (kernel is None and newest):
+                    self.remove(entry, "superseded")
+                else:
+                    newest[kernel] = (key, entry)
+            kept.append([entry for _key, entry in sorted(newest.values())])
+        kept.sort(key=lambda drops: min(_manifest_size(d) for d in drops))
+        return [drop for drops in kept for drop in drops]
 
     def _entries(self) -> list[Path]:
         entries: list[Path] = []

@@ -102,7 +102,7 @@ class Intake:
         return Drops(self.layout, self.config, self.tick, self.stuck)
 
     def complete_drops(self) -> list[Path]:
-        """The newest complete drop of each bundle (see :meth:`Drops.complete`)."""
+        """The newest complete drop of each bundle for each kernel (see :meth:`Drops.complete`)."""
         return self.drops.complete()
 
     def run(self, drops: list[Path] | None = None) -> list[Outcome]:
