@@ -124,7 +124,7 @@ VERBS: dict[str, Verb] = {
         description=(
             "Copy signed modules and firmware into a fresh drop directory, compute their "
             "digests and write manifest.toml last, by rename. Prints the drop's path. "
-            "A newer drop of a bundle supersedes the older ones."
+            "A newer drop of a bundle supersedes its older ones for the same kernel."
         ),
         root=False,
         host=False,
