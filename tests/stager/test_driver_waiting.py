@@ -79,3 +79,29 @@ def test_a_failure_to_stage_for_the_next_kernel_is_said_and_the_wait_goes_on(
         driver.init(forever=lambda: None)
     assert host.taken == [(1, KERNEL)]
     assert out.getvalue().count("staging for the next kernel failed") == 2  # sleeps 5 and 10
+
+
+class SlowHost(PendingHost):
+    """Takes nothing in before the seventh sleep (its intake busy): the drops pile up."""
+
+    def sleep(self, seconds: float) -> None:
+        if self.calls < 6:
+            self.calls += 1
+            if self.calls == 3:
+                _announce(self.root, NEXT, cover="none")
+            return
+        super().sleep(seconds)
+
+
+def test_the_next_kernels_drop_leaves_the_pods_own_drop_in_incoming(root: Path) -> None:
+    """The host has not taken the pod's own drop for the running kernel in when the pod
+    stages for NEXT: both drops wait side by side and the host takes both in."""
+    _load(root, "nvidia", "1.0")
+    _carry(root, NEXT)
+    (root / "run/nvidia/modstage/status").mkdir(parents=True)
+    host = SlowHost(root, calls=10)
+    driver, _out = _driver(root, host, MODSTAGE_NEXT_KERNEL_EVERY="10")
+    driver.wait_interval = 2.0
+    with pytest.raises(Stop):
+        driver.init(forever=lambda: None)
+    assert sorted(host.taken) == sorted([(7, KERNEL), (7, NEXT)])
