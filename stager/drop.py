@@ -271,8 +271,15 @@ def _fill(
 def remove_drop(drop: Path, rmtree: Callable[[Path], None] = _rmtree) -> None:
     """Remove a drop, its manifest first, as the host's intake does: a drop left half
     removed (an error, a kill) is incomplete, and every reader ignores it."""
+    if drop.is_symlink():  # not a drop: the link goes, never what it leads to
+        drop.unlink(missing_ok=True)
+        return
     with contextlib.suppress(OSError):  # absent, or a directory: rmtree takes it
-        os.unlink(drop / MANIFEST_NAME)
+        fd = os.open(drop, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.unlink(MANIFEST_NAME, dir_fd=fd)
+        finally:
+            os.close(fd)
         fsync_dir(drop)
     rmtree(drop)
 

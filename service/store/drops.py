@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service import faults
+from service.beneath import DIR_FLAGS
 from service.config import Config
 from service.errors import ServiceError
 from service.layout import Layout
@@ -176,6 +177,11 @@ def _manifest_size(drop: Path) -> tuple[int, str]:
 
 
 def _unlink_manifest(drop: Path) -> None:
-    """Unlink the drop's manifest first, so that a half-removed drop is never complete."""
+    """Unlink the drop's manifest first, so that a half-removed drop is never complete;
+    never through a drop that is a symbolic link (the file it leads to is not the drop's)."""
     with contextlib.suppress(OSError):  # a directory there: remove_tree takes it
-        os.unlink(drop / MANIFEST_NAME)
+        fd = os.open(drop, DIR_FLAGS)
+        try:
+            os.unlink(MANIFEST_NAME, dir_fd=fd)
+        finally:
+            os.close(fd)

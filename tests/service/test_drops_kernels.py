@@ -105,3 +105,15 @@ def test_intake_keeps_a_waiting_drop_for_the_next_kernel_beside_the_running_kern
     assert for_next.is_dir() and not for_running.exists()
     b = load(host.state).bundle("test")
     assert b.generations[str(b.pending)].kernel == kernel
+
+
+def test_an_older_drop_that_is_a_symlink_goes_and_what_it_leads_to_stays(host: Layout) -> None:
+    """A container plants a symlink named as an older drop of the bundle, leading to a
+    directory with a manifest (a stored generation's, say): the scan supersedes the link and
+    never unlinks the manifest it leads to."""
+    target = _drop(host, 0, X, bundle="elsewhere").rename(host.root / "target")
+    via = host.incoming / drop_name("nvidia", 1, "00")
+    via.symlink_to(target, target_is_directory=True)
+    newer = _drop(host, 2, X)
+    assert _scan(host) == [newer]
+    assert not os.path.lexists(via) and (target / MANIFEST_NAME).is_file()

@@ -89,3 +89,17 @@ def test_the_older_drops_manifest_is_read_as_the_host_reads_it(
     assert drop_kernel(huge) == Y  # at the bound exactly: read
     os.unlink(hard / MANIFEST_NAME)
     assert drop_kernel(real) == Y  # singly linked again
+
+
+def test_an_older_drop_that_is_a_symlink_goes_and_what_it_leads_to_stays(
+    incoming: Path, tmp_path: Path
+) -> None:
+    """An entry named as an older drop of the bundle that is a symlink to a directory with a
+    manifest: the new drop removes the link itself, never the manifest it leads to."""
+    (tmp_path / "elsewhere").mkdir()
+    real = _stage(tmp_path / "elsewhere", X)
+    via = incoming / drop_name("nvidia", 1, "00")
+    via.symlink_to(real, target_is_directory=True)
+    new = _stage(incoming, X, version="2")
+    assert list(incoming.iterdir()) == [new]
+    assert (real / MANIFEST_NAME).is_file() and drop_kernel(real) == X
