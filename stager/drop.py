@@ -384,8 +384,9 @@ def supersede(into: Path, drop: Path, kernel: str) -> list[Path]:
 def drop_kernel(drop: Path) -> str | None:
     """The kernel ``drop``'s manifest names, read as the host reads a container's drop: no
     symbolic link followed (the drop, its manifest), only a singly linked regular file,
-    checked before it is opened for reading, at most :data:`MAX_MANIFEST_BYTES`. None when
-    the manifest is absent, cannot be read or parsed, or names another bundle."""
+    checked before it is opened for reading (through ``/proc/self/fd``), at most
+    :data:`MAX_MANIFEST_BYTES`. None when the manifest is absent, cannot be read or parsed,
+    or names another bundle."""
     named = parse_drop_name(drop.name)
     try:
         top = os.open(drop, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
