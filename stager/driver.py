@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, TextIO
 from stager.atomic import write_atomic
 from stager.errors import StagerError
 from stager.installed import stage_installed
-from stager.wait import EXIT_ACTIVE, Target, read_status, wait_for
+from stager.statusfile import StatusFile
+from stager.wait import EXIT_ACTIVE, Target, wait_for
 
 if TYPE_CHECKING:
     from stager.prestage import Prestage
@@ -238,7 +239,7 @@ class Driver:
         self.say(f"staged {drop.name} (generation {generation[:12]}); waiting for the host")
         status = s.modstage_dir / "status" / "nvidia.json"
         return wait_for(
-            lambda: read_status(status),
+            lambda: StatusFile.read(status),
             Target.from_drop(drop, generation),
             self.say,
             interval=self.wait_interval,
@@ -334,7 +335,7 @@ class Driver:
         drop = self.next_staged[release]
         if f"refused:{release}" in self.next_said:
             return
-        doc = read_status(self.settings.modstage_dir / "status" / "nvidia.json")
+        doc = StatusFile.read(self.settings.modstage_dir / "status" / "nvidia.json")
         reason = (doc.rejected or {}).get(drop) if doc is not None else None
         if reason is not None:
             self.next_said.add(f"refused:{release}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stager.statusfile import StatusFile
-from stager.wait import EXIT_ACTIVE, EXIT_OTHER_KERNEL, Target, read_status, wait_for
+from stager.wait import EXIT_ACTIVE, EXIT_OTHER_KERNEL, Target, wait_for
 
 
 class Image(Protocol):
@@ -87,7 +87,7 @@ def stage_installed(driver: Driver, running: str) -> list[str]:
     if not others:
         return []
     path = s.modstage_dir / "status" / "nvidia.json"
-    status = read_status(path)
+    status = StatusFile.read(path)
     if status is not None and status.generations is None:
         driver.say("the host lists no generations to this pod: no drop for other kernels")
         return []
@@ -120,7 +120,7 @@ def _stage_one(driver: Driver, kernel: str, module_dir: Path) -> str:
     driver.say(f"kernel {kernel} is installed: staged {drop.name} for it; waiting for the host")
     path = s.modstage_dir / "status" / "nvidia.json"
     code = wait_for(
-        lambda: read_status(path),
+        lambda: StatusFile.read(path),
         Target.from_drop(drop, generation),
         driver.say,
         timeout=s.host_wait,

@@ -61,7 +61,7 @@ class StatusReader:
         directory = self.path.parent
         if directory.is_dir():
             self.missing_since = None
-            return read_status(self.path)
+            return StatusFile.read(self.path)
         now = self.clock()
         self.missing_since = now if self.missing_since is None else self.missing_since
         if now - self.missing_since >= self.grace:
@@ -212,11 +212,6 @@ def _full(generation: str | None, doc: StatusFile) -> str | None:
     return found[0] if len(found) == 1 else generation
 
 
-def read_status(path: Path) -> StatusFile | None:
-    """The status file at ``path``, None if absent; raises :class:`StagerError` if garbled."""
-    return StatusFile.read(path)
-
-
 def wait_for(
     read: Callable[[], StatusFile | None],
     target: Target,
@@ -299,7 +294,7 @@ def _status_now(path: Path) -> StatusFile | None:
     """The status file as it is when wait starts; None if absent or unreadable (the wait's
     own reads report an unreadable one)."""
     try:
-        return read_status(path)
+        return StatusFile.read(path)
     except StagerError:
         return None
 

@@ -23,6 +23,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     config = Config.load(layout.config)
     intake = ChildIntake(layout, config)  # verification in a child process
     daemon = Daemon(layout, config, intake, rebooter(config.reboot, layout, config.kernel.next))
-    intake.tick = daemon.feed_watchdog  # each progress line of the child feeds systemd's
+    intake.tick = daemon.watchdog.feed  # each progress line of the child feeds systemd's
     daemon.serve()
     return 0

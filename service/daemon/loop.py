@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 class DropIntake(Protocol):
     """What the loop asks of intake: ``ChildIntake`` in ``serve``, its ``tick`` feeding
-    :meth:`Daemon.feed_watchdog` (the daemon never imports the verify stack, which the
+    :meth:`Watchdog.feed` (the daemon never imports the verify stack, which the
     in-process ``service.store.intake.Intake`` of the tests carries)."""
 
     def run(self) -> list[Outcome]:
@@ -243,14 +243,6 @@ class Daemon:
                 self._guarded(self.rebuild_state)
             return None
 
-    def feed_watchdog(self) -> None:
-        """Progress in a long step (intake calls it per drop and per chunk): we are alive."""
-        self.watchdog.feed()
-
-    def feeding(self) -> contextlib.AbstractContextManager[None]:
-        """Keep the watchdog fed during a step while it makes progress (see :class:`Watchdog`)."""
-        return self.watchdog.feeding(self.config.limits.max_seconds)
-
     def rebuild_state(self) -> None:
         """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
         from service.store.generations import Store
@@ -373,7 +365,7 @@ class Daemon:
         if timers.dirty is None or now < timers.dirty:
             return False
         timers.dirty = None
-        with self.feeding():
+        with self.watchdog.feeding(self.config.limits.max_seconds):
             self._guarded(self.take_drops)
         self._guarded(self.announce_kernels)  # a kernel installed or removed since
         if self.incomplete:  # a manifest may arrive with no event: poll until it did

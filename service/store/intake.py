@@ -101,10 +101,6 @@ class Intake:
         """Finding and disposing of drops (``stuck`` drops are remembered across scans)."""
         return Drops(self.layout, self.config, self.tick, self.stuck)
 
-    def complete_drops(self) -> list[Path]:
-        """The newest complete drop of each bundle for each kernel (see :meth:`Drops.complete`)."""
-        return self.drops.complete()
-
     def run(self, drops: list[Path] | None = None) -> list[Outcome]:
         """Take in ``drops`` (default: every complete drop) one after the other."""
         with locked(self.layout.var):
@@ -114,19 +110,16 @@ class Intake:
                 mirror_status(self.layout, self.config)
                 return outcomes
             finally:
-                self.empty_trash()
+                self.drops.empty_trash()
 
     def _scan(self) -> list[Path]:
-        """:meth:`complete_drops`, contained: a scan that fails takes nothing, says why."""
+        """The newest complete drop of each bundle for each kernel (:meth:`Drops.complete`), contained: a
+        scan that fails takes nothing, says why."""
         try:
-            return self.complete_drops()
+            return self.drops.complete()
         except Exception as exc:  # the daemon never dies because of a drop
             log.error("scan.failed", incoming=str(self.layout.incoming), error=shown(exc))
             return []
-
-    def empty_trash(self) -> None:
-        """Remove the drops renamed into the trash (see :meth:`Drops.empty_trash`)."""
-        self.drops.empty_trash()
 
     def _clean_store(self) -> None:
         """Remove what a killed intake or collection left; a failure is logged, not fatal."""
@@ -148,18 +141,18 @@ class Intake:
         if not os.path.lexists(drop) or self.drops.skipped(drop):
             return Outcome(drop, None, None, False, (GONE,), gone=True)
         named = parse_drop_name(drop.name)
+        bundle = named[0] if named else None
         started = time.monotonic()
         try:
             return self._take(drop, started)
         except OSError as exc:
             reason = f"the host could not take the drop in, it is kept for the next run: {exc}"
-            bundle = named[0] if named else None
             log.error("drop.deferred", drop=drop.name, bundle=bundle, reason=shown(reason))
             self._status_after_host_error(bundle, shown(reason, MAX_REASON), drop)
             return Outcome(drop, bundle, None, False, (shown(reason, MAX_REASON),), deferred=True)
         except Exception as exc:  # never fatal: whatever the drop did, it is rejected
             reasons = [f"cannot be taken in: {type(exc).__name__}: {exc}"]
-            return self._reject(drop, named[0] if named else None, reasons)
+            return reject(self.layout, self.config, self.drops, drop, bundle, reasons)
 
     def _take(self, drop: Path, started: float) -> Outcome:
         """Screen, build, record: effect, transition, save (a refusal is a rejection)."""
@@ -191,7 +184,7 @@ class Intake:
             self._record(state, manifest, digest, drop.name)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
-            return self._reject(drop, bundle, reasons, carried)
+            return reject(self.layout, self.config, self.drops, drop, bundle, reasons, carried)
         seconds = time.monotonic() - started
         log.info(
             "drop.accepted",
@@ -275,13 +268,6 @@ class Intake:
             return False
         waits = (Phase.ACTIVE, Phase.PENDING, Phase.REBOOT_SCHEDULED)
         return bundle.phase in waits and unloaded(self.layout, bundle)
-
-    def _reject(
-        self, drop: Path, bundle: str | None, reasons: list[str], carried: Carried | None = None
-    ) -> Outcome:
-        """Record a rejection (status, log), bring the active generation back if it left
-        the kernel, and move the drop to the quarantine (:func:`reject`)."""
-        return reject(self.layout, self.config, self.drops, drop, bundle, reasons, carried)
 
     def _status_after_host_error(self, bundle: str | None, reason: str, drop: Path) -> None:
         if bundle is None:

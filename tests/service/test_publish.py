@@ -428,7 +428,6 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
     is awaited), ``wait`` does not call it active, and the next boot loads it and publishes
     the new digest. While its modules are still loaded, the same drop changes nothing."""
     from stager.wait import Target, judge
-    from stager.wait import read_status as read_mirror
 
     kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-a")
@@ -447,7 +446,7 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
     b = load(host.state).bundle("nvidia")
     assert again.generation == gen and (b.phase, b.active, b.pending) == (Phase.PENDING, gen, gen)
     assert load(host.state).awaiting_reboot(kernel) == ["nvidia"]
-    mirror = read_mirror(host.host(POD_STATUS) / "nvidia.json")
+    mirror = StatusFile.read(host.host(POD_STATUS) / "nvidia.json")
     assert judge(mirror, Target(drop=drop.name, generation=gen)).code is None  # waits
 
     host.host(STATE_FILE).unlink()  # /run is empty after the reboot

@@ -22,7 +22,6 @@ from stager.wait import (
     EXIT_TIMEOUT,
     Target,
     judge,
-    read_status,
     wait_for,
 )
 from tests.stager.argv import module_bytes, stage_argv
@@ -82,7 +81,7 @@ def run_script(
     script = Script(steps)
     seen: list[str] = []
     code = wait_for(
-        lambda: read_status(layout.status / "nvidia.json"),
+        lambda: StatusFile.read(layout.status / "nvidia.json"),
         target,
         seen.append,
         timeout=timeout,

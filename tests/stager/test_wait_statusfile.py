@@ -12,7 +12,7 @@ from service.layout import Layout
 from service.store.phase import Phase
 from service.store.statusfile import write_status
 from stager.statusfile import GenerationInfo, StatusFile, StatusFileError
-from stager.wait import judge, read_status
+from stager.wait import judge
 from tests.stager.test_wait import GEN, KERNEL, OLD, Target, failed, pending
 
 # Written by the writer before the shared type (``**extra`` in service/store/statusfile.py).
@@ -116,7 +116,7 @@ def test_wait_and_the_writer_share_the_type(tmp_path: Path) -> None:
     """What ``write_status`` returns is what ``wait`` reads from the file."""
     layout = host(tmp_path)
     status = write_status(layout, "nvidia", pending(), reboot=REBOOT)
-    assert read_status(layout.status / "nvidia.json") == status
+    assert StatusFile.read(layout.status / "nvidia.json") == status
     assert judge(status, Target(GEN)).message == f"pending (generation {GEN[:12]})"
 
 
@@ -155,17 +155,17 @@ def test_a_bad_file_is_refused_naming_the_file_and_the_key(
     path = tmp_path / "nvidia.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(StatusFileError, match=str(path)) as info:
-        read_status(path)
+        StatusFile.read(path)
     assert words in str(info.value)
 
 
 def test_garbage_is_refused_and_a_missing_file_is_none(tmp_path: Path) -> None:
     """Not JSON: an error naming the file; no file: None (the host has not written yet)."""
     path = tmp_path / "nvidia.json"
-    assert read_status(path) is None
+    assert StatusFile.read(path) is None
     path.write_text("{")
     with pytest.raises(StatusFileError, match=f"{path}: unreadable status file"):
-        read_status(path)
+        StatusFile.read(path)
 
 
 def test_unknown_keys_are_ignored_and_missing_ones_take_defaults() -> None:
