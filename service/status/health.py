@@ -1,17 +1,21 @@
 """Whether a bundle is healthy, decided from plain values (its state, status file, the kernel).
 
 Nothing here reads or writes a file: :func:`bundle_health` takes what
-:mod:`service.status.survey` read and returns a :class:`Verdict`.
+:mod:`service.status.survey` read and returns a :class:`Verdict`. Each rule of
+:data:`RULES` is one function: its docstring says its condition and its verdict, its body
+checks that condition and words the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 
 from service.kernel.pci import Devices
 from service.status.live import LiveModule, module_mismatches
+from service.status.upgrade import Unloads, Upgrading, upgrade_of, upgrading_reason
 from service.store.phase import Phase
 from service.store.state import BundleState, Generation
 from stager.statusfile import StatusFile
@@ -50,52 +54,201 @@ class Verdict:
     grades: tuple[Health, ...] = ()  # each reason's own health (the worst is ``health``)
 
 
-#: how long after the driver pod's modules were unloaded its drop may take to arrive (the
-#: new pod's image pulled and its container started) before the missing modules are a failure
-DROP_GRACE = 15 * 60.0
-#: the operator's readiness file: the driver pod's startup probe writes it, its preStop
-#: removes it (so it is absent while a driver pod is being replaced)
-DRIVER_POD_READY = "/run/nvidia/validations/.driver-ctr-ready"
-
-
-@dataclass(frozen=True)
-class Unloads:
-    """What the host knows of modules leaving the kernel, for telling an upgrade from a
-    failure: when each left in this boot (the daemon's record of the kernel's uevents),
-    whether the operator's driver pod is ready (None: no operator on this host), the time
-    now and the bound (seconds) past which an upgrade is a failure."""
-
-    at: Mapping[str, float]
-    pod_ready: bool | None
-    now: float
-    bound: float
-    grace: float = DROP_GRACE
-
-
-@dataclass(frozen=True)
-class Upgrading:
-    """A bundle between its driver's unload and the boot that loads its pending generation
-    (or the drop that brings one, for :data:`DROP_GRACE`)."""
-
-    to: str | None  # the pending generation (None: the new driver pod's drop is not in yet)
-    version: str | None
-    since: float  # counted from: the first unload the daemon saw, else the pending's record
-    unload_seen: bool  # ``since`` is the unload itself
-    limit: float  # seconds it may last (the bound, or the drop's grace) before it is failed
-    now: float
-
-    @property
-    def seconds(self) -> float:
-        """How long the bundle has been without its driver (at least)."""
-        return max(0.0, self.now - self.since)
-
-    @property
-    def expired(self) -> bool:
-        """It lasted past its limit: a failure."""
-        return self.seconds > self.limit
-
-
 Finding = tuple[Health, str]
+
+
+@dataclass(frozen=True)
+class Case:
+    """What one known bundle is judged on: its state, its last status file, the running
+    kernel (``kernel``: its release, None if unknown), this boot's id and the one the state
+    was written in, the kernel's view of the recorded modules (``live``), the present PCI
+    devices its loaded modules are for (``devices``) and its upgrade, if one is under way."""
+
+    bundle: BundleState
+    status_doc: StatusFile | None
+    kernel: str | None
+    boot_id: str | None
+    state_boot_id: str | None
+    live: Mapping[str, LiveModule | None] | None
+    devices: Devices | None
+    upgrading: Upgrading | None
+
+    @property
+    def active(self) -> Generation | None:
+        """The active generation."""
+        return _active(self.bundle)
+
+    @property
+    def other_kernel(self) -> bool:
+        """The active generation targets another kernel than the running one."""
+        active = self.active
+        return active is not None and self.kernel is not None and active.kernel != self.kernel
+
+    @property
+    def stale_boot(self) -> bool:
+        """The state was written in another boot than this one (both known)."""
+        return bool(self.boot_id and self.state_boot_id and self.boot_id != self.state_boot_id)
+
+    @property
+    def live_judged(self) -> bool:
+        """The kernel's view of the active generation counts: ``live`` is known, the
+        generation targets the running kernel, and boot did not find it for another."""
+        return (
+            self.live is not None
+            and self.active is not None
+            and not self.other_kernel
+            and self.bundle.phase is not Phase.OTHER_KERNEL
+        )
+
+    @cached_property
+    def mismatches(self) -> tuple[list[str], list[str]]:
+        """The recorded modules the running kernel has not loaded, and those it has loaded
+        another build of (both empty unless :attr:`live_judged`)."""
+        if self.live is None or not self.live_judged:
+            return [], []
+        return module_mismatches(self.bundle.loaded, self.live)
+
+
+Rule = Callable[[Case], Finding | None]
+
+
+def _rejected_drop(c: Case) -> Finding | None:
+    """The last status file says the drop was rejected: degraded, with what became of the
+    active generation whose modules had left the kernel before it (:func:`_refusal_note`)."""
+    if c.status_doc is None or c.status_doc.phase != Phase.REJECTED.value:
+        return None
+    note = _refusal_note(c.bundle, c.live) or ""
+    return Health.DEGRADED, f"{_rejected(c.status_doc)}{note}"
+
+
+def _refused_pod_keeps(c: Case) -> Finding | None:
+    """No rejection in the status file, but a refused drop is recorded (its pod is the one
+    deployed) while the last known good runs: degraded."""
+    if c.status_doc is not None and c.status_doc.phase == Phase.REJECTED.value:
+        return None
+    refused, active = c.bundle.refused, c.active
+    if refused is None or active is None or c.bundle.phase is not Phase.ACTIVE:
+        return None
+    version = refused.version or "?"
+    return (
+        Health.DEGRADED,
+        f"the drop of version {version} was rejected ({refused.reason}): {_keeps(active)}",
+    )
+
+
+def _load_failed(c: Case) -> Finding | None:
+    """The bundle's last load failed and nothing of it is loaded: failed."""
+    if c.bundle.phase is not Phase.FAILED:
+        return None
+    return Health.FAILED, f"nothing is loaded: {last_note(c.bundle) or 'the last load failed'}"
+
+
+def _deployed_failed(c: Case) -> Finding | None:
+    """The generation deployed failed at boot
+    (:meth:`~service.store.state.BundleState.deployed_failure`; the last known good runs,
+    if any): degraded."""
+    if not (gen := c.bundle.deployed_failure()):
+        return None
+    active = c.active
+    runs = f"running {active.id[:12]}" if active else "no generation is active"
+    return Health.DEGRADED, f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
+
+
+def _for_other_kernel(c: Case) -> Finding | None:
+    """The active generation targets another kernel than the running one, so no generation
+    of the bundle is for the running kernel and nothing of it is loaded: failed."""
+    active = c.active
+    if active is None or not c.other_kernel:
+        return None
+    pending = c.bundle.generations.get(c.bundle.pending) if c.bundle.pending else None
+    if pending is not None and pending.kernel == c.kernel:
+        then = f"pending {_name(pending)} targets it (loaded at the next boot)"
+    else:
+        then = f"a drop for {c.kernel} accepted brings it back at the next boot"
+    return Health.FAILED, (
+        f"no generation for the running kernel {c.kernel}: nothing of it is loaded (the "
+        f"active generation {_name(active)} targets kernel {active.kernel}); {then}"
+    )
+
+
+def _boot_found_other_kernel(c: Case) -> Finding | None:
+    """``modstage boot`` found no generation for the kernel it ran (``other_kernel``), the
+    running kernel unknown here or the active generation's: failed."""
+    if c.active is None or c.other_kernel or c.bundle.phase is not Phase.OTHER_KERNEL:
+        return None
+    return Health.FAILED, f"nothing of it is loaded: {last_note(c.bundle)}"
+
+
+def _modules_missing(c: Case) -> Finding | None:
+    """A module recorded as loaded is not live: failed; upgrading instead while it left
+    for a planned upgrade (:func:`~service.status.upgrade.upgrade_of`), failed again once
+    that lasts past its bound."""
+    missing, _ = c.mismatches
+    if not missing:
+        return None
+    if c.upgrading is not None:
+        grade = Health.FAILED if c.upgrading.expired else Health.UPGRADING
+        return grade, upgrading_reason(c.upgrading, missing)
+    return Health.FAILED, (
+        f"generation {str(c.bundle.active)[:12]} is recorded active but module(s) "
+        f"{', '.join(missing)} are not loaded in the running kernel"
+    )
+
+
+def _other_build(c: Case) -> Finding | None:
+    """Another build of a recorded module is live: degraded."""
+    _, differing = c.mismatches
+    if not differing:
+        return None
+    return Health.DEGRADED, f"another build is loaded than recorded: {', '.join(differing)}"
+
+
+def _boot_not_run(c: Case) -> Finding | None:
+    """The kernel's view counts (:attr:`Case.live_judged`), the bundle is active and
+    ``modstage boot`` did not run in this boot: degraded."""
+    if not c.live_judged or not c.stale_boot or c.bundle.phase is not Phase.ACTIVE:
+        return None
+    return Health.DEGRADED, (
+        f"modstage boot has not run in this boot (state was written in boot "
+        f"{c.state_boot_id}, this is {c.boot_id})"
+    )
+
+
+def _devices_undriven(c: Case) -> Finding | None:
+    """The bundle is loaded, and of the present PCI devices its modules are for it drives
+    none: degraded. A bundle in ``no_device`` (its hardware absent at boot) is not judged."""
+    devices, bundle = c.devices, c.bundle
+    if devices is None or bundle.phase is not Phase.ACTIVE or not bundle.loaded:
+        return None
+    if not devices.devices or devices.bound:
+        return None
+    return Health.DEGRADED, f"its modules drive none of its devices: {devices.summary()}"
+
+
+def _load_unfinished(c: Case) -> Finding | None:
+    """A load started in an earlier boot never finished: degraded."""
+    if c.bundle.phase is not Phase.LOADING or not c.stale_boot:
+        return None
+    return (
+        Health.DEGRADED,
+        "a load started in an earlier boot never finished; the next boot retries it",
+    )
+
+
+#: Every rule a known bundle is judged by, in the order its reasons are shown.
+RULES: tuple[Rule, ...] = (
+    _rejected_drop,
+    _refused_pod_keeps,
+    _load_failed,
+    _deployed_failed,
+    _for_other_kernel,
+    _boot_found_other_kernel,
+    _modules_missing,
+    _other_build,
+    _boot_not_run,
+    _devices_undriven,
+    _load_unfinished,
+)
 
 
 def bundle_health(
@@ -109,134 +262,40 @@ def bundle_health(
     devices: Devices | None = None,
     unloads: Unloads | None = None,
 ) -> Verdict:
-    """Judge one bundle from its state and its last status file.
+    """Judge one bundle from its state and its last status file: each of :data:`RULES`
+    that holds is a reason, the worst of their healths the bundle's (healthy: none holds).
 
-    failed: the bundle's last load failed and nothing of it is loaded.
-    degraded: a generation newer than the active one failed (the last known
-    good runs), the last drop was rejected (and what became of the active generation
-    whose modules had left the kernel before it: :func:`_refusal_note`), a refused
-    drop's pod keeps the last known good, or a load started in an earlier boot never
-    finished. An active generation that targets another kernel than the running one is
-    failed too: no generation of the bundle is for the running kernel, nothing of it is
-    loaded (``other_kernel``, once ``modstage boot`` found so).
-    With ``live`` (the kernel's view of the recorded modules): failed when a
-    module recorded as loaded is not live, degraded when another build of it
-    is, or when ``modstage boot`` did not run in this boot. With ``devices`` (the present
-    PCI devices the loaded modules are for): degraded when it drives none of them.
-    A bundle in ``no_device`` (its hardware was absent at boot) is not unhealthy for it.
-    With ``unloads``: modules missing for a planned upgrade (:func:`upgrade_of`) make it
-    upgrading, not failed, until the bound.
+    ``live``, ``devices`` and ``unloads`` are optional: without one, the rules that read it
+    hold for none. A status file without a bundle (a name no generation has: a typo, or a
+    container nobody runs any more) is degraded when it says its drop was rejected.
     """
-    found: list[Finding] = []
+    if bundle is None:
+        if status_doc is None or status_doc.phase != Phase.REJECTED.value:
+            return _verdict([], None)
+        forget = f"modstage forget {status_doc.bundle} clears it"
+        why = f"{_rejected(status_doc)}; no bundle of that name is known: {forget}"
+        return _verdict([(Health.DEGRADED, why)], None)
     upgrading = None
-    if status_doc is not None and status_doc.phase == Phase.REJECTED.value:
-        why = "; ".join(status_doc.errors) or "no reason given"
-        if bundle is not None:
-            note = _refusal_note(bundle, live) or ""
-        else:  # a name no generation has: a typo, or a container nobody runs any more
-            note = (
-                f"; no bundle of that name is known: modstage forget {status_doc.bundle} clears it"
-            )
-        found.append((Health.DEGRADED, f"the last drop was rejected: {why}{note}"))
-    elif bundle is not None and (kept := _refused_keeps(bundle)):
-        found.append((Health.DEGRADED, kept))
-    if bundle is not None:
-        found += _failures(bundle)
-        if live is not None and unloads is not None and _active_here(bundle, kernel):
-            missing, _ = module_mismatches(bundle.loaded, live)
-            upgrading = upgrade_of(bundle, missing, unloads)
-        found += _kernel_findings(bundle, kernel, live, boot_id, state_boot_id, upgrading)
-        found += _device_findings(bundle, devices)
-        if bundle.phase is Phase.LOADING and boot_id and state_boot_id and boot_id != state_boot_id:
-            found.append(
-                (
-                    Health.DEGRADED,
-                    "a load started in an earlier boot never finished; the next boot retries it",
-                )
-            )
+    if live is not None and unloads is not None and _active_here(bundle, kernel):
+        missing, _ = module_mismatches(bundle.loaded, live)
+        upgrading = upgrade_of(bundle, missing, unloads)
+    case = Case(bundle, status_doc, kernel, boot_id, state_boot_id, live, devices, upgrading)
+    return _verdict([f for rule in RULES if (f := rule(case)) is not None], upgrading)
+
+
+def _verdict(found: list[Finding], upgrading: Upgrading | None) -> Verdict:
     worst = max((h for h, _ in found), default=Health.HEALTHY)
     return Verdict(worst, tuple(r for _, r in found), upgrading, tuple(h for h, _ in found))
+
+
+def _rejected(doc: StatusFile) -> str:
+    return f"the last drop was rejected: {'; '.join(doc.errors) or 'no reason given'}"
 
 
 def _active_here(bundle: BundleState, kernel: str | None) -> bool:
     """Whether the bundle has an active generation for the running kernel."""
     active = _active(bundle)
     return active is not None and (kernel is None or active.kernel == kernel)
-
-
-def _went(bundle: BundleState, phase: Phase) -> float | None:
-    """When the bundle last moved into ``phase`` (None: not in its history)."""
-    return next((h.at for h in reversed(bundle.history) if h.target == phase.value), None)
-
-
-def upgrade_of(bundle: BundleState, missing: list[str], unloads: Unloads) -> Upgrading | None:
-    """Whether the active generation's missing modules left for a planned upgrade.
-
-    Planned: a pending generation that has not failed was recorded after the active one
-    went live (the driver pod's drop, or the same generation dropped again for a new
-    digest), and the modules left the kernel by an unload (the daemon saw their ``remove``
-    uevents) or, unseen, at least are missing while it waits. Also planned, for
-    :data:`DROP_GRACE` after the daemon saw the unload: no pending generation yet while the
-    operator's driver pod is being replaced (its readiness file is gone), the seconds
-    between the new pod's init container and its drop. Anything else (an ``rmmod`` with
-    nothing pending, a pending generation older than the live one) is None: a failure.
-    """
-    if not missing:
-        return None
-    seen = [unloads.at[m] for m in missing if m in unloads.at]
-    unloaded = min(seen) if seen else None
-    gen = bundle.generations.get(bundle.pending) if bundle.pending else None
-    if gen is not None and not gen.failed:
-        recorded, live = _went(bundle, Phase.PENDING), _went(bundle, Phase.ACTIVE)
-        if recorded is None or (live is not None and recorded < live):
-            return None
-        since = unloaded if unloaded is not None else recorded
-        return Upgrading(
-            gen.id, gen.version, since, unloaded is not None, unloads.bound, unloads.now
-        )
-    if bundle.pending is None and unloaded is not None and unloads.pod_ready is False:
-        return Upgrading(None, None, unloaded, True, unloads.grace, unloads.now)
-    return None
-
-
-def span(seconds: float) -> str:
-    """A duration as people say it: ``45 s``, ``3 min 12 s``, ``4 h 5 min``,
-    ``6 d 23 h 1 min``."""
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h {s % 3600 // 60} min"
-
-
-def upgrading_reason(up: Upgrading, missing: list[str]) -> str:
-    """One line: what the bundle waits for, how long it has been without its driver, and
-    when that becomes a failure (or that it has)."""
-    modules = ", ".join(missing)
-    how = "unloaded" if up.unload_seen else "not loaded"
-    since = f"{span(up.seconds)}" if up.unload_seen else f"at least {span(up.seconds)}"
-    if up.to is None:
-        what = (
-            f"module(s) {modules} were unloaded {span(up.seconds)} ago while the driver pod "
-            "is replaced; its drop has not come in yet"
-        )
-        limit = f"failed if it has not come within {span(up.limit)}"
-        if up.expired:
-            return f"{what}, past the {span(up.limit)} it may take: the drop never came"
-        return f"upgrading: {what} ({limit})"
-    what = (
-        f"module(s) {modules} {how} for pending generation {up.to[:12]} ({up.version}); "
-        f"without its driver for {since}"
-    )
-    if up.expired:
-        return (
-            f"the upgrade to {up.version} has lasted past its bound of {span(up.limit)}: "
-            f"{what}; the reboot that loads it has not come"
-        )
-    return f"upgrading: {what}; failed if the reboot has not come within {span(up.limit)}"
 
 
 def _active(bundle: BundleState) -> Generation | None:
@@ -285,114 +344,12 @@ def _refusal_note(bundle: BundleState, live: Mapping[str, LiveModule | None] | N
     return None
 
 
-def _refused_keeps(bundle: BundleState) -> str | None:
-    """A refused drop recorded (its pod is the one deployed) while the last known good runs."""
-    refused, active = bundle.refused, _active(bundle)
-    if refused is None or active is None or bundle.phase is not Phase.ACTIVE:
-        return None
-    version = refused.version or "?"
-    return f"the drop of version {version} was rejected ({refused.reason}): {_keeps(active)}"
-
-
 def _keeps(active: Generation) -> str:
     """The last known good runs, kept by the refused drop's pod (the digest is its own)."""
     return (
         f"the last good generation {_name(active)} runs, under the refused driver pod's "
         "config digest, until a drop is accepted"
     )
-
-
-def _failures(bundle: BundleState) -> list[Finding]:
-    """A failed bundle, and the generation deployed if it failed at boot
-    (:meth:`~service.store.state.BundleState.deployed_failure`)."""
-    found: list[Finding] = []
-    active = _active(bundle)
-    if bundle.phase is Phase.FAILED:
-        note = last_note(bundle)
-        found.append((Health.FAILED, f"nothing is loaded: {note or 'the last load failed'}"))
-    if gen := bundle.deployed_failure():
-        runs = f"running {active.id[:12]}" if active else "no generation is active"
-        why = f"generation {gen.id[:12]} ({gen.version}) failed: {gen.failed}; {runs}"
-        found.append((Health.DEGRADED, why))
-    return found
-
-
-def _kernel_findings(
-    bundle: BundleState,
-    kernel: str | None,
-    live: Mapping[str, LiveModule | None] | None,
-    boot_id: str | None,
-    state_boot_id: str | None,
-    upgrading: Upgrading | None = None,
-) -> list[Finding]:
-    """What the running kernel says of the active generation: another kernel, or not live."""
-    active = _active(bundle)
-    if active is None:
-        return []
-    if kernel is not None and active.kernel != kernel:  # a driver-less boot: as failed
-        pending = bundle.generations.get(bundle.pending) if bundle.pending else None
-        if pending is not None and pending.kernel == kernel:
-            then = f"pending {_name(pending)} targets it (loaded at the next boot)"
-        else:
-            then = f"a drop for {kernel} accepted brings it back at the next boot"
-        why = (
-            f"no generation for the running kernel {kernel}: nothing of it is loaded (the "
-            f"active generation {_name(active)} targets kernel {active.kernel}); {then}"
-        )
-        return [(Health.FAILED, why)]
-    if bundle.phase is Phase.OTHER_KERNEL:  # the running kernel unknown: boot's word
-        return [(Health.FAILED, f"nothing of it is loaded: {last_note(bundle)}")]
-    if live is None:
-        return []
-    return _live_findings(bundle, live, boot_id, state_boot_id, upgrading)
-
-
-def _live_findings(
-    bundle: BundleState,
-    live: Mapping[str, LiveModule | None],
-    boot_id: str | None,
-    state_boot_id: str | None,
-    upgrading: Upgrading | None,
-) -> list[Finding]:
-    """What the kernel contradicts in the record of the active generation (missing
-    modules of a planned upgrade: upgrading, until it lasts past its bound)."""
-    found: list[Finding] = []
-    missing, differing = module_mismatches(bundle.loaded, live)
-    gen = str(bundle.active)[:12]
-    if missing and upgrading is not None:
-        grade = Health.FAILED if upgrading.expired else Health.UPGRADING
-        found.append((grade, upgrading_reason(upgrading, missing)))
-    elif missing:
-        found.append(
-            (
-                Health.FAILED,
-                f"generation {gen} is recorded active but module(s) {', '.join(missing)} "
-                "are not loaded in the running kernel",
-            )
-        )
-    if differing:
-        found.append(
-            (Health.DEGRADED, f"another build is loaded than recorded: {', '.join(differing)}")
-        )
-    stale = boot_id and state_boot_id and boot_id != state_boot_id
-    if stale and bundle.phase is Phase.ACTIVE:
-        found.append(
-            (
-                Health.DEGRADED,
-                f"modstage boot has not run in this boot (state was written in boot "
-                f"{state_boot_id}, this is {boot_id})",
-            )
-        )
-    return found
-
-
-def _device_findings(bundle: BundleState, devices: Devices | None) -> list[Finding]:
-    """A loaded bundle that drives none of the present devices it is for."""
-    if devices is None or bundle.phase is not Phase.ACTIVE or not bundle.loaded:
-        return []
-    if devices.devices and not devices.bound:
-        return [(Health.DEGRADED, f"its modules drive none of its devices: {devices.summary()}")]
-    return []
 
 
 def overall(healths: Iterable[Health]) -> Health:

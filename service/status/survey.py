@@ -34,16 +34,7 @@ from service.status.hardware import (
     memory_summary,
     misplaced_memory,
 )
-from service.status.health import (
-    DRIVER_POD_READY,
-    Health,
-    Unloads,
-    Upgrading,
-    Verdict,
-    bundle_health,
-    overall,
-    waiting_note,
-)
+from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
     BundleReport,
@@ -60,6 +51,7 @@ from service.status.report import (
 from service.status.required import CannotTell, read_fact
 from service.status.trustdir import trust_dir_problems
 from service.status.unloads import read_unloads
+from service.status.upgrade import DRIVER_POD_READY, Unloads, Upgrading
 from service.store import quarantine
 from service.store.phase import Phase
 from service.store.publish import bundle_status_files

@@ -19,10 +19,11 @@ from service.config import Config
 from service.layout import Layout
 from service.status import survey
 from service.status.collect import collect
-from service.status.health import DRIVER_POD_READY, DROP_GRACE, Health
+from service.status.health import Health
 from service.status.metrics import families
 from service.status.report import Report
 from service.status.unloads import read_unloads, updated, write_unloads
+from service.status.upgrade import DRIVER_POD_READY, DROP_GRACE
 from service.status.view import lines
 from service.store.phase import Phase
 from service.store.records import ModuleLoad
