@@ -142,19 +142,40 @@ class Outcome:
 
 def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) -> Outcome:
     """What the status file ``doc`` (None: no file yet) means for ``target`` in boot
-    ``boot_id`` (None: unknown)."""
+    ``boot_id`` (None: unknown): first whether it speaks of the target's drop yet
+    (:func:`_about`), then what it records of the generation (:func:`_recorded`), else
+    what that generation waits for (:func:`_waits`)."""
     if doc is None:
         return Outcome(None, "waiting for the host (no status yet)")
+    about = _about(doc, target)
+    if isinstance(about, Outcome):
+        return about
+    gen = _full(about.generation, doc) or doc.generation
+    return _recorded(doc, about, gen, boot_id) or _waits(doc, about, gen)
+
+
+def _about(doc: StatusFile, target: Target) -> Target | Outcome:
+    """The target with the generation the host took the drop in as, when it names none
+    (the drop left incoming: only the host's record says what became of it); or the
+    outcome before any generation counts: the document older than the drop, the drop
+    rejected (whatever came after), the host with no record of it yet."""
     if target.since is not None and doc.updated < target.since:
         return Outcome(None, "waiting for the host to take the drop in")
-    if target.drop is not None and target.drop in doc.rejected:  # whatever came after
+    if target.drop is not None and target.drop in doc.rejected:
         return Outcome(EXIT_REFUSED, f"drop rejected: {doc.rejected[target.drop]}")
     if target.generation is None and target.drop is not None and doc.taken is not None:
-        # the drop left incoming: only the host's record says what became of it
         if target.drop not in doc.taken:
             return Outcome(None, f"the host has no record of drop {target.drop} (yet)")
-        target = Target(doc.taken[target.drop], target.drop, target.since)
-    gen = _full(target.generation, doc) or doc.generation
+        return Target(doc.taken[target.drop], target.drop, target.since)
+    return target
+
+
+def _recorded(
+    doc: StatusFile, target: Target, gen: str | None, boot_id: str | None
+) -> Outcome | None:
+    """The end the status file records for generation ``gen``: failed, the drop rejected,
+    no device, nothing loadable, another kernel, or active (a wait still while its modules
+    are not live in this boot); None when it records none."""
     short = gen[:12] if gen else "-"
     errors = "; ".join(doc.errors) or "no reason given"
     if gen is not None and gen in doc.failed:
@@ -182,6 +203,13 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
                 "boot (modstage boot has not loaded them yet)",
             )
         return Outcome(EXIT_ACTIVE, f"generation {short} is active")
+    return None
+
+
+def _waits(doc: StatusFile, target: Target, gen: str | None) -> Outcome:
+    """What generation ``gen``, not yet at an end, waits for: an admin's release, a reboot
+    into another kernel (exit 4: it loads there), the host's intake, or its phase."""
+    short = gen[:12] if gen else "-"
     what = f"drop {target.drop} (generation {short})" if target.drop else f"generation {short}"
     if doc.held:
         return Outcome(None, f"the bundle is held by an admin: {what} waits for modstage release")
@@ -190,6 +218,7 @@ def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) ->
         return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
     waits = doc.drop is not None and doc.drop == target.drop and doc.errors
     if gen is not None and gen not in doc.known() and waits:  # deferred: kept in incoming
+        errors = "; ".join(doc.errors) or "no reason given"
         return Outcome(None, f"the drop waits in incoming: {errors}")
     if gen is not None and gen not in doc.known():
         known = f"the host names pending {_short(doc.pending)}, active {_short(doc.active)}"
