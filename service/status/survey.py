@@ -379,34 +379,19 @@ def survey(
     """What ``status`` shows of the host under ``layout`` (``now``: epoch seconds), each
     bundle's signers read by ``signers`` (None: no signer rows; nothing else differs)."""
     now = time.time() if now is None else now
-    kernel, problems = _kernel(layout)
+    kernel, kernel_problems = _kernel(layout)
     boot_id = _boot_id(layout)
     state, state_error, state_problems = _state(layout)
-    problems += state_problems
     config, config_error = _config(layout)
-    if config_error:
-        problems.append(Problem(None, Health.DEGRADED, config_error))
-    healths = [p.health for p in problems]
     known = unloads(layout, config, boot_id, now)
     bundles = _bundles(layout, state, kernel, boot_id, known, signers)
-    for name, b in bundles.items():
-        healths.append(b.health)
-        grades = b.grades if len(b.grades) == len(b.reasons) else (b.health,) * len(b.reasons)
-        problems += [Problem(name, h, r) for h, r in zip(grades, b.reasons, strict=True)]
-    memory_problems = misplaced_memory(layout, state, config)
-    problems += memory_problems
-    unsafe = [Problem(None, Health.DEGRADED, p) for p in trust_dir_problems(layout.trusted)]
-    problems += unsafe
-    healths += [p.health for p in unsafe]
-    healths += [p.health for p in memory_problems]
     locked = _modules_locked(layout)
-    if config is not None and config.lock_modules and locked is False:
-        why = (
-            f"lock_modules is set and {layout.modules_disabled} is 0: any module can still be "
-            "loaded (modstage boot locks it once it ran in this boot)"
-        )
-        problems.append(Problem(None, Health.DEGRADED, why))
-        healths.append(Health.DEGRADED)
+    before = [*kernel_problems, *state_problems]
+    if config_error:
+        before.append(Problem(None, Health.DEGRADED, config_error))
+    after = [*misplaced_memory(layout, state, config), *_guard_problems(layout, config, locked)]
+    healths = [p.health for p in (*before, *after)] + [b.health for b in bundles.values()]
+    problems = (*before, *_bundle_problems(bundles), *after)
     daemon = read_heartbeat(layout.heartbeat, now)
     kernels = installed(layout)
     next_kernel = decide(_configured_next(layout, config), read_grub(layout), kernels)
@@ -422,7 +407,7 @@ def survey(
         config_error=config_error,
         daemon=daemon,
         reboot=_reboot(layout, state, config, kernel, bundles, daemon, now, boot_id),
-        problems=tuple(problems),
+        problems=problems,
         bundles=bundles,
         memory=memory_summary(layout.sys),
         quarantine=tuple(quarantine.records(layout)),
@@ -430,6 +415,29 @@ def survey(
         kernels=kernels,
         modules_locked=locked,
     )
+
+
+def _bundle_problems(bundles: Mapping[str, BundleReport]) -> list[Problem]:
+    """Each bundle's reasons as the host's problems, each with its own grade (the bundle's
+    health for all of them when the grades do not match the reasons one for one)."""
+    problems = []
+    for name, b in bundles.items():
+        grades = b.grades if len(b.grades) == len(b.reasons) else (b.health,) * len(b.reasons)
+        problems += [Problem(name, h, r) for h, r in zip(grades, b.reasons, strict=True)]
+    return problems
+
+
+def _guard_problems(layout: Layout, config: Config | None, locked: bool | None) -> list[Problem]:
+    """What weakens the host's guards on module loading: an unsafe trusted-certificate
+    directory, and the module lock the config asks for not in force."""
+    problems = [Problem(None, Health.DEGRADED, p) for p in trust_dir_problems(layout.trusted)]
+    if config is not None and config.lock_modules and locked is False:
+        why = (
+            f"lock_modules is set and {layout.modules_disabled} is 0: any module can still be "
+            "loaded (modstage boot locks it once it ran in this boot)"
+        )
+        problems.append(Problem(None, Health.DEGRADED, why))
+    return problems
 
 
 def _modules_locked(layout: Layout) -> bool | None:
