@@ -15,7 +15,6 @@ and no fallback; the next boot tries the same generation again.
 from __future__ import annotations
 
 import errno
-import io
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,8 +25,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from service import faults
 from service.boot.persist import Durable, Persist
 from service.boot.plan import Choice, choose, order
+from service.boot.reverify import Reverified, reverify
 from service.config import Config
-from service.errors import BootError, LoadError, ModuleRejected, NoDevice
+from service.errors import BootError, LoadError, NoDevice
 from service.kernel.firmware import FirmwareView
 from service.kernel.modules import Kernel
 from service.kernel.sysfs import Sysfs
@@ -285,25 +285,14 @@ class Boot:
         decompresses that format itself (``CONFIG_MODULE_DECOMPRESS``, Debian 13's 6.12
         for xz), else loaded from a sealed memfd with flags 0 (Debian 12's 6.1).
         """
-        from service.verify.verdict import verify_module
-
         started = time.monotonic()
         with open(root / module.file, "rb") as f:
-            stored, image, kind = _image(f, module.file)
-            elf: BinaryIO = f if image is None else io.BytesIO(image)
-            v = verify_module(elf, display=module.file, trust=self.trusted, kernel=self.target)
-            if not v.ok or (stored or v.sha256) != module.sha256:
-                raise BootError(f"{module.file}: {v.reason or 'digest changed in the store'}")
-            name = normalize_module_name(v.name or module.name)
+            checked = reverify(f, module, self.trusted, self.target)
+            v, name = checked.verdict, checked.name
             if refused := self._refused(bundle, module.file, name, v.key_id):
                 raise BootError("; ".join(refused))
             if name in live:
-                if live[name] is None or live[name] != v.srcversion:
-                    raise BootError(
-                        f"{name}: another version is already loaded (srcversion "
-                        f"{live[name] or 'unknown'}, this generation has {v.srcversion or 'none'})"
-                    )
-                return ModuleLoad(name, v.srcversion, already_loaded=True)
+                return _already_loaded(checked, live[name])
             deps = [
                 d
                 for d in map(normalize_module_name, v.depends)
@@ -311,22 +300,30 @@ class Boot:
             ]
             self.kernel.modprobe(deps)
             faults.hit("boot.finit.before")
-            try:
-                if image is None:
-                    self.kernel.load(f.fileno(), module.params)
-                elif kind is not None and kind == self.target.decompress:
-                    self.kernel.load_compressed(f.fileno(), image, module.params)
-                else:
-                    self.kernel.load_image(image, Path(module.file).name, module.params)
-            except LoadError as exc:
-                if exc.errno == errno.ENODEV and v.pci:
-                    self._no_device(exc, module.file, name, v.pci)
-                raise self._explain(exc, elf, module.file) from exc
+            self._finit(f, module, checked)
             faults.hit("boot.finit.after")
         live[name] = v.srcversion
         ms = round((time.monotonic() - started) * 1000, 3)
         log.info("module.loaded", module=name, ms=ms)
         return ModuleLoad(name, v.srcversion, ms, pci=v.pci)
+
+    def _finit(self, f: BinaryIO, module: ModuleEntry, checked: Reverified) -> None:
+        """Hand the kernel exactly what was verified: the open file, the stored compressed
+        file where the kernel decompresses its format, else the image in a sealed memfd. A
+        refusal is explained (:meth:`_explain`); an init's ENODEV for a module with PCI
+        aliases may be absent hardware (:meth:`_no_device`)."""
+        image, v = checked.image, checked.verdict
+        try:
+            if image is None:
+                self.kernel.load(f.fileno(), module.params)
+            elif checked.kind is not None and checked.kind == self.target.decompress:
+                self.kernel.load_compressed(f.fileno(), image, module.params)
+            else:
+                self.kernel.load_image(image, Path(module.file).name, module.params)
+        except LoadError as exc:
+            if exc.errno == errno.ENODEV and v.pci:
+                self._no_device(exc, module.file, checked.name, v.pci)
+            raise self._explain(exc, checked.elf, module.file) from exc
 
     @cached_property
     def in_tree(self) -> Callable[[str], str | None]:
@@ -420,18 +417,13 @@ def summary(state: State, release: str | None = None) -> list[str]:
     return lines
 
 
-def _image(f: BinaryIO, display: str) -> tuple[str | None, bytes | None, str | None]:
-    """(stored file's sha256, decompressed image, format) of a compressed module;
-    (None, None, None) if plain."""
-    from service.verify.compressed.decompress import Hashed, compression, decompress_file
-
-    kind = compression(f.read(6))
-    f.seek(0)
-    if kind is None:
-        return None, None, None
-    stored = Hashed()
-    try:
-        image = decompress_file(f, kind, hashed=stored)
-    except ModuleRejected as exc:
-        raise BootError(f"{display}: {exc.reason}") from exc
-    return stored.sha256.hexdigest(), image, kind
+def _already_loaded(checked: Reverified, srcversion: str | None) -> ModuleLoad:
+    """The module is live already (``srcversion``: the live one's, None if unknown): this
+    build is kept, another one is a :class:`BootError`."""
+    name, v = checked.name, checked.verdict
+    if srcversion is None or srcversion != v.srcversion:
+        raise BootError(
+            f"{name}: another version is already loaded (srcversion "
+            f"{srcversion or 'unknown'}, this generation has {v.srcversion or 'none'})"
+        )
+    return ModuleLoad(name, v.srcversion, already_loaded=True)
