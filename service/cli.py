@@ -33,9 +33,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
     args = build_parser(words[0] if words else None).parse_args(words)
     verb = VERBS[args.command]
-    error = EXIT_ERROR
-    if getattr(args, "reboot_required", False):
-        error = EXIT_UNKNOWN  # kured reads exit 1 as a silent "not required"
+    # kured reads exit 1 as a silent "not required": its sentinel command's errors exit 3
+    error = EXIT_UNKNOWN if getattr(args, "reboot_required", False) else EXIT_ERROR
     root = getattr(args, "root", None)
     if root is not None and verb.host and error != EXIT_UNKNOWN:
         # (kured's sentinel answers every error itself, exit 3: service.status.required)
@@ -53,48 +52,62 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             configure()  # once, here: every host command logs to stderr, never to ``out``
         run = verb.load()
     except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.startswith(("service.", "stager.")):
-            print(f"modstage {args.subcommand}: not available in this build", file=sys.stderr)
-            return EXIT_USAGE
-        print(
-            f"modstage {args.subcommand}: missing dependency {exc.name!r} "
-            "(install modstage[host] on the host)",
-            file=sys.stderr,
-        )
-        return error
+        return _not_installed(exc, args.subcommand, error)
     try:
         return run(args, out)
-    except StagerError as exc:
-        print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", EXIT_ERROR))
     except Exception as exc:
-        from service.errors import ServiceError, UsageError
+        code = _failed(exc, args.subcommand, error)
+        if code is None:  # no layer named it: a bug, raised with its traceback
+            raise
+        return code
+
+
+def _not_installed(exc: ModuleNotFoundError, command: str, error: int) -> int:
+    """Say that ``command`` cannot run here (a module of its own missing from this build, or
+    a host dependency missing) and return its exit code."""
+    if exc.name is not None and exc.name.startswith(("service.", "stager.")):
+        print(f"modstage {command}: not available in this build", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"modstage {command}: missing dependency {exc.name!r} (install modstage[host] on the host)",
+        file=sys.stderr,
+    )
+    return error
+
+
+def _failed(exc: Exception, command: str, error: int) -> int | None:
+    """Say why ``command`` failed with ``exc`` and return its exit code (``error``: the
+    command's code for an error); None for an exception no layer named.
+
+    The container side's errors carry their code; a usage error and a file modstage may not
+    open (run it as root) are usage (2); an invalid config ends ``serve`` with
+    :data:`EXIT_CONFIG`, permanent until an admin edits it, so the unit does not restart
+    in a loop; any other error of the host side, or a file no layer named, is ``error``.
+    """
+    usage = error if error == EXIT_UNKNOWN else EXIT_USAGE
+    if isinstance(exc, StagerError):
+        said, code = str(exc), int(getattr(exc, "exit_code", EXIT_ERROR))
+    else:
+        from service.errors import ConfigError, ServiceError, UsageError
 
         if isinstance(exc, UsageError):
-            print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-            return error if error == EXIT_UNKNOWN else EXIT_USAGE
-        if isinstance(exc, ServiceError):
-            print(f"modstage {args.subcommand}: error: {exc}", file=sys.stderr)
-            from service.errors import ConfigError
-
-            if isinstance(exc, ConfigError) and args.subcommand == "serve":
-                return EXIT_CONFIG  # permanent until an admin edits it: no restart loop
-            return error
-        if isinstance(exc, PermissionError) and exc.filename is not None:
-            print(
-                f"modstage {args.subcommand}: error: {exc.filename}: permission denied: "
-                "run as root (sudo modstage ...)",
-                file=sys.stderr,
+            said, code = str(exc), usage
+        elif isinstance(exc, ServiceError):
+            serve_config = isinstance(exc, ConfigError) and command == "serve"
+            said, code = str(exc), EXIT_CONFIG if serve_config else error
+        elif isinstance(exc, PermissionError) and exc.filename is not None:
+            said = f"{exc.filename}: permission denied: run as root (sudo modstage ...)"
+            code = usage
+        elif isinstance(exc, OSError) and exc.filename is not None:  # a file no layer named
+            said = (
+                f"{exc.filename}: {exc.strerror or exc} "
+                "(is --root a modstage host or sandbox? docs/sandbox.md)"
             )
-            return error if error == EXIT_UNKNOWN else EXIT_USAGE
-        if isinstance(exc, OSError) and exc.filename is not None:  # a file no layer named
-            print(
-                f"modstage {args.subcommand}: error: {exc.filename}: "
-                f"{exc.strerror or exc} (is --root a modstage host or sandbox? docs/sandbox.md)",
-                file=sys.stderr,
-            )
-            return error
-        raise
+            code = error
+        else:
+            return None
+    print(f"modstage {command}: error: {said}", file=sys.stderr)
+    return code
 
 
 def entry() -> None:
