@@ -62,7 +62,8 @@ class Case:
     """What one known bundle is judged on: its state, its last status file, the running
     kernel (``kernel``: its release, None if unknown), this boot's id and the one the state
     was written in, the kernel's view of the recorded modules (``live``), the present PCI
-    devices its loaded modules are for (``devices``) and its upgrade, if one is under way."""
+    devices its loaded modules are for (``devices``) and what the host knows of modules
+    leaving the kernel (``unloads``)."""
 
     bundle: BundleState
     status_doc: StatusFile | None
@@ -71,18 +72,28 @@ class Case:
     state_boot_id: str | None
     live: Mapping[str, LiveModule | None] | None
     devices: Devices | None
-    upgrading: Upgrading | None
+    unloads: Unloads | None
 
     @property
     def active(self) -> Generation | None:
         """The active generation."""
-        return _active(self.bundle)
+        return self.bundle.generations.get(self.bundle.active) if self.bundle.active else None
 
     @property
     def other_kernel(self) -> bool:
         """The active generation targets another kernel than the running one."""
         active = self.active
         return active is not None and self.kernel is not None and active.kernel != self.kernel
+
+    @cached_property
+    def upgrading(self) -> Upgrading | None:
+        """The planned upgrade the active generation's missing modules left for
+        (:func:`~service.status.upgrade.upgrade_of`), judged when ``live`` and ``unloads``
+        are known and the generation targets the running kernel."""
+        if self.live is None or self.unloads is None or self.active is None or self.other_kernel:
+            return None
+        missing, _ = module_mismatches(self.bundle.loaded, self.live)
+        return upgrade_of(self.bundle, missing, self.unloads)
 
     @property
     def stale_boot(self) -> bool:
@@ -117,7 +128,7 @@ def _rejected_drop(c: Case) -> Finding | None:
     active generation whose modules had left the kernel before it (:func:`_refusal_note`)."""
     if c.status_doc is None or c.status_doc.phase != Phase.REJECTED.value:
         return None
-    note = _refusal_note(c.bundle, c.live) or ""
+    note = _refusal_note(c) or ""
     return Health.DEGRADED, f"{_rejected(c.status_doc)}{note}"
 
 
@@ -275,12 +286,8 @@ def bundle_health(
         forget = f"modstage forget {status_doc.bundle} clears it"
         why = f"{_rejected(status_doc)}; no bundle of that name is known: {forget}"
         return _verdict([(Health.DEGRADED, why)], None)
-    upgrading = None
-    if live is not None and unloads is not None and _active_here(bundle, kernel):
-        missing, _ = module_mismatches(bundle.loaded, live)
-        upgrading = upgrade_of(bundle, missing, unloads)
-    case = Case(bundle, status_doc, kernel, boot_id, state_boot_id, live, devices, upgrading)
-    return _verdict([f for rule in RULES if (f := rule(case)) is not None], upgrading)
+    case = Case(bundle, status_doc, kernel, boot_id, state_boot_id, live, devices, unloads)
+    return _verdict([f for rule in RULES if (f := rule(case)) is not None], case.upgrading)
 
 
 def _verdict(found: list[Finding], upgrading: Upgrading | None) -> Verdict:
@@ -292,16 +299,6 @@ def _rejected(doc: StatusFile) -> str:
     return f"the last drop was rejected: {'; '.join(doc.errors) or 'no reason given'}"
 
 
-def _active_here(bundle: BundleState, kernel: str | None) -> bool:
-    """Whether the bundle has an active generation for the running kernel."""
-    active = _active(bundle)
-    return active is not None and (kernel is None or active.kernel == kernel)
-
-
-def _active(bundle: BundleState) -> Generation | None:
-    return bundle.generations.get(bundle.active) if bundle.active else None
-
-
 def last_note(bundle: BundleState) -> str | None:
     """The newest note in the bundle's history (why it moved last), if any."""
     return next((h.note for h in reversed(bundle.history) if h.note), None)
@@ -311,11 +308,11 @@ def _name(gen: Generation | None) -> str:
     return f"{gen.id[:12]} ({gen.version})" if gen else "-"
 
 
-def _refusal_note(bundle: BundleState, live: Mapping[str, LiveModule | None] | None) -> str | None:
+def _refusal_note(c: Case) -> str | None:
     """What became of the active generation after the last drop was refused, when its
     modules had left the kernel (see
     :meth:`~service.store.state.BundleState.after_refusal`); None when nothing did."""
-    active = _active(bundle)
+    bundle, live, active = c.bundle, c.live, c.active
     if active is None:
         return None
     waits = bundle.phase in (Phase.PENDING, Phase.REBOOT_SCHEDULED)
