@@ -113,8 +113,8 @@ class Intake:
                 self.drops.empty_trash()
 
     def _scan(self) -> list[Path]:
-        """The newest complete drop of each bundle for each kernel (:meth:`Drops.complete`), contained: a
-        scan that fails takes nothing, says why."""
+        """The newest complete drop of each bundle for each kernel (:meth:`Drops.complete`),
+        contained: a scan that fails takes nothing, says why."""
         try:
             return self.drops.complete()
         except Exception as exc:  # the daemon never dies because of a drop

@@ -380,7 +380,7 @@ def test_long_step_feeds_the_watchdog_only_while_it_progresses(
 
         reader = threading.Thread(target=read)
         reader.start()
-        with daemon.feeding():
+        with daemon.watchdog.feeding(daemon.config.limits.max_seconds):
             time.sleep(4.0)  # progresses for 1 s (max_seconds), then looks stuck
         done.set()
         reader.join()
