@@ -1,7 +1,8 @@
 """The drops in the incoming directories: which are complete, and disposing of them.
 
-A newer drop of a bundle supersedes the older ones for the same kernel (a drop for another
-kernel covers that kernel and stays: :meth:`Drops.complete`).
+A newer drop of a bundle supersedes the older ones for the same kernel in the same incoming
+directory (a drop for another kernel covers that kernel and stays, as does one another
+writer's directory holds: :meth:`Drops.complete`).
 
 A drop taken in or superseded goes to the trash by one rename (emptied after the
 scan, so a huge tree delays no other drop); a rejected one to the quarantine. A drop
@@ -58,32 +59,35 @@ class Drops:
         (:func:`~service.store.dropfs.manifest_kernel`), at most :data:`MAX_READ` manifests
         a scan. A drop whose manifest cannot be read, or is past that bound, names no
         kernel: a newer drop of its bundle supersedes it, and it supersedes none. Drops are
-        gathered from every configured incoming directory. The bundles come smallest
-        manifest first (a huge one delays no other bundle), each bundle's drops oldest
-        first, so the one staged last is also taken in last.
+        gathered from every configured incoming directory, and a drop supersedes only drops
+        in its own directory: another directory has another writer (the operator's driver
+        pod, an admin), whose drop a name with a later time must not remove unjudged. The
+        bundles come smallest manifest first (a huge one delays no other bundle), each
+        bundle's drops oldest first, so the one staged last is also taken in last.
         """
-        found: dict[str, list[tuple[str, Path]]] = {}
+        found: dict[tuple[str, Path], list[tuple[str, Path]]] = {}
         for entry in self._entries():
             named = parse_drop_name(entry.name)
             if named is None or not os.path.lexists(entry / MANIFEST_NAME):
                 continue
             if self.skipped(entry):
                 continue
-            found.setdefault(named[0], []).append((named[1], entry))
+            found.setdefault((named[0], entry.parent), []).append((named[1], entry))
         budget = MAX_READ
-        kept: list[list[Path]] = []
-        for bundle in sorted(found):
+        kept: dict[str, list[tuple[str, Path]]] = {}
+        for bundle, directory in sorted(found):
             newest: dict[str | None, tuple[str, Path]] = {}
-            for key, entry in sorted(found[bundle], reverse=True):
+            for key, entry in sorted(found[bundle, directory], reverse=True):
                 kernel = manifest_kernel(entry, self.config.limits) if budget > 0 else None
                 budget -= 1
                 if kernel in newest or (kernel is None and newest):
                     self.remove(entry, "superseded")
                 else:
                     newest[kernel] = (key, entry)
-            kept.append([entry for _key, entry in sorted(newest.values())])
-        kept.sort(key=lambda drops: min(_manifest_size(d) for d in drops))
-        return [drop for drops in kept for drop in drops]
+            kept.setdefault(bundle, []).extend(newest.values())
+        ordered = [[entry for _key, entry in sorted(drops)] for drops in kept.values()]
+        ordered.sort(key=lambda drops: min(_manifest_size(d) for d in drops))
+        return [drop for drops in ordered for drop in drops]
 
     def _entries(self) -> list[Path]:
         entries: list[Path] = []

@@ -77,6 +77,11 @@ class Rejected(Exception):
         super().__init__("; ".join(reasons))
 
 
+class Misnamed(Rejected):
+    """A drop whose directory names another bundle than its manifest: refused without a
+    word in either bundle's status or state (whoever wrote it speaks for neither)."""
+
+
 @dataclass
 class Intake:
     """Everything intake needs, built once per run (the daemon keeps one)."""
@@ -182,6 +187,8 @@ class Intake:
             elif missing_tree(self.layout, manifest.kernel) is None:
                 self._judge_stored(drop, manifest, state)
             self._record(state, manifest, digest, drop.name)
+        except Misnamed as exc:  # claims a bundle its manifest is not for: it speaks for none
+            return reject(self.layout, self.config, self.drops, drop, None, exc.reasons)
         except (Rejected, DropError, ManifestError) as exc:
             reasons = exc.reasons if isinstance(exc, Rejected) else [str(exc)]
             return reject(self.layout, self.config, self.drops, drop, bundle, reasons, carried)
@@ -282,7 +289,7 @@ class Intake:
         manifest = read_manifest(drop, self.config.limits)
         named = parse_drop_name(drop.name)
         if named and named[0] != manifest.bundle:
-            raise Rejected(
+            raise Misnamed(
                 [
                     f"{drop}: directory is named for bundle {named[0]!r} but its "
                     f"manifest is for {manifest.bundle!r}"

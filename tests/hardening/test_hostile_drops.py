@@ -26,7 +26,7 @@ from service.layout import Layout
 from service.store.intake import Outcome
 from service.store.phase import Phase
 from service.store.statefile import load
-from stager.paths import MANIFEST_NAME
+from stager.paths import MANIFEST_NAME, parse_drop_name
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.hardening.hostile_case import SHADOW, Case, Ctx, M, moved_out
 from tests.hardening.hostile_content import CONTENT_CASES
@@ -129,7 +129,11 @@ def test_hostile_drop_is_rejected_with_its_reason(ctx: Ctx, case: Case) -> None:
     assert (ctx.layout.quarantine / f"{ctx.drop.name}.json").is_file(), "and quarantined"
     status_file = ctx.layout.status / f"{outcome.bundle}.json"
     allowed = case.config.allowed_bundles if case.config else ()
-    if allowed and outcome.bundle not in allowed:
+    if outcome.bundle is None:  # named for one bundle, its manifest for another: for neither
+        named = parse_drop_name(ctx.drop.name)
+        assert named is not None and not (ctx.layout.status / f"{named[0]}.json").exists()
+        assert not (ctx.layout.status / "test.json").exists()
+    elif allowed and outcome.bundle not in allowed:
         assert not status_file.exists(), "a disallowed name leaves no per-name status"
     else:
         assert '"phase": "rejected"' in status_file.read_text()
