@@ -43,6 +43,7 @@ from service.store.admit import (
 from service.store.dropfs import open_dir, read_manifest
 from service.store.drops import Drops
 from service.store.generations import Store
+from service.store.memory_owner import memory_claims
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
 from service.store.owners import module_owners
 from service.store.phase import Phase
@@ -220,6 +221,7 @@ class Intake:
             raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
         problems = policy_problems(self.config, manifest, state.bundle(bundle))
         problems += claimed_modules(manifest, module_owners(state, self.store, bundle))
+        problems += memory_claims(manifest, state, self.store)
         if problems:
             raise Rejected(problems)
         if bundle in state.bundles or may_keep_status(self.layout, self.config, bundle):
