@@ -75,6 +75,7 @@ class Boot:
         self.sysfs = sysfs_view or Sysfs(self.layout.sys)
         self.release = self.layout.kernel_release()
         self._manifests: dict[str, Manifest] = {}
+        self._loaded_by: dict[str, str] = {}  # module name -> the bundle that loaded it now
         self.firmware = firmware or FirmwareView(
             self.layout.run / "firmware",
             self.sysfs,
@@ -173,7 +174,7 @@ class Boot:
         booting = state.bundle(name).booting(gid, carried.id if carried else None)
         state = self._save(state, name, booting, generation=gid)
         try:  # the attempt is persisted: now the kernel
-            loads = self._load(gid)
+            loads = self._load(gid, name)
         except NoDevice as exc:
             bound.warning("generation.no_device", generation=gid, reason=exc.reason)
             absent = state.bundle(name).no_device(gid, exc.reason)
@@ -227,8 +228,9 @@ class Boot:
         except BootError:
             return ()  # the bundle fails when it is brought up, in its own turn
 
-    def _load(self, generation: str) -> tuple[ModuleLoad, ...]:
-        """Load one generation's modules in order; undo this attempt's loads on failure.
+    def _load(self, generation: str, bundle: str) -> tuple[ModuleLoad, ...]:
+        """Load one generation's modules in order for ``bundle`` (the state's name); undo
+        this attempt's loads on failure.
 
         Any failure (manifest, memory onlining, firmware view, a module) becomes a
         :class:`BootError` naming the step, after this attempt's loads are undone.
@@ -254,7 +256,8 @@ class Boot:
             ours = {m.name for m in manifest.modules}
             for module in manifest.modules:
                 step = module.file
-                done.append(self._load_module(root, module, live, ours, manifest.bundle))
+                done.append(self._load_module(root, module, live, ours, bundle))
+            self._loaded_by.update((d.module, bundle) for d in done if not d.already_loaded)
         except (BootError, LoadError, OSError) as exc:
             self._undo([d.module for d in done if not d.already_loaded])
             if linked:
@@ -291,6 +294,11 @@ class Boot:
             v, name = checked.verdict, checked.name
             if refused := self._refused(bundle, module.file, name, v.key_id):
                 raise BootError("; ".join(refused))
+            if (other := self._loaded_by.get(name, bundle)) != bundle:
+                raise BootError(
+                    f"{name}: bundle {other!r} loaded a module of that name in this boot; a "
+                    "module belongs to one bundle (modstage forget the one that is the mistake)"
+                )
             if name in live:
                 return _already_loaded(checked, live[name])
             deps = [
