@@ -42,6 +42,7 @@ from service.verify.signature.keyring import (
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import Cert, parse_certificate
 from service.verify.target.intree import in_tree_modules
+from service.verify.target.rules import KernelRules
 from stager.manifest import ModuleEntry
 
 VERIFIED, UNVERIFIED = "verified", "unverified"
@@ -133,9 +134,7 @@ class _Known:
                 return self._certs  # no trusted certificates to name anyone by
             for key in store.keys:
                 try:
-                    cert = parse_certificate(
-                        key.der, hashes=frozenset(), have_ecdsa=True, version=(6, 12)
-                    )
+                    cert = parse_certificate(key.der, rules=KernelRules.newest())
                 except Asn1Error:
                     continue
                 self._certs.append((cert, key.source))

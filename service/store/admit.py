@@ -217,13 +217,13 @@ def preflight(
         why = enforcing(layout)
         if why is None:
             return []
-        platform = target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+        platform = target.rules.platform_keyring
         reasons = [
             untrusted_signer(why, k, signers[k], trust)
             for k in signers
             if not keyring.trusts(k, platform=platform)
         ]
-    checks_hash = target.version < MODULE_HASH_DENYLIST_UNTIL
+    checks_hash = target.rules.hash_denylist
     for v in verdicts:
         digest = v.image_sha256 or v.sha256
         if digest and keyring.blacklisted(digest):
@@ -235,12 +235,6 @@ def preflight(
                 "(Debian dropped it in 6.17) and would load it"
             )
     return reasons
-
-
-# Debian's kernels refused a module whose SHA-256 is in `.blacklist` (dbx's hashes) through a
-# patch of their own ("Don't longer use UEFI DBX for module denylisting": gone in 6.17); no
-# config symbol says so
-MODULE_HASH_DENYLIST_UNTIL = (6, 17)
 
 
 def untrusted_signer(why: str, key_id: str, signer: str | None, trust: TrustStore | None) -> str:

@@ -98,7 +98,7 @@ def check_elf(
     ``whole``'s digest of all of ``f`` becomes the field ``key``."""
     signed_len, msg = read_signature(f, size, facts.problems, target)
     names = {s.hash_algo or "" for s in msg.signers} if msg else set()
-    names &= target.hashes & hashlib.algorithms_available
+    names &= target.rules.hashes & hashlib.algorithms_available
     digests = stream(f, size, signed_len, names, whole)
     facts.fields[key] = whole.hexdigest()
     if msg is not None:

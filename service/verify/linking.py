@@ -31,6 +31,7 @@ from typing import NamedTuple
 from service.errors import ModuleRejected, Refusal
 from service.verify.modfile.modinfo import ModInfo
 from service.verify.modfile.symtab import Export, Import
+from service.verify.target.rules import KernelRules
 
 GPL_COMPATIBLE = frozenset(
     ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL")
@@ -53,16 +54,11 @@ class Linkage(NamedTuple):
     exports: Mapping[str, Export]  # the module's own exports, for the modules after it
 
 
-# "module: deprecate usage of *_gpl sections in module loader" (b4760ff2a5e4, 7.1):
-# find_module_sections no longer reads a module's __ksymtab_gpl or __kcrctab_gpl, so what a
-# module exports there does not exist for the modules loaded after it (no config symbol)
-GPL_SECTION_IGNORED_FROM = (7, 1)
-
-
-def visible(exports: Mapping[str, Export], version: tuple[int, int]) -> Mapping[str, Export]:
-    """The modules' ``exports`` a kernel of ``version`` resolves against: from 7.1 on, not
-    those of a module's ``__ksymtab_gpl`` (:data:`GPL_SECTION_IGNORED_FROM`)."""
-    if version < GPL_SECTION_IGNORED_FROM or not any(e.gpl_section for e in exports.values()):
+def visible(exports: Mapping[str, Export], rules: KernelRules) -> Mapping[str, Export]:
+    """The modules' ``exports`` a kernel with ``rules`` resolves against: where
+    ``find_module_sections`` ignores ``__ksymtab_gpl`` (7.1 on, ``gpl_section_ignored``),
+    not those a module exports there."""
+    if not rules.gpl_section_ignored or not any(e.gpl_section for e in exports.values()):
         return exports
     return {name: e for name, e in exports.items() if not e.gpl_section}
 

@@ -31,15 +31,15 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     of symbol resolution and the rules after it, which :func:`finish` judges with the
     exports of the bundle's modules loaded before it. Else (boot) returns None.
     """
-    if info.elf_strict is not None and target.version >= (6, 12):
+    if info.elf_strict is not None and target.rules.elf_6_12:
         raise ModuleRejected("ENOEXEC", f"{info.elf_strict} (6.12's ELF validation)")
-    if info.elf_6_4 is not None and target.version >= (6, 4):
+    if info.elf_6_4 is not None and target.rules.elf_6_4:
         raise ModuleRejected("ENOEXEC", f"{info.elf_6_4} (6.4's ELF validation)")
     _struct_module(info, target)
     if target.modversions is not False:
         check_crcs(info, target.exports, layout=True)
     check_vermagic(info, target)
-    if info.write_exec is not None and target.config.enabled("STRICT_MODULE_RWX"):
+    if info.write_exec is not None and target.rules.strict_rwx:
         raise ModuleRejected(
             "ENOEXEC", f"section {info.write_exec} is writable and executable (STRICT_MODULE_RWX)"
         )
@@ -69,7 +69,7 @@ def finish(
     modules, not known here, load before it: imports still unresolved are not judged."""
     info = linkage.info
     failures = list(linkage.failures)
-    bundle = visible(bundle, target.version)
+    bundle = visible(bundle, target.rules)
     if linkage.unresolved:
         found, left = resolve(info, linkage.unresolved, bundle, _rules(target), final=False)
         failures += found
@@ -109,8 +109,8 @@ def _export_sections(info: ModInfo, target: Target) -> None:
 
 def _rules(target: Target) -> Rules:
     return Rules(
-        target.config.enabled("MODULE_FORCE_LOAD"),
-        target.config.enabled("MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS"),
+        target.rules.force_load,
+        target.rules.missing_ns_ok,
         target.modversions is not False,  # unknown: CRCs are compared where known
         bool(target.exports.sources is not None and target.exports.table.module_namespaces),
     )
@@ -137,7 +137,7 @@ def _struct_module(info: ModInfo, target: Target) -> None:
         f".gnu.linkonce.this_module is {size} bytes, not sizeof(struct module) = {expected} "
         "(as in the target's in-tree modules)"
     )
-    if target.version >= (6, 4):
+    if target.rules.elf_6_4:
         raise ModuleRejected("ENOEXEC", f"{said}")
     raise ModuleRejected(
         "ENOEXEC",
@@ -207,7 +207,7 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
     applied.
     """
     if info.vermagic is None:
-        if target.config.enabled("MODULE_FORCE_LOAD"):
+        if target.rules.force_load:
             raise ModuleRejected(
                 "ENOEXEC",
                 "no vermagic in .modinfo; the target (MODULE_FORCE_LOAD=y) "

@@ -26,6 +26,7 @@ from service.verify.modfile.modinfo import ModInfo
 from service.verify.signature.keyid import split_key_id
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trailer import TAIL, parse_trailer
+from service.verify.target.rules import KernelRules
 
 MERGED = ("parm", "parmtype")  # kmod shows them as one `parm`
 SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
@@ -76,8 +77,8 @@ def signature_as_kmod(data: bytes) -> dict[str, list[str]]:
     except Exception:  # ModuleRejected: unsigned or no trailer: kmod prints nothing either
         return {}
     blob = data[trailer.signed_len : trailer.signed_len + trailer.sig_len]
-    msg = parse_message(blob, hashes=frozenset({"sha256", "sha384", "sha512"}), have_ecdsa=True,
-                        version=(99, 0))  # fmt: skip
+    hashes = frozenset({"sha256", "sha384", "sha512"})
+    msg = parse_message(blob, rules=KernelRules.newest(hashes))
     first = msg.signers[0]
     split = split_key_id(first.auth_id)
     if split is None:

@@ -11,6 +11,7 @@ import pytest
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pkcs7 import digests, parse_message
 from service.verify.signature.x509 import parse_certificate, sig_algos
+from service.verify.target.rules import KernelRules
 from tests.kmod import SigningKey, sign, split
 
 EVERY = frozenset({"md5", "sha256", "sha3_256", "sha3_384", "sha3_512"})
@@ -28,10 +29,10 @@ def test_sha3_digests_parse_on_6_12_and_are_unknown_to_6_1(
     """6.12's pkcs7_parser.c names the SHA-3 digests (since 6.7); 6.1's refuses the OID
     with ENOPKG, so the same module is judged differently by the two kernels."""
     data = blob(modules["ms_params"], rsa_key, tmp_path / "m.ko", hash)
-    msg = parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+    msg = parse_message(data, rules=KernelRules.parser((6, 12), EVERY, ecdsa=True))
     assert msg.signers[0].hash_algo == hash.replace("-", "_")
     with pytest.raises(Asn1Error) as info:
-        parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 1))
+        parse_message(data, rules=KernelRules.parser((6, 1), EVERY, ecdsa=True))
     assert info.value.code == errno.ENOPKG
 
 
@@ -41,9 +42,9 @@ def test_md5_is_known_to_6_1_and_refused_by_6_12(
     """6.1 parses an MD5 SignerInfo (and skips it when it cannot compute MD5); 6.12's parser
     no longer knows MD5: ENOPKG for the whole message."""
     data = blob(modules["ms_params"], rsa_key, tmp_path / "m.ko", "md5")
-    assert parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 1)).signers
+    assert parse_message(data, rules=KernelRules.parser((6, 1), EVERY, ecdsa=True)).signers
     with pytest.raises(Asn1Error) as info:
-        parse_message(data, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+        parse_message(data, rules=KernelRules.parser((6, 12), EVERY, ecdsa=True))
     assert info.value.code == errno.ENOPKG
 
 
@@ -54,12 +55,18 @@ def test_a_certificate_parses_the_same_under_both_and_each_change_has_its_releas
     change takes effect at the release of its upstream commit: SHA-3 and the end of MD4/MD5
     at 6.7 (6.6 is still 6.1's dialect), SM2's end at 6.11 (6.10 still names it)."""
     der = rsa_key.cert_der.read_bytes()
-    old = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 1))
-    new = parse_certificate(der, hashes=EVERY, have_ecdsa=True, version=(6, 12))
+    old = parse_certificate(der, rules=KernelRules.parser((6, 1), EVERY, ecdsa=True))
+    new = parse_certificate(der, rules=KernelRules.parser((6, 12), EVERY, ecdsa=True))
     assert (old.id, old.skid, old.subject) == (new.id, new.skid, new.subject)
-    sha3 = [("sha3_256" in digests(v), "md5" in digests(v)) for v in ((6, 6), (6, 7), (7, 2))]
+    sha3 = [
+        ("sha3_256" in digests(KernelRules.parser(v)), "md5" in digests(KernelRules.parser(v)))
+        for v in ((6, 6), (6, 7), (7, 2))
+    ]
     assert sha3 == [(False, True), (True, False), (True, False)]
-    sm2 = ["SM2_with_SM3" in sig_algos(v) for v in ((6, 1), (6, 10), (6, 11), (6, 12))]
+    sm2 = [
+        "SM2_with_SM3" in sig_algos(KernelRules.parser(v))
+        for v in ((6, 1), (6, 10), (6, 11), (6, 12))
+    ]
     assert sm2 == [True, True, False, False]
 
 

@@ -30,6 +30,7 @@ from service.verify.signature.keyid import (
     split_key_id,
 )
 from service.verify.signature.x509 import Cert, parse_certificate
+from service.verify.target.rules import KernelRules
 from tests.kmod import SigningKey, sign
 
 
@@ -107,7 +108,9 @@ def test_names_are_rendered_as_the_kernel_renders_them(
     certificate parser gives its subject: the CN, else the O, else the email, else empty;
     "O: CN" unless the CN begins with the O or they share 7 leading bytes; the last of a kind."""
     der = self_signed(*attributes, serial=0x1234)
-    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    cert = parse_certificate(
+        der, rules=KernelRules.parser((6, 1), frozenset({"sha256"}), ecdsa=True)
+    )
     assert cert.subject == rendered
     assert split_key_id(cert.id) == (0x1234, rendered)
     assert describe_key_id(cert.id.hex()) == f'issuer "{rendered}" serial 0x1234'
@@ -117,20 +120,26 @@ def test_a_serial_that_looks_like_a_set_is_kept_whole() -> None:
     """A serial whose bytes begin like an RDN SET does not swallow the issuer: the kernel's
     grammar reads the remainder as a whole Name only at the real boundary."""
     der = self_signed((CN, "Signing key"), serial=0x0131_0506)
-    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    cert = parse_certificate(
+        der, rules=KernelRules.parser((6, 1), frozenset({"sha256"}), ecdsa=True)
+    )
     assert split_key_id(cert.id) == (0x0131_0506, "Signing key")
 
 
 def test_a_name_with_trailing_bytes_stays_hex() -> None:
     """An issuer that is a Name followed by stray bytes is not a Name: the key id stays hex."""
     der = self_signed((CN, "Signing key"))
-    cert = parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 1))
+    cert = parse_certificate(
+        der, rules=KernelRules.parser((6, 1), frozenset({"sha256"}), ecdsa=True)
+    )
     assert split_key_id(cert.id + b"\x05\x00") is None
 
 
 def _parse(der: bytes) -> Cert:
     """The certificate as 6.12's parser reads it."""
-    return parse_certificate(der, hashes=frozenset({"sha256"}), have_ecdsa=True, version=(6, 12))
+    return parse_certificate(
+        der, rules=KernelRules.parser((6, 12), frozenset({"sha256"}), ecdsa=True)
+    )
 
 
 VENDOR = ((ORG, "Example GPU vendor"), (CN, "Signing key"))

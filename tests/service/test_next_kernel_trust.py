@@ -20,6 +20,7 @@ from cryptography.x509.oid import ExtensionOID
 
 from service.layout import Layout
 from service.verify.signature.keyring import signer_key_id
+from service.verify.target.rules import KernelRules
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, make_key, sign
 from tests.service.conftest import HostTree
@@ -216,5 +217,5 @@ def test_a_builtin_certificate_the_next_kernels_parser_refuses_trusts_nothing(
     image = tmp_path / "vmlinux"
     image.write_bytes(carrying(real.vmlinux().read_bytes(), der))
     ids = {k.hex() for k in TrustedKey.from_der(der, "test").key_ids}
-    assert image_key_ids(image, (6, 1)) == (frozenset(ids), None)
-    assert image_key_ids(image, (6, 12)) == (frozenset(), None)
+    assert image_key_ids(image, KernelRules.parser((6, 1))) == (frozenset(ids), None)
+    assert image_key_ids(image, KernelRules.parser((6, 12))) == (frozenset(), None)

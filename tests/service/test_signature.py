@@ -19,6 +19,7 @@ from service.verify.signature.pkcs7 import Message, parse_message
 from service.verify.signature.trailer import parse_trailer
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
+from service.verify.target.rules import KernelRules
 from service.verify.verdict import verify_module
 from tests.kmod import MARKER, SigningKey, cms_sign, split
 from tests.kmod.forge import INFO, append_signature, rsa_oid_as_sha256_with_rsa
@@ -153,7 +154,7 @@ DEBIAN_HASHES = frozenset({"md5", "sha1", "sha224", "sha256", "sha384", "sha512"
 
 
 def parse(data: bytes) -> Message:
-    return parse_message(data, hashes=DEBIAN_HASHES, have_ecdsa=False, version=(6, 1))
+    return parse_message(data, rules=KernelRules.parser((6, 1), DEBIAN_HASHES, ecdsa=False))
 
 
 def refused(data: bytes) -> str:

@@ -37,6 +37,7 @@ from service.verify.signature.signers import (
 )
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import Cert as Carried
+from service.verify.target.rules import KernelRules
 from tests.kmod.pkcs7 import Cert, signed_data, signer_info, tlv
 
 PAYLOAD = b"\x7fELF module bytes the signature covers"
@@ -134,7 +135,7 @@ def ordered(signers: list[asn1_cms.SignerInfo], certs: Sequence[Cert] = ()) -> b
 
 def parsed(blob: bytes) -> Message:
     """The message as 6.1's parser reads it."""
-    return parse_message(blob, hashes=HASHES, have_ecdsa=False, version=(6, 1))
+    return parse_message(blob, rules=KernelRules.parser((6, 1), HASHES, ecdsa=False))
 
 
 def digests(*names: str) -> dict[str, bytes]:
@@ -145,7 +146,7 @@ def digests(*names: str) -> dict[str, bytes]:
 def keyring(*trusted: Cert) -> Keyring:
     """The keyring 6.1 builds from ``trusted`` (through the trust store, as the product)."""
     store = TrustStore.from_der(*(c.der for c in trusted))
-    return store.kernel_keys(hashes=HASHES, ecdsa=False, version=(6, 1))[0]
+    return store.kernel_keys(KernelRules.parser((6, 1), HASHES, ecdsa=False))[0]
 
 
 def decide(

@@ -14,6 +14,7 @@ from service.errors import TrustError
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
+from service.verify.target.rules import KernelRules
 from service.verify.verdict import verify_path
 from tests.kmod import SigningKey, make_key, sign, split
 
@@ -51,9 +52,7 @@ def test_key_ids_match_what_sign_file_writes(signed_rsa: Path, rsa_key: SigningK
     trust = TrustStore.from_der(rsa_key.cert_der.read_bytes())
     message = parse_message(
         split(signed_rsa.read_bytes()).blob,
-        hashes=frozenset({"sha256"}),
-        have_ecdsa=False,
-        version=(6, 1),
+        rules=KernelRules.parser((6, 1), frozenset({"sha256"}), ecdsa=False),
     )
     found = trust.find(message.signers[0].auth_id)
     assert found is not None and found.subject == "modstage rsa"

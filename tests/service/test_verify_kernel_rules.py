@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.verify.signature.trust import TrustStore
 from service.verify.target.kernel import Target
+from service.verify.target.rules import KernelRules
 from service.verify.verdict import Verdict, verify_module
 from tests.kmod import append_signature
 from tests.kmod.pkcs7 import Cert, indefinite_around, make_cert, signed_data, signer_info
@@ -186,7 +187,9 @@ def test_pkcs7_verify_refuses_what_a_module_signature_must_not_be(
 
     def message(signer: cms.SignerInfo) -> Message:
         blob = signed_data([signer], certs=(alice.der,))
-        return parse_message(blob, hashes=frozenset(digests), have_ecdsa=False, version=(6, 1))
+        return parse_message(
+            blob, rules=KernelRules.parser((6, 1), frozenset(digests), ecdsa=False)
+        )
 
     def refusal(msg: Message, given: dict[str, bytes] = digests) -> tuple[int, str]:
         with pytest.raises(Refused) as refused:
@@ -345,6 +348,6 @@ def test_embedded_certificate_time_with_a_non_digit_is_ebadmsg(alice: Cert) -> N
     der[at] = 0xA0
     with pytest.raises(Asn1Error) as exc:
         parse_certificate(
-            bytes(der), hashes=frozenset({"sha256"}), have_ecdsa=False, version=(6, 1)
+            bytes(der), rules=KernelRules.parser((6, 1), frozenset({"sha256"}), ecdsa=False)
         )
     assert exc.value.code == errno.EBADMSG and "not a digit" in exc.value.why

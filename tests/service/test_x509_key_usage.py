@@ -14,6 +14,7 @@ from cryptography.x509.oid import ExtensionOID, NameOID
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import parse_certificate
+from service.verify.target.rules import KernelRules
 
 _KEY = ec.generate_private_key(ec.SECP256R1())
 OLD, NEW = (6, 1), (6, 12)
@@ -55,7 +56,7 @@ def _usage(*, digital_signature: bool, key_cert_sign: bool) -> x509.KeyUsage:
 
 
 def _parse(der: bytes, version: tuple[int, int]) -> object:
-    return parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=version)
+    return parse_certificate(der, rules=KernelRules.parser(version, frozenset(), ecdsa=True))
 
 
 @pytest.mark.parametrize(
@@ -112,8 +113,8 @@ def test_a_malformed_extension_leaves_the_certificate_out_of_a_6_4_keyring() -> 
     )
     store = TrustStore.from_der(bad, ca)
     hashes_ = frozenset({"sha256"})
-    old, old_dropped = store.kernel_keys(hashes=hashes_, ecdsa=True, version=OLD)
-    new, new_dropped = store.kernel_keys(hashes=hashes_, ecdsa=True, version=NEW)
+    old, old_dropped = store.kernel_keys(KernelRules.parser(OLD, hashes_, ecdsa=True))
+    new, new_dropped = store.kernel_keys(KernelRules.parser(NEW, hashes_, ecdsa=True))
     assert len(old.keys) == 2 and not old_dropped
     assert [k.source for k in new.keys] == ["<certificate 1>"]
     assert len(new_dropped) == 1 and "malformed keyUsage" in new_dropped[0]

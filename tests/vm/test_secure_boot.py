@@ -215,7 +215,7 @@ def test_dbx_module_hash_is_refused_by_both(node: Node) -> None:
     blacklisted by modstage's keyring reader and refused by Debian's 6.1 and 6.12
     (EKEYREJECTED, `.blacklist`: a Debian patch); 7.2 loads it (Debian dropped the patch in
     6.17), which is why intake's pre-flight refuses it there as a named policy
-    (`service.store.admit.MODULE_HASH_DENYLIST_UNTIL`). Its sibling (same code, another
+    (the `hash_denylist` row of `service.verify.target.rules.ROWS`). Its sibling (same code, another
     name) loads. On the db node, whose dbx lacks the hash, both accept it."""
     digest = hashlib.sha256(node.blocked.read_bytes()).hexdigest()
     listed = node.oracle.vm.eval(f"{RUNNING}.blacklisted({digest!r})")

@@ -32,14 +32,14 @@ from service.verify.signature.keyid import (
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trailer import TAIL, parse_trailer
 from service.verify.signature.x509 import issuer_name
-from service.verify.target.kernel import _HASH_OPTIONS
+from service.verify.target.rules import DIGESTS, KernelRules
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_SEARCH = 10
 _KEYRINGS = (".secondary_trusted_keys", ".builtin_trusted_keys")
 _PLATFORM = (".platform",)
 _BLACKLIST = (".blacklist",)
-_ALL_HASHES = frozenset(_HASH_OPTIONS)  # reading a signer's key id, not judging its digest
+_ALL_HASHES = frozenset(DIGESTS)  # reading a signer's key id, not judging its digest
 # Where a trusted key sits, most specific first: `.secondary_trusted_keys` links the builtin
 # keys and `.machine` (MOK keys, CONFIG_INTEGRITY_MACHINE_KEYRING), so those are asked before
 # it; `.platform` (UEFI db, and MOK keys where there is no `.machine`) counts only through
@@ -254,7 +254,7 @@ def _module_signer(path: Path, size: int, mtime_ns: int) -> SignerId | None:
         if start < 0:
             return None
         blob = tail[start : start + trailer.sig_len]
-        msg = parse_message(blob, hashes=_ALL_HASHES, have_ecdsa=True, version=(6, 12))
+        msg = parse_message(blob, rules=KernelRules.newest(_ALL_HASHES))
     except (ModuleRejected, Asn1Error):
         return None
     first = msg.signers[0]

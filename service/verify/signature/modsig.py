@@ -59,12 +59,10 @@ def check_signers(
     """
     if msg.has_data:
         raise ModuleRejected("EBADMSG", "PKCS#7 signature with non-detached data")
-    keyring, dropped = trust.kernel_keys(
-        hashes=target.hashes, ecdsa=target.ecdsa, version=target.version
-    )
+    keyring, dropped = trust.kernel_keys(target.rules)
     try:
-        pkcs7_verify(msg, digests, target.ecdsa)
-        trusted = validate_trust(msg, keyring, digests, target.ecdsa)
+        pkcs7_verify(msg, digests, target.rules.ecdsa)
+        trusted = validate_trust(msg, keyring, digests, target.rules.ecdsa)
     except Refused as exc:
         why = exc.why
         if exc.code == errno.ENOKEY and dropped:
@@ -123,9 +121,7 @@ def read_signature(
     try:
         msg = parse_message(
             read_at(f, trailer.signed_len, trailer.sig_len),
-            hashes=target.hashes,
-            have_ecdsa=target.ecdsa,
-            version=target.version,
+            rules=target.rules,
         )
     except MlDsaSignature as exc:
         problems.append(ml_dsa_refusal(exc.variant, target))

@@ -28,7 +28,7 @@ command line are the same for the next boot.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from service.errors import TargetFileError, TrustError
@@ -39,6 +39,7 @@ from service.verify.signature.trust import TrustedKey, TrustStore
 from service.verify.signature.x509 import parse_certificate
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import read_builtin_certificates
+from service.verify.target.rules import KernelRules
 
 #: the keyrings a key's name is given with, by :meth:`Keyring.rings`' labels
 RING_NAMES = {
@@ -96,7 +97,7 @@ class NextKeys:
         ``rings``), None when it trusts it: a shared key, or one its own image carries."""
         if self.shared(rings):
             return None
-        carried, unread = image_key_ids(self.image, self.target.version)
+        carried, unread = image_key_ids(self.image, self.target.rules)
         if key_id in carried:
             return None
         release = self.target.release
@@ -150,9 +151,9 @@ class NextKeys:
         return f"sign it with a key built into {self.image}"
 
 
-def image_key_ids(image: Path, version: tuple[int, int]) -> tuple[frozenset[str], str | None]:
+def image_key_ids(image: Path, rules: KernelRules) -> tuple[frozenset[str], str | None]:
     """The key ids (hex) of the certificates built into the kernel image at ``image`` that a
-    kernel of ``version`` loads (its own X.509 parse: from 6.4 on a malformed keyUsage or
+    kernel with ``rules`` loads (its own X.509 parse: with ``key_usage`` a malformed keyUsage or
     basicConstraints keeps one out, as ``load_certificate_list`` logs "Problem loading"),
     and why they are unknown (None: they were read). Kept per file version: intake asks once
     per drop, and the image is decompressed whole to find them."""
@@ -160,12 +161,13 @@ def image_key_ids(image: Path, version: tuple[int, int]) -> tuple[frozenset[str]
         st = image.stat()
     except OSError as exc:
         return frozenset(), f"{image}: cannot read: {exc.strerror or exc}"
-    return _image_key_ids(image, st.st_size, st.st_mtime_ns, version)
+    parsing = replace(rules, hashes=frozenset(), ecdsa=True)  # its load, not a verification
+    return _image_key_ids(image, st.st_size, st.st_mtime_ns, parsing)
 
 
 @functools.lru_cache(maxsize=8)
 def _image_key_ids(
-    image: Path, size: int, mtime_ns: int, version: tuple[int, int]
+    image: Path, size: int, mtime_ns: int, rules: KernelRules
 ) -> tuple[frozenset[str], str | None]:
     try:
         certificates = read_builtin_certificates(image)
@@ -175,7 +177,7 @@ def _image_key_ids(
     for i, der in enumerate(certificates, 1):
         try:
             key = TrustedKey.from_der(der, f"{image} (built-in certificate {i})")
-            parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=version)
+            parse_certificate(der, rules=rules)
         except (TrustError, Asn1Error):
             continue  # a certificate the kernel could not load trusts nothing
         ids.update(k.hex() for k in key.key_ids)

@@ -17,13 +17,8 @@ from dataclasses import dataclass, field
 from service.verify.signature.asn1 import Asn1Error, ber_decode
 from service.verify.signature.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
 from service.verify.signature.oids import decode, look_up
-from service.verify.signature.x509 import (
-    MD4_MD5_UNTIL,
-    SHA3_FROM,
-    SM2_UNTIL,
-    Cert,
-    parse_certificate,
-)
+from service.verify.signature.x509 import Cert, parse_certificate
+from service.verify.target.rules import KernelRules
 
 _DIGESTS = {
     "md4": "md4",
@@ -50,14 +45,14 @@ _PKEYS = {
 }
 
 
-# The PKCS#7 and X.509 parsers name ML-DSA from 7.0 (pkcs7_sig_note_pkey_algo); whether the
-# kernel verifies it is CONFIG_CRYPTO_MLDSA's question. modstage verifies no ML-DSA signature.
-ML_DSA_FROM = (7, 0)
+# The PKCS#7 and X.509 parsers name ML-DSA from 7.0 (pkcs7_sig_note_pkey_algo: the ml_dsa
+# row); whether the kernel verifies it is CONFIG_CRYPTO_MLDSA's question. modstage verifies
+# no ML-DSA signature.
 ML_DSA = {"id_ml_dsa_44": "ML-DSA-44", "id_ml_dsa_65": "ML-DSA-65", "id_ml_dsa_87": "ML-DSA-87"}
 
 
 class MlDsaSignature(Asn1Error):
-    """A signer using ML-DSA on a target whose parser names it (:data:`ML_DSA_FROM`); the
+    """A signer using ML-DSA on a target whose parser names it (``KernelRules.ml_dsa``); the
     caller decides by the target's config whether its kernel could verify it."""
 
     def __init__(self, variant: str) -> None:
@@ -65,20 +60,20 @@ class MlDsaSignature(Asn1Error):
         self.variant = variant
 
 
-def digests(version: tuple[int, int]) -> dict[str, str]:
-    """The digests ``pkcs7_sig_note_digest_algo`` of ``version`` names: MD4 and MD5 gone and
-    SHA-3 added in 6.7 (x509.MD4_MD5_UNTIL, x509.SHA3_FROM)."""
-    out = {k: v for k, v in _DIGESTS.items() if k not in ("md4", "md5") or version < MD4_MD5_UNTIL}
-    if version >= SHA3_FROM:
+def digests(rules: KernelRules) -> dict[str, str]:
+    """The digests ``pkcs7_sig_note_digest_algo`` of a kernel with ``rules`` names: MD4 and
+    MD5 gone and SHA-3 added in 6.7 (the ``md4_md5`` and ``sha3`` rows)."""
+    out = {k: v for k, v in _DIGESTS.items() if k not in ("md4", "md5") or rules.md4_md5}
+    if rules.sha3:
         out.update({h: h for h in ("sha3_256", "sha3_384", "sha3_512")})
     return out
 
 
-def pkeys(version: tuple[int, int]) -> dict[str, tuple[str, str]]:
-    """The signature algorithms ``pkcs7_sig_note_pkey_algo`` of ``version`` names: SM2 gone in
-    6.11, ECDSA with SHA-3 added in 6.7."""
-    out = {k: v for k, v in _PKEYS.items() if k != "SM2_with_SM3" or version < SM2_UNTIL}
-    if version >= SHA3_FROM:
+def pkeys(rules: KernelRules) -> dict[str, tuple[str, str]]:
+    """The signature algorithms ``pkcs7_sig_note_pkey_algo`` of a kernel with ``rules``
+    names: SM2 gone in 6.11, ECDSA with SHA-3 added in 6.7 (the ``sm2`` and ``sha3`` rows)."""
+    out = {k: v for k, v in _PKEYS.items() if k != "SM2_with_SM3" or rules.sm2}
+    if rules.sha3:
         out.update({f"id_ecdsa_with_sha3_{n}": ("ecdsa", "x962") for n in (256, 384, 512)})
     return out
 
@@ -120,13 +115,10 @@ class Message:
 class _Ctx:
     """``struct pkcs7_parse_context`` and the actions that fill it."""
 
-    def __init__(
-        self, data: bytes, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
-    ) -> None:
-        self.data, self.hashes, self.have_ecdsa = data, hashes, have_ecdsa
-        self.version = version
-        self.digests = digests(version)
-        self.pkeys = pkeys(version)
+    def __init__(self, data: bytes, rules: KernelRules) -> None:
+        self.data, self.rules = data, rules
+        self.digests = digests(rules)
+        self.pkeys = pkeys(rules)
         self.msg = Message()
         self.last_oid: str | None = None
         self.last_raw = b""
@@ -175,9 +167,7 @@ class _Ctx:
             length += 2
         der = self.data[start : start + length]
         try:
-            cert = parse_certificate(
-                der, hashes=self.hashes, have_ecdsa=self.have_ecdsa, version=self.version
-            )
+            cert = parse_certificate(der, rules=self.rules)
         except Asn1Error as exc:
             raise Asn1Error(exc.code, f"embedded certificate: {exc.why}") from exc
         self.cert_index += 1
@@ -242,7 +232,7 @@ class _Ctx:
         self.sinfo.hash_algo = name
 
     def pkcs7_sig_note_pkey_algo(self, hdr: int, tag: int, at: int, n: int) -> None:
-        if self.last_oid in ML_DSA and self.version >= ML_DSA_FROM:
+        if self.last_oid in ML_DSA and self.rules.ml_dsa:
             raise MlDsaSignature(ML_DSA[self.last_oid])
         found = self.pkeys.get(self.last_oid or "")
         if found is None:
@@ -266,12 +256,10 @@ class _Ctx:
         self._new_sinfo()
 
 
-def parse_message(
-    blob: bytes, *, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
-) -> Message:
-    """Parse a module's PKCS#7 blob as the target kernel does (6.1, or 6.12 from
-    ``version`` (6, 12) on); raises :class:`Asn1Error` with its errno."""
-    ctx = _Ctx(blob, hashes, have_ecdsa, version)
+def parse_message(blob: bytes, *, rules: KernelRules) -> Message:
+    """Parse a module's PKCS#7 blob as the target kernel with ``rules`` does; raises
+    :class:`Asn1Error` with its errno."""
+    ctx = _Ctx(blob, rules)
     actions = [getattr(ctx, name) for name in PKCS7_ACTIONS]
     ber_decode(PKCS7_MACHINE, actions, blob)
     msg = ctx.msg

@@ -25,6 +25,7 @@ from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pubkey import rsa_numbers
 from service.verify.signature.signers import KernelKey, Keyring
 from service.verify.signature.x509 import Cert, parse_certificate
+from service.verify.target.rules import KernelRules
 
 log = get_logger("modstage.trust")
 
@@ -68,13 +69,13 @@ class TrustedKey(NamedTuple):
 
 
 def _parsed_by_some_kernel(der: bytes) -> Cert:
-    """The certificate as 6.12 parses it, else as 6.1 does (an SM2 key); the error of the
-    newer parser when neither can."""
+    """The certificate as the newest kernel known parses it, else as the oldest does (an
+    SM2 key); the error of the newer parser when neither can."""
     try:
-        return parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=(6, 12))
+        return parse_certificate(der, rules=KernelRules.newest())
     except Asn1Error as newer:
         try:
-            return parse_certificate(der, hashes=frozenset(), have_ecdsa=True, version=(6, 1))
+            return parse_certificate(der, rules=KernelRules.oldest())
         except Asn1Error:
             raise newer from None
 
@@ -121,7 +122,7 @@ class TrustStore:
     def __init__(self, keys: Iterable[TrustedKey] = ()) -> None:
         self.keys = tuple(keys)
         self._by_id: dict[bytes, TrustedKey] = {}
-        self._kernel: dict[tuple[object, ...], tuple[Keyring, tuple[str, ...]]] = {}
+        self._kernel: dict[KernelRules, tuple[Keyring, tuple[str, ...]]] = {}
         for key in self.keys:
             for key_id in key.key_ids:
                 other = self._by_id.setdefault(key_id, key)
@@ -181,31 +182,27 @@ class TrustStore:
         """The trusted key the kernel would find for ``key_id``, if any."""
         return self._by_id.get(key_id)
 
-    def kernel_keys(
-        self, *, hashes: frozenset[str], ecdsa: bool, version: tuple[int, int]
-    ) -> tuple[Keyring, tuple[str, ...]]:
+    def kernel_keys(self, rules: KernelRules) -> tuple[Keyring, tuple[str, ...]]:
         """The keyring a target kernel would build from these certificates, and what it drops.
 
-        Each certificate goes through the kernel's own X.509 parse for that target: one
+        Each certificate goes through the kernel's own X.509 parse for that target's
+        ``rules``: one
         it cannot load (an EC key without ``CONFIG_CRYPTO_ECDSA``, a self-signed RSA key
         of a size the kernel's RSA refuses, a malformed extension) is left out, as the
         kernel leaves it out of its keyring, and named in the second element.
         """
-        cache_key = (hashes, ecdsa, version)
-        cached = self._kernel.get(cache_key)
+        cached = self._kernel.get(rules)
         if cached is None:
             loaded, dropped = [], []
             for key in self.keys:
                 try:
-                    cert = parse_certificate(
-                        key.der, hashes=hashes, have_ecdsa=ecdsa, version=version
-                    )
+                    cert = parse_certificate(key.der, rules=rules)
                 except Asn1Error as exc:
                     dropped.append(f"{key.source} ({key.subject}): {exc}")
                     continue
                 if cert.pub is not None:
                     loaded.append(KernelKey(cert.id, cert.skid, cert.pub, key.subject, key.source))
-            cached = self._kernel[cache_key] = (Keyring(loaded), tuple(dropped))
+            cached = self._kernel[rules] = (Keyring(loaded), tuple(dropped))
         return cached
 
 

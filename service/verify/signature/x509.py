@@ -2,12 +2,12 @@
 
 A PKCS#7 message may carry certificates; the kernel parses every one with its own X.509
 grammar and actions, and any failure fails the whole message; a trusted certificate the
-target's parser refuses never enters its keyring. The actions follow the target's release
-(:data:`KEY_USAGE_FROM`, :func:`sig_algos`). The key flags (``KEY_EFLAG_*``) are kept on
-:class:`Cert` but decide nothing here: the kernel's module signature check
-(``pkcs7_validate_trust``, ``public_key_verify_signature``) reads none of them, so a CA
-certificate or one without digitalSignature in the built-in or secondary keyring still
-verifies a module; only keyring restrictions Debian does not build
+target's parser refuses never enters its keyring. The actions follow the target's rules
+(:class:`~service.verify.target.rules.KernelRules`: ``key_usage``, :func:`sig_algos`). The
+key flags (``KEY_EFLAG_*``) are kept on :class:`Cert` but decide nothing here: the kernel's
+module signature check (``pkcs7_validate_trust``, ``public_key_verify_signature``) reads
+none of them, so a CA certificate or one without digitalSignature in the built-in or
+secondary keyring still verifies a module; only keyring restrictions Debian does not build
 (``CONFIG_INTEGRITY_CA_MACHINE_KEYRING``'s ``restrict_link_by_ca``) read them.
 
 This module runs the same grammar (:mod:`service.verify.signature.asn1`) with ports of the
@@ -30,6 +30,7 @@ from service.verify.signature.asn1_machines import (
 )
 from service.verify.signature.oids import look_up
 from service.verify.signature.pubkey import PublicKey, SigParams, verify_signature
+from service.verify.target.rules import KernelRules
 
 _SIG_ALGOS = {
     "md4WithRSAEncryption": ("md4", "rsa", "pkcs1"),
@@ -53,35 +54,26 @@ _EC_CURVES = {
     "id_prime256v1": "ecdsa-nist-p256",
     "id_ansip384r1": "ecdsa-nist-p384",
 }
-# What the kernel's parsers know changed with these releases (upstream commits; no config
-# symbol says which OIDs a parser names). Read from Debian's 6.1, 6.12 and 7.2 sources; the
-# releases in between are judged by the commits, not by a kernel booted here.
-SHA3_FROM = (6, 7)  # SHA-3 digests, RSA and ECDSA with SHA-3 (2ee7c1bcf3d1, ee62afb9d02d)
-MD4_MD5_UNTIL = (6, 7)  # "crypto: pkcs7 - remove md4 md5 x.509 support" (8468516f9f93)
-SM2_UNTIL = (6, 11)  # "crypto: sm2 - Remove sm2 algorithm" (46b3ff73afc8)
-# keyUsage and basicConstraints are read into the key's flags, and a malformed one fails the
-# parse ("KEYS: X.509: Parse Basic Constraints for CA" 30eae2b037af, "KEYS: X.509: Parse Key
-# Usage" 567671281a75, both 6.4); 6.1 skips both extensions
-KEY_USAGE_FROM = (6, 4)
 _SHA3 = ("sha3_256", "sha3_384", "sha3_512")
 
 
-def sig_algos(version: tuple[int, int]) -> dict[str, tuple[str, str, str]]:
-    """The certificate signature algorithms ``x509_note_sig_algo`` of ``version`` names."""
+def sig_algos(rules: KernelRules) -> dict[str, tuple[str, str, str]]:
+    """The certificate signature algorithms ``x509_note_sig_algo`` of a kernel with
+    ``rules`` names (its ``md4_md5``, ``sm2`` and ``sha3`` rows)."""
     out = dict(_SIG_ALGOS)
-    if version >= MD4_MD5_UNTIL:
+    if not rules.md4_md5:
         del out["md4WithRSAEncryption"]
-    if version >= SM2_UNTIL:
+    if not rules.sm2:
         del out["SM2_with_SM3"]
-    if version >= SHA3_FROM:
+    if rules.sha3:
         out.update({f"id_rsassa_pkcs1_v1_5_with_{h}": (h, "rsa", "pkcs1") for h in _SHA3})
         out.update({f"id_ecdsa_with_{h}": (h, "ecdsa", "x962") for h in _SHA3})
     return out
 
 
-def ec_curves(version: tuple[int, int]) -> dict[str, str]:
-    """The EC key parameters ``x509_extract_key_data`` of ``version`` takes."""
-    return {k: v for k, v in _EC_CURVES.items() if k != "sm2" or version < SM2_UNTIL}
+def ec_curves(rules: KernelRules) -> dict[str, str]:
+    """The EC key parameters ``x509_extract_key_data`` of a kernel with ``rules`` takes."""
+    return {k: v for k, v in _EC_CURVES.items() if k != "sm2" or rules.sm2}
 
 
 @dataclass
@@ -112,12 +104,12 @@ class Cert:
 class _Ctx:
     """The parse context of one certificate (``struct x509_parse_context``)."""
 
-    def __init__(self, data: bytes, cert: Cert, version: tuple[int, int]) -> None:
+    def __init__(self, data: bytes, cert: Cert, rules: KernelRules) -> None:
         self.data, self.cert = data, cert
-        self.sm2 = version < SM2_UNTIL
-        self.key_usage = version >= KEY_USAGE_FROM
-        self.sig_algos = sig_algos(version)
-        self.ec_curves = ec_curves(version)
+        self.sm2 = rules.sm2
+        self.key_usage = rules.key_usage
+        self.sig_algos = sig_algos(rules)
+        self.ec_curves = ec_curves(rules)
         self.last_oid: str | None = None
         self.sig_algo: str | None = None
         self.names: dict[str, bytes] = {}
@@ -301,7 +293,7 @@ def issuer_name(serial: bytes, issuer: bytes) -> str | None:
     """
     akid = _tlv(0x30, _tlv(0xA1, _tlv(0xA4, _tlv(0x30, issuer))) + _tlv(0x82, serial))
     cert = Cert(b"")
-    ctx = _Ctx(akid, cert, (6, 1))
+    ctx = _Ctx(akid, cert, KernelRules.oldest())
     try:
         ber_decode(X509_AKID_MACHINE, _actions(ctx, X509_AKID_ACTIONS), akid)  # type: ignore[arg-type]
     except Asn1Error:
@@ -347,31 +339,28 @@ def _actions(ctx: _Ctx, names: tuple[str, ...]) -> list[object]:
     return [getattr(ctx, name) for name in names]
 
 
-def parse_certificate(
-    der: bytes, *, hashes: frozenset[str], have_ecdsa: bool, version: tuple[int, int]
-) -> Cert:
+def parse_certificate(der: bytes, *, rules: KernelRules) -> Cert:
     """``x509_cert_parse`` of one embedded certificate; raises :class:`Asn1Error`.
 
-    ``hashes`` are the digest names the target kernel can compute (a certificate signed
-    with another is kept, unverified, as the kernel keeps it); ``version`` the target's
-    (major, minor), which picks the algorithms its parser knows (:func:`sig_algos`,
-    :func:`ec_curves`).
+    ``rules`` are the target kernel's: the digests it can compute (a certificate signed
+    with another is kept, unverified, as the kernel keeps it), whether it has ECDSA, and
+    the algorithms and extensions its parser knows (:func:`sig_algos`, :func:`ec_curves`).
     """
     cert = Cert(der)
-    ctx = _Ctx(der, cert, version)
+    ctx = _Ctx(der, cert, rules)
     ber_decode(X509_MACHINE, _actions(ctx, X509_ACTIONS), der)  # type: ignore[arg-type]
     if ctx.raw_akid is not None:
-        akid = _Ctx(ctx.raw_akid, cert, version)
+        akid = _Ctx(ctx.raw_akid, cert, rules)
         ber_decode(X509_AKID_MACHINE, _actions(akid, X509_AKID_ACTIONS), ctx.raw_akid)  # type: ignore[arg-type]
     cert.id = ctx.serial + cert.raw_issuer
     hash_algo, pkey_algo, encoding = ctx.hash or ("", "", "")
     digest = b""
-    if hash_algo in hashes and hash_algo in hashlib.algorithms_available:
+    if hash_algo in rules.hashes and hash_algo in hashlib.algorithms_available:
         digest = hashlib.new(hash_algo, ctx.tbs).digest()
     else:
         cert.unsupported_sig = True
     cert.sig = SigParams(pkey_algo, encoding, hash_algo, ctx.raw_sig, digest)
-    _check_self_signed(cert, have_ecdsa)
+    _check_self_signed(cert, rules.ecdsa)
     return cert
 
 

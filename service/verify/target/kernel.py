@@ -29,8 +29,8 @@ kernel (see ``docs/verify.md``, "Target kernel facts"):
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,23 +42,9 @@ from service.layout import Layout
 from service.verify.modfile.symtab import Export
 from service.verify.target.exports import KernelExports, Sources
 from service.verify.target.kconfig import KernelConfig
+from service.verify.target.rules import KernelRules
 from stager.paths import MODULE_SUFFIXES, normalize_module_name
 
-_HASH_OPTIONS = {
-    "md4": "CONFIG_CRYPTO_MD4",
-    "md5": "CONFIG_CRYPTO_MD5",
-    "sha1": "CONFIG_CRYPTO_SHA1",
-    "sha224": "CONFIG_CRYPTO_SHA256",
-    "sha256": "CONFIG_CRYPTO_SHA256",
-    "sha384": "CONFIG_CRYPTO_SHA512",
-    "sha512": "CONFIG_CRYPTO_SHA512",
-    "sm3": "CONFIG_CRYPTO_SM3",
-    "streebog256": "CONFIG_CRYPTO_STREEBOG",
-    "streebog512": "CONFIG_CRYPTO_STREEBOG",
-    "sha3_256": "CONFIG_CRYPTO_SHA3",  # named by the parsers from 6.7 (x509.SHA3_FROM)
-    "sha3_384": "CONFIG_CRYPTO_SHA3",
-    "sha3_512": "CONFIG_CRYPTO_SHA3",
-}
 _SUFFIXES = MODULE_SUFFIXES  # the container's own list
 _MAX_PROBES = 50
 
@@ -142,23 +128,17 @@ class Target:
         where the exports can be read, or a strict target must refuse unknown imports."""
         return self.exports.sources is not None or self.strict_crcs
 
-    @property
-    def version(self) -> tuple[int, int]:
-        """(major, minor) of the release; unknown shapes count as newest."""
-        match = re.match(r"(\d+)\.(\d+)", self.release)
-        return (int(match[1]), int(match[2])) if match else (99, 0)
+    @cached_property
+    def rules(self) -> KernelRules:
+        """Which of the kernel's rules this target applies, from its release and config."""
+        return KernelRules.of(self.release, self.config)
 
     @property
     def modversions(self) -> bool | None:
         """Whether the kernel checks symbol CRCs (``CONFIG_MODVERSIONS``): its ``same_magic``
         skips the release word of a module with ``__versions`` and its ``check_version``
         compares CRCs only then (Debian's 7.2 is built without). None: no config read."""
-        return self.config.enabled("MODVERSIONS") if self.config.known else None
-
-    @property
-    def ecdsa(self) -> bool:
-        """Can any keyring hold an EC key (``CONFIG_CRYPTO_ECDSA``)?"""
-        return self.config.enabled("CRYPTO_ECDSA")
+        return self.rules.modversions
 
     @property
     def decompress(self) -> str | None:
@@ -169,7 +149,7 @@ class Target:
         for kind, option in (("gz", "MODULE_COMPRESS_GZIP"), ("xz", "MODULE_COMPRESS_XZ")):
             if self.config.enabled(option):
                 return kind
-        if self.version >= (6, 2) and self.config.enabled("MODULE_COMPRESS_ZSTD"):
+        if self.rules.zstd_decompress and self.config.enabled("MODULE_COMPRESS_ZSTD"):
             return "zst"
         return None
 
@@ -183,11 +163,6 @@ class Target:
             return ("", ".zst", ".xz")
         options = (("FW_LOADER_COMPRESS_ZSTD", ".zst"), ("FW_LOADER_COMPRESS_XZ", ".xz"))
         return ("", *(suffix for option, suffix in options if self.config.enabled(option)))
-
-    @property
-    def hashes(self) -> frozenset[str]:
-        """Digest names the kernel can allocate (built in or as a module it loads)."""
-        return frozenset(h for h, opt in _HASH_OPTIONS.items() if self.config.enabled(opt[7:]))
 
     def notes(self) -> tuple[str, ...]:
         """What was missing and what was assumed instead, for the verdict."""
