@@ -39,7 +39,7 @@ from service.verify.signature.trust import TrustedKey, TrustStore
 from service.verify.signature.x509 import parse_certificate
 from service.verify.target.kernel import Target
 from service.verify.target.kimage import read_builtin_certificates
-from service.verify.target.rules import KernelRules
+from service.verify.target.rules import KernelRules, Symbol, row_of
 
 #: the keyrings a key's name is given with, by :meth:`Keyring.rings`' labels
 RING_NAMES = {
@@ -48,18 +48,15 @@ RING_NAMES = {
     "secondary": ".secondary_trusted_keys",
     "platform": ".platform (UEFI db)",
 }
-_FORCED = (
-    ("MODULE_SIG_FORCE", "CONFIG_MODULE_SIG_FORCE"),
-    ("LOCK_DOWN_KERNEL_FORCE_INTEGRITY", "CONFIG_LOCK_DOWN_KERNEL_FORCE_INTEGRITY"),
-    ("LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY", "CONFIG_LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY"),
-)
+_FORCED = ("sig_force", "lockdown_integrity", "lockdown_confidentiality")  # KernelRules knobs
 
 
 def next_enforcing(layout: Layout, target: Target) -> str | None:
     """Why kernel ``target`` will refuse modules it does not trust once booted, or None."""
-    for option, said in _FORCED:
-        if target.config.enabled(option):
-            return f"{said} in {target.config.source}"
+    for knob in _FORCED:
+        decided = row_of(knob).decided_by
+        if getattr(target.rules, knob) and isinstance(decided, Symbol):
+            return f"CONFIG_{decided.symbol} in {target.config.source}"
     why = enforcing(layout)
     if why is None:
         return None
@@ -77,14 +74,13 @@ class NextKeys:
     @property
     def mok(self) -> bool:
         """Whether a MOK signs modules for the target (module docstring)."""
-        config = self.target.config
-        machine = config.enabled("INTEGRITY_MACHINE_KEYRING")
-        return self.platform or (machine and not config.enabled("INTEGRITY_CA_MACHINE_KEYRING"))
+        rules = self.target.rules
+        return self.platform or (rules.machine_keyring and not rules.ca_machine_keyring)
 
     @property
     def platform(self) -> bool:
         """Whether a UEFI db key signs modules for the target (Debian's fallback)."""
-        return self.target.config.enabled("INTEGRITY_PLATFORM_KEYRING")
+        return self.target.rules.platform_keyring
 
     def shared(self, rings: frozenset[str]) -> bool:
         """Whether a key the running kernel holds in ``rings`` is trusted by the target

@@ -191,7 +191,48 @@ ROWS: tuple[Row, ...] = (
         False,
         "platform_keyring",
     ),
+    Row(
+        "MOK keys in the .machine keyring, which links into the secondary trusted keys",
+        "machine_keyring (certs/system_keyring.c)",
+        Symbol("INTEGRITY_MACHINE_KEYRING"),
+        False,
+        "machine_keyring",
+    ),
+    Row(
+        "only CA certificates admitted to the .machine keyring",
+        "restrict_link_by_ca",
+        Symbol("INTEGRITY_CA_MACHINE_KEYRING"),
+        False,
+        "ca_machine_keyring",
+    ),
+    Row(
+        "an unsigned or untrusted module refused whatever the boot command line says",
+        "module_sig_check",
+        Symbol("MODULE_SIG_FORCE"),
+        False,
+        "sig_force",
+    ),
+    Row(
+        "lockdown forced to integrity: an untrusted module refused",
+        "lockdown_lsm_init",
+        Symbol("LOCK_DOWN_KERNEL_FORCE_INTEGRITY"),
+        False,
+        "lockdown_integrity",
+    ),
+    Row(
+        "lockdown forced to confidentiality: an untrusted module refused",
+        "lockdown_lsm_init",
+        Symbol("LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY"),
+        False,
+        "lockdown_confidentiality",
+    ),
 )
+
+
+def row_of(knob: str) -> Row:
+    """The row that sets ``knob``."""
+    return next(row for row in ROWS if row.knob == knob)
+
 
 #: digest name -> the config symbol (without ``CONFIG_``) that builds it (y or m)
 DIGESTS = {
@@ -242,6 +283,11 @@ class KernelRules:
     strict_rwx: bool
     ecdsa: bool
     platform_keyring: bool
+    machine_keyring: bool
+    ca_machine_keyring: bool
+    sig_force: bool
+    lockdown_integrity: bool
+    lockdown_confidentiality: bool
 
     @classmethod
     def of(cls, release: str, config: KernelConfig) -> KernelRules:
