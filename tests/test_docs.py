@@ -255,13 +255,42 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
     assert str(names[0]) == f"{doc}:2: service.verify.x509"
 
 
-def test_the_target_kernel_facts_are_one_table_in_code_and_doc() -> None:
-    """docs/verify.md's "Target kernel facts" table lists, in order, exactly the facts of
-    `service.verify.target.facts.FACTS`: a fact added to or dropped from one shows here."""
-    from service.verify.target.facts import FACTS
+def test_the_kernel_rules_in_the_docs_are_the_code_table_row_by_row() -> None:
+    """docs/kernel.md's table of the kernel's rules is `service.verify.target.rules.ROWS`
+    rendered cell by cell (each rule, the functions it mirrors, its symbol or release and
+    commit, what is assumed unread, its knob): a row changed in one shows here."""
+    from tests.rules_doc import HEADER, render
 
-    text = (ROOT / "docs/verify.md").read_text()
-    section = text[text.index("## Target kernel facts") :]
-    section = section[: section.index("\n## ", 3)]
-    table = section[section.index("| fact | read from") :].split("\n\n")[0].splitlines()[2:]
-    assert [row.split("|")[1].strip() for row in table] == [fact.name for fact in FACTS]
+    text = (ROOT / "docs/kernel.md").read_text()
+    at = text.index(HEADER[0])
+    table = text[at:].split("\n\n")[0].splitlines()
+    assert table == render()
+
+
+def test_every_commit_a_rule_names_is_cited_in_the_docs_with_its_release() -> None:
+    """Wherever docs/ cite a commit a rule of `service.verify.target.rules.ROWS` is decided
+    by (a table row, a paragraph), they give the release the table decides it at: a row
+    moved to another release and a doc left saying the old one show here."""
+    from service.verify.target.rules import ROWS, Symbol
+
+    blocks = [
+        block
+        for doc in sorted((ROOT / "docs").glob("*.md"))
+        for part in doc.read_text().split("\n\n")
+        for block in (part.splitlines() if part.lstrip().startswith("|") else [part])
+    ]
+    cited, commits = 0, 0
+    for row in ROWS:
+        if isinstance(row.decided_by, Symbol):
+            continue
+        release = "{}.{}".format(*row.decided_by.release)
+        for commit in re.findall(r"\b[0-9a-f]{12}\b", row.decided_by.commit):
+            commits += 1
+            for block in blocks:
+                if commit in block:
+                    cited += 1
+                    assert re.search(rf"(?<![\d.]){re.escape(release)}(?![\d])", block), (
+                        row.knob,
+                        block[:200],
+                    )
+    assert cited > commits  # cited beyond the generated table

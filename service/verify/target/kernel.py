@@ -3,27 +3,9 @@
 One :class:`Target` is shared by ``modstage verify``, intake, boot and the differential
 oracle, so all of them judge a module against the same facts. Each fact records where it
 came from; when one is missing the verdict says so and modstage assumes the less capable
-kernel (see ``docs/verify.md``, "Target kernel facts"):
-
-* vermagic: ``vermagic=`` of the first in-tree module (sorted walk) under
-  ``<root>/lib/modules/<release>/kernel``; missing → modules are refused (policy), since
-  ``same_magic`` cannot be applied.
-* configuration: ``<root>/boot/config-<release>``, else ``<root>/proc/config.gz`` when the
-  release is the running kernel's; missing → no ECDSA, no in-kernel decompression, no
-  ``MODULE_FORCE_LOAD``, ``STRICT_MODULE_RWX=y``, no ``.platform`` fallback, digests
-  sha224/256/384/512 only.
-* built-in modules: ``<root>/lib/modules/<release>/modules.builtin``.
-* ``/sys/module`` names of built-in code (a module may not take one): the running kernel's
-  own ``<root>/sys/module`` (entries without ``initstate``) when the release is the running
-  one; else the image's ``__param`` and ``__modver`` tables, read with the exports
-  (:func:`service.verify.target.kimage.builtin_sysfs`); neither → a module named like a
-  ``modules.builtin`` entry is refused (policy).
-* exported symbols (name, CRC, GPL-only, namespace, owner): ``<root>/boot/vmlinuz-<release>``
-  and the in-tree modules, cross-checked with ``build/Module.symvers`` where the headers are
-  installed (see :mod:`service.verify.target.exports`), read on first lookup; none readable →
-  only the probed module's ``__versions`` CRCs, and a module importing another symbol is
-  refused (policy) unless ``require_symbol_crcs = false``.
-* ``sizeof(struct module)``: the size of ``.gnu.linkonce.this_module`` in the probed module.
+kernel. Where each is read and what is assumed without it is docs/verify.md's "Target kernel
+facts"; which rules the release and the configuration decide is :attr:`Target.rules`
+(:mod:`service.verify.target.rules`).
 """
 
 from __future__ import annotations

@@ -63,13 +63,12 @@ class Row(NamedTuple):
     """One rule of the table."""
 
     rule: str  # what the kernel does, in words
-    mirrors: str  # the kernel function the rule is modstage's copy of
+    mirrors: str  # the kernel functions the rule is modstage's copy of, comma-separated
     decided_by: Since | Until | Symbol
     unreadable: bool  # the knob's value when the release or config cannot be read
     knob: str  # the KernelRules field it sets
 
 
-_CRYPTO = "crypto/asymmetric_keys"
 #: Every rule of the target kernel that a release or one config symbol decides.
 ROWS: tuple[Row, ...] = (
     Row(
@@ -96,21 +95,21 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "SHA-3 digests, RSA and ECDSA with SHA-3 named by the PKCS#7 and X.509 parsers",
-        f"pkcs7_sig_note_digest_algo, x509_note_sig_algo ({_CRYPTO})",
+        "pkcs7_sig_note_digest_algo, x509_note_sig_algo",
         Since((6, 7), "2ee7c1bcf3d1, ee62afb9d02d"),
         True,
         "sha3",
     ),
     Row(
         "MD4 and MD5 named by the PKCS#7 and X.509 parsers",
-        f"pkcs7_sig_note_digest_algo, x509_note_sig_algo ({_CRYPTO})",
+        "pkcs7_sig_note_digest_algo, x509_note_sig_algo",
         Until((6, 7), '8468516f9f93 "crypto: pkcs7 - remove md4 md5 x.509 support"'),
         False,
         "md4_md5",
     ),
     Row(
         "SM2 keys and SM2-with-SM3 signatures named by the parsers",
-        f"pkcs7_sig_note_pkey_algo, x509_extract_key_data ({_CRYPTO})",
+        "pkcs7_sig_note_pkey_algo, x509_extract_key_data",
         Until((6, 11), '46b3ff73afc8 "crypto: sm2 - Remove sm2 algorithm"'),
         False,
         "sm2",
@@ -151,7 +150,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "a module whose SHA-256 is in .blacklist (the firmware's dbx) refused",
-        "mod_is_hash_blacklisted (Debian's patch)",
+        "mod_is_hash_blacklisted",
         Until((6, 17), "Debian's \"Don't longer use UEFI DBX for module denylisting\""),
         False,
         "hash_denylist",
@@ -179,21 +178,21 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "an EC key in a keyring, an ECDSA signature verified",
-        "ecdsa_verify (crypto/ecdsa.c)",
+        "ecdsa_verify",
         Symbol("CRYPTO_ECDSA"),
         False,
         "ecdsa",
     ),
     Row(
-        "the .platform keyring (UEFI db) a fallback for module signatures",
-        "verify_pkcs7_signature",
+        "the .platform keyring (UEFI db) a fallback for module signatures (Debian's)",
+        "mod_verify_sig",
         Symbol("INTEGRITY_PLATFORM_KEYRING"),
         False,
         "platform_keyring",
     ),
     Row(
         "MOK keys in the .machine keyring, which links into the secondary trusted keys",
-        "machine_keyring (certs/system_keyring.c)",
+        "set_machine_trusted_keys",
         Symbol("INTEGRITY_MACHINE_KEYRING"),
         False,
         "machine_keyring",
