@@ -92,22 +92,16 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
     if found is None:
         return Symbols((), {}, None)
     _symtab, data, names = found
-    by_index = {s.index: s.name for s in elf.sections}
     wanted = {
         s.index: s
         for s in elf.sections
         if s.name in (*_EXPORT_SECTIONS, *_CRC_SECTIONS, _FLAGS_SECTION, b"__ksymtab_strings")
         and s.type != SHT_NOBITS
     }
-    if exports_only and not any(by_index.get(i) in _EXPORT_SECTIONS for i in wanted):
+    if exports_only and not any(s.name in _EXPORT_SECTIONS for s in wanted.values()):
         return Symbols((), {}, None)
-    contents: dict[int, bytes] = {}
+    labels = _Labels(read)
     imports: list[Import] = []
-    gpl: dict[bytes, bool] = {}
-    in_gpl_section: set[bytes] = set()
-    crcs: dict[bytes, int] = {}
-    spaces: dict[bytes, bytes] = {}
-    flags: dict[bytes, int] = {}
     problem: tuple[int, str] | None = None
     shnum = len(elf.sections)
     for i, (name_at, info, _other, shndx, value, _size) in enumerate(_SYM.iter_unpack(data)):
@@ -127,32 +121,60 @@ def read_symbols(elf: Elf, read: ReadAt, *, exports_only: bool = False) -> Symbo
             problem = (i, f"symbol {i} has an invalid section index {shndx}")
             continue
         sec = wanted.get(shndx)
-        if sec is None:
-            continue
-        label = _name(names, name_at)
+        if sec is not None:
+            labels.note(sec, _name(names, name_at), value)
+    return Symbols(tuple(imports), labels.exports(), problem)
+
+
+class _Labels:
+    """The labels kbuild places in a module's export sections, gathered symbol by symbol:
+    ``__ksymtab_<name>`` (an export, GPL-only in ``__ksymtab_gpl``), ``__crc_<name>``,
+    ``__flags_<name>`` and ``__kstrtabns_<name>``."""
+
+    def __init__(self, read: ReadAt) -> None:
+        self.read = read
+        self.contents: dict[int, bytes] = {}
+        self.gpl: dict[bytes, bool] = {}
+        self.in_gpl_section: set[bytes] = set()
+        self.crcs: dict[bytes, int] = {}
+        self.spaces: dict[bytes, bytes] = {}
+        self.flags: dict[bytes, int] = {}
+
+    def _body(self, sec: Section) -> bytes:
+        if sec.index not in self.contents:
+            self.contents[sec.index] = self.read(sec.offset, min(sec.size, MAX_TABLE))
+        return self.contents[sec.index]
+
+    def note(self, sec: Section, label: bytes, value: int) -> None:
+        """Take the symbol ``label`` at ``value`` in section ``sec``."""
         if sec.name in _EXPORT_SECTIONS and label.startswith(b"__ksymtab_"):
-            gpl[label[10:]] = sec.name == b"__ksymtab_gpl"
+            self.gpl[label[10:]] = sec.name == b"__ksymtab_gpl"
             if sec.name == b"__ksymtab_gpl":
-                in_gpl_section.add(label[10:])
+                self.in_gpl_section.add(label[10:])
         elif sec.name in _CRC_SECTIONS and label.startswith(b"__crc_"):
-            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
+            body = self._body(sec)
             if value + 4 <= len(body):
-                crcs[label[6:]] = struct.unpack_from("<I", body, value)[0]
+                self.crcs[label[6:]] = struct.unpack_from("<I", body, value)[0]
         elif sec.name == _FLAGS_SECTION and label.startswith(b"__flags_"):
-            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
+            body = self._body(sec)
             if value < len(body):
-                flags[label[8:]] = body[value]
+                self.flags[label[8:]] = body[value]
         elif sec.name == b"__ksymtab_strings" and label.startswith(b"__kstrtabns_"):
-            body = contents.setdefault(shndx, read(sec.offset, min(sec.size, MAX_TABLE)))
-            spaces[label[12:]] = _name(body, value) if value < len(body) else b""
-    for name, flag in flags.items():
-        if name in gpl:
-            gpl[name] = gpl[name] or bool(flag & KSYM_FLAG_GPL_ONLY)
-    exports = {
-        name.decode("utf-8", "replace"): Export(
-            crcs.get(name), only_gpl, spaces.get(name, b"").decode("utf-8", "replace"), "",
-            name in in_gpl_section,
-        )
-        for name, only_gpl in gpl.items()
-    }  # fmt: skip
-    return Symbols(tuple(imports), exports, problem)
+            body = self._body(sec)
+            self.spaces[label[12:]] = _name(body, value) if value < len(body) else b""
+
+    def exports(self) -> dict[str, Export]:
+        """Every export with its CRC, GPL-only flag (its section's or its flags byte's) and
+        namespace."""
+        gpl = dict(self.gpl)
+        for name, flag in self.flags.items():
+            if name in gpl:
+                gpl[name] = gpl[name] or bool(flag & KSYM_FLAG_GPL_ONLY)
+        return {
+            name.decode("utf-8", "replace"): Export(
+                self.crcs.get(name), only_gpl,
+                self.spaces.get(name, b"").decode("utf-8", "replace"), "",
+                name in self.in_gpl_section,
+            )
+            for name, only_gpl in gpl.items()
+        }  # fmt: skip
