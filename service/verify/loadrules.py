@@ -199,10 +199,9 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
     """``check_modinfo``'s vermagic rule for ``target``, plus modstage's policies.
 
     The kernel compares the module's vermagic with its own by :func:`same_magic`.
-    Policies (the kernel would accept): the release word must equal the target's even
-    with modversions when the target's exports cannot be read (the kernel then checks
-    symbol CRCs, which modstage judges only with the exports); a module without vermagic
-    is refused although a kernel with ``MODULE_FORCE_LOAD=y`` force-loads it tainted;
+    Policies (the kernel would accept): a module without vermagic is refused although a
+    kernel with ``MODULE_FORCE_LOAD=y`` force-loads it tainted; a module built for another
+    release only where the kernel's own rule is known to be applied (:func:`_built_for`);
     without the target's full vermagic nothing is accepted, as ``same_magic`` cannot be
     applied.
     """
@@ -222,31 +221,37 @@ def check_vermagic(info: ModInfo, target: Target) -> None:
             f"vermagic {info.vermagic!r} does not match the target's "
             f"{target.vermagic!r} (from {target.vermagic_source})",
         )
-    built_for = info.vermagic.split(" ", 1)[0]
-    if built_for != target.release:
-        if not crcs:  # same_magic compares the whole string, release included
-            raise ModuleRejected(
-                "ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}"
-            )
-        if target.modversions is None:
-            raise ModuleRejected(
-                "ENOEXEC",
-                f"vermagic is for kernel {built_for}, not {target.release}; without the "
-                "target's config it is not known whether the kernel has modversions (then "
-                "same_magic skips the release) or compares the whole vermagic",
-                policy=True,
-            )
-        if target.strict_crcs and not target.exports.complete:
-            raise ModuleRejected(
-                "ENOEXEC",
-                f"vermagic is for kernel {built_for}, not {target.release} "
-                "(with modversions the kernel compares symbol CRCs instead, and the target's "
-                "exports could not be read to do the same)",
-                policy=True,
-            )
+    _built_for(info.vermagic.split(" ", 1)[0], target, crcs=crcs)
     if target.vermagic is None:
         raise ModuleRejected(
             "ENOEXEC",
             f"cannot apply same_magic: target vermagic {target.vermagic_source}",
+            policy=True,
+        )
+
+
+def _built_for(built_for: str, target: Target, *, crcs: bool) -> None:
+    """A module built for release ``built_for``: without symbol CRCs (``crcs``) the kernel
+    compares the whole vermagic, release included; with them it compares CRCs instead, so
+    the release word must still equal the target's (policy) where modstage cannot tell
+    whether it has modversions, or cannot read the exports to compare the CRCs itself."""
+    if built_for == target.release:
+        return
+    if not crcs:  # same_magic compares the whole string, release included
+        raise ModuleRejected("ENOEXEC", f"vermagic is for kernel {built_for}, not {target.release}")
+    if target.modversions is None:
+        raise ModuleRejected(
+            "ENOEXEC",
+            f"vermagic is for kernel {built_for}, not {target.release}; without the "
+            "target's config it is not known whether the kernel has modversions (then "
+            "same_magic skips the release) or compares the whole vermagic",
+            policy=True,
+        )
+    if target.strict_crcs and not target.exports.complete:
+        raise ModuleRejected(
+            "ENOEXEC",
+            f"vermagic is for kernel {built_for}, not {target.release} "
+            "(with modversions the kernel compares symbol CRCs instead, and the target's "
+            "exports could not be read to do the same)",
             policy=True,
         )
