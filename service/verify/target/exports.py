@@ -127,39 +127,11 @@ def _in_tree(modules: Path) -> Iterator[Path]:
 def build(sources: Sources, *, kernel_files: bool = True) -> Table:
     """Read the table from the kernel's files, cross-checked with ``Module.symvers``
     (``kernel_files=False``: from ``Module.symvers`` alone, the quick way)."""
-    from service.verify.target.kimage import read_image
-
-    symbols: dict[str, Export] = {}
-    builtin_sysfs: frozenset[str] | None = None
-    kflagstab: bool | None = None
-    namespaces: bool | None = None
     read: list[str] = []
     problems: list[str] = []
-    complete = False
-    try:
-        if not kernel_files:
-            raise TargetFileError(sources.image, "not read (a quick lookup)")
-        image = read_image(sources.image)
-        symbols.update(image.exports)
-        builtin_sysfs, kflagstab = image.builtin_sysfs, image.kflagstab
-        namespaces = image.module_namespaces
-        read.append(str(sources.image))
-        complete = True
-    except TargetFileError as exc:
-        if os.path.lexists(sources.image) and kernel_files:
-            problems.append(str(exc))
-    if complete:
-        count = 0
-        for path in _in_tree(sources.modules):
-            try:
-                for name, export in read_module_exports(path).items():
-                    # the kernel's own modpost writes no __ksymtab_gpl where the loader
-                    # ignores it (7.1 on), so the in-tree exports need no such mark
-                    symbols.setdefault(name, export._replace(gpl_section=False))
-                count += 1
-            except TargetFileError as exc:
-                problems.append(str(exc))
-        read.append(f"{count} in-tree modules under {sources.modules / 'kernel'}")
+    found = _from_kernel_files(sources, read, problems) if kernel_files else None
+    symbols, image_facts = found if found is not None else ({}, (None, None, None))
+    complete = found is not None
     disagree: dict[str, str] = {}
     try:
         listed = read_symvers(sources.symvers)
@@ -171,18 +143,56 @@ def build(sources: Sources, *, kernel_files: bool = True) -> Table:
         if not complete:
             symbols, complete = listed, True
         else:
-            for name, export in listed.items():
-                mine = symbols.get(name)
-                if mine is not None and mine.crc is not None and mine.crc != export.crc:
-                    where = sources.image if mine.owner == "vmlinux" else f"module {mine.owner}"
-                    disagree[name] = (
-                        f"{where} gives CRC {mine.crc:#010x}, "
-                        f"{sources.symvers} gives {export.crc:#010x}"
-                    )
-    return Table(
-        symbols, tuple(read), complete, tuple(problems), disagree, builtin_sysfs, kflagstab,
-        namespaces,
-    )  # fmt: skip
+            disagree = _disagreements(symbols, listed, sources)
+    return Table(symbols, tuple(read), complete, tuple(problems), disagree, *image_facts)
+
+
+ImageFacts = tuple[frozenset[str] | None, bool | None, bool | None]
+
+
+def _from_kernel_files(
+    sources: Sources, read: list[str], problems: list[str]
+) -> tuple[dict[str, Export], ImageFacts] | None:
+    """Every export of the image and the in-tree modules, with the image's ``/sys/module``
+    names, ``__kflagstab`` and ``module:`` namespaces; None when the image cannot be read.
+    What was read is appended to ``read``, what could not to ``problems``."""
+    from service.verify.target.kimage import read_image
+
+    try:
+        image = read_image(sources.image)
+    except TargetFileError as exc:
+        if os.path.lexists(sources.image):
+            problems.append(str(exc))
+        return None
+    symbols = dict(image.exports)
+    read.append(str(sources.image))
+    count = 0
+    for path in _in_tree(sources.modules):
+        try:
+            for name, export in read_module_exports(path).items():
+                # the kernel's own modpost writes no __ksymtab_gpl where the loader
+                # ignores it (7.1 on), so the in-tree exports need no such mark
+                symbols.setdefault(name, export._replace(gpl_section=False))
+            count += 1
+        except TargetFileError as exc:
+            problems.append(str(exc))
+    read.append(f"{count} in-tree modules under {sources.modules / 'kernel'}")
+    return symbols, (image.builtin_sysfs, image.kflagstab, image.module_namespaces)
+
+
+def _disagreements(
+    symbols: Mapping[str, Export], listed: Mapping[str, Export], sources: Sources
+) -> dict[str, str]:
+    """The symbols whose CRC the kernel's files and ``Module.symvers`` give differently."""
+    disagree = {}
+    for name, export in listed.items():
+        mine = symbols.get(name)
+        if mine is not None and mine.crc is not None and mine.crc != export.crc:
+            where = sources.image if mine.owner == "vmlinux" else f"module {mine.owner}"
+            disagree[name] = (
+                f"{where} gives CRC {mine.crc:#010x}, {sources.symvers} gives {export.crc:#010x}"
+            )
+    return disagree
 
 
 def load(sources: Sources, *, quick: bool = False) -> tuple[Table, str | None]:
