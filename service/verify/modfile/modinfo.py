@@ -163,10 +163,6 @@ def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:
 
 def read_installed(path: Path) -> ModInfo | None:
     """The ``.modinfo`` and ELF facts of an installed module file (compressed too), or None."""
-    return _installed(path)
-
-
-def _installed(path: Path) -> ModInfo | None:
     from service.verify.compressed.decompress import compression, decompress
 
     try:
@@ -181,13 +177,13 @@ def _installed(path: Path) -> ModInfo | None:
 
 def read_vermagic(path: Path) -> str | None:
     """``vermagic=`` of an installed module file (compressed ones too), or None."""
-    info = _installed(path)
+    info = read_installed(path)
     return None if info is None else info.vermagic
 
 
 def read_versions(path: Path) -> tuple[tuple[str, int], ...]:
     """``__versions`` of an installed module file: CRCs the target kernel exports."""
-    info = _installed(path)
+    info = read_installed(path)
     return () if info is None else info.versions
 
 
