@@ -92,7 +92,7 @@ def ml_dsa_refusal(variant: str, target: Target) -> Refusal:
     ``CONFIG_CRYPTO_MLDSA`` would verify it, so modstage, which verifies no ML-DSA, refuses it
     as its policy; without it the kernel has no verifier and refuses it (``EKEYREJECTED``
     under enforcement: Debian's 7.2)."""
-    if target.config.enabled("CRYPTO_MLDSA") or not target.config.known:
+    if target.rules.mldsa or not target.config.known:
         could = "built with" if target.config.known else "if built with"
         why = (f"{variant} signatures are not verified by modstage (the target kernel, {could} "
                "CONFIG_CRYPTO_MLDSA, would verify this one)")  # fmt: skip

@@ -184,6 +184,13 @@ ROWS: tuple[Row, ...] = (
         "ecdsa",
     ),
     Row(
+        "an ML-DSA module signature verified",
+        "public_key_verify_signature",
+        Symbol("CRYPTO_MLDSA"),
+        False,
+        "mldsa",
+    ),
+    Row(
         "the .platform keyring (UEFI db) a fallback for module signatures (Debian's)",
         "mod_verify_sig",
         Symbol("INTEGRITY_PLATFORM_KEYRING"),
@@ -281,6 +288,7 @@ class KernelRules:
     missing_ns_ok: bool
     strict_rwx: bool
     ecdsa: bool
+    mldsa: bool
     platform_keyring: bool
     machine_keyring: bool
     ca_machine_keyring: bool
