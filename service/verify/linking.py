@@ -64,7 +64,9 @@ def visible(exports: Mapping[str, Export], rules: KernelRules) -> Mapping[str, E
 
 
 class Rules(NamedTuple):
-    """The target's settings the rules depend on."""
+    """The target's settings symbol resolution depends on, as plain values: taken from its
+    :class:`~service.verify.target.rules.KernelRules` and, for ``module:`` namespaces, its
+    image (:mod:`service.verify.loadrules` makes them)."""
 
     force_load: bool  # CONFIG_MODULE_FORCE_LOAD
     missing_ns_ok: bool  # CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
