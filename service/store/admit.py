@@ -11,7 +11,7 @@ signatures (:func:`preflight`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from service.verify.target.kernel import Target
 from service.verify.verdict import Verdict, verify_files
 from stager.manifest import Manifest
 from stager.params import parse_params
+from stager.paths import normalize_module_name
 
 
 def bundle_exports(directory: Path, manifest: Manifest) -> dict[str, Export]:
@@ -94,22 +95,26 @@ def policy_problems(config: Config, manifest: Manifest, bundle: BundleState) -> 
     return problems
 
 
-def claimed_modules(manifest: Manifest, owners: Mapping[str, tuple[str, str]]) -> list[str]:
-    """Each module of ``manifest`` another bundle owns: ``owners`` maps a module name to
-    the bundle and generation whose active or pending generation loads it. Two bundles
-    cannot share a module: the kernel loads a name once, and the bundle booted second
-    would fail (a typo'd bundle name carrying the real bundle's module is the usual case).
+def claimed_modules(
+    modules: Sequence[tuple[str, str]], owners: Mapping[str, tuple[str, str]], *, bundle: str
+) -> list[str]:
+    """Each module of a drop of ``bundle`` another bundle owns. ``modules``: (file in the
+    drop, the name the module registers) of each; ``owners`` maps a registered name to the
+    bundle and generation whose active or pending generation loads it
+    (:func:`service.store.owners.module_owners`). Two bundles cannot share a module: the
+    kernel loads a name once, and the bundle booted second would fail, or run on the first
+    one's parameters (a typo'd bundle name carrying the real bundle's module is the usual case).
     """
     problems = []
-    for module in manifest.modules:
-        owner = owners.get(module.name)
-        if owner is None or owner[0] == manifest.bundle:
+    for file, name in modules:
+        owner = owners.get(normalize_module_name(name))
+        if owner is None or owner[0] == bundle:
             continue
-        bundle, generation = owner
+        other, generation = owner
         problems.append(
-            f"{module.file}: module {module.name!r} belongs to bundle {bundle!r} (generation "
-            f"{generation[:12]}): stage it as bundle {bundle!r}, or first modstage forget "
-            f"{bundle} if that name is the mistake"
+            f"{file}: module {name!r} belongs to bundle {other!r} (generation "
+            f"{generation[:12]}), so bundle {bundle!r} may not carry it: stage it as bundle "
+            f"{other!r}, or first modstage forget {other} if that name is the mistake"
         )
     return problems
 
@@ -124,8 +129,13 @@ def verify_copy(
     keyring: Keyring,
     shown: Path,
     before: Mapping[str, Export] | None,
+    owners: Mapping[str, tuple[str, str]],
+    names: dict[str, str] | None = None,
 ) -> list[str]:
     """Why the copies under ``tmp`` may not be published (empty: they may).
+
+    ``owners``: the modules other bundles own (:func:`claimed_modules`); ``names``, when
+    given, is filled with the name each module file registers (what intake records).
 
     ``before``: the exports of the bundles this one loads after (``after``); None when
     one of them is not known yet, so imports no one else exports are left to the kernel.
@@ -147,8 +157,13 @@ def verify_copy(
         host_file=host_firmware(layout, manifest.kernel),
         suffixes=target.firmware_suffixes,
     )
+    pairs = zip(manifest.modules, modules, strict=True)
+    registered = [(m.file, v.name or m.name) for m, v in pairs]
+    if names is not None:
+        names.update(registered)
+    reasons += claimed_modules(registered, owners, bundle=manifest.bundle)
     reasons += name_problems(
-        [(m.file, v.name or m.name) for m, v in zip(manifest.modules, modules, strict=True)],
+        registered,
         bundle=manifest.bundle,
         policy=config.bundle_policy(manifest.bundle),
         in_tree=host_modules(layout, manifest.kernel),

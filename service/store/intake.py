@@ -35,7 +35,6 @@ from service.layout import Layout
 from service.logs import get_logger
 from service.store.admit import (
     bundle_exports,
-    claimed_modules,
     missing_tree,
     policy_problems,
     verify_copy,
@@ -45,7 +44,7 @@ from service.store.drops import Drops
 from service.store.generations import Store
 from service.store.memory_owner import memory_claims
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
-from service.store.owners import module_owners
+from service.store.owners import module_owners, record_names
 from service.store.phase import Phase
 from service.store.publish import (
     forget_digests,
@@ -182,7 +181,7 @@ class Intake:
                     return self._waits(drop, bundle, state.bundle(bundle), missing)
                 self.building(drop)
                 try:
-                    self._build(drop, manifest, started, self._exported_before(state, manifest))
+                    self._build(drop, manifest, started, state)
                 finally:
                     self.building(None)
             elif missing_tree(self.layout, manifest.kernel) is None:
@@ -220,7 +219,6 @@ class Intake:
         if state.bundle(bundle).phase is Phase.LOADING:
             raise Rejected([f"bundle {bundle!r} is being loaded; drop it again after boot"])
         problems = policy_problems(self.config, manifest, state.bundle(bundle))
-        problems += claimed_modules(manifest, module_owners(state, self.store, bundle))
         problems += memory_claims(manifest, state, self.store)
         if problems:
             raise Rejected(problems)
@@ -334,14 +332,17 @@ class Intake:
                 keyring=self.keyring,
                 shown=drop,
                 before=self._exported_before(state, manifest),
+                owners=module_owners(state, self.store, manifest.bundle),
             )
         if reasons:
             raise Rejected(reasons)
 
-    def _build(
-        self, drop: Path, manifest: Manifest, started: float, before: dict[str, Export] | None
-    ) -> None:
-        """Copy the drop into the store, verify the copies, publish them under their id."""
+    def _build(self, drop: Path, manifest: Manifest, started: float, state: State) -> None:
+        """Copy the drop into the store, verify the copies, publish them under their id with
+        the names its modules register (:func:`~service.store.owners.record_names`)."""
+        before = self._exported_before(state, manifest)
+        owners = module_owners(state, self.store, manifest.bundle)
+        names: dict[str, str] = {}
         deadline = started + self.config.limits.max_seconds
 
         def tick() -> None:
@@ -372,9 +373,12 @@ class Intake:
                     keyring=self.keyring,
                     shown=drop,
                     before=before,
+                    owners=owners,
+                    names=names,
                 )
             if reasons:
                 raise Rejected(reasons)
+            record_names(tmp, names)
             tick()
             self.store.publish(tmp, manifest.digest)
         finally:

@@ -1,33 +1,76 @@
 """Which bundle owns which module: one bundle per module name.
 
 The kernel loads a module name once, so two bundles carrying the same module cannot both
-come up: at boot the bundle loaded first takes the name and the other fails. A bundle owns
-the modules of its active and pending generations (the generations a boot may load). Intake
-refuses a drop carrying a module another bundle owns (:func:`service.store.admit.claimed_modules`),
-and an admin's ``retry`` or ``rollback`` that would make a generation pending whose modules
-another bundle owns now is refused the same way (:func:`verb_claims`): a generation that was
-retained while it was neither active nor pending owns nothing, so another bundle may have
-taken its modules since.
+come up: at boot the bundle loaded first takes the name and the other fails, or, when the
+module is the same build, the other "finds" it loaded with the first bundle's parameters.
+A bundle owns the modules of its active and pending generations (the generations a boot
+may load), by the name the kernel registers (``struct module``'s, in
+``.gnu.linkonce.this_module``), never the file's: a signed module renamed to ``aaa.ko``
+still registers its own name. Intake records each generation's registered names in the
+store beside its manifest (:func:`record_names`) and refuses a drop carrying a module
+another bundle owns (:func:`service.store.admit.claimed_modules`); an admin's ``retry`` or
+``rollback`` that would make a generation pending whose modules another bundle owns now is
+refused the same way (:func:`verb_claims`): a generation that was retained while it was
+neither active nor pending owns nothing, so another bundle may have taken its modules since.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
 from service.store.generations import Store
 from service.store.state import State
+from service.verify.modfile.modinfo import read_installed
+from stager.atomic import write_atomic
 from stager.errors import ManifestError
+from stager.manifest import Manifest
+from stager.paths import normalize_module_name
+
+# beside manifest.toml in a published generation; no drop file can be named so (module
+# files end in .ko*, firmware lies under firmware/)
+NAMES = "registered.json"
+
+
+def record_names(directory: Path, names: Mapping[str, str]) -> None:
+    """Record in a generation's directory (before it is published) the name each module
+    file registers: ``names`` maps the file as the manifest names it to that name."""
+    write_atomic(directory / NAMES, json.dumps(dict(names), sort_keys=True).encode(), mode=0o444)
+
+
+def registered_names(store: Store, generation: str, manifest: Manifest) -> dict[str, str]:
+    """Module file -> the name it registers, for a published generation.
+
+    A generation published before the names were recorded has no record: its stored modules
+    are read for the name (a renamed module must not own only its file name), and a module
+    that cannot be read owns its file's name (the boot refuses it anyway)."""
+    try:
+        recorded = json.loads((store.path(generation) / NAMES).read_bytes())
+    except (OSError, ValueError):
+        recorded = {}
+    names = {}
+    for module in manifest.modules:
+        name = recorded.get(module.file) if isinstance(recorded, dict) else None
+        if not isinstance(name, str):
+            info = read_installed(store.path(generation) / module.file)
+            name = info.module_name if info is not None and info.module_name else module.name
+        names[module.file] = normalize_module_name(name)
+    return names
 
 
 def module_owners(state: State, store: Store, bundle: str) -> dict[str, tuple[str, str]]:
-    """Module name -> (bundle, generation) for the active and pending generations of the
-    bundles other than ``bundle`` (a generation gone from the store owns nothing)."""
+    """Registered module name -> (bundle, generation) for the active and pending generations
+    of the bundles other than ``bundle`` (a generation gone from the store owns nothing)."""
     owners: dict[str, tuple[str, str]] = {}
     for name, other in sorted(state.bundles.items()):
         for generation in sorted(other.keep()) if name != bundle else ():
             try:
-                modules = store.manifest(generation).modules
+                manifest = store.manifest(generation)
             except (OSError, ManifestError):
                 continue
-            owners.update({m.name: (name, generation) for m in modules})
+            names = registered_names(store, generation, manifest)
+            owners.update({m: (name, generation) for m in names.values()})
     return owners
 
 
@@ -35,18 +78,18 @@ def verb_claims(state: State, store: Store, bundle: str, generation: str) -> lis
     """Why ``generation`` of ``bundle`` cannot be made pending: each of its modules another
     bundle owns now (an unreadable generation claims nothing here: the boot says why)."""
     try:
-        modules = store.manifest(generation).modules
+        manifest = store.manifest(generation)
     except (OSError, ManifestError):
         return []
     owners = module_owners(state, store, bundle)
     problems = []
-    for module in modules:
-        owner = owners.get(module.name)
+    for file, name in registered_names(store, generation, manifest).items():
+        owner = owners.get(name)
         if owner is None:
             continue
         other, theirs = owner
         problems.append(
-            f"generation {generation[:12]} loads module {module.name!r}, which bundle "
+            f"generation {generation[:12]} loads module {name!r} ({file}), which bundle "
             f"{other!r} owns now (generation {theirs[:12]}): the kernel loads a module once; "
             f"modstage forget {other} first if that bundle is the mistake"
         )

@@ -66,8 +66,8 @@ def test_drop_becomes_a_pending_read_only_generation(
 def test_every_file_an_intake_persists_is_fsynced_before_its_directory(
     host: Layout, signed: dict[str, Path], kernel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each file an intake leaves (the copied modules, the generation's manifest, state.json,
-    the status file) was fsynced (its inode, whatever name it had then), and after it the
+    """Each file an intake leaves (the copied modules, the generation's manifest and the names
+    its modules register, state.json, the status file) was fsynced (its inode, whatever name it had then), and after it the
     directory that holds it, up to the store itself, whose new entry is durable before the
     state that names it: a power cut after the intake loses none, and at no moment leaves a
     state naming a generation the store lost."""
@@ -88,6 +88,7 @@ def test_every_file_an_intake_persists_is_fsynced_before_its_directory(
         "manifest.toml",
         "modules/ms_consumer.ko",
         "modules/ms_exporter.ko",
+        "registered.json",
     ]
     for path in [*files, host.state, host.status / "test.json", generation]:
         assert path.stat().st_ino in synced, path

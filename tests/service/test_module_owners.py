@@ -5,12 +5,15 @@ second would fail)."""
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 
 import pytest
 
 from service.cli import main
 from service.layout import Layout
+from service.store.generations import Store
+from service.store.owners import NAMES
 from service.store.phase import Phase
 from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
@@ -45,7 +48,10 @@ def test_a_rollback_to_a_generation_whose_module_another_bundle_took_is_refused(
     code, out = cli("rollback", *root, "demo", first)
     err = capsys.readouterr().err
     assert code != 0, out
-    assert f"generation {first[:12]} loads module 'ms_exporter', which bundle 'dmeo' owns" in err
+    assert (
+        f"generation {first[:12]} loads module 'ms_exporter' (modules/ms_exporter.ko), which "
+        "bundle 'dmeo' owns" in err
+    )
     assert load(host.state) == taken
     code, out = cli("forget", *root, "dmeo")
     assert code == 0, out
@@ -72,7 +78,96 @@ def test_a_typo_d_bundle_carrying_another_bundle_s_module_is_refused_naming_the_
     assert not outcome.accepted
     assert outcome.reasons == (
         f"modules/ms_exporter.ko: module 'ms_exporter' belongs to bundle 'demo' (generation "
-        f"{owner[:12]}): stage it as bundle 'demo', or first modstage forget demo if that "
-        "name is the mistake",
+        f"{owner[:12]}), so bundle 'dmeo' may not carry it: stage it as bundle 'demo', or "
+        "first modstage forget demo if that name is the mistake",
     )
     assert "dmeo" not in load(host.state).bundles
+
+
+def renamed(module: Path, to: Path) -> Path:
+    """A copy of the signed ``module`` under the file name ``to`` (what it registers is
+    unchanged: the name lives in its ``.gnu.linkonce.this_module``)."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(module, to)
+    return to
+
+
+def test_another_bundle_s_module_under_a_file_name_of_its_own_is_refused(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """``demo`` runs ms_params (count=3). ``aaa`` ships the same signed module as ``aaa.ko``
+    with count=99: it registers ms_params, which ``demo`` owns, so intake refuses it naming
+    both bundles, the module and the file (else ``aaa``, booted first by name, would load
+    demo's module with aaa's parameters and demo would find it loaded)."""
+    owner = pending(host, kernel, [(signed["ms_params"], "count=3")], bundle="demo")
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    assert load(host.state).bundle("demo").phase is Phase.ACTIVE
+    stage(
+        host.incoming,
+        bundle="aaa",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(renamed(signed["ms_params"], tmp_path / "aaa.ko"), "count=99")],
+    )
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted
+    assert (
+        f"modules/aaa.ko: module 'ms_params' belongs to bundle 'demo' (generation "
+        f"{owner[:12]}), so bundle 'aaa' may not carry it" in " ".join(outcome.reasons)
+    )
+    assert "aaa" not in load(host.state).bundles
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "recorded-before"])
+def test_a_bundle_owns_the_name_its_renamed_module_registers(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path, recorded: bool
+) -> None:
+    """``demo`` ships ms_params as ``demo.ko``: intake records in the store that the file
+    registers ms_params, and ``demo`` owns that name, not ``demo``: an ``aaa`` drop of
+    ms_params.ko is refused. A generation published before names were recorded (no record)
+    owns what its stored modules register, the same."""
+    owner = pending(
+        host, kernel, [(renamed(signed["ms_params"], tmp_path / "demo.ko"), "")], bundle="demo"
+    )
+    stored = Store(host.store).path(owner)
+    assert (stored / NAMES).read_text() == '{"modules/demo.ko": "ms_params"}'
+    if not recorded:
+        stored.chmod(0o755)
+        (stored / NAMES).unlink()
+        stored.chmod(0o555)
+    stage(
+        host.incoming,
+        bundle="aaa",
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_params"])],
+    )
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted
+    assert "module 'ms_params' belongs to bundle 'demo'" in " ".join(outcome.reasons)
+
+
+def test_a_rollback_to_a_renamed_module_another_bundle_took_is_refused(
+    host: Layout,
+    signed: dict[str, Path],
+    kernel: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``demo``'s retained generation A ships ms_exporter as ``x.ko``; ``dmeo`` took
+    ms_exporter since. ``rollback demo A`` is refused by the name A's module registers,
+    naming the module, its file and ``dmeo``."""
+    root = ["--root", str(host.root)]
+    x = renamed(signed["ms_exporter"], tmp_path / "x.ko")
+    first = pending(host, kernel, [(x, "")], bundle="demo")
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    pending(host, kernel, [(signed["ms_params"], "")], bundle="demo")
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    pending(host, kernel, [(signed["ms_exporter"], "")], bundle="dmeo")
+    taken = load(host.state)
+    capsys.readouterr()
+    code, out = cli("rollback", *root, "demo", first)
+    err = capsys.readouterr().err
+    assert code != 0, out
+    assert "loads module 'ms_exporter' (modules/x.ko), which bundle 'dmeo' owns" in err
+    assert load(host.state) == taken
