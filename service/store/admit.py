@@ -19,6 +19,7 @@ from service.config import Config
 from service.layout import Layout
 from service.store.bundlerules import below_floor, name_problems, signer_problems, unlisted_params
 from service.store.firmware import firmware_problems
+from service.store.owners import Owners
 from service.store.state import BundleState
 from service.verify.bundle import order_problems
 from service.verify.modfile.params import param_problems
@@ -129,12 +130,12 @@ def verify_copy(
     keyring: Keyring,
     shown: Path,
     before: Mapping[str, Export] | None,
-    owners: Mapping[str, tuple[str, str]],
+    owners: Owners,
     names: dict[str, str] | None = None,
 ) -> list[str]:
     """Why the copies under ``tmp`` may not be published (empty: they may).
 
-    ``owners``: the modules other bundles own (:func:`claimed_modules`); ``names``, when
+    ``owners``: the modules and firmware other bundles own; ``names``, when
     given, is filled with the name each module file registers (what intake records).
 
     ``before``: the exports of the bundles this one loads after (``after``); None when
@@ -156,12 +157,13 @@ def verify_copy(
         policy=config.bundle_policy(manifest.bundle),
         host_file=host_firmware(layout, manifest.kernel),
         suffixes=target.firmware_suffixes,
+        carried=owners.firmware,
     )
     pairs = zip(manifest.modules, modules, strict=True)
     registered = [(m.file, v.name or m.name) for m, v in pairs]
     if names is not None:
         names.update(registered)
-    reasons += claimed_modules(registered, owners, bundle=manifest.bundle)
+    reasons += claimed_modules(registered, owners.modules, bundle=manifest.bundle)
     reasons += name_problems(
         registered,
         bundle=manifest.bundle,

@@ -8,14 +8,17 @@ A drop's file named like another driver's firmware would be loaded in its place.
 drop's firmware file must be a name one of the drop's own verified modules declares
 (``.modinfo`` ``firmware=``, the kernel's ``MODULE_FIRMWARE``) or one the host's
 ``[bundles.<name>] firmware`` allows, and a name a host firmware directory also provides
-is refused unless ``[bundles.<name>] firmware_override`` allows it.
+is refused unless ``[bundles.<name>] firmware_override`` allows it. A name another bundle's
+active or pending generation carries is refused whatever the table says: the view holds one
+file per request, so at boot the bundle linked first would take it and the other's generation
+fail (:mod:`service.store.owners` draws who carries what).
 
 Pure: the host's files are asked through a callable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from service.config import BundlePolicy
@@ -43,10 +46,19 @@ def answered(name: str, suffixes: Sequence[str]) -> tuple[str, ...]:
 
 
 def shadowed(name: str, suffixes: Sequence[str]) -> tuple[str, ...]:
-    """The names below a host firmware directory the file ``name`` is loaded in place of:
-    the same name and that name with each suffix the loader tries after the plain one (the
-    plain name is tried in every directory before any suffix)."""
-    return tuple(name + s for s in suffixes)
+    """The names below a host firmware directory the file ``name`` is loaded in place of.
+
+    The loader tries a request in every directory (``firmware_class.path``, the view, first)
+    with each suffix in turn: the plain name everywhere, then ``.zst`` everywhere, then
+    ``.xz``. As the request ``name``, the file stands before the host's same name and that
+    name with every suffix; where ``name`` is ``base`` with a suffix, as the request
+    ``base`` it stands before the host's ``base`` with that suffix and every later one (the
+    host's ``base`` with an earlier suffix is found first, and stays the host's)."""
+    out = [name + s for s in suffixes]
+    for i, suffix in enumerate(suffixes):
+        if suffix and name.endswith(suffix) and name != suffix:
+            out += [name[: -len(suffix)] + later for later in suffixes[i + 1 :]]
+    return tuple(dict.fromkeys(out))
 
 
 def _matches(globs: Iterable[str], names: Iterable[str]) -> bool:
@@ -61,18 +73,35 @@ def firmware_problems(
     policy: BundlePolicy,
     host_file: Callable[[str], str | None],
     suffixes: Sequence[str] = ("",),
+    carried: Mapping[str, tuple[str, str]] | None = None,
 ) -> list[str]:
     """Every firmware file of a drop the host refuses, each naming the file and the rule.
 
     ``files``: the manifest's firmware entries (``firmware/...``); ``declared``: the
     ``firmware=`` names of the drop's verified modules; ``host_file``: the host path that
-    provides a name below a firmware directory (shown as the host names it), or None.
+    provides a name below a firmware directory (shown as the host names it), or None;
+    ``carried``: each firmware entry of the other bundles' active and pending generations
+    -> (bundle, generation).
     """
     wanted = {p for p in map(requested_path, declared) if p is not None}
+    theirs = {
+        request: (entry, *owner)
+        for entry, owner in sorted((carried or {}).items())
+        for request in answered(entry.removeprefix(PREFIX), suffixes)
+    }
     problems = []
     for file in files:
         name = file.removeprefix(PREFIX)
         names = answered(name, suffixes)
+        for request in names:
+            if request in theirs:
+                entry, other, generation = theirs[request]
+                problems.append(
+                    f"{file}: bundle {other!r} carries {entry} (generation {generation[:12]}), "
+                    f"the firmware {request!r} too, so bundle {bundle!r} may not: one file "
+                    "answers a request; stage it in one bundle"
+                )
+                break
         if not wanted.intersection(names) and not _matches(policy.firmware, names):
             problems.append(
                 f"{file}: not declared by any module of the drop (MODULE_FIRMWARE) "

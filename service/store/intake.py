@@ -44,7 +44,7 @@ from service.store.drops import Drops
 from service.store.generations import Store
 from service.store.memory_owner import memory_claims
 from service.store.outcome import Outcome as Outcome  # re-exported: its home before
-from service.store.owners import module_owners, record_names
+from service.store.owners import owners_of, record_names
 from service.store.phase import Phase
 from service.store.publish import (
     forget_digests,
@@ -332,7 +332,7 @@ class Intake:
                 keyring=self.keyring,
                 shown=drop,
                 before=self._exported_before(state, manifest),
-                owners=module_owners(state, self.store, manifest.bundle),
+                owners=owners_of(state, self.store, manifest.bundle),
             )
         if reasons:
             raise Rejected(reasons)
@@ -341,7 +341,7 @@ class Intake:
         """Copy the drop into the store, verify the copies, publish them under their id with
         the names its modules register (:func:`~service.store.owners.record_names`)."""
         before = self._exported_before(state, manifest)
-        owners = module_owners(state, self.store, manifest.bundle)
+        owners = owners_of(state, self.store, manifest.bundle)
         names: dict[str, str] = {}
         deadline = started + self.config.limits.max_seconds
 

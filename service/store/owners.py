@@ -12,12 +12,17 @@ another bundle owns (:func:`service.store.admit.claimed_modules`); an admin's ``
 ``rollback`` that would make a generation pending whose modules another bundle owns now is
 refused the same way (:func:`verb_claims`): a generation that was retained while it was
 neither active nor pending owns nothing, so another bundle may have taken its modules since.
+
+Firmware is owned the same way: the file names below ``firmware/`` the active and pending
+generations of a bundle carry (:func:`firmware_owners`, refused in another bundle's drop by
+:func:`service.store.firmware.firmware_problems`): the firmware view links one file per name.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.store.generations import Store
@@ -59,19 +64,49 @@ def registered_names(store: Store, generation: str, manifest: Manifest) -> dict[
     return names
 
 
-def module_owners(state: State, store: Store, bundle: str) -> dict[str, tuple[str, str]]:
-    """Registered module name -> (bundle, generation) for the active and pending generations
-    of the bundles other than ``bundle`` (a generation gone from the store owns nothing)."""
-    owners: dict[str, tuple[str, str]] = {}
+@dataclass(frozen=True)
+class Owners:
+    """What the other bundles' active and pending generations own: each registered module
+    name, each firmware entry (``firmware/...``), -> (bundle, generation)."""
+
+    modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    firmware: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _kept(state: State, store: Store, bundle: str) -> Iterator[tuple[str, str, Manifest]]:
+    """(bundle, generation, manifest) of the active and pending generations of the bundles
+    other than ``bundle`` (a generation gone from the store owns nothing)."""
     for name, other in sorted(state.bundles.items()):
         for generation in sorted(other.keep()) if name != bundle else ():
             try:
-                manifest = store.manifest(generation)
+                yield name, generation, store.manifest(generation)
             except (OSError, ManifestError):
                 continue
-            names = registered_names(store, generation, manifest)
-            owners.update({m: (name, generation) for m in names.values()})
+
+
+def module_owners(state: State, store: Store, bundle: str) -> dict[str, tuple[str, str]]:
+    """Registered module name -> (bundle, generation) for the active and pending generations
+    of the bundles other than ``bundle``."""
+    owners: dict[str, tuple[str, str]] = {}
+    for name, generation, manifest in _kept(state, store, bundle):
+        names = registered_names(store, generation, manifest)
+        owners.update({m: (name, generation) for m in names.values()})
     return owners
+
+
+def firmware_owners(state: State, store: Store, bundle: str) -> dict[str, tuple[str, str]]:
+    """Firmware entry (``firmware/...``) -> (bundle, generation) for the active and pending
+    generations of the bundles other than ``bundle``."""
+    return {
+        f.file: (name, generation)
+        for name, generation, manifest in _kept(state, store, bundle)
+        for f in manifest.firmware
+    }
+
+
+def owners_of(state: State, store: Store, bundle: str) -> Owners:
+    """What the bundles other than ``bundle`` own (what a drop of ``bundle`` may not carry)."""
+    return Owners(module_owners(state, store, bundle), firmware_owners(state, store, bundle))
 
 
 def verb_claims(state: State, store: Store, bundle: str, generation: str) -> list[str]:

@@ -22,6 +22,7 @@ from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 
 NONE = BundlePolicy()
+ALL = ("", ".zst", ".xz")  # the loader's suffixes, in its order, on Debian's 6.12
 
 
 def _nothing(_name: str) -> str | None:
@@ -127,6 +128,34 @@ def test_a_host_file_the_loader_decompresses_is_shadowed_too() -> None:
     assert len(problems(["firmware/v/x.bin.xz"], ["v/x.bin"], host=host)) == 1
 
 
+@pytest.mark.parametrize(
+    ("drop", "hosts", "refused"),
+    [
+        ("v/x.fw.zst", "v/x.fw.xz", True),  # the .zst pass finds the drop's file first
+        ("v/x.fw.zst", "v/x.fw.zst", True),
+        ("v/x.fw.zst", "v/x.fw", False),  # the plain pass finds the host's first
+        ("v/x.fw.xz", "v/x.fw.zst", False),  # the .zst pass finds the host's first
+        ("v/x.fw.xz", "v/x.fw.xz", True),
+    ],
+)
+def test_a_compressed_file_shadows_the_hosts_forms_the_loader_tries_after_its_own(
+    drop: str, hosts: str, refused: bool
+) -> None:
+    """The loader tries a request plain in every directory, then ``.zst`` in every one, then
+    ``.xz``, the view first: a drop's ``x.fw.zst`` is loaded in place of the host's
+    ``x.fw.zst`` and ``x.fw.xz``, never of its plain ``x.fw``; a drop's ``x.fw.xz`` never
+    in place of the host's ``x.fw.zst``."""
+    found = problems([f"firmware/{drop}"], ["v/x.fw"], host=_host(hosts), suffixes=ALL)
+    assert found == (
+        [
+            f"firmware/{drop}: the host provides /lib/firmware/{hosts}; [bundles.demo] "
+            "firmware_override does not name it"
+        ]
+        if refused
+        else []
+    )
+
+
 def test_an_undeclared_file_the_host_provides_gets_both_problems() -> None:
     """Every problem is named: an undeclared name the host provides is refused twice."""
     assert len(problems(["firmware/rtl_nic/a.fw"], [], host=_host("rtl_nic/a.fw"))) == 2
@@ -215,13 +244,17 @@ def test_intake_takes_declared_firmware_and_allowlisted_firmware(
     host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
 ) -> None:
     """``ms_firmware`` declares ``modstage/test.bin``: its drop is taken in; ``ms_exporter``
-    with the same file is taken in only once ``[bundles.demo] firmware`` names it."""
+    with the same file (the bundle's next generation) is refused, then taken in once
+    ``[bundles.demo] firmware`` names it."""
     fw = _tree(tmp_path / "fw", "modstage/test.bin")
     _stage(host, kernel, signed["ms_firmware"], fw)
     [outcome] = make_intake(host).run()
     assert outcome.accepted, outcome.reasons
-    _stage(host, kernel, signed["ms_exporter"], fw, bundle="other")
-    allow = Config.from_dict({"bundles": {"other": {"firmware": ["modstage/*"]}}})
+    _stage(host, kernel, signed["ms_exporter"], fw)
+    [outcome] = make_intake(host).run()
+    assert not outcome.accepted
+    _stage(host, kernel, signed["ms_exporter"], fw)
+    allow = Config.from_dict({"bundles": {"demo": {"firmware": ["modstage/*"]}}})
     [outcome] = make_intake(host, allow).run()
     assert outcome.accepted, outcome.reasons
 

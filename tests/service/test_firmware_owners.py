@@ -1,0 +1,89 @@
+"""One bundle per firmware name: intake refuses a drop carrying a firmware file another
+bundle's active or pending generation carries, under the same name or one of its compressed
+forms, whatever the host's tables allow (the firmware view holds one file per request: at
+boot the bundle linked first would take it and the other's good generation fail).
+
+Real signed modules: ``ms_firmware`` declares ``modstage/test.bin``, ``ms_exporter`` nothing
+(its bundle's ``firmware`` table admits the name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.config import Config
+from service.layout import Layout
+from service.store.phase import Phase
+from service.store.statefile import load
+from stager.drop import ModuleSpec, stage
+from tests.service.fakes import FakeKernel, boot_with, make_intake
+
+POLICY = Config.from_dict(
+    {"bundles": {"aaa": {"firmware": ["modstage/*"], "firmware_override": ["modstage/*"]}}}
+)
+
+
+def _stage(host: Layout, kernel: str, bundle: str, module: Path, firmware: Path) -> None:
+    stage(
+        host.incoming,
+        bundle=bundle,
+        version="1",
+        kernel=kernel,
+        modules=[ModuleSpec(module, "")],
+        firmware_dirs=(firmware,),
+    )
+
+
+def _tree(root: Path, name: str, body: bytes) -> Path:
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_bytes(body)
+    return root
+
+
+@pytest.mark.parametrize("name", ["modstage/test.bin", "modstage/test.bin.xz"])
+def test_a_firmware_name_another_bundle_carries_is_refused_naming_that_bundle(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path, name: str
+) -> None:
+    """``demo`` runs ``modstage/test.bin``. ``aaa`` ships other bytes as ``test.bin`` (or
+    ``test.bin.xz``, which answers the same request), its table allowing and overriding
+    the name: refused, naming the file, ``demo`` and its generation; ``demo`` stays active."""
+    genuine = _tree(tmp_path / "a", "modstage/test.bin", b"genuine")
+    _stage(host, kernel, "demo", signed["ms_firmware"], genuine)
+    [taken] = make_intake(host, POLICY).run()
+    assert taken.accepted, taken.reasons
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    _stage(host, kernel, "aaa", signed["ms_exporter"], _tree(tmp_path / "b", name, b"hostile"))
+    [outcome] = make_intake(host, POLICY).run()
+    assert not outcome.accepted
+    assert outcome.reasons == (
+        f"firmware/{name}: bundle 'demo' carries firmware/modstage/test.bin (generation "
+        f"{str(taken.generation)[:12]}), the firmware 'modstage/test.bin' too, so bundle "
+        "'aaa' may not: one file answers a request; stage it in one bundle",
+    )
+    assert "aaa" not in load(host.state).bundles
+    assert load(host.state).bundle("demo").phase is Phase.ACTIVE
+
+
+def test_another_firmware_name_beside_another_bundle_s_is_taken_in(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """A name no other bundle carries is taken in beside ``demo``'s ``modstage/test.bin``."""
+    _stage(
+        host,
+        kernel,
+        "demo",
+        signed["ms_firmware"],
+        _tree(tmp_path / "a", "modstage/test.bin", b"1"),
+    )
+    [taken] = make_intake(host, POLICY).run()
+    assert taken.accepted, taken.reasons
+    _stage(
+        host,
+        kernel,
+        "aaa",
+        signed["ms_exporter"],
+        _tree(tmp_path / "b", "modstage/other.bin", b"2"),
+    )
+    [outcome] = make_intake(host, POLICY).run()
+    assert outcome.accepted, outcome.reasons
