@@ -4,7 +4,9 @@
 state; :func:`verify_copy` verifies the store's copies of the drop's files (digests,
 signatures, the target kernel's rules, module order, firmware only of the drop's own
 modules: :mod:`service.store.firmware`; module names only as its bundle's table allows,
-none in the place of one of the target kernel's own: :mod:`service.store.bundlerules`) and
+none in the place of one of the target kernel's own: :mod:`service.store.bundlerules`;
+no verified module whose registered name, nor firmware whose name, another bundle owns:
+:mod:`service.store.owners`) and
 asks the running kernel's keyrings what the target kernel will refuse when it enforces
 signatures (:func:`preflight`).
 """
@@ -163,7 +165,8 @@ def verify_copy(
     registered = [(m.file, v.name or m.name) for m, v in pairs]
     if names is not None:
         names.update(registered)
-    reasons += claimed_modules(registered, owners.modules, bundle=manifest.bundle)
+    verified = [pair for pair, v in zip(registered, modules, strict=True) if v.ok]
+    reasons += claimed_modules(verified, owners.modules, bundle=manifest.bundle)
     reasons += name_problems(
         registered,
         bundle=manifest.bundle,

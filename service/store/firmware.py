@@ -61,6 +61,18 @@ def shadowed(name: str, suffixes: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def requests_of(
+    carried: Mapping[str, tuple[str, str]], suffixes: Sequence[str]
+) -> dict[str, tuple[str, str, str]]:
+    """Each request the firmware entries ``carried`` (``firmware/...`` -> (bundle,
+    generation)) answer -> (entry, bundle, generation)."""
+    return {
+        request: (entry, *owner)
+        for entry, owner in sorted(carried.items())
+        for request in answered(entry.removeprefix(PREFIX), suffixes)
+    }
+
+
 def _matches(globs: Iterable[str], names: Iterable[str]) -> bool:
     return any(fnmatchcase(n, g) for g in globs for n in names)
 
@@ -84,11 +96,7 @@ def firmware_problems(
     -> (bundle, generation).
     """
     wanted = {p for p in map(requested_path, declared) if p is not None}
-    theirs = {
-        request: (entry, *owner)
-        for entry, owner in sorted((carried or {}).items())
-        for request in answered(entry.removeprefix(PREFIX), suffixes)
-    }
+    theirs = requests_of(carried or {}, suffixes)
     problems = []
     for file in files:
         name = file.removeprefix(PREFIX)

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.store.firmware import PREFIX, answered, requests_of
 from service.store.generations import Store
 from service.store.state import State
 from service.verify.modfile.modinfo import read_installed
@@ -32,6 +33,8 @@ from stager.atomic import write_atomic
 from stager.errors import ManifestError
 from stager.manifest import Manifest
 from stager.paths import normalize_module_name
+
+LOADER_SUFFIXES = ("", ".zst", ".xz")  # every suffix a target's firmware loader may try
 
 # beside manifest.toml in a published generation; no drop file can be named so (module
 # files end in .ko*, firmware lies under firmware/)
@@ -128,4 +131,26 @@ def verb_claims(state: State, store: Store, bundle: str, generation: str) -> lis
             f"{other!r} owns now (generation {theirs[:12]}): the kernel loads a module once; "
             f"modstage forget {other} first if that bundle is the mistake"
         )
+    return problems + _firmware_claims(state, store, bundle, generation, manifest)
+
+
+def _firmware_claims(
+    state: State, store: Store, bundle: str, generation: str, manifest: Manifest
+) -> list[str]:
+    """Each firmware file of ``generation`` answering a request a file of another bundle's
+    active or pending generation answers (with every suffix a loader may try: the verbs do
+    not read the target's config, and a name too many refused only asks for a forget)."""
+    theirs = requests_of(firmware_owners(state, store, bundle), LOADER_SUFFIXES)
+    problems = []
+    for f in manifest.firmware:
+        for request in answered(f.file.removeprefix(PREFIX), LOADER_SUFFIXES):
+            if request in theirs:
+                entry, other, held = theirs[request]
+                problems.append(
+                    f"generation {generation[:12]} carries {f.file}, and bundle {other!r} "
+                    f"carries {entry} now (generation {held[:12]}): one file answers a "
+                    f"firmware request; modstage forget {other} first if that bundle is the "
+                    "mistake"
+                )
+                break
     return problems

@@ -8,10 +8,13 @@ Real signed modules: ``ms_firmware`` declares ``modstage/test.bin``, ``ms_export
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
 
+from service.cli import main
 from service.config import Config
 from service.layout import Layout
 from service.store.phase import Phase
@@ -87,3 +90,46 @@ def test_another_firmware_name_beside_another_bundle_s_is_taken_in(
     )
     [outcome] = make_intake(host, POLICY).run()
     assert outcome.accepted, outcome.reasons
+
+
+def test_a_rollback_to_firmware_another_bundle_took_is_refused(
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path
+) -> None:
+    """``demo``'s retained generation A carries ``modstage/test.bin``; ``aaa`` took that
+    name since (A was neither active nor pending). ``rollback demo A`` is refused naming
+    ``aaa`` and both files, and the state is unchanged."""
+    fw = _tree(tmp_path / "a", "modstage/test.bin", b"genuine")
+    _stage(host, kernel, "demo", signed["ms_firmware"], fw)
+    [first] = make_intake(host, POLICY).run()
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    stage(
+        host.incoming,
+        bundle="demo",
+        version="2",
+        kernel=kernel,
+        modules=[ModuleSpec(signed["ms_params"], "")],
+    )
+    [second] = make_intake(host, POLICY).run()
+    assert second.accepted, second.reasons
+    boot_with(host, FakeKernel(sys=host.sys)).run()
+    _stage(
+        host,
+        kernel,
+        "aaa",
+        signed["ms_exporter"],
+        _tree(tmp_path / "b", "modstage/test.bin.xz", b"x"),
+    )
+    [theirs] = make_intake(host, POLICY).run()
+    assert theirs.accepted, theirs.reasons
+    taken = load(host.state)
+    out = io.StringIO()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["rollback", "--root", str(host.root), "demo", str(first.generation)], out)
+    assert code != 0, out.getvalue()
+    assert (
+        f"carries firmware/modstage/test.bin, and bundle 'aaa' carries "
+        f"firmware/modstage/test.bin.xz now (generation {str(theirs.generation)[:12]})"
+        in err.getvalue()
+    )
+    assert load(host.state) == taken
