@@ -21,14 +21,19 @@ generations of a bundle carry (:func:`firmware_owners`, refused in another bundl
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from service.errors import ModuleRejected
 from service.store.firmware import PREFIX, answered, requests_of
 from service.store.generations import Store
 from service.store.state import State
-from service.verify.modfile.modinfo import read_installed
+from service.verify.compressed.decompress import compression, decompress_into
+from service.verify.modfile.modinfo import ModInfo
 from stager.atomic import write_atomic
 from stager.errors import ManifestError
 from stager.manifest import Manifest
@@ -51,8 +56,9 @@ def registered_names(store: Store, generation: str, manifest: Manifest) -> dict[
     """Module file -> the name it registers, for a published generation.
 
     A generation published before the names were recorded has no record: its stored modules
-    are read for the name (a renamed module must not own only its file name), and a module
-    that cannot be read owns its file's name (the boot refuses it anyway)."""
+    are read for the name (owning its file's name only, a renamed module would let another
+    bundle take the name it registers), and a module that cannot be read owns its file's
+    name (the boot refuses it anyway)."""
     try:
         recorded = json.loads((store.path(generation) / NAMES).read_bytes())
     except (OSError, ValueError):
@@ -61,8 +67,7 @@ def registered_names(store: Store, generation: str, manifest: Manifest) -> dict[
     for module in manifest.modules:
         name = recorded.get(module.file) if isinstance(recorded, dict) else None
         if not isinstance(name, str):
-            info = read_installed(store.path(generation) / module.file)
-            name = info.module_name if info is not None and info.module_name else module.name
+            name = stored_name(store.path(generation) / module.file, store.root) or module.name
         names[module.file] = normalize_module_name(name)
     return names
 
@@ -85,6 +90,28 @@ def _kept(state: State, store: Store, bundle: str) -> Iterator[tuple[str, str, M
                 yield name, generation, store.manifest(generation)
             except (OSError, ManifestError):
                 continue
+
+
+def stored_name(path: Path, scratch: Path) -> str | None:
+    """The name a stored module file registers, or None when it cannot be read. A compressed
+    one is decompressed into an unnamed file in ``scratch``, never into memory (as intake
+    does)."""
+    try:
+        with path.open("rb") as f:
+            kind = compression(f.read(6))
+            if kind is None:
+                return _elf_name(f)
+            with tempfile.TemporaryFile(dir=scratch) as image:
+                decompress_into(f, kind, image)
+                return _elf_name(image)
+    except (OSError, ModuleRejected):
+        return None
+
+
+def _elf_name(f: BinaryIO) -> str | None:
+    size = os.fstat(f.fileno()).st_size
+    fd = f.fileno()
+    return ModInfo.from_elf(lambda at, n: os.pread(fd, n, at), size).module_name
 
 
 def module_owners(state: State, store: Store, bundle: str) -> dict[str, tuple[str, str]]:

@@ -5,6 +5,7 @@ second would fail)."""
 from __future__ import annotations
 
 import io
+import lzma
 import shutil
 from pathlib import Path
 
@@ -118,19 +119,26 @@ def test_another_bundle_s_module_under_a_file_name_of_its_own_is_refused(
     assert "aaa" not in load(host.state).bundles
 
 
-@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "recorded-before"])
+@pytest.mark.parametrize(
+    ("recorded", "file"),
+    [(True, "demo.ko"), (False, "demo.ko"), (False, "demo.ko.xz")],
+    ids=["recorded", "recorded-before", "recorded-before-xz"],
+)
 def test_a_bundle_owns_the_name_its_renamed_module_registers(
-    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path, recorded: bool
+    host: Layout, signed: dict[str, Path], kernel: str, tmp_path: Path, recorded: bool, file: str
 ) -> None:
     """``demo`` ships ms_params as ``demo.ko``: intake records in the store that the file
     registers ms_params, and ``demo`` owns that name, not ``demo``: an ``aaa`` drop of
     ms_params.ko is refused. A generation published before names were recorded (no record)
-    owns what its stored modules register, the same."""
-    owner = pending(
-        host, kernel, [(renamed(signed["ms_params"], tmp_path / "demo.ko"), "")], bundle="demo"
-    )
+    owns what its stored modules register, the same, an xz-compressed one too."""
+    module = tmp_path / file
+    data = signed["ms_params"].read_bytes()
+    if file.endswith(".xz"):  # as kbuild compresses a signed module: the whole file
+        data = lzma.compress(data, check=lzma.CHECK_CRC32)
+    module.write_bytes(data)
+    owner = pending(host, kernel, [(module, "")], bundle="demo")
     stored = Store(host.store).path(owner)
-    assert (stored / NAMES).read_text() == '{"modules/demo.ko": "ms_params"}'
+    assert (stored / NAMES).read_text() == f'{{"modules/{file}": "ms_params"}}'
     if not recorded:
         stored.chmod(0o755)
         (stored / NAMES).unlink()
