@@ -239,13 +239,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         running: str | None = layout.kernel_release()
     except OSError:
         running = None  # status says what cannot be read
-    config = Host(layout, salvage=True).config
-    floor = config.bundle_policy(args.bundle).min_version
-    brings = None
-    if (upcoming := next_kernel(layout, config.kernel.next).release) is not None:
-        brings = (upcoming, would_load(b, upcoming, floor, config.max_boot_attempts))
-    _report(args.bundle, b, what, args, out, running, brings)
+    _report(args.bundle, b, what, args, out, running, _next_boot(layout, args.bundle, b))
     return 0
+
+
+def _next_boot(
+    layout: Layout, name: str, bundle: BundleState
+) -> tuple[str, Generation | None] | None:
+    """The kernel the next boot runs and what a boot into it brings up of ``bundle`` (its
+    ``min_version`` and the attempts counted as boot counts them); None when unknown. The
+    config is read as boot reads it."""
+    config = Host(layout, salvage=True).config
+    if (upcoming := next_kernel(layout, config.kernel.next).release) is None:
+        return None
+    floor = config.bundle_policy(name).min_version
+    return upcoming, would_load(bundle, upcoming, floor, config.max_boot_attempts)
 
 
 def _refuse_uninstalled(layout: Layout, bundle: BundleState) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from service.config import Config
+from service.config import BundlePolicy, Config
 from service.layout import Layout
 from service.store.bundlerules import below_floor, name_problems, signer_problems, unlisted_params
 from service.store.firmware import firmware_problems
@@ -152,11 +152,32 @@ def verify_copy(
     # order is the reason to give first
     reasons = order_problems(modules)
     reasons += [f"{v.file}: {v.reason}" for v in verdicts if not v.ok]
-    reasons += firmware_problems(
+    policy = config.bundle_policy(manifest.bundle)
+    reasons += _bundle_problems(manifest, modules, layout, policy, target, trust, owners, names)
+    if not reasons:
+        reasons = preflight(layout, keyring, manifest, modules, target, trust)
+    return reasons
+
+
+def _bundle_problems(
+    manifest: Manifest,
+    modules: list[Verdict],
+    layout: Layout,
+    policy: BundlePolicy,
+    target: Target,
+    trust: TrustStore,
+    owners: Owners,
+    names: dict[str, str] | None,
+) -> list[str]:
+    """What the host's and the bundle's rules refuse of the verified ``modules``: firmware
+    only their own modules declare and no other bundle carries, module names no other
+    bundle owns and none in the place of the target kernel's own, signers the bundle's
+    table allows. ``names`` is filled with the name each module file registers."""
+    reasons = firmware_problems(
         [f.file for f in manifest.firmware],
         [name for v in modules if v.ok for name in v.firmware],
         bundle=manifest.bundle,
-        policy=config.bundle_policy(manifest.bundle),
+        policy=policy,
         host_file=host_firmware(layout, manifest.kernel),
         suffixes=target.firmware_suffixes,
         carried=owners.firmware,
@@ -170,18 +191,16 @@ def verify_copy(
     reasons += name_problems(
         registered,
         bundle=manifest.bundle,
-        policy=config.bundle_policy(manifest.bundle),
+        policy=policy,
         in_tree=host_modules(layout, manifest.kernel),
         builtin=target.builtin,
     )
     reasons += signer_problems(
         [(m.file, v.key_id) for m, v in zip(manifest.modules, modules, strict=True) if v.ok],
         bundle=manifest.bundle,
-        policy=config.bundle_policy(manifest.bundle),
+        policy=policy,
         trust=trust,
     )
-    if not reasons:
-        reasons = preflight(layout, keyring, manifest, modules, target, trust)
     return reasons
 
 
