@@ -95,6 +95,12 @@ class Layout:
         return self.var / "store"
 
     @property
+    def boot_window(self) -> Path:
+        """Which boot's one chance to load modules is taken, and by whom
+        (:mod:`service.boot.once`): persistent, so clearing ``/run`` cannot reopen it."""
+        return self.var / "boot-window.json"
+
+    @property
     def state(self) -> Path:
         """The per-bundle state file."""
         return self.var / "state.json"
@@ -134,12 +140,6 @@ class Layout:
     def heartbeat(self) -> Path:
         """The daemon's heartbeat file (refreshed every loop; ``status`` shows its age)."""
         return self.run / "heartbeat.json"
-
-    @property
-    def boot_window(self) -> Path:
-        """Which boot's one chance to load modules is taken, and by whom
-        (:mod:`service.boot.once`)."""
-        return self.run / "boot-window.json"
 
     @property
     def unloads(self) -> Path:

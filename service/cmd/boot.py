@@ -24,6 +24,7 @@ from service.store.phase import Phase
 if TYPE_CHECKING:
     import argparse
 
+    from service.boot.once import Closed
     from service.store.state import State
 
 
@@ -106,39 +107,58 @@ def lock_modules(layout: Layout) -> str:
 def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:
     """Whether this run may act: close this boot's window and say True, or, if it was
     closed already and ``force`` is not given, say why nothing is done and return False.
+    The check and the record are made under the state lock (a daemon closing the window
+    at the same moment waits for it); a boot id that cannot be read raises (nothing loads).
 
     A record that cannot be written is logged and the boot goes on (``state.json``'s boot
-    id, saved with the boot's first transition, still tells a second run); refusing would
-    boot the node without its driver.
+    id, saved with the boot's first transition, still tells a second run, and the daemon
+    writes the record down before it takes anything in); refusing would boot the node
+    without its driver.
     """
+    from service.boot import once
+    from service.store.statefile import locked
+
+    boot_id = once.current(layout)
+    with locked(layout.var):
+        before = once.closed(layout, boot_id)
+        if before is None or force:
+            _close(layout, boot_id)
+    if before is not None:
+        _say_closed(before, out, force=force)
+    return before is None or force
+
+
+def _close(layout: Layout, boot_id: str) -> None:
+    """Record that the boot closes this boot's window; a failure is logged, not fatal."""
     import time
 
     from service.boot import once
     from service.boot.loader import log
 
-    boot_id = layout.boot_id.read_text().strip()
-    before = once.closed(layout, boot_id)
-    if before is not None and not force:
-        log.warning("boot.already_done", boot_id=boot_id, by=before.by, at=before.at)
+    try:
+        once.close(layout, boot_id, once.BOOT, time.time())
+    except OSError as exc:
+        log.error("boot.window_unrecorded", path=str(layout.boot_window), error=str(exc))
+
+
+def _say_closed(before: Closed, out: TextIO, *, force: bool) -> None:
+    """Log and print that this boot's window was closed already (and whether forced)."""
+    from service.boot.loader import log
+
+    if not force:
+        log.warning("boot.already_done", boot_id=before.boot_id, by=before.by, at=before.at)
         print(
             f"modstage boot: nothing done: {before.sentence()}. Loading now would load or "
             "unload modules in the running system; pending generations load at the next "
             "boot (--force-live-load runs anyway)",
             file=out,
         )
-        return False
-    if before is not None:
-        log.warning("boot.forced_live", boot_id=boot_id, by=before.by, at=before.at)
-        print(
-            f"modstage boot: --force-live-load: {before.sentence()}; loading into the "
-            "running system",
-            file=out,
-        )
-    try:
-        once.close(layout, boot_id, once.BOOT, time.time())
-    except OSError as exc:
-        log.error("boot.window_unrecorded", path=str(layout.boot_window), error=str(exc))
-    return True
+        return
+    log.warning("boot.forced_live", boot_id=before.boot_id, by=before.by, at=before.at)
+    print(
+        f"modstage boot: --force-live-load: {before.sentence()}; loading into the running system",
+        file=out,
+    )
 
 
 def retire_metrics(layout: Layout, *, recorded: list[tuple[str, ...]] | None = None) -> None:

@@ -86,6 +86,7 @@ class Daemon:
     incomplete: int = 0  # drop directories still without their manifest: polled
     poll_incomplete: float = 1.0  # how often, while there are any
     next_beat: float = 0.0  # monotonic time of the next heartbeat
+    paused: str | None = "boot window not recorded yet"  # why no drop is taken in; None: taken
 
     def stopped(self) -> None:
         """The last heartbeat: the daemon stopped (``status`` says so at once, not after the
@@ -113,7 +114,7 @@ class Daemon:
         text = "error" if decision is None else "requested" if decision.due else decision.text()
         try:
             at = self.clock.now().timestamp()
-            write_heartbeat(self.layout.heartbeat, decision=text, at=at)
+            write_heartbeat(self.layout.heartbeat, decision=text, at=at, paused=self.paused)
         except OSError as exc:
             log.error("heartbeat.write_failed", path=str(self.layout.heartbeat), error=str(exc))
 
@@ -129,25 +130,33 @@ class Daemon:
             elif state.reboot:
                 log.info("daemon.restarted", reboot_intent=dump(state.reboot))
 
-    def close_boot_window(self) -> None:
-        """Close this boot's window for ``modstage boot`` if no boot closed it: the daemon
-        runs, so the boot's early moment is over (:mod:`service.boot.once`). A boot unit
-        started later in this boot (a package upgrade, an admin) then changes nothing."""
+    def close_boot_window(self) -> bool:
+        """Close this boot's window for ``modstage boot`` durably, if not done yet: the
+        daemon runs, so the boot's early moment is over (:mod:`service.boot.once`). A boot
+        unit started later in this boot (a package upgrade, an admin) then changes nothing.
+        Whether it is closed: until it is, no drop is taken in (each scan retries) and the
+        heartbeat says why (``status``)."""
         from service.boot import once
 
-        boot_id = self.layout.boot_id.read_text().strip()
-        if once.closed(self.layout, boot_id) is not None:
-            return
+        if self.paused is None:
+            return True
         try:
-            once.close(self.layout, boot_id, once.DAEMON, self.clock.now().timestamp())
+            found, now = once.close_for_daemon(self.layout, self.clock.now().timestamp())
         except OSError as exc:
+            self.paused, self.next_beat = f"boot window not recorded: {exc}", 0.0
             log.error("boot.window_unrecorded", path=str(self.layout.boot_window), error=str(exc))
-            return
-        log.info("boot.window_closed", by="daemon", boot_id=boot_id)
+            return False
+        self.paused, self.next_beat = None, 0.0
+        if now:
+            log.info("boot.window_closed", by="daemon", boot_id=found.boot_id)
+        return True
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (counting the incomplete first:
-        no event says when their manifest arrives, so the loop polls while there are any)."""
+        no event says when their manifest arrives, so the loop polls while there are any).
+        Nothing is taken in while this boot's window is not closed durably."""
+        if not self.close_boot_window():
+            return []
         self.incomplete = self.watcher.incomplete() if self.watcher is not None else 0
         outcomes = self.intake.run()
         if outcomes:
@@ -245,11 +254,13 @@ class Daemon:
 
     def rebuild_state(self) -> None:
         """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
+        from service.boot.once import boot_ran
         from service.store.generations import Store
         from service.store.recover import load_or_rebuild
 
         with locked(self.layout.var):
-            load_or_rebuild(self.layout.state, Store(self.layout.store))
+            booted = boot_ran(self.layout)  # the corrupt file's boot id, where it is known
+            load_or_rebuild(self.layout.state, Store(self.layout.store), boot_id=booted)
 
     def write_metrics(self) -> None:
         """Refresh the Prometheus textfile; a failure is logged, never fatal."""

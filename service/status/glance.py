@@ -30,11 +30,11 @@ def iso(epoch: float | None) -> str | None:
 STOPPED = "stopped"
 
 
-def write_heartbeat(path: Path, *, decision: str, at: float) -> None:
-    """The daemon's heartbeat: when it last went round its loop, and its reboot decision
-    (:data:`STOPPED` as it stops)."""
+def write_heartbeat(path: Path, *, decision: str, at: float, paused: str | None = None) -> None:
+    """The daemon's heartbeat: when it last went round its loop, its reboot decision
+    (:data:`STOPPED` as it stops), and why it takes no drop in (``paused``; None: it does)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"at": at, "pid": os.getpid(), "reboot_decision": decision}
+    doc = {"at": at, "pid": os.getpid(), "reboot_decision": decision, "intake_paused": paused}
     write_atomic(path, json.dumps(doc, sort_keys=True).encode() + b"\n")
 
 
@@ -47,6 +47,7 @@ class Heartbeat:
     at: str | None = None
     age_seconds: float | None = None
     decision: str | None = ""
+    intake_paused: str | None = None  # why the daemon takes no drop in (None: it does)
 
 
 def read_heartbeat(path: Path, now: float) -> Heartbeat:
@@ -58,12 +59,14 @@ def read_heartbeat(path: Path, now: float) -> Heartbeat:
         return Heartbeat(str(path), alive=False)
     age = max(0.0, now - at)
     decision = doc.get("reboot_decision") if isinstance(doc, dict) else None
+    paused = doc.get("intake_paused") if isinstance(doc, dict) else None
     return Heartbeat(
         str(path),
         alive=age <= HEARTBEAT_STALE and decision != STOPPED,
         at=iso(at),
         age_seconds=round(age, 1),
         decision=decision if isinstance(decision, str) else None,
+        intake_paused=paused if isinstance(paused, str) else None,
     )
 
 

@@ -107,7 +107,10 @@ def _daemon_line(doc: Report) -> str:
     if d.decision == STOPPED:
         return f"daemon: stopped at {d.at}: not running (nobody asks for reboots)"
     alive = "alive" if d.alive else "NOT RESPONDING"
-    return f"daemon: {alive}, last heartbeat {d.at} ({d.age_seconds or 0:.0f} s ago)"
+    line = f"daemon: {alive}, last heartbeat {d.at} ({d.age_seconds or 0:.0f} s ago)"
+    if d.intake_paused:
+        line += f"; TAKES NO DROP IN ({d.intake_paused}; retried at each scan)"
+    return line
 
 
 _SOURCE = {

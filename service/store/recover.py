@@ -40,8 +40,11 @@ def stored(store: Store) -> dict[str, Manifest]:
     return found
 
 
-def rebuild(pointer: dict[str, dict[str, object]], store: Store, why: str) -> State:
-    """A state holding each bundle's stored generations, the pointed-to one active."""
+def rebuild(
+    pointer: dict[str, dict[str, object]], store: Store, why: str, boot_id: str | None = None
+) -> State:
+    """A state holding each bundle's stored generations, the pointed-to one active, and
+    ``boot_id`` as the boot that ran (the corrupt file's is lost; the caller knows it)."""
     bundles: dict[str, BundleState] = {}
     at = round(time.time(), 3)
     for gid, m in stored(store).items():
@@ -59,7 +62,7 @@ def rebuild(pointer: dict[str, dict[str, object]], store: Store, why: str) -> St
         bundles[name] = BundleState(
             phase=phase, active=active, generations=b.generations, history=(entry,)
         )
-    return State(bundles=bundles)
+    return State(bundles=bundles, boot_id=boot_id)
 
 
 def _mtime(store: Store, generation: str) -> float:
@@ -69,14 +72,18 @@ def _mtime(store: Store, generation: str) -> float:
         return 0.0
 
 
-def load_or_rebuild(path: Path, store: Store, *, durable: bool = True) -> State:
+def load_or_rebuild(
+    path: Path, store: Store, *, durable: bool = True, boot_id: str | None = None
+) -> State:
     """``state.load``, or on a corrupt state a state rebuilt from the pointer and the store.
 
     Boot calls it (the caller holds the state lock), and so does the daemon when a step
     found the state corrupt. The rebuilt state is saved at once, so later boots and the
     daemon start from it and the boot unit never finds state.json missing.
     ``durable=False`` (``boot --dry-run``) decides the same and writes nothing: the
-    corrupt file is not moved aside, the rebuilt state not saved.
+    corrupt file is not moved aside, the rebuilt state not saved. ``boot_id``: the boot
+    known to have run in this boot (the daemon's, from :mod:`service.boot.once`), kept in
+    the rebuilt state; the boot records its own with its first attempt.
     """
     try:
         return load(path, set_aside=durable)
@@ -84,7 +91,7 @@ def load_or_rebuild(path: Path, store: Store, *, durable: bool = True) -> State:
         where = "is set aside at" if exc.moved else "would be set aside at"
         why = f"state.json was corrupt and {where} {exc.aside}"
         pointer = read_last_good(path.with_name(LAST_GOOD))
-        state = rebuild(pointer, store, why)
+        state = rebuild(pointer, store, why, boot_id)
         log.error(
             "state.rebuilt",
             path=str(path),

@@ -175,8 +175,8 @@ def test_another_boots_record_leaves_the_window_open(host: Layout, module: Path)
 
 
 def test_state_saved_in_this_boot_counts_without_the_record(host: Layout, module: Path) -> None:
-    """``state.json``'s boot id is the second witness: with the record gone (``/run``
-    lost), a state the boot saved in this boot still closes it."""
+    """``state.json``'s boot id is the second witness: with the record gone, a state the
+    boot saved in this boot still closes it."""
     staged(host, module, "1")
     assert boot(host)[0] == 0
     host.boot_window.unlink()
@@ -187,19 +187,24 @@ def test_state_saved_in_this_boot_counts_without_the_record(host: Layout, module
     assert code == 0 and "nothing done: modstage boot ran in this boot (boot id" in text
 
 
+def blocked(layout: Layout) -> Path:
+    """A directory, left by an earlier boot (its mtime before this boot began), where the
+    window record goes: the record reads as absent and cannot be written."""
+    layout.boot_window.mkdir(parents=True)
+    (layout.boot_window / "x").write_text("")
+    os.utime(layout.boot_window, (0, 0))
+    return layout.boot_window
+
+
 def test_an_unwritable_record_does_not_stop_the_boot(
     host: Layout, module: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The boot's first run still loads when the record cannot be written (an error is
     logged); the state's boot id then stops a second run."""
     staged(host, module, "1")
-    host.run.parent.mkdir(parents=True, exist_ok=True)
-    host.run.write_text("")  # a file where /run/modstage goes: the record cannot be written
-    try:
-        logged(capsys)
-        code, _ = boot(host)
-    finally:
-        host.run.unlink()
+    blocked(host)
+    logged(capsys)
+    code, _ = boot(host)
     assert code == 0 and load(host.state).bundle("demo").phase is Phase.ACTIVE
     assert "boot.window_unrecorded" in logged(capsys)
     assert "nothing done" in boot(host)[1]
