@@ -21,6 +21,7 @@ window); its boot id keeps it from going stale, a new boot id opens the window a
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ def current(layout: Layout) -> str:
     """This boot's id; OSError when it cannot be read or is empty (nothing then loads)."""
     boot_id = layout.boot_id.read_text().strip()
     if not boot_id:
-        raise OSError(f"{layout.boot_id}: no boot id")
+        raise OSError(errno.ENODATA, "no boot id", str(layout.boot_id))
     return boot_id
 
 
