@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from service.boot import once
 from service.cli import main
 from service.layout import Layout
 from service.store.phase import Phase
-from service.store.statefile import load
+from service.store.statefile import load, locked
 from stager.drop import ModuleSpec, stage
 from tests.service.test_boot_once import blocked, boot, daemon_of, reboot, staged
 
@@ -175,3 +176,35 @@ def test_the_boot_and_the_daemon_share_one_record(host: Layout) -> None:
     """The record is a file under the state directory, not under ``/run``."""
     assert host.boot_window.parent == host.var
     assert once.closed(host, this_boot(host)) is None
+
+
+def test_the_daemon_closes_the_window_under_the_state_lock(host: Layout) -> None:
+    """The daemon checks and writes the record under the state lock, so a ``modstage
+    boot`` holding it (checking the window, or loading) is never raced: the record is
+    written only once the lock is free."""
+    daemon = daemon_of(host)
+    with locked(host.var):
+        worker = threading.Thread(target=daemon.close_boot_window)
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not host.boot_window.exists()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert json.loads(host.boot_window.read_text())["by"] == "daemon"
+
+
+def test_the_boot_checks_the_window_under_the_state_lock(host: Layout, module: Path) -> None:
+    """A ``modstage boot`` waits for the state lock before it reads or writes the record
+    (a daemon closing the window at that moment finishes first): with a drop taken in and
+    the daemon's record written while it waited, the boot changes nothing."""
+    staged(host, module, "1")
+    result: list[tuple[int, str]] = []
+    with locked(host.var):
+        worker = threading.Thread(target=lambda: result.append(boot(host)))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not host.boot_window.exists()
+        once.close(host, this_boot(host), once.DAEMON, 1.0)
+    worker.join(30)
+    assert result and "nothing done: the daemon started before any modstage boot" in result[0][1]
+    assert load(host.state).bundle("demo").phase is Phase.PENDING
