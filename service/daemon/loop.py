@@ -131,25 +131,25 @@ class Daemon:
                 log.info("daemon.restarted", reboot_intent=dump(state.reboot))
 
     def close_boot_window(self) -> bool:
-        """Close this boot's window for ``modstage boot`` durably, if not done yet: the
-        daemon runs, so the boot's early moment is over (:mod:`service.boot.once`). A boot
-        unit started later in this boot (a package upgrade, an admin) then changes nothing.
-        Whether it is closed: until it is, no drop is taken in (each scan retries) and the
-        heartbeat says why (``status``)."""
+        """Close this boot's window for ``modstage boot`` durably, if the record does not
+        name this boot already: the daemon runs, so the boot's early moment is over
+        (:mod:`service.boot.once`). A boot unit started later in this boot (a package
+        upgrade, an admin) then changes nothing. Whether it is closed: every scan checks
+        first, takes no drop in while it is not, and the heartbeat says why (``status``)."""
         from service.boot import once
 
-        if self.paused is None:
-            return True
         try:
             found, now = once.close_for_daemon(self.layout, self.clock.now().timestamp())
         except OSError as exc:
-            self.paused, self.next_beat = f"boot window not recorded: {exc}", 0.0
+            paused: str | None = f"boot window not recorded: {exc}"
             log.error("boot.window_unrecorded", path=str(self.layout.boot_window), error=str(exc))
-            return False
-        self.paused, self.next_beat = None, 0.0
-        if now:
-            log.info("boot.window_closed", by="daemon", boot_id=found.boot_id)
-        return True
+        else:
+            paused = None
+            if now:
+                log.info("boot.window_closed", by="daemon", boot_id=found.boot_id)
+        if paused != self.paused:
+            self.paused, self.next_beat = paused, 0.0  # status learns at the next heartbeat
+        return paused is None
 
     def take_drops(self) -> list[Any]:
         """Rescan incoming/ and take in every complete drop (counting the incomplete first:

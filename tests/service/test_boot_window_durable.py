@@ -208,3 +208,18 @@ def test_the_boot_checks_the_window_under_the_state_lock(host: Layout, module: P
     worker.join(30)
     assert result and "nothing done: the daemon started before any modstage boot" in result[0][1]
     assert load(host.state).bundle("demo").phase is Phase.PENDING
+
+
+def test_every_scan_checks_the_record_first(host: Layout, module: Path) -> None:
+    """A record removed while the daemon runs (an admin) is written again before the
+    daemon's next scan takes a drop in, so a later boot in the same boot still changes
+    nothing."""
+    daemon = daemon_of(host)
+    assert daemon.close_boot_window()
+    host.boot_window.unlink()
+    dropped(host, module, "1")
+    assert [o.accepted for o in daemon.take_drops()] == [True]
+    assert json.loads(host.boot_window.read_text())["boot_id"] == this_boot(host)
+    code, text = boot(host)
+    assert code == 0 and "nothing done" in text
+    assert load(host.state).bundle("demo").phase is Phase.PENDING
