@@ -162,7 +162,11 @@ def close_for_daemon(layout: Layout, at: float) -> tuple[Closed, bool]:
 
 def boot_ran(layout: Layout) -> str | None:
     """This boot's id if ``modstage boot`` closed its window (what a state rebuilt in
-    this boot keeps as its boot id), else None."""
-    boot_id = current(layout)
+    this boot keeps as its boot id), else None (also when the boot id cannot be read: the
+    rebuild goes on without it)."""
+    try:
+        boot_id = current(layout)
+    except OSError:
+        return None
     found = closed(layout, boot_id)
     return boot_id if found is not None and found.by == BOOT else None

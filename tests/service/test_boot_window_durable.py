@@ -223,3 +223,14 @@ def test_every_scan_checks_the_record_first(host: Layout, module: Path) -> None:
     code, text = boot(host)
     assert code == 0 and "nothing done" in text
     assert load(host.state).bundle("demo").phase is Phase.PENDING
+
+
+def test_a_rebuild_without_a_boot_id_still_rebuilds(host: Layout, module: Path) -> None:
+    """With no readable boot id the daemon's rebuild of a corrupt state still happens (the
+    state has no boot id then): the next boot never finds ``state.json`` missing."""
+    staged(host, module, "1")
+    host.state.write_text("{corrupt")
+    host.boot_id.unlink()
+    daemon_of(host).rebuild_state()
+    state = load(host.state)
+    assert state.boot_id is None and "demo" in state.bundles
