@@ -16,6 +16,13 @@ from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 POD_DIR = "/run/nvidia/modstage/incoming"
 
 
+def _drop(into: Path, bundle: str, version: str, kernel: str, module: Path) -> Path:
+    """A drop of ``bundle`` with one module staged into ``into``."""
+    return Path(
+        stage(into, bundle=bundle, version=version, kernel=kernel, modules=[ModuleSpec(module, "")])
+    )
+
+
 def _pod_dir(host: Layout) -> tuple[Config, Path]:
     """A config with the host's incoming directory and a driver pod's, and the pod's."""
     config = Config.from_dict({"incoming_dirs": ["/var/lib/modstage/incoming", POD_DIR]})
@@ -31,24 +38,8 @@ def test_a_later_named_drop_in_another_directory_removes_no_drop_here(
     named for mofed with a later time whose module does not match its manifest: the
     pod's drop is refused, and mofed's own drop is taken in, not superseded unjudged."""
     config, pod = _pod_dir(host)
-    legit = Path(
-        stage(
-            host.incoming,
-            bundle="mofed",
-            version="1",
-            kernel=kernel,
-            modules=[ModuleSpec(signed["ms_params"], "")],
-        )
-    )
-    bogus = Path(
-        stage(
-            pod,
-            bundle="mofed",
-            version="2",
-            kernel=kernel,
-            modules=[ModuleSpec(signed["ms_params"], "")],
-        )
-    )
+    legit = _drop(host.incoming, "mofed", "1", kernel, signed["ms_params"])
+    bogus = _drop(pod, "mofed", "2", kernel, signed["ms_params"])
     bogus = bogus.rename(pod / "mofed.99999999999999999999.ff")
     ko = next((bogus / "modules").iterdir())
     ko.chmod(0o644)
@@ -63,24 +54,8 @@ def test_a_drop_in_the_same_directory_still_supersedes_older_ones(
 ) -> None:
     """Two drops of a bundle for the same kernel in one directory: only the newer is
     taken in, the older is superseded (removed unjudged), as one writer's newest wins."""
-    first = Path(
-        stage(
-            host.incoming,
-            bundle="mofed",
-            version="1",
-            kernel=kernel,
-            modules=[ModuleSpec(signed["ms_params"], "")],
-        )
-    )
-    second = Path(
-        stage(
-            host.incoming,
-            bundle="mofed",
-            version="2",
-            kernel=kernel,
-            modules=[ModuleSpec(signed["ms_params"], "")],
-        )
-    )
+    first = _drop(host.incoming, "mofed", "1", kernel, signed["ms_params"])
+    second = _drop(host.incoming, "mofed", "2", kernel, signed["ms_params"])
     outcomes = make_intake(host).run()
     assert [(o.drop.name, o.accepted) for o in outcomes] == [(second.name, True)]
     assert not first.exists()
@@ -95,15 +70,7 @@ def test_a_drop_named_for_a_live_bundle_with_another_bundles_manifest_touches_ne
     boot_with(host, FakeKernel(sys=host.sys)).run()
     before = load(host.state).bundle("mofed")
     status_before = json.loads((host.status / "mofed.json").read_text())
-    bogus = Path(
-        stage(
-            host.incoming,
-            bundle="x",
-            version="1",
-            kernel=kernel,
-            modules=[ModuleSpec(signed["ms_exporter"], "")],
-        )
-    )
+    bogus = _drop(host.incoming, "x", "1", kernel, signed["ms_exporter"])
     bogus = bogus.rename(bogus.with_name("mofed.99999999999999999999.ff"))
     [outcome] = make_intake(host).run()
     assert not outcome.accepted and outcome.bundle is None
