@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from service.layout import Layout
+from service.store.owners import NAMES
 from service.store.state import State
 from service.store.statefile import decode
 from stager.manifest import Manifest
@@ -21,7 +22,8 @@ def state_of(layout: Layout) -> State:
 
 
 def published_problems(layout: Layout) -> list[str]:
-    """Every store directory but ``.tmp-*`` is complete and matches its manifest."""
+    """Every store directory but ``.tmp-*`` is complete and matches its manifest (beside
+    which intake records the names its modules register)."""
     problems: list[str] = []
     if not layout.store.is_dir():
         return problems
@@ -41,7 +43,7 @@ def published_problems(layout: Layout) -> list[str]:
             str((Path(d) / n).relative_to(gen))
             for d, _dirs, files in os.walk(gen)
             for n in files
-            if n != MANIFEST_NAME or Path(d) != gen
+            if n not in (MANIFEST_NAME, NAMES) or Path(d) != gen
         }
         if present != set(entries):
             problems.append(f"{gen.name}: files {sorted(present ^ set(entries))} differ")

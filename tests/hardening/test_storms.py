@@ -148,7 +148,7 @@ def test_drop_of_10000_files(
     cpu, wall, outcome = _timed_intake(fast_host)
     assert outcome.accepted, outcome.reasons
     gen = fast_host.store / str(outcome.generation)
-    assert sum(len(f) for _d, _s, f in os.walk(gen)) == 4097 + 1
+    assert sum(len(f) for _d, _s, f in os.walk(gen)) == 4097 + 2  # manifest, names record
     print(
         f"\n10,000-file drop taken in {wall:.2f} s ({cpu:.2f} s CPU); "
         f"1,000 files in {small_wall:.2f} s ({small_cpu:.2f} s CPU): "
