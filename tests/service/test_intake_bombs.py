@@ -3,8 +3,6 @@ flight whatever the workers, the per-drop budget from the config, good drops unh
 
 from __future__ import annotations
 
-import lzma
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -100,23 +98,28 @@ def test_the_drops_decompressed_bytes_are_bounded_by_the_config(
     assert "big" not in load(host.state).bundles
 
 
-def test_the_limit_is_per_drop(host: Layout, good: Path, kernel: str, tmp_path: Path) -> None:
-    """A limit that one drop's module fits is not used up by the drops taken before it
-    (three bundles, each its module under its own file name: a module name belongs to one
-    bundle)."""
-    image = len(lzma.decompress(good.read_bytes()))
-    config = Config(limits=replace(Limits(), max_decompressed_bytes=image * 3 // 2))
-    for version in ("1", "2", "3"):
-        own = tmp_path / f"b{version}" / f"ms_params_{version}.ko.xz"
-        own.parent.mkdir()
-        shutil.copyfile(good, own)
+def test_the_limit_is_per_drop(
+    host: Layout, modules: dict[str, Path], rsa_key: SigningKey, kernel: str, tmp_path: Path
+) -> None:
+    """A limit that each drop's module fits is not used up by the drops taken before it:
+    three bundles, each with its own xz-compressed module (a module name belongs to one
+    bundle), together past the limit, all taken in in one run."""
+    sizes = []
+    for version, name in enumerate(("ms_params", "ms_exporter", "ms_enodev"), start=1):
+        signed = sign(modules[name], rsa_key, tmp_path / f"{name}.ko")
+        sizes.append(signed.stat().st_size)
+        own = tmp_path / f"{name}.ko.xz"
+        own.write_bytes(compress(signed.read_bytes(), "xz"))
         stage(
             host.incoming,
             bundle=f"b{version}",
-            version=version,
+            version=str(version),
             kernel=kernel,
             modules=[ModuleSpec(own)],
         )
+    limit = max(sizes) * 3 // 2
+    assert sum(sizes) > limit  # together they would not fit
+    config = Config(limits=replace(Limits(), max_decompressed_bytes=limit))
     outcomes = make_intake(host, config).run()
     assert len(outcomes) == 3 and all(o.accepted for o in outcomes), outcomes
 
