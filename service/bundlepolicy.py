@@ -1,14 +1,14 @@
 """``[bundles.<name>]`` of ``config.toml``: what the host allows one bundle's drops beyond
-the defaults (``docs/config.md``), read as every record is (:mod:`stager.record`).
+the defaults (``docs/config.md``), read as every record is (:mod:`stager.schema.record`).
 
 Every value but ``min_version`` (a version, ordered as Debian orders versions) and
 ``signers`` (trusted certificates, each by its key identifier in hex or its file name in
 ``trusted.d``: :func:`signer_problem`) is a list of shell-style globs (``fnmatch``, case
 matters). ``firmware`` and ``firmware_override`` are
 over a firmware file's name below ``firmware/`` (``*`` also matches ``/``;
-:mod:`service.store.firmware`); ``shadow_in_tree`` and ``modules`` are over module names
+:mod:`service.intake.firmware_names`); ``shadow_in_tree`` and ``modules`` are over module names
 and ``params`` over module parameter names, ``-`` and ``_`` alike, as the kernel compares
-both (:func:`name_matches`; :mod:`service.store.bundlerules`).
+both (:func:`name_matches`; :mod:`service.intake.bundlerules`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from stager.manifest import token_problem
-from stager.paths import bundle_problem
-from stager.record import RecordError, kind, load, spec
+from stager.schema.manifest import token_problem
+from stager.schema.paths import bundle_problem
+from stager.schema.record import RecordError, kind, load, spec
 
 
 def _globs(patterns: tuple[str, ...]) -> str | None:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from stager.errors import StagerError
+from stager.schema.failures import StagerError
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1

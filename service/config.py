@@ -77,16 +77,16 @@ from datetime import date, time
 from pathlib import Path
 from typing import Any
 
-from service.backends import BACKENDS
 from service.bundlepolicy import BundlePolicy as BundlePolicy  # re-exported: its home before
 from service.bundlepolicy import load_bundles
 from service.errors import ConfigError
 from service.layout import is_release
 from service.limits import POSITIVE as _POSITIVE
 from service.limits import Limits as Limits  # re-exported: its home before
-from service.window import DAYS, Guard, Window, zone
-from stager.manifest import MemoryPolicy
-from stager.record import RecordError, load, spec
+from service.rebooting.backends import BACKENDS
+from service.rebooting.window import DAYS, Guard, Window, zone
+from stager.schema.manifest import MemoryPolicy
+from stager.schema.record import RecordError, load, spec
 
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
 _WHOLE_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
@@ -128,7 +128,7 @@ def _prefix_problem(prefix: str) -> str | None:
 
 @dataclass(frozen=True)
 class NodeLabels:
-    """``[node_labels]``: each bundle's state as node labels (:mod:`service.store.labels`)."""
+    """``[node_labels]``: each bundle's state as node labels (:mod:`service.publish.labels`)."""
 
     enabled: bool = True  # written only where NFD's features.d directory exists
     prefix: str = field(default="modstage.io", metadata=spec(check=_prefix_problem))
@@ -151,11 +151,11 @@ def _release_problem(release: str | None) -> str | None:
 @dataclass(frozen=True)
 class KernelChoice:
     """``[kernel]``: which kernel the next boot runs, when the admin says it
-    (:mod:`service.kernel.nextboot`; unset: grub's files say it)."""
+    (:mod:`service.host.nextboot`; unset: grub's files say it)."""
 
     next: str | None = field(default=None, metadata=spec(check=_release_problem))
     # seconds after the next kernel was installed that a reboot into it waits for the
-    # bundles with no generation for it (:mod:`service.gate`); 0: never wait
+    # bundles with no generation for it (:mod:`service.rebooting.gate`); 0: never wait
     hold_max: int = field(default=HOLD_MAX, metadata=spec(check=_not_negative))
 
 
@@ -429,7 +429,7 @@ class Config:
             raise ConfigError(path, [_with_value(p, data) for p in exc.problems]) from None
 
 
-# the type problems :mod:`stager.record` words for every record (``at: must be X, not Y``)
+# the type problems :mod:`stager.schema.record` words for every record (``at: must be X, not Y``)
 _TYPE_PROBLEM = re.compile(r"(?P<at>[^:]+): must be (?P<what>.+), not [^,]+\Z")
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")  # ``limits.max_files``, ``allowed_bundles[1]``
 

@@ -204,7 +204,7 @@ class Layout:
         """The running kernel's release, read under this layout's root."""
         return self.os_release.read_text().strip()
 
-    # the target kernel's own files (read by service.verify.target.kernel). Two layouts exist
+    # the target kernel's own files (read by service.verify.targetkernel.kernel). Two layouts exist
     # on real hosts: /boot/vmlinuz-<release> and /boot/config-<release> beside
     # /lib/modules/<release> (Debian 12 and 13), or everything in /usr/lib/modules/<release>
     # (vmlinuz, config, System.map: Debian's 7.2 packages, Fedora, Arch); /boot is read first
@@ -267,7 +267,7 @@ class Layout:
         return beside if beside.exists() else boot
 
     def exports_cache(self, release: str) -> Path:
-        """The parsed exports of a kernel release (see ``service.verify.target.exports``)."""
+        """The parsed exports of a kernel release (see ``service.verify.targetkernel.exports``)."""
         return self.var / "cache" / f"exports-{release}"
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stager.record import spec
+from stager.schema.record import spec
 
 
 def _at_least_one(value: int) -> str | None:

@@ -20,9 +20,9 @@ announcement (``status/_host.json``) every ``MODSTAGE_NEXT_KERNEL_EVERY`` second
 next boot runs another kernel (a kernel update was installed) and the host has no ``nvidia``
 generation for it, the pod stages the image's modules for that kernel, once; the host
 judges them against that kernel's own files and holds the reboot until it has
-(:mod:`service.gate`). A kernel the image does not carry, and a refusal, are said in the
+(:mod:`service.rebooting.gate`). A kernel the image does not carry, and a refusal, are said in the
 pod's log. ``init`` also stages, once, for each other kernel
-the host announces as installed that the image carries (:mod:`stager.installed`).
+the host announces as installed that the image carries (:mod:`stager.other_kernels`).
 
 Settings come from the image's environment (see :class:`Settings`). Standard library only.
 """
@@ -40,10 +40,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from stager.atomic import write_atomic
-from stager.errors import StagerError
-from stager.installed import stage_installed
-from stager.statusfile import StatusFile
+from stager.other_kernels import stage_installed
+from stager.schema.atomic import write_atomic
+from stager.schema.failures import StagerError
+from stager.schema.statusfile import StatusFile
 from stager.wait import EXIT_ACTIVE, Target, wait_for
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Settings:
 
     @property
     def host_file(self) -> Path:
-        """The host's announcement of its kernels (``service.store.announce``)."""
+        """The host's announcement of its kernels (``service.publish.announce``)."""
         return self.modstage_dir / "status" / "_host.json"
 
     @property
@@ -230,7 +230,7 @@ class Driver:
     def stage_and_wait(self) -> int:
         """Stage the bundle into the host's pod directory and wait for its verdict, staging
         for the next boot's kernel meanwhile when the host announces one."""
-        from stager.manifest import Manifest
+        from stager.schema.manifest import Manifest
 
         s = self.settings
         self._wait_for_host(s.modstage_dir / "incoming")

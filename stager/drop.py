@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from stager.atomic import fsync_dir, fsync_file, write_atomic
-from stager.errors import ManifestError, StageError
-from stager.manifest import MAX_MANIFEST_BYTES, SCHEMA, FirmwareEntry, Manifest, ModuleEntry
-from stager.modfile import HEAD, Unchecked, compression, elf_problem, payload_head
-from stager.params import ParamsError, merge_params, parse_params
-from stager.paths import (
+from stager.schema.atomic import fsync_dir, fsync_file, write_atomic
+from stager.schema.failures import ManifestError, StageError
+from stager.schema.manifest import MAX_MANIFEST_BYTES, SCHEMA, FirmwareEntry, Manifest, ModuleEntry
+from stager.schema.modfile import HEAD, Unchecked, compression, elf_problem, payload_head
+from stager.schema.params import ParamsError, merge_params, parse_params
+from stager.schema.paths import (
     DIGEST_NAME,
     MANIFEST_NAME,
     drop_name,
@@ -296,7 +296,7 @@ def _check_readable(path: Path, what: str) -> None:
 
 def _check_module(path: Path) -> str | None:
     """``path`` is a readable regular file that looks like a kernel module, compressed ones
-    by the start of their payload (:mod:`stager.modfile`), or :class:`StageError` (a
+    by the start of their payload (:mod:`stager.schema.modfile`), or :class:`StageError` (a
     symlink to ``/etc/shadow``, plain or compressed, is refused, never copied). Returns a
     note when the payload could not be checked (a ``.ko.zst`` without ``zstandard``)."""
     _check_readable(path, "module")

@@ -30,7 +30,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from stager.errors import StagerError
+from stager.schema.failures import StagerError
 
 Stopped = Callable[[float], bool]  # wait up to that many seconds; True once told to stop
 

@@ -20,8 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from stager.atomic import write_atomic
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.atomic import write_atomic
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
 
 STAGED_DIR_ENV = "MODSTAGE_STAGED_DIR"
 

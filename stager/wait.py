@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from stager.atomic import write_atomic
-from stager.errors import ManifestError, StagerError
-from stager.manifest import Manifest
-from stager.paths import BUNDLE_RE, parse_drop_name
+from stager.schema.atomic import write_atomic
+from stager.schema.failures import ManifestError, StagerError
+from stager.schema.manifest import Manifest
+from stager.schema.paths import BUNDLE_RE, parse_drop_name
+from stager.schema.statusfile import FAILED, NO_DEVICE, OTHER_KERNEL, REJECTED, StatusFile
 from stager.staged import Seen, last_drop
-from stager.statusfile import FAILED, NO_DEVICE, OTHER_KERNEL, REJECTED, StatusFile
 
 EXIT_ACTIVE = 0
 EXIT_REFUSED = 1

@@ -1,10 +1,10 @@
 """docs/kernel.md's table of the kernel's rules, rendered from
-`service.verify.target.rules.ROWS` (`python3 -m tests.rules_doc` prints it; tests/test_docs.py
+`service.verify.targetkernel.rules.ROWS` (`python3 -m tests.rules_doc` prints it; tests/test_docs.py
 checks that the doc holds exactly these lines)."""
 
 from __future__ import annotations
 
-from service.verify.target.rules import ROWS, Row, Since, Symbol
+from service.verify.targetkernel.rules import ROWS, Row, Since, Symbol
 
 HEADER = (
     "| rule | mirrors | decided by | unread | knob |",

@@ -7,7 +7,7 @@ from dataclasses import fields
 from hypothesis import strategies as st
 
 from service.config import REBOOT_KEYS, Config, Limits
-from stager.manifest import FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
+from stager.schema.manifest import FirmwareEntry, Manifest, MemoryPolicy, ModuleEntry
 
 _LOWER = "abcdefghijklmnopqrstuvwxyz0123456789"
 _ALNUM = _LOWER + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from service.bundles.phase import Phase
 from service.config import Config
 from service.status.health import Health
 from service.status.metrics import families
-from service.store.phase import Phase
 from tests.service.test_upgrading import HOUR, T0, V2, Node, _timed
 
 pytestmark = pytest.mark.debian  # promtool from Debian's prometheus package
@@ -193,8 +193,8 @@ def test_a_next_kernel_without_the_driver_warns_after_an_hour(tmp_path: Path) ->
     metrics of such a host, sampled every 5 minutes for 3 hours) gets
     ``ModstageNextKernelWithoutDriver`` (warning, naming bundle and kernel) once the gap has
     lasted an hour, and not before; a node whose driver for that kernel is pending gets none."""
+    from service.bundles.state import Generation, State
     from service.status.collect import collect
-    from service.store.state import Generation, State
     from tests.service.test_reboot_required import NEW, NEXT, active, updated
 
     covered = active().with_generation(Generation(NEW, "2.0", NEXT, added=2.0))

@@ -127,7 +127,7 @@ def test_kured_sentinel_file_resolves_to_the_host_file_modstage_and_apt_write() 
     """The path kured stats in its container is, through its hostPath mount, the host file
     the kured backend writes by default (and unattended-upgrades writes)."""
     from service.config import RebootConfig
-    from service.reboot import KuredSentinel, rebooter
+    from service.rebooting.request import KuredSentinel, rebooter
 
     spec, flags = kured()
     stat = Path(flags["reboot-sentinel"])
@@ -179,9 +179,9 @@ NEEDS_REBOOT = "*** System restart required ***\n"
 
 
 def _pending_state(kernel: str) -> str:
-    from service.store.phase import Phase
-    from service.store.state import BundleState, Generation, State
-    from service.store.statefile import encode
+    from service.bundles.phase import Phase
+    from service.bundles.state import BundleState, Generation, State
+    from service.bundles.statefile import encode
 
     gen = Generation("b" * 64, "2.0", kernel, added=1.0)
     bundle = BundleState().with_generation(gen).move(Phase.PENDING, pending=gen.id)

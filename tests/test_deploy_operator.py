@@ -12,7 +12,7 @@ import yaml
 
 from service.config import Config
 from service.layout import Layout
-from service.window import Window
+from service.rebooting.window import Window
 from tests.vm.operator.nvidiadriver import (
     DEPLOY_DRIVER,
     GPU_PRESENT,

@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
+from service.bundles.state import State
 from service.config import Config
-from service.store.labels import render
-from service.store.state import State
+from service.publish.labels import render
 from stager.driver import Settings
 from tests.test_deploy import GPU_TAINTS, tolerates
 from tests.vm.operator.nvidiadriver import (

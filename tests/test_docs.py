@@ -208,7 +208,7 @@ def modules() -> list[str]:
 
 
 def as_module(name: str) -> str:
-    """A path (``service/store/state.py``, ``service/verify/``) or dotted name, as a module."""
+    """A path (``service/bundles/state.py``, ``service/verify/``) or dotted name, as a module."""
     return name.removesuffix(".py").strip("/").replace("/", ".")
 
 
@@ -228,7 +228,7 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
     doc = tmp_path / "stale.md"
     doc.write_text(
         "See `service/verify/x509.py` and\n"
-        ":mod:`service.verify.x509` (`service.store.state.BundleState.nothing`),\n"
+        ":mod:`service.verify.x509` (`service.bundles.state.BundleState.nothing`),\n"
         "then REMOVED-NOTES.md, service.cli and `docs/kernel.md`.\n"
     )
     code = tmp_path / "stale.py"
@@ -243,7 +243,7 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
     assert [path_exists(m.name) for m in paths] == [False, True]
     assert [(m.file.name, m.line, m.name, resolves(m.name)) for m in names] == [
         ("stale.md", 2, "service.verify.x509", False),
-        ("stale.md", 2, "service.store.state.BundleState.nothing", False),
+        ("stale.md", 2, "service.bundles.state.BundleState.nothing", False),
         ("stale.md", 3, "service.cli", True),
         ("stale.py", 3, "service.nowhere.y", False),
     ]
@@ -256,7 +256,7 @@ def test_the_checks_name_a_stale_mention(tmp_path: Path) -> None:
 
 
 def test_the_kernel_rules_in_the_docs_are_the_code_table_row_by_row() -> None:
-    """docs/kernel.md's table of the kernel's rules is `service.verify.target.rules.ROWS`
+    """docs/kernel.md's table of the kernel's rules is `service.verify.targetkernel.rules.ROWS`
     rendered cell by cell (each rule, the functions it mirrors, its symbol or release and
     commit, what is assumed unread, its knob): a row changed in one shows here."""
     from tests.rules_doc import HEADER, render
@@ -268,10 +268,10 @@ def test_the_kernel_rules_in_the_docs_are_the_code_table_row_by_row() -> None:
 
 
 def test_every_commit_a_rule_names_is_cited_in_the_docs_with_its_release() -> None:
-    """Wherever docs/ cite a commit a rule of `service.verify.target.rules.ROWS` is decided
+    """Wherever docs/ cite a commit a rule of `service.verify.targetkernel.rules.ROWS` is decided
     by (a table row, a paragraph), they give the release the table decides it at: a row
     moved to another release and a doc left saying the old one show here."""
-    from service.verify.target.rules import ROWS, Symbol
+    from service.verify.targetkernel.rules import ROWS, Symbol
 
     blocks = [
         block

@@ -23,7 +23,7 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 #: The verification packages, each held to its own layers by a contract in pyproject.toml.
 VERIFY_PACKAGES = (
     "service.verify.signature",
-    "service.verify.target",
+    "service.verify.targetkernel",
     "service.verify.modfile",
     "service.verify.compressed",
 )

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.state import State
 from service.cli import main
+from service.generations.store import Store
 from service.parser import build_parser
-from service.store.generations import Store
-from service.store.state import State
-from stager.paths import MANIFEST_NAME
+from stager.schema.paths import MANIFEST_NAME
 from tests.service.test_status import NEW, failed_new, host
 
 README = Path(__file__).resolve().parents[1] / "README.md"

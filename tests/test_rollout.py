@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from service.window import Window
+from service.rebooting.window import Window
 
 BENCH = Path(__file__).resolve().parents[1] / "bench/rollout"
 

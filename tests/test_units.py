@@ -145,10 +145,10 @@ def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
     With only ``state.json`` as its condition, a boot that set a corrupt state aside and
     crashed before rebuilding would skip the unit on every later boot and leave the node
     without its last good modules. Each path is the one ``Layout`` and
-    ``service.store.state`` use on a host.
+    ``service.bundles.state`` use on a host.
     """
+    from service.bundles.statefile import LAST_GOOD
     from service.layout import Layout
-    from service.store.statefile import LAST_GOOD
 
     state = Layout(Path("/")).state
     conditions = unit_conditions(BOOT)
@@ -161,9 +161,9 @@ def test_boot_unit_runs_whenever_there_is_a_state_to_recover() -> None:
 @pytest.mark.parametrize("unit", [DAEMON, BOOT], ids=lambda p: p.name)
 def test_both_units_may_write_the_node_feature_directory(unit: Path) -> None:
     """`ProtectSystem=strict` makes /etc read-only: each unit names node-feature-discovery's
-    features.d (the directory the labels are written to, `service.store.labels`) among its
+    features.d (the directory the labels are written to, `service.publish.labels`) among its
     ReadWritePaths=, with "-" so that a host without NFD starts the unit all the same."""
-    from service.store.labels import FEATURES_DIR
+    from service.publish.labels import FEATURES_DIR
 
     writable = [
         word

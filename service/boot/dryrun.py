@@ -1,7 +1,7 @@
 """``modstage boot --dry-run``: the next boot, run with nothing made real.
 
 The dry run is :class:`~service.boot.loader.Boot` itself, given a kernel that records its
-calls (:class:`~service.kernel.recording.RecordingKernel`, reading the live modules from
+calls (:class:`~service.host.recording.RecordingKernel`, reading the live modules from
 ``/sys``), a sysfs and a firmware view that record their writes, and a
 :class:`~service.boot.persist.Recorded` persistence that writes nothing and takes no lock.
 Every decision is the boot's own (which generation, the ``after`` order, modules already
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, TextIO
 
 from service.boot.loader import Boot, summary
 from service.boot.persist import Recorded
+from service.bundles.phase import Phase
+from service.bundles.state import State
 from service.config import Config
-from service.kernel import pci
-from service.kernel.firmware import PATH_PARAM, RecordingFirmwareView
-from service.kernel.pci import PciDevice
-from service.kernel.recording import Identify, RecordingKernel
-from service.kernel.sysfs import RecordingSysfs, Sysfs
+from service.host import pci
+from service.host.firmware import PATH_PARAM, RecordingFirmwareView
+from service.host.pci import PciDevice
+from service.host.recording import Identify, RecordingKernel
+from service.host.sysfs import RecordingSysfs, Sysfs
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.state import State
 
 if TYPE_CHECKING:
     from service.verify.signature.trust import TrustStore

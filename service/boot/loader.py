@@ -7,7 +7,7 @@ once, re-verify it from that descriptor and hand the same descriptor to
 the generation failed with the kernel's words and bring up the last known good.
 
 A module whose init returns ENODEV, has PCI aliases, and none of whose devices is
-present and free (:mod:`service.kernel.pci`, read only then) is for hardware that is
+present and free (:mod:`service.host.pci`, read only then) is for hardware that is
 absent: the bundle is recorded ``no_device``, its attempt given back, nothing failed
 and no fallback; the next boot tries the same generation again.
 """
@@ -26,25 +26,25 @@ from service import faults
 from service.boot.persist import Durable, Persist
 from service.boot.plan import Choice, choose, order
 from service.boot.reverify import Reverified, reverify
+from service.bundles.cover import carried as carried_for
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad
+from service.bundles.state import BundleState, State
 from service.config import Config
 from service.errors import BootError, LoadError, NoDevice
-from service.kernel.firmware import FirmwareView
-from service.kernel.modules import Kernel
-from service.kernel.sysfs import Sysfs
+from service.generations.store import Store
+from service.host.firmware import FirmwareView
+from service.host.modules import Kernel
+from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
-from service.store.cover import carried as carried_for
-from service.store.generations import Store
-from service.store.phase import Phase
-from service.store.records import ModuleLoad
-from service.store.state import BundleState, State
-from stager.errors import ManifestError
-from stager.manifest import Manifest, ModuleEntry
-from stager.paths import normalize_module_name
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import Manifest, ModuleEntry
+from stager.schema.paths import normalize_module_name
 
 if TYPE_CHECKING:  # the verify stack is imported when the first module is verified
     from service.verify.signature.trust import TrustStore
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
 
 log = get_logger("modstage.boot")
 
@@ -96,7 +96,7 @@ class Boot:
         Intake judged the same kernel's facts already, so boot does not refuse what
         intake accepted for unknown CRCs (``strict_crcs=False``).
         """
-        from service.verify.target.kernel import Target
+        from service.verify.targetkernel.kernel import Target
 
         target = Target.from_layout(self.layout, self.release)
         return replace(target, exports=target.exports.cached_only(), strict_crcs=False)
@@ -118,7 +118,7 @@ class Boot:
             # path), or alone below when no bundle has anything to do
             state = state.booted(self.layout.boot_id.read_text().strip())
             if self.config.hotplug_policy != "kernel":  # before the kubelet: no block missed
-                from service.kernel.memory import hand_over
+                from service.host.memory import hand_over
 
                 if hand_over(self.sysfs):
                     log.info("memory.handed_over", auto_online_blocks="offline")
@@ -242,8 +242,8 @@ class Boot:
         try:
             manifest = self._manifest(generation)
             if manifest.memory is not None:
-                from service.kernel.memory import apply_policy
-                from service.kernel.onlining_log import log_onlining
+                from service.host.memory import apply_policy
+                from service.host.onlining_log import log_onlining
 
                 step = f"memory policy {manifest.memory.value}"
                 log_onlining(apply_policy(self.sysfs, manifest.memory))
@@ -337,7 +337,7 @@ class Boot:
     def in_tree(self) -> Callable[[str], str | None]:
         """Where the running kernel's tree has its in-tree module of a name, or None (its
         tree walked when the first module is judged: 20 to 150 ms for Debian 12's)."""
-        from service.store.admit import host_modules
+        from service.intake.admit import host_modules
 
         return host_modules(self.layout, self.release)
 
@@ -345,8 +345,8 @@ class Boot:
         """What the bundle's table refuses of a verified module (its name: none of the
         running kernel's own unless ``shadow_in_tree`` allows it, one ``modules`` matches;
         its signer: one of ``signers``), as intake refuses it
-        (:mod:`service.store.bundlerules`)."""
-        from service.store.bundlerules import name_problems, signer_problems
+        (:mod:`service.intake.bundlerules`)."""
+        from service.intake.bundlerules import name_problems, signer_problems
 
         policy = self.config.bundle_policy(bundle)
         problems = name_problems(
@@ -363,7 +363,7 @@ class Boot:
         """Raise :class:`NoDevice` when none of the devices ``aliases`` match is present and
         free (unbound, or bound to this module); return when one is: the init's ENODEV is then
         the module's failure."""
-        from service.kernel.pci import devices_for, present
+        from service.host.pci import devices_for, present
 
         mine = devices_for({name: aliases}, present(self.sysfs))
         if mine.free or mine.bound:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from service.layout import Layout
-from stager.atomic import write_atomic
+from stager.schema.atomic import write_atomic
 
 BOOT = "boot"
 DAEMON = "daemon"
@@ -144,7 +144,7 @@ def close_for_daemon(layout: Layout, at: float) -> tuple[Closed, bool]:
     as the boot's. Raises OSError when the boot id or the record cannot be read or
     written: the window is then not closed durably and the daemon takes nothing in.
     """
-    from service.store.statefile import locked
+    from service.bundles.statefile import locked
 
     boot_id = current(layout)
     with locked(layout.var):

@@ -12,10 +12,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from service.bundles.state import BundleState, State
 from service.config import Config
+from service.generations.store import Store
 from service.layout import Layout
-from service.store.generations import Store
-from service.store.state import BundleState, State
 
 
 class Persist(Protocol):
@@ -35,7 +35,7 @@ class Persist(Protocol):
 
     def publish_digest(self, name: str, bundle: BundleState) -> None:
         """A generation of bundle ``name`` went live: write its digest file (the digest of
-        :meth:`~service.store.state.BundleState.digest_generation`)."""
+        :meth:`~service.bundles.state.BundleState.digest_generation`)."""
 
     def mirror(self, state: State) -> None:
         """Publish ``state`` (the saved one) to the node labels and the status mirrors."""
@@ -49,37 +49,37 @@ class Durable:
 
     def locked(self) -> contextlib.AbstractContextManager[None]:
         """The state lock (``<var>/.lock``)."""
-        from service.store.statefile import locked
+        from service.bundles.statefile import locked
 
         return locked(self.layout.var)
 
     def load(self, store: Store) -> State:
         """``state.json``, rebuilt from the store when it is corrupt."""
-        from service.store.recover import load_or_rebuild
+        from service.bundles.recover import load_or_rebuild
 
         return load_or_rebuild(self.layout.state, store)
 
     def save(self, state: State, step: str) -> None:
         """``state.json`` through the crash-safe write."""
-        from service.store.statefile import save
+        from service.bundles.statefile import save
 
         save(self.layout.state, state, step=step)
 
     def status(self, name: str, bundle: BundleState, **status: Any) -> None:
         """``status/<name>.json``."""
-        from service.store.statusfile import write_status
+        from service.publish.bundle_status import write_status
 
         write_status(self.layout, name, bundle, **status)
 
     def publish_digest(self, name: str, bundle: BundleState) -> None:
         """The bundle's digest file, if the config names one."""
-        from service.store.publish import publish_digest
+        from service.publish.operator import publish_digest
 
         publish_digest(self.layout, self.config, name, bundle)
 
     def mirror(self, state: State) -> None:
         """The node labels and the status mirrors the config names."""
-        from service.store.publish import mirror_status
+        from service.publish.operator import mirror_status
 
         mirror_status(self.layout, self.config, state)
 
@@ -99,7 +99,7 @@ class Recorded:
         """The state the boot would start from: a corrupt ``state.json`` rebuilt from the
         last-good pointer and the store, as :meth:`Durable.load` does, with nothing moved
         aside nor saved."""
-        from service.store.recover import load_or_rebuild
+        from service.bundles.recover import load_or_rebuild
 
         return load_or_rebuild(self.layout.state, store, durable=False)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from service.store.cover import carried as carried_for
-from service.store.state import BundleState
+from service.bundles.cover import carried as carried_for
+from service.bundles.state import BundleState
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def choose(
 ) -> Choice:
     """The pending generation if it targets ``kernel``, has attempts left and the bundle is
     not held by an admin, else the active one (the last known good); when neither is for
-    ``kernel``, the one carried for it (:func:`service.store.cover.carried`: staged for a kernel
+    ``kernel``, the one carried for it (:func:`service.bundles.cover.carried`: staged for a kernel
     update before a later drop took the pending slot, or the last one of a kernel booted
     back into), unless held, and never one whose version orders below ``floor`` (the
     bundle's ``min_version`` now). A pending generation with no last known good for

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
 from service.errors import BootError, ModuleRejected
-from stager.manifest import ModuleEntry
-from stager.paths import normalize_module_name
+from stager.schema.manifest import ModuleEntry
+from stager.schema.paths import normalize_module_name
 
 if TYPE_CHECKING:  # the verify stack is imported when the first module is verified
     from service.verify.signature.trust import TrustStore
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
     from service.verify.verdict import Verdict
 
 

@@ -1,7 +1,7 @@
 """The admin's verbs: ``generations``, ``retry``, ``rollback``, ``hold``, ``release``, ``prune``.
 
 Every verb that changes something runs under the state lock (so it is safe while the
-daemon runs), goes through a named transition of a bundle (:mod:`service.store.verbs`)
+daemon runs), goes through a named transition of a bundle (:mod:`service.bundles.verbs`)
 (recorded in the bundle's history), saves with the one crash-safe write, and rewrites
 the bundle's status file so the container sees it. ``generations`` only reads.
 Exit codes: 0 done, 1 refused (the message says why), 2 usage.
@@ -16,25 +16,25 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TextIO
 
+from service.bundles import verbs
+from service.bundles.cover import would_load
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import locked, save
 from service.cmd.host import Host
 from service.errors import ServiceError, StateError, UsageError
-from service.kernel.installed import installed_releases
-from service.kernel.nextboot import next_kernel
+from service.generations.store import Store
+from service.host.installed import installed_releases
+from service.host.nextboot import next_kernel
+from service.intake.bundlerules import below_floor
+from service.intake.owners import verb_claims
 from service.layout import Layout
+from service.publish.bundle_status import write_status
+from service.publish.operator import mirror_status
 from service.status.survey import generation_rows as status_rows
 from service.status.survey import read_state
-from service.store import verbs
-from service.store.bundlerules import below_floor
-from service.store.cover import would_load
-from service.store.generations import Store
-from service.store.owners import verb_claims
-from service.store.phase import Phase
-from service.store.publish import mirror_status
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import locked, save
-from service.store.statusfile import write_status
-from stager.record import dump
-from stager.statusfile import StatusFile, StatusFileError
+from stager.schema.record import dump
+from stager.schema.statusfile import StatusFile, StatusFileError
 
 Change = Callable[[BundleState], BundleState]
 

@@ -1,7 +1,7 @@
 """``modstage boot``: the oneshot run early at boot (see deploy/systemd).
 
 Under ``--root`` other than ``/`` (a sandbox) the kernel is a
-:class:`~service.kernel.recording.RecordingKernel`: the loader runs in full on the
+:class:`~service.host.recording.RecordingKernel`: the loader runs in full on the
 files under the root, and the ``finit_module`` calls it would have made are printed
 instead of made. ``--dry-run`` runs the same boot, from the same host (``config.toml``
 salvaged, each problem logged as ``config.invalid``), with every effect recorded and
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
+from service.bundles.phase import Phase
 from service.cmd.host import Host
 from service.layout import Layout
-from service.store.phase import Phase
 
 if TYPE_CHECKING:
     import argparse
 
     from service.boot.once import Closed
-    from service.store.state import State
+    from service.bundles.state import State
 
 
 def host_for(layout: Layout) -> Host:
@@ -116,7 +116,7 @@ def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:
     without its driver.
     """
     from service.boot import once
-    from service.store.statefile import locked
+    from service.bundles.statefile import locked
 
     boot_id = once.current(layout)
     with locked(layout.var):

@@ -18,13 +18,13 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from service.backends import BACKENDS
 from service.cmd.host import Host
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError, TrustError
+from service.intake.bundlerules import named_by
 from service.layout import Layout
-from service.reboot import next_release
-from service.store.bundlerules import named_by
+from service.rebooting.backends import BACKENDS
+from service.rebooting.request import next_release
 from service.verify.signature.trust import TrustedKey, TrustStore
 
 ANY = "*"  # the bundle name config check shows the defaults under

@@ -20,9 +20,9 @@ from service.layout import Layout
 if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
     from collections.abc import Callable
 
-    from service.kernel.modules import Kernel
-    from service.reboot import Rebooter
-    from service.store.intake import Intake
+    from service.host.modules import Kernel
+    from service.intake.scan import Intake
+    from service.rebooting.request import Rebooter
     from service.verify.modfile.modinfo import ModInfo
     from service.verify.signature.keyring import Keyring
     from service.verify.signature.trust import TrustStore
@@ -31,14 +31,14 @@ if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify
 def kernel_for(layout: Layout) -> Kernel:
     """The real kernel on ``/``, a recording one under any other root (a sandbox)."""
     if layout.sandboxed():
-        from service.kernel.recording import RecordingKernel
+        from service.host.recording import RecordingKernel
 
         try:  # modprobe resolves through the target's module tree, as on a real node
             modules: Path | None = layout.modules_dir(layout.kernel_release())
         except OSError:
             modules = None
         return RecordingKernel(layout.sys, identify=identify, modules=modules, shows=True)
-    from service.kernel.modules import LinuxKernel
+    from service.host.modules import LinuxKernel
 
     return LinuxKernel(layout.sys)
 
@@ -114,14 +114,14 @@ class Host:
     @cached_property
     def rebooter(self) -> Rebooter:
         """The reboot backend the config names (only recording under a sandbox root)."""
-        from service.reboot import rebooter
+        from service.rebooting.request import rebooter
 
         return rebooter(self.config.reboot, self.layout, self.config.kernel.next)
 
     @cached_property
     def intake(self) -> Intake:
         """Intake for this host (``modstage intake`` and the daemon build the same)."""
-        from service.store.intake import Intake
+        from service.intake.scan import Intake
 
         return Intake(
             layout=self.layout, config=self.config, trust=self.trust, keyring=self.keyring

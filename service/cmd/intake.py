@@ -16,11 +16,11 @@ from typing import TextIO
 
 from service.cmd.host import Host
 from service.errors import ServiceError, UsageError
+from service.intake.scan import Outcome
 from service.layout import Layout
-from service.store.intake import Outcome
-from service.store.publish import incoming_dirs
-from stager.paths import parse_drop_name
-from stager.shown import MAX_REASON, shown
+from service.publish.operator import incoming_dirs
+from stager.schema.paths import parse_drop_name
+from stager.schema.shown import MAX_REASON, shown
 
 
 def drop_path(given: Path, incoming: list[Path]) -> Path:
@@ -28,7 +28,7 @@ def drop_path(given: Path, incoming: list[Path]) -> Path:
 
     The entry itself is not resolved (it may be a planted symlink: intake refuses
     it as a drop); its directory must be one of ``incoming``, the directories the
-    daemon takes drops from (:func:`~service.store.publish.incoming_dirs`).
+    daemon takes drops from (:func:`~service.publish.operator.incoming_dirs`).
     """
     absolute = Path(os.path.abspath(given))
     if parse_drop_name(absolute.name) is None:

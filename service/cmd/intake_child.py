@@ -3,7 +3,7 @@
 The daemon stays small by never importing the verification stack (``service.verify``,
 OpenSSL's hashlib, cryptography for EC keys): it runs this module instead, once per scan that finds
 work (:mod:`service.daemon.intake_runner`). This process builds its
-:class:`~service.store.intake.Intake` through the same :class:`~service.cmd.host.Host` as
+:class:`~service.intake.scan.Intake` through the same :class:`~service.cmd.host.Host` as
 ``modstage intake``, takes the same state
 lock and runs it over every complete drop once it reads its go on standard input: one
 JSON line, ``{"stuck": {drop: why}}`` (the drops that could not be removed, which the
@@ -38,7 +38,7 @@ from service.daemon.intake_protocol import TICK, ChildResult, building
 from service.errors import ServiceError
 from service.layout import Layout
 from service.logs import configure
-from stager.shown import shown
+from stager.schema.shown import shown
 
 TICK_EVERY = 0.1  # seconds between two progress lines (the daemon pings at most every ping/2)
 

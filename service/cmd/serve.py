@@ -14,7 +14,7 @@ from service.config import Config
 from service.daemon.intake_runner import ChildIntake
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.reboot import rebooter
+from service.rebooting.request import rebooter
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

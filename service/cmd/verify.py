@@ -13,7 +13,7 @@ intake judges a drop listing them so; each drop directory stays its own bundle).
 
 ``--json`` prints a list of :meth:`~service.verify.verdict.Verdict.to_json` objects instead,
 each with the target's facts under ``"target"``. The target is read under ``--root``
-(:meth:`~service.verify.target.Target.from_layout`); a ``--kernel`` holding a full vermagic
+(:meth:`~service.verify.targetkernel.Target.from_layout`); a ``--kernel`` holding a full vermagic
 string (spaces included) overrides the vermagic found there. The exit code is 0 only if
 every file was accepted.
 """
@@ -32,7 +32,7 @@ from service.layout import Layout
 from service.verify.bundle import verify_paths
 from service.verify.signature.keyid import describe_key_id
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import Verdict
 
 
@@ -90,7 +90,7 @@ def kernel_keys(layout: Layout, release: str, trust: TrustStore) -> tuple[TrustS
     """``trust`` with the certificates built into the target's image added (those whose key
     ids it does not hold already), and a note saying how many and from where."""
     from service.verify.signature.trust import TrustedKey
-    from service.verify.target.kimage import read_builtin_certificates
+    from service.verify.targetkernel.kimage import read_builtin_certificates
 
     image = layout.kernel_image(release)
     try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.errors import ServiceError, StateCorrupt
-from service.store.outcome import Outcome
+from service.intake.outcome import Outcome
 
 TICK = b"tick\n"
 BUILDING = b"building "

@@ -3,7 +3,7 @@
 Verifying a bundle needs the verification stack and OpenSSL's hashlib, and cryptography
 once an EC key is used: about 8 MiB, 14 with cryptography, that a daemon would otherwise
 hold for the rest of its life, and a heap grown by reading hundreds of MiB.
-:class:`ChildIntake` has the daemon-facing shape of :class:`~service.store.intake.Intake`
+:class:`ChildIntake` has the daemon-facing shape of :class:`~service.intake.scan.Intake`
 (``run()``, ``tick``, ``config``) and runs :mod:`service.cmd.intake_child` instead, reading
 its progress and outcomes back.
 
@@ -34,17 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import service
+from service.bundles.statefile import locked
 from service.config import Config
 from service.daemon.intake_protocol import BUILDING, TICK, ChildResult, built
+from service.generations.store import TMP_PREFIX
+from service.intake.drops import Drops
+from service.intake.outcome import Outcome
+from service.intake.rejection import reject
 from service.layout import Layout
-from service.store.drops import Drops
-from service.store.generations import TMP_PREFIX
-from service.store.outcome import Outcome
-from service.store.publish import incoming_dirs, mirror_status
-from service.store.rejection import reject
-from service.store.statefile import locked
-from stager.paths import MANIFEST_NAME, parse_drop_name
-from stager.shown import shown
+from service.publish.operator import incoming_dirs, mirror_status
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.shown import shown
 
 CHILD = "service.cmd.intake_child"
 KILLED = (

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from service.backends import admin_reboots
+from service.bundles.records import RebootIntent
+from service.bundles.state import State
+from service.bundles.statefile import load, locked, read, save
 from service.config import Config
 from service.daemon import heap
 from service.daemon.clock import Clock, SystemClock
@@ -28,26 +30,24 @@ from service.daemon.uevents import UeventListener
 from service.daemon.watchdog import Watchdog
 from service.daemon.watcher import DropWatcher
 from service.errors import ServiceError, StateCorrupt
-from service.gate import gate_for
-from service.kernel.memory import Onlined, block_number, online_blocks
-from service.kernel.nextboot import next_kernel
-from service.kernel.onlining_log import log_onlining
-from service.kernel.sysfs import Sysfs
+from service.host.memory import Onlined, block_number, online_blocks
+from service.host.nextboot import next_kernel
+from service.host.onlining_log import log_onlining
+from service.host.sysfs import Sysfs
+from service.intake.outcome import Outcome
 from service.layout import Layout
 from service.logs import get_logger
-from service.reboot import Rebooter
-from service.store.announce import announce
-from service.store.labels import write_labels
-from service.store.outcome import Outcome
-from service.store.publish import ensure_dirs, incoming_dirs, mirror_status
-from service.store.records import RebootIntent
-from service.store.state import State
-from service.store.statefile import load, locked, read, save
-from service.store.statusfile import write_status
-from service.window import Decision, Why, reboot_due
-from stager.manifest import MemoryPolicy
-from stager.record import dump
-from stager.shown import MAX_REASON, shown
+from service.publish.announce import announce
+from service.publish.bundle_status import write_status
+from service.publish.labels import write_labels
+from service.publish.operator import ensure_dirs, incoming_dirs, mirror_status
+from service.rebooting.backends import admin_reboots
+from service.rebooting.gate import gate_for
+from service.rebooting.request import Rebooter
+from service.rebooting.window import Decision, Why, reboot_due
+from stager.schema.manifest import MemoryPolicy
+from stager.schema.record import dump
+from stager.schema.shown import MAX_REASON, shown
 
 log = get_logger("modstage.daemon")
 T = TypeVar("T")
@@ -56,7 +56,7 @@ T = TypeVar("T")
 class DropIntake(Protocol):
     """What the loop asks of intake: ``ChildIntake`` in ``serve``, its ``tick`` feeding
     :meth:`Watchdog.feed` (the daemon never imports the verify stack, which the
-    in-process ``service.store.intake.Intake`` of the tests carries)."""
+    in-process ``service.intake.scan.Intake`` of the tests carries)."""
 
     def run(self) -> list[Outcome]:
         """Take in every complete drop; what became of each."""
@@ -253,10 +253,10 @@ class Daemon:
             return None
 
     def rebuild_state(self) -> None:
-        """Rebuild a corrupt (set-aside) state under the lock (see service.store.recover)."""
+        """Rebuild a corrupt (set-aside) state under the lock (see service.bundles.recover)."""
         from service.boot.once import boot_ran
-        from service.store.generations import Store
-        from service.store.recover import load_or_rebuild
+        from service.bundles.recover import load_or_rebuild
+        from service.generations.store import Store
 
         with locked(self.layout.var):
             booted = boot_ran(self.layout)  # the corrupt file's boot id, where it is known

@@ -8,12 +8,12 @@ functions of each :class:`Uevent` what to do:
 
 * an ``add`` or ``offline`` of a memory block: apply the host's ``hotplug_policy`` to that
   block at once, on this thread (:func:`online_block`: the pure plan of
-  :mod:`service.kernel.memory` over the block's state, one sysfs write), then tell the loop
+  :mod:`service.host.memory` over the block's state, one sysfs write), then tell the loop
   (:data:`~service.daemon.events.Kind.MEMORY`), which walks the blocks again and refreshes
   the metrics once the hot-add settles;
 * an ``add``, ``remove``, ``bind`` or ``unbind`` of a PCI device: tell the loop
   (:data:`~service.daemon.events.Kind.DEVICES`), which refreshes the metrics (and with them
-  the device view of :mod:`service.kernel.pci`) when a GPU appears, is bound or is lost;
+  the device view of :mod:`service.host.pci`) when a GPU appears, is bound or is lost;
 * a ``remove`` or ``add`` of a kernel module (``delete_module``, as the driver pod's init
   container does before an upgrade, or a load): tell the loop
   (:data:`~service.daemon.events.Kind.MODULES`), which records when each module left the
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import pyudev
 
 from service.daemon.events import Event, Kind, Queue
-from service.kernel.memory import (
+from service.host.memory import (
     MEMORY,
     Onlined,
     block_number,
@@ -47,10 +47,10 @@ from service.kernel.memory import (
     move_misplaced,
     plan_onlining,
 )
-from service.kernel.onlining_log import log_onlining
-from service.kernel.sysfs import Sysfs
+from service.host.onlining_log import log_onlining
+from service.host.sysfs import Sysfs
 from service.logs import get_logger
-from stager.manifest import MemoryPolicy
+from stager.schema.manifest import MemoryPolicy
 
 log = get_logger("modstage.memory")
 RCVBUF = 16 << 20  # a large hot-add announces hundreds of blocks at once
@@ -186,7 +186,7 @@ class KernelUevents:
 
 
 def online_block(sysfs: Sysfs, block: int, policy: MemoryPolicy, *, since: float) -> list[Onlined]:
-    """Apply ``policy`` to one block as :func:`~service.kernel.memory.online_blocks` would
+    """Apply ``policy`` to one block as :func:`~service.host.memory.online_blocks` would
     (the same plan, the same steps), with two bare system calls and no buffered file
     objects: under emulation every layer of Python I/O shows in the block's latency."""
     path = f"{sysfs.root}/{MEMORY}/memory{block}/state"  # no pathlib objects per block
@@ -233,7 +233,7 @@ class UeventListener:
         """Take the blocks over from the kernel, then start listening.
 
         With a policy, a kernel that onlines hot-added memory itself is told not to
-        (:func:`~service.kernel.memory.hand_over`), and blocks it onlined into another
+        (:func:`~service.host.memory.hand_over`), and blocks it onlined into another
         zone before are moved, here on the caller's thread (which bounds each offlining
         in time) and before the thread listens, so a move's own ``offline`` uevent is
         not taken for a new block.

@@ -28,7 +28,7 @@ from watchdog.version import VERSION_STRING
 
 from service.daemon.events import Event, Kind, Queue
 from service.logs import get_logger
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
 
 log = get_logger("modstage.daemon")
 

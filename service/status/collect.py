@@ -1,5 +1,5 @@
 """What ``modstage status`` shows: the host's :func:`~service.status.survey.survey` with who
-signed each module (:mod:`service.status.signers`, which parses the trusted certificates and
+signed each module (:mod:`service.status.signer_rows`, which parses the trusted certificates and
 the stored signatures with the verify stack). The daemon's metrics need no signers and read
 the survey alone (:mod:`service.status.metrics`)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from service.layout import Layout
 from service.status.report import Report
-from service.status.signers import signer_rows
+from service.status.signer_rows import signer_rows
 from service.status.survey import survey
 
 

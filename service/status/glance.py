@@ -11,9 +11,9 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from service.backends import admin_reboots
-from service.store.records import RebootIntent
-from stager.atomic import write_atomic
+from service.bundles.records import RebootIntent
+from service.rebooting.backends import admin_reboots
+from stager.schema.atomic import write_atomic
 
 HEARTBEAT_EVERY = 30.0  # seconds between the daemon's heartbeats
 HEARTBEAT_STALE = 4 * HEARTBEAT_EVERY  # older than this: the daemon is not alive

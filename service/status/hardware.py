@@ -7,16 +7,16 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from service.bundles.state import BundleState, State
 from service.config import Config
-from service.kernel import pci
-from service.kernel.memory import misplaced, walk
-from service.kernel.sysfs import Sysfs
+from service.generations.store import Store
+from service.host import pci
+from service.host.memory import misplaced, walk
+from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.status.health import Health
 from service.status.report import DeviceRow, DevicesRow, MemoryRow, Problem
-from service.store.generations import Store
-from service.store.state import BundleState, State
-from stager.manifest import MemoryPolicy
+from stager.schema.manifest import MemoryPolicy
 
 
 def devices_row(devices: pci.Devices | None) -> DevicesRow | None:

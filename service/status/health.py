@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from enum import IntEnum
 from functools import cached_property
 
-from service.kernel.pci import Devices
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation
+from service.host.pci import Devices
 from service.status.live import LiveModule, module_mismatches
 from service.status.upgrade import Unloads, Upgrading, upgrade_of, upgrading_reason
-from service.store.phase import Phase
-from service.store.state import BundleState, Generation
-from stager.statusfile import StatusFile
+from stager.schema.statusfile import StatusFile
 
 
 class Health(IntEnum):
@@ -156,7 +156,7 @@ def _load_failed(c: Case) -> Finding | None:
 
 def _deployed_failed(c: Case) -> Finding | None:
     """The generation deployed failed at boot
-    (:meth:`~service.store.state.BundleState.deployed_failure`; the last known good runs,
+    (:meth:`~service.bundles.state.BundleState.deployed_failure`; the last known good runs,
     if any): degraded."""
     if not (gen := c.bundle.deployed_failure()):
         return None
@@ -311,7 +311,7 @@ def _name(gen: Generation | None) -> str:
 def _refusal_note(c: Case) -> str | None:
     """What became of the active generation after the last drop was refused, when its
     modules had left the kernel (see
-    :meth:`~service.store.state.BundleState.after_refusal`); None when nothing did."""
+    :meth:`~service.bundles.state.BundleState.after_refusal`); None when nothing did."""
     bundle, live, active = c.bundle, c.live, c.active
     if active is None:
         return None

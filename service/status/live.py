@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.store.records import ModuleLoad
+from service.bundles.records import ModuleLoad
 
 
 @dataclass(frozen=True)

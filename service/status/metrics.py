@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.bundles.phase import Phase
 from service.layout import Layout
 from service.status.health import Health
 from service.status.report import BundleReport, Report
 from service.status.survey import survey
-from service.store.phase import Phase
-from stager.atomic import write_atomic
+from stager.schema.atomic import write_atomic
 
 Labels = dict[str, str]
 

@@ -2,7 +2,7 @@
 
 :func:`service.status.collect.collect` builds a :class:`Report`; the views and the
 metrics read its fields. ``to_json`` gives ``status --json`` (schema 1 in
-``docs/status.md``) through :func:`stager.record.dump`: key for key what it always printed.
+``docs/status.md``) through :func:`stager.schema.record.dump`: key for key what it always printed.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.kernel.installed import InstalledKernel
-from service.kernel.nextboot import NextKernel
+from service.bundles.records import RebootIntent
+from service.host.installed import InstalledKernel
+from service.host.nextboot import NextKernel
+from service.publish.quarantine import Record
 from service.status.glance import Heartbeat
 from service.status.health import Health
 from service.status.live import LiveModule
-from service.store.quarantine import Record
-from service.store.records import RebootIntent
-from stager.record import dump, spec
-from stager.statusfile import StatusFile
+from stager.schema.record import dump, spec
+from stager.schema.statusfile import StatusFile
 
 SCHEMA = 1
 
@@ -217,7 +217,7 @@ class RebootReport:
     next_kernel: str | None = None
     # bundles with an active generation and none for the next kernel: without a driver there
     driverless: tuple[str, ...] = ()
-    # each of them with its cover: waiting, refused, held or none (service.store.cover)
+    # each of them with its cover: waiting, refused, held or none (service.bundles.cover)
     covers: Mapping[str, str] = field(default_factory=dict)
     # a wanted reboot waits for them (``--reboot-required`` exits 4) until ``hold_until``
     held: bool = False

@@ -11,7 +11,7 @@ host's mount namespace and reads only the exit code:
   the reason reaches kured's log and the node is never rebooted on a guess. Exit 1 is
   never used for an error;
 * :data:`HELD` (4): a reboot is wanted but the next boot runs a kernel a bundle with a
-  driver now has no generation for (:mod:`service.gate`): held, with the gate's words on
+  driver now has no generation for (:mod:`service.rebooting.gate`): held, with the gate's words on
   stdout, which kured logs with its warning, until a driver for that kernel is accepted or
   ``[kernel] hold_max`` has passed.
 
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from service.backends import admin_reboots
+from service.bundles.state import State
+from service.bundles.statefile import read
 from service.config import Config
 from service.errors import ConfigError, ServiceError
-from service.gate import Gate, gate_for
 from service.layout import Layout
-from service.store.state import State
-from service.store.statefile import read
+from service.rebooting.backends import admin_reboots
+from service.rebooting.gate import Gate, gate_for
 
 REQUIRED, NOT_REQUIRED, UNKNOWN, HELD = 0, 1, 3, 4
 

@@ -5,7 +5,7 @@ each module.
 returns the :class:`~service.status.report.Report` that ``status`` shows (``--json``:
 :meth:`Report.to_json`, schema in ``docs/status.md``). Who signed each module is read only
 through the ``signers`` it is given: :func:`service.status.collect.collect` gives
-:func:`~service.status.signers.signer_rows` (the verify stack's certificate and signature
+:func:`~service.status.signer_rows.signer_rows` (the verify stack's certificate and signature
 parsers), the daemon's metrics give none, so the daemon never imports ``service.verify``.
 Whether a bundle is healthy is decided in :mod:`service.status.health` from plain values;
 nothing here writes anything, so a corrupt state file is reported, not moved aside.
@@ -19,13 +19,20 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.records import HistoryEntry, ModuleLoad
+from service.bundles.state import BundleState, State
+from service.bundles.statefile import read
 from service.config import Config, RebootConfig
 from service.errors import ConfigError, NotRoot, StateError
-from service.kernel import pci
-from service.kernel.installed import installed
-from service.kernel.nextboot import decide, read_grub
+from service.host import pci
+from service.host.installed import installed
+from service.host.nextboot import decide, read_grub
 from service.layout import Layout
-from service.reboot import sentinel_path
+from service.publish import quarantine
+from service.publish.operator import bundle_status_files
+from service.rebooting.request import sentinel_path
+from service.rebooting.window import Window
 from service.status import required
 from service.status.glance import Heartbeat, iso, read_heartbeat, why_no_reboot
 from service.status.hardware import (
@@ -52,14 +59,7 @@ from service.status.required import CannotTell, read_fact
 from service.status.trustdir import trust_dir_problems
 from service.status.unloads import read_unloads
 from service.status.upgrade import DRIVER_POD_READY, Unloads, Upgrading
-from service.store import quarantine
-from service.store.phase import Phase
-from service.store.publish import bundle_status_files
-from service.store.records import HistoryEntry, ModuleLoad
-from service.store.state import BundleState, State
-from service.store.statefile import read
-from service.window import Window
-from stager.statusfile import StatusFile, StatusFileError
+from stager.schema.statusfile import StatusFile, StatusFileError
 
 #: Who signed each module of a bundle's active and pending generations (one row a module).
 SignerRows = Callable[[Layout, BundleState | None], tuple[SignerRow, ...]]

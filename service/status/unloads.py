@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from stager.atomic import write_atomic
+from stager.schema.atomic import write_atomic
 
 MAX_MODULES = 256  # the file never grows past this many names (oldest dropped)
 

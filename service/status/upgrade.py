@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.store.phase import Phase
-from service.store.state import BundleState
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState
 
 #: how long after the driver pod's modules were unloaded its drop may take to arrive (the
 #: new pod's image pulled and its container started) before the missing modules are a failure

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, TextIO
 
-from service.kernel.nextboot import How
+from service.host.nextboot import How
 from service.status.glance import STOPPED, iso
 from service.status.health import Health
 from service.status.report import (
@@ -20,7 +20,7 @@ from service.status.report import (
     Report,
     SignerLine,
 )
-from service.status.signers import shadow_lines, signer_lines
+from service.status.signer_rows import shadow_lines, signer_lines
 
 if TYPE_CHECKING:
     from rich.console import Console

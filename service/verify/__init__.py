@@ -4,7 +4,7 @@ Four packages, each one concept, below the verdict:
 
 - :mod:`service.verify.signature`: the appended signature and its certificates (the
   kernel's ASN.1 grammars, X.509, PKCS#7, public keys, keyrings, the host's trust);
-- :mod:`service.verify.target`: the kernel a module is judged for (its release, build
+- :mod:`service.verify.targetkernel`: the kernel a module is judged for (its release, build
   configuration, image and exports);
 - :mod:`service.verify.modfile`: the module file itself (ELF, symbol table, ``.modinfo``,
   parameter strings);

@@ -22,9 +22,9 @@ from pathlib import Path
 from service.errors import Refusal
 from service.verify.compressed.budget import run_all
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import Verdict, verify_drop, verify_modules, verify_path
-from stager.paths import normalize_module_name
+from stager.schema.paths import normalize_module_name
 
 
 def order_refusals(verdicts: Sequence[Verdict]) -> list[tuple[int, Refusal]]:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 from service.errors import ModuleRejected, Refusal
 from service.verify.modfile.modinfo import ModInfo
 from service.verify.modfile.symtab import Export, Import
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 GPL_COMPATIBLE = frozenset(
     ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL")
@@ -65,7 +65,7 @@ def visible(exports: Mapping[str, Export], rules: KernelRules) -> Mapping[str, E
 
 class Rules(NamedTuple):
     """The target's settings symbol resolution depends on, as plain values: taken from its
-    :class:`~service.verify.target.rules.KernelRules` and, for ``module:`` namespaces, its
+    :class:`~service.verify.targetkernel.rules.KernelRules` and, for ``module:`` namespaces, its
     image (:mod:`service.verify.loadrules` makes them)."""
 
     force_load: bool  # CONFIG_MODULE_FORCE_LOAD

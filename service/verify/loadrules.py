@@ -20,8 +20,8 @@ from service.errors import ModuleRejected, Refusal
 from service.verify.linking import Failure, Linkage, Rules, last, resolve, visible
 from service.verify.modfile.modinfo import ModInfo, same_magic
 from service.verify.modfile.symtab import Export
-from service.verify.target.kernel import Target
-from stager.paths import normalize_module_name
+from service.verify.targetkernel.kernel import Target
+from stager.schema.paths import normalize_module_name
 
 
 def load_rules(info: ModInfo, target: Target) -> Linkage | None:

@@ -28,10 +28,10 @@ from service.verify.linking import Linkage
 from service.verify.loadrules import finish
 from service.verify.modfile.symtab import Export
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
-from stager.errors import ManifestError
-from stager.manifest import MAX_MANIFEST_BYTES, Manifest
-from stager.paths import module_name
+from service.verify.targetkernel.kernel import Target
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.schema.paths import module_name
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ modules as the subject sees them) and leaves the kernel as it found it, so the V
 every case in one boot. ``tests/contract/test_fakes.py`` runs them against
 ``tests.service.fakes``; ``tests/vm/test_contract.py`` against Debian's 6.1 in the guest;
 ``tests/contract/test_recording.py`` runs the module cases against the dry run's and the
-sandbox's :class:`~service.kernel.recording.RecordingKernel`, each exclusion named.
+sandbox's :class:`~service.host.recording.RecordingKernel`, each exclusion named.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The small interface the contract drives, answered with errnos so it can run in the guest.
 
-:class:`KernelSubject` wraps a :class:`~service.kernel.modules.Kernel` and a
-:class:`~service.kernel.sysfs.Sysfs`: the fakes in-process, or ``LinuxKernel`` and
+:class:`KernelSubject` wraps a :class:`~service.host.modules.Kernel` and a
+:class:`~service.host.sysfs.Sysfs`: the fakes in-process, or ``LinuxKernel`` and
 ``/sys`` inside the test VM (where the host drives it through the guest agent). Every
 answer is plain data (0 or an errno, dicts of strings) so it crosses the agent's JSON.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Protocol
 
 from service.errors import LoadError
-from service.kernel.firmware import PATH_PARAM, FirmwareView
-from service.kernel.memory import MEMORY, blocks
-from service.kernel.modules import Kernel
-from service.kernel.sysfs import Sysfs
+from service.host.firmware import PATH_PARAM, FirmwareView
+from service.host.memory import MEMORY, blocks
+from service.host.modules import Kernel
+from service.host.sysfs import Sysfs
 
 
 class Subject(Protocol):

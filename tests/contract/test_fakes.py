@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.kernel.modules import live_modules
+from service.host.modules import live_modules
 from service.verify.modfile.modinfo import ModInfo
 from tests.contract.cases import CASES, INTREE, Bench, Case, ModuleFile
 from tests.contract.conftest import contract_sys

@@ -1,9 +1,9 @@
-"""The contract against :class:`~service.kernel.recording.RecordingKernel`, the kernel of
+"""The contract against :class:`~service.host.recording.RecordingKernel`, the kernel of
 ``modstage boot --dry-run`` and of a sandbox root.
 
 A dry run predicts the boot only as far as its kernel answers as the real one does: every
 module case runs here as against the fakes and Debian's kernel, with the dry run's own
-sysfs (:class:`~service.kernel.sysfs.RecordingSysfs`) and the target's real module lists.
+sysfs (:class:`~service.host.sysfs.RecordingSysfs`) and the target's real module lists.
 A case a recording kernel cannot keep is named in :data:`EXCLUDED` with the reason, and is
 expected to fail (strictly: an exclusion that starts passing fails the run, so it goes).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from service.kernel.recording import RecordingKernel
-from service.kernel.sysfs import RecordingSysfs
+from service.host.recording import RecordingKernel
+from service.host.sysfs import RecordingSysfs
 from service.verify.modfile.modinfo import ModInfo
 from tests.contract import cases
 from tests.contract.cases import CASES, Bench, Case, ModuleFile
@@ -111,7 +111,7 @@ def test_a_sandbox_kernel_keeps_the_kernel_contract(
     """The sandbox's kernel (``shows``: what it loads appears under ``sys/module``) keeps
     each module case, and those of what sysfs shows of the modules, over the sandbox's own
     sysfs tree (the dry run's kernel cannot: it writes nothing)."""
-    from service.kernel.sysfs import Sysfs
+    from service.host.sysfs import Sysfs
 
     sys = contract_sys(tmp_path / "sys")
     kernel = RecordingKernel(

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from service.boot.loader import Boot
+from service.bundles.phase import Phase
 from service.cmd.host import Host
 from service.layout import Layout
-from service.store.phase import Phase
 from tests.service.fakes import FakeKernel
 
 

@@ -31,7 +31,7 @@ from tests.service.conftest import (
 )
 
 if TYPE_CHECKING:
-    from service.store.intake import Intake
+    from service.intake.scan import Intake
     from service.verify.signature.keyring import Keyring
 
 __all__ = [

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import tomli_w
 
+from service.dropfs import remove_tree
 from service.layout import Layout
-from service.store import quarantine
-from service.store.dropfs import remove_tree
-from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name
+from service.publish import quarantine
+from stager.schema.paths import MANIFEST_NAME, drop_name, parse_drop_name
 from tests.hardening.conftest import chain
 from tests.hardening.watch import AccessWatch
 

@@ -17,7 +17,7 @@ import tomli_w
 
 from service.config import Config
 from service.layout import Layout
-from stager.paths import MANIFEST_NAME
+from stager.schema.paths import MANIFEST_NAME
 
 M = "modules/ms_exporter.ko"
 

@@ -12,12 +12,12 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import replace
 
+from service.bundles.phase import Phase
+from service.bundles.state import Generation
+from service.bundles.statefile import load, save
 from service.config import BundlePolicy, Config
-from service.store.phase import Phase
-from service.store.state import Generation
-from service.store.statefile import load, save
-from stager.manifest import MemoryPolicy
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import MemoryPolicy
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.hostile_case import Case, Ctx, F, M, Plant, sha
 
 
@@ -67,7 +67,7 @@ def _toml_error(raw: bytes) -> str:
 
 
 def _with_state(ctx: Ctx, change: Callable[[Ctx, str], Generation | None], phase: Phase) -> None:
-    from stager.manifest import Manifest
+    from stager.schema.manifest import Manifest
 
     digest = Manifest.from_toml((ctx.drop / MANIFEST_NAME).read_bytes()).digest
     state = load(ctx.layout.state)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from service.config import Config, Limits
-from stager.paths import MANIFEST_NAME
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.hostile_case import (
     NOTDIR,
     SHADOW,

@@ -6,12 +6,12 @@ import hashlib
 import os
 from pathlib import Path
 
+from service.bundles.state import State
+from service.bundles.statefile import decode
+from service.intake.owners import NAMES
 from service.layout import Layout
-from service.store.owners import NAMES
-from service.store.state import State
-from service.store.statefile import decode
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
 
 
 def state_of(layout: Layout) -> State:

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from service import faults
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.hardening.invariants import complete_drops, not_lost, published_problems, state_of
 from tests.service.fakes import FakeKernel

@@ -37,12 +37,12 @@ from pathlib import Path
 import pytest
 
 from service.config import Limits
+from service.intake.rejection import MAX_STATUS_FILES
 from service.layout import Layout
-from service.store import quarantine
-from service.store.rejection import MAX_STATUS_FILES
+from service.publish import quarantine
 from stager.drop import ModuleSpec, stage
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.fuzz_bombs import BOMBS
 from tests.hardening.fuzz_drops import GENERATORS, World, clear_non_drops, drops_left, pending
 from tests.hardening.invariants import published_problems, state_of

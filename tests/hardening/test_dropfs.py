@@ -1,5 +1,5 @@
 """The drop reader's primitives, one property each: ``service.beneath`` and
-``service.store.dropfs`` on small trees under ``tmp_path``.
+``service.dropfs`` on small trees under ``tmp_path``.
 
 The hostile-drop catalogue proves these end to end through intake; here each is pinned
 down in milliseconds, so ``bench/mutate`` can run them for every mutant of the two
@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from service.beneath import open_beneath, open_regular
-from service.errors import DropError
-from service.store.dropfs import (
+from service.dropfs import (
     MAX_OPEN_DEPTH,
     RemoveError,
     _copy_file,
@@ -31,6 +30,7 @@ from service.store.dropfs import (
     remove_tree,
     tree_size,
 )
+from service.errors import DropError
 from tests.hardening.conftest import chain
 from tests.hardening.watch import AccessWatch
 
@@ -225,7 +225,7 @@ def test_opening_a_terminal_never_makes_it_the_controlling_one() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-# service.store.dropfs: reading -------------------------------------------------------
+# service.dropfs: reading -------------------------------------------------------
 
 
 def test_open_dir_refuses_a_symlink_a_file_and_nothing(tree: Path) -> None:
@@ -311,7 +311,7 @@ def test_read_small_reads_all_and_refuses_a_file_that_grew(tree: Path, drop_fd: 
     assert _open_fds() == before
 
 
-# service.store.dropfs: removing, measuring, copying ----------------------------------
+# service.dropfs: removing, measuring, copying ----------------------------------
 
 
 def _entries(top: Path) -> int:

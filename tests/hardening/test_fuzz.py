@@ -17,14 +17,14 @@ import tomli_w
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from service.bundles.phase import Phase
+from service.bundles.records import HistoryEntry, RebootIntent
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import decode, encode
 from service.config import Config
 from service.errors import ConfigError, StateError
-from service.store.phase import Phase
-from service.store.records import HistoryEntry, RebootIntent
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import decode, encode
-from stager.errors import ManifestError
-from stager.manifest import Manifest
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import Manifest
 from tests.strategies import manifest_tables, manifests, toml_tables, toml_values
 
 # thousands of examples a test, a minute or more in all: out of the fast tier (tests/fast)

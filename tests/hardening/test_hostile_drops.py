@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.config import Config
+from service.intake.scan import Outcome
 from service.layout import Layout
-from service.store.intake import Outcome
-from service.store.phase import Phase
-from service.store.statefile import load
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.hardening.hostile_case import SHADOW, Case, Ctx, M, moved_out
 from tests.hardening.hostile_content import CONTENT_CASES
@@ -276,7 +276,7 @@ def test_daemon_loop_stays_responsive_with_fifo_drops(ctx: Ctx) -> None:
     from service.daemon.events import Event, Kind
     from service.daemon.loop import Daemon
     from service.daemon.watcher import DropWatcher
-    from service.reboot import NoRebooter
+    from service.rebooting.request import NoRebooter
 
     good = ctx.drop.with_name("keep")
     shutil.copytree(ctx.drop, good)

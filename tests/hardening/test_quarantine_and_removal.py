@@ -18,12 +18,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.config import Config, Limits
+from service.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
 from service.layout import Layout
+from service.publish import quarantine
 from service.status.collect import collect
 from service.status.view import lines, render_rich
-from service.store import quarantine
-from service.store.dropfs import MAX_OPEN_DEPTH, RemoveError, remove_tree
-from stager.paths import MANIFEST_NAME
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.conftest import chain, make_intake, stage_drop
 from tests.hardening.watch import AccessWatch
 

@@ -23,21 +23,21 @@ import pytest
 import tomli_w
 from structlog.testing import capture_logs
 
+from service.bundles.records import RebootIntent
+from service.bundles.statefile import load, save
 from service.cli import main
 from service.config import Config, Limits
 from service.daemon.loop import Daemon
 from service.daemon.notify import notify
 from service.daemon.watcher import DropWatcher
 from service.layout import Layout
-from service.reboot import NoRebooter
-from service.store import quarantine
-from service.store.publish import bundle_status_files
-from service.store.records import RebootIntent
-from service.store.statefile import load, save
+from service.publish import quarantine
+from service.publish.operator import bundle_status_files
+from service.rebooting.request import NoRebooter
 from service.verify.signature.trust import TrustStore
-from stager.errors import ManifestError
-from stager.manifest import MAX_MANIFEST_BYTES, Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import MAX_MANIFEST_BYTES, Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.kmod import SigningKey
 from tests.service.fakes import make_host

@@ -20,15 +20,15 @@ import pytest
 import tomli_w
 from structlog.testing import capture_logs
 
+from service.bundles.phase import Phase
+from service.bundles.records import HistoryEntry
+from service.bundles.state import HISTORY_LIMIT
+from service.bundles.statefile import load, save
 from service.config import Config, Limits
+from service.intake.scan import Outcome
 from service.layout import Layout
-from service.store.intake import Outcome
-from service.store.phase import Phase
-from service.store.records import HistoryEntry
-from service.store.state import HISTORY_LIMIT
-from service.store.statefile import load, save
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME, drop_name
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME, drop_name
 from tests.hardening.conftest import make_intake, stage_drop
 from tests.hardening.invariants import complete_drops, published_problems
 from tests.kmod import SigningKey

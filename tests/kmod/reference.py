@@ -26,7 +26,7 @@ from service.verify.modfile.modinfo import ModInfo
 from service.verify.signature.keyid import split_key_id
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trailer import TAIL, parse_trailer
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 MERGED = ("parm", "parmtype")  # kmod shows them as one `parm`
 SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")

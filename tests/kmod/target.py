@@ -1,6 +1,6 @@
 """A target kernel's facts under a test root: one in-tree module, config, built-ins, CRCs.
 
-``service.verify.target.Target.from_layout`` reads exactly these; the copies come from the
+``service.verify.targetkernel.Target.from_layout`` reads exactly these; the copies come from the
 installed Debian kernel, so the vermagic and configuration are the real ones.
 """
 

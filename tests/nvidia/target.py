@@ -6,7 +6,7 @@ the target is what a real host has, laid out by the same code ``build-image`` ve
 modules against (:meth:`buildimage.kernel.KernelFiles.install_target`): the kernel image and
 in-tree module tree linked, the configuration, ``modules.dep``, the built-in lists and the
 headers' ``Module.symvers`` copied. modstage reads its exports from these files exactly as
-it does on a node (``service.verify.target.exports``).
+it does on a node (``service.verify.targetkernel.exports``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey
 from tests.service.fakes import FakeKernel, boot_with, make_host, pending
 from tests.vm.harness.kernel import Kernel

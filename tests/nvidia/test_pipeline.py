@@ -21,11 +21,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from tests.nvidia import PARAMS, Driver
 
 #: The example config's ``[bundles.nvidia]``, the policy the host takes the driver in under.

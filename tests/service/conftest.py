@@ -15,7 +15,7 @@ import pytest
 
 from service.layout import Layout
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from tests.kmod import SigningKey, build_modules, install_target, kernel_release, make_key, sign
 from tests.service.fakes import make_host
 

@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.errors import LoadError, ModuleRejected
-from service.kernel.modules import Kernel, describe
-from service.kernel.sysfs import Sysfs
+from service.host.modules import Kernel, describe
+from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.verify.modfile.modinfo import ModInfo, ReadAt
-from stager.paths import normalize_module_name
+from stager.schema.paths import normalize_module_name
 from tests.kmod.target import install_target
 
 if TYPE_CHECKING:
     from service.boot.loader import Boot
     from service.config import Config
-    from service.store.intake import Intake
+    from service.intake.scan import Intake
     from service.verify.signature.keyring import Keyring
 
 
@@ -293,7 +293,7 @@ def make_intake(
     defaults if none) and ``keyring`` (by default one that trusts nothing, never asked while
     the kernel does not enforce)."""
     from service.config import Config
-    from service.store.intake import Intake
+    from service.intake.scan import Intake
     from service.verify.signature.trust import TrustStore
 
     return Intake(

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import load, locked, read, save
 from service.cli import main
+from service.generations.store import Store
 from service.layout import Layout
 from service.parser import build_parser
-from service.store.generations import Store
-from service.store.phase import Phase
-from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import load, locked, read, save
-from stager.manifest import Manifest, ModuleEntry
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest, ModuleEntry
+from stager.schema.paths import MANIFEST_NAME
 from tests.kmod import SigningKey
 
 KERNEL = "6.1.0-test"
@@ -278,7 +278,7 @@ def test_forget_clears_a_rejected_typo_that_kept_the_host_degraded(layout: Layou
     saying so) and the host is
     healthy again; a bundle whose generation is active is refused (exit 1), a name with
     neither state nor status file is a usage error (exit 2)."""
-    from service.store.statusfile import write_status
+    from service.publish.bundle_status import write_status
 
     save(layout.state, State())
     write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")
@@ -300,7 +300,7 @@ def test_a_verb_on_a_name_known_only_from_a_rejected_drop_points_at_forget(
     """retry (or any verb) on a name only a rejected drop's status file knows exits 2 with
     one line naming that file and ``modstage forget NAME``; a name with no trace at all is
     not told to forget anything."""
-    from service.store.statusfile import write_status
+    from service.publish.bundle_status import write_status
 
     failed_upgrade(layout)
     write_status(layout, "nvidai", BundleState(), phase=Phase.REJECTED, errors=["typo"], drop="x")

@@ -1,4 +1,4 @@
-"""What intake asks of a drop before it becomes a generation (``service.store.admit``), on
+"""What intake asks of a drop before it becomes a generation (``service.intake.admit``), on
 plain values: the host's policy, a failed generation, the exports a stored bundle offers and
 the refusal that names an untrusted signer."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from service.bundles.state import BundleState, Generation
 from service.config import Config
-from service.store.admit import bundle_exports, policy_problems, untrusted_signer
-from service.store.state import BundleState, Generation
+from service.intake.admit import bundle_exports, policy_problems, untrusted_signer
 from service.verify.signature.trust import TrustStore
-from service.verify.target.exports import read_module_exports
-from stager.manifest import Manifest, MemoryPolicy, ModuleEntry
+from service.verify.targetkernel.exports import read_module_exports
+from stager.schema.manifest import Manifest, MemoryPolicy, ModuleEntry
 from tests.kmod import SigningKey
 
 

@@ -9,13 +9,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.state import Generation, State
 from service.cli import main
 from service.config import Config
-from service.store.announce import HOST_FILE
-from service.store.labels import features_file
-from service.store.phase import Phase
-from service.store.publish import mirror_status
-from service.store.state import Generation, State
+from service.publish.announce import HOST_FILE
+from service.publish.labels import features_file
+from service.publish.operator import mirror_status
 from tests.service.test_reboot_required import KERNEL, NEW, NEXT, active, host
 
 PUBLISHED = "/run/nvidia/modstage/status"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from service.backends import BACKENDS, admin_reboots, authenticode_signed
 from service.cmd.configcheck import check
 from service.config import Config
 from service.errors import ConfigError, RebootError
 from service.layout import Layout
-from service.reboot import CommandRebooter, KuredSentinel, NoRebooter, rebooter
+from service.rebooting.backends import BACKENDS, admin_reboots, authenticode_signed
+from service.rebooting.request import CommandRebooter, KuredSentinel, NoRebooter, rebooter
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))

@@ -10,9 +10,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.boot.loader import summary
+from service.bundles.phase import Phase
+from service.bundles.statefile import load, save
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load, save
 from service.verify.signature.trust import TrustStore
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot
@@ -208,7 +208,7 @@ def test_choose_takes_the_pending_generation_only_when_it_may_run() -> None:
     is out of attempts, the active generation loads and nothing is pending (out of attempts:
     it is expired, with the reason)."""
     from service.boot.plan import Choice, choose
-    from service.store.state import BundleState, Generation
+    from service.bundles.state import BundleState, Generation
 
     def bundle(*, pending: Generation | None, active: str | None = "old") -> BundleState:
         gens = {"old": Generation("old", "1", "k"), **({pending.id: pending} if pending else {})}

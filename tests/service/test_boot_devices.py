@@ -12,11 +12,11 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from service.bundles.phase import Phase
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.health import Health
 from service.status.view import lines
-from service.store.phase import Phase
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot
 from tests.service.fakes import pending as _pending

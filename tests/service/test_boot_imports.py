@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {
     "service": "modstage's host side",
     "stager": "the manifest schema and the crash-safe write",
-    "tomli_w": "stager.validate bounds a manifest's canonical (written) size when reading it",
+    "tomli_w": "stager.schema.validate bounds a manifest's canonical (written) size when reading it",
     "structlog": "the log (service.logs); its import brings in the rest of this list",
 }
 #: Imported only where installed: structlog.dev imports them if it can; modstage does not
@@ -150,4 +150,4 @@ def test_boot_with_nothing_to_load_never_imports_the_verify_stack(
     rc, names = boot_modules(layout.root)
     assert rc == 0 and "service.boot.loader" in names
     assert not {n for n in names if n.startswith("service.verify")}
-    assert "service.kernel.memory" not in names
+    assert "service.host.memory" not in names

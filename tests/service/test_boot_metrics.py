@@ -9,7 +9,7 @@ from pathlib import Path
 from service.cmd.host import Host
 from service.daemon.loop import Daemon
 from service.daemon.timers import Timers
-from service.reboot import NoRebooter
+from service.rebooting.request import NoRebooter
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeSysfs, make_host

@@ -14,13 +14,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.boot import once
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.config import Config
 from service.daemon.loop import Daemon
 from service.layout import Layout
-from service.reboot import NoRebooter
-from service.store.phase import Phase
-from service.store.statefile import load
+from service.rebooting.request import NoRebooter
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 

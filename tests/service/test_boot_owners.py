@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.state import State
+from service.bundles.statefile import load, save
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.state import State
-from service.store.statefile import load, save
 from tests.service.fakes import FakeKernel, boot_with, pending
 
 

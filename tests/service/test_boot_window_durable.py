@@ -15,10 +15,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from service.boot import once
+from service.bundles.phase import Phase
+from service.bundles.statefile import load, locked
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load, locked
 from stager.drop import ModuleSpec, stage
 from tests.service.test_boot_once import blocked, boot, daemon_of, reboot, staged
 

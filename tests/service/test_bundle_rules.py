@@ -2,7 +2,7 @@
 ``[bundles.<name>]`` table allows that name, and where the table names module globs, only
 modules they match.
 
-The pure rule (:mod:`service.store.bundlerules`) with plain values, the table's checks, then
+The pure rule (:mod:`service.intake.bundlerules`) with plain values, the table's checks, then
 intake with real signed modules: the test host's tree for the target kernel has Debian's
 ``kernel/lib/crc8.ko`` and ``modules.builtin``; a test adds ``ms_params`` to its
 ``modules.dep`` or ``modules.builtin`` to make that module one of the kernel's own.
@@ -16,8 +16,8 @@ import pytest
 
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
+from service.intake.bundlerules import name_problems
 from service.layout import Layout
-from service.store.bundlerules import name_problems
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 

@@ -8,10 +8,10 @@ import errno
 import io
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from tests.service.fakes import FakeKernel, boot_with, pending
 from tests.service.test_sequences import reboot
 

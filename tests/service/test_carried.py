@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from service.boot.plan import choose
+from service.bundles.cover import carried, next_kernel_cover, would_load
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation, State, kernels_last
+from service.bundles.statefile import load, save
 from service.cli import main
-from service.kernel.nextboot import How, NextKernel
+from service.generations.store import Store
+from service.host.nextboot import How, NextKernel
 from service.layout import Layout
-from service.store.announce import host_doc
-from service.store.cover import carried, next_kernel_cover, would_load
-from service.store.generations import Store
-from service.store.phase import Phase
-from service.store.state import BundleState, Generation, State, kernels_last
-from service.store.statefile import load, save
-from stager.manifest import Manifest, ModuleEntry
-from stager.paths import MANIFEST_NAME
+from service.publish.announce import host_doc
+from stager.schema.manifest import Manifest, ModuleEntry
+from stager.schema.paths import MANIFEST_NAME
 from tests.service.fakes import FakeKernel, boot_with, pending
 from tests.service.test_sequences import reboot
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.state import State
 from service.cli import EXIT_BROKEN_PIPE
-from service.store.state import State
 from tests.service.test_reboot_required import host, pending
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 
 from service.boot.plan import choose
+from service.bundles.cover import carried, next_kernel_cover, would_load
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import load, save
 from service.cli import main
 from service.config import Config
-from service.gate import Gate, uncovered
 from service.layout import Layout
-from service.store.arrivals import arrivals, next_covers
-from service.store.cover import carried, next_kernel_cover, would_load
-from service.store.labels import write_labels
-from service.store.phase import Phase
-from service.store.publish import mirror_status
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import load, save
+from service.publish.arrivals import arrivals, next_covers
+from service.publish.labels import write_labels
+from service.publish.operator import mirror_status
+from service.rebooting.gate import Gate, uncovered
 from stager.drop import ModuleSpec, stage
-from stager.manifest import Manifest, ModuleEntry
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest, ModuleEntry
+from stager.schema.paths import MANIFEST_NAME
 from tests.service.fakes import make_intake, pending
 
 RUNNING, NEXT = "6.1.0-run", "6.12.0-next"

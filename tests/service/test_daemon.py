@@ -18,20 +18,20 @@ import pytest
 from structlog.testing import capture_logs
 from watchdog.events import FileSystemEvent
 
-from service.backends import BACKENDS
+from service.bundles.phase import Phase
+from service.bundles.records import RebootIntent
+from service.bundles.statefile import load
 from service.config import Config, RebootConfig
 from service.daemon.clock import SystemClock
 from service.daemon.events import Event, Kind
 from service.daemon.loop import Daemon
 from service.daemon.watcher import DropWatcher, Handler
+from service.intake.scan import Intake
 from service.layout import Layout
-from service.reboot import CommandRebooter, KuredSentinel, NoRebooter
-from service.store.intake import Intake
-from service.store.phase import Phase
-from service.store.records import RebootIntent
-from service.store.statefile import load
+from service.rebooting.backends import BACKENDS
+from service.rebooting.request import CommandRebooter, KuredSentinel, NoRebooter
+from service.rebooting.window import Guard, Window
 from service.verify.signature.trust import TrustStore
-from service.window import Guard, Window
 from stager.drop import ModuleSpec, stage
 from tests.service.conftest import HostTree
 from tests.service.fake_clock import FakeClock
@@ -257,7 +257,7 @@ def test_restart_is_not_a_reboot(host: Layout) -> None:
     daemon = _daemon(host, kured)
     from dataclasses import replace
 
-    from service.store.statefile import save
+    from service.bundles.statefile import save
 
     save(
         host.state,
@@ -488,7 +488,7 @@ def test_manifest_arriving_late_is_noticed_by_the_drop_watch(
 def test_the_heartbeat_shows_the_decision_as_status_reads_it(host: Layout) -> None:
     """The typed decision becomes English only in the heartbeat: its text, ``requested`` when
     it was due (the daemon asked), ``error`` when the step failed before deciding."""
-    from service.window import Decision, Why
+    from service.rebooting.window import Decision, Why
 
     clock = FakeClock()
     daemon = _daemon(host, NoRebooter(), clock)

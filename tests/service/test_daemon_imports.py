@@ -10,11 +10,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.status.collect import collect
 from service.status.metrics import families, render
 from service.status.survey import survey
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.conftest import HostTree
 
@@ -32,7 +32,7 @@ from service.daemon.intake_runner import ChildIntake
 from service.daemon.loop import Daemon
 from service.daemon.timers import Timers
 from service.layout import Layout
-from service.reboot import NoRebooter
+from service.rebooting.request import NoRebooter
 layout = Layout(Path(sys.argv[1]))
 config = Config()
 daemon = Daemon(layout, config, ChildIntake(layout, config), NoRebooter(), debounce=0.0)

@@ -29,7 +29,7 @@ from service.verify.compressed.decompress import (
 )
 from service.verify.compressed.stated import MAX_WINDOW, stated
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import verify_module
 from tests.kmod import compress
 

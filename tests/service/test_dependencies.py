@@ -105,9 +105,9 @@ def test_status_on_a_terminal_without_rich_prints_the_plain_lines(
     the same plain lines it prints off a terminal, no error."""
     import io
 
+    from service.bundles.state import State
     from service.status.collect import collect
     from service.status.view import lines, render
-    from service.store.state import State
     from tests.service.test_status import failed_new, host
 
     class Terminal(io.StringIO):

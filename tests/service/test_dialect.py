@@ -11,7 +11,7 @@ import pytest
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pkcs7 import digests, parse_message
 from service.verify.signature.x509 import parse_certificate, sig_algos
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 from tests.kmod import SigningKey, sign, split
 
 EVERY = frozenset({"md5", "sha256", "sha3_256", "sha3_384", "sha3_512"})
@@ -87,7 +87,7 @@ def test_what_6_12s_elf_validation_adds_is_refused_only_on_6_12(modules: dict[st
     from service.errors import ModuleRejected
     from service.verify.loadrules import load_rules
     from service.verify.modfile.modinfo import ModInfo
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
 
     ko = modules["ms_params"].read_bytes()
     assert ModInfo.from_bytes(ko).elf_strict is None
@@ -117,7 +117,7 @@ def test_a_this_module_of_the_wrong_size_is_the_kernels_enoexec_on_6_12(
     from service.errors import ModuleRejected
     from service.verify.loadrules import load_rules
     from service.verify.modfile.modinfo import ModInfo
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
 
     info = ModInfo.from_bytes(modules["ms_params"].read_bytes())
     assert info.this_module_size == 896

@@ -6,13 +6,13 @@ import os
 import shutil
 from pathlib import Path
 
+from service.bundles.statefile import load
 from service.config import Config
+from service.intake.drops import MAX_READ, Drops
 from service.layout import Layout
-from service.store.drops import MAX_READ, Drops
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from stager.manifest import Manifest, ModuleEntry
-from stager.paths import MANIFEST_NAME, drop_name, parse_drop_name
+from stager.schema.manifest import Manifest, ModuleEntry
+from stager.schema.paths import MANIFEST_NAME, drop_name, parse_drop_name
 from tests.service.fakes import make_intake
 
 X, Y = "6.1.0-57-amd64", "6.12.95+deb13-amd64"  # the running kernel, the next one

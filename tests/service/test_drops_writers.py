@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from service.bundles.statefile import load
 from service.config import Config
 from service.layout import Layout
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 

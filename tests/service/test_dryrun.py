@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from service import logs
+from service.bundles.phase import Phase
+from service.bundles.statefile import read
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import read
 from stager.drop import ModuleSpec, stage
 from tests.service.conftest import HostTree
 

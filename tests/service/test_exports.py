@@ -12,10 +12,10 @@ import pytest
 
 from service.errors import TargetFileError
 from service.layout import Layout
-from service.verify.target.exports import KernelExports, Sources, build, load, read_symvers
-from service.verify.target.exports_cache import CACHE_FORMAT
-from service.verify.target.kernel import Target
-from service.verify.target.kimage import read_image, vmlinux
+from service.verify.targetkernel.exports import KernelExports, Sources, build, load, read_symvers
+from service.verify.targetkernel.exports_cache import CACHE_FORMAT
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.kimage import read_image, vmlinux
 from tests.kmod.build import HEADERS
 
 REAL_IMAGE = Path("/boot")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, boot_with, make_intake
 

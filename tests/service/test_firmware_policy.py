@@ -1,7 +1,7 @@
 """A drop carries only firmware its own modules declare, or the host allows, and shadows
 nothing of the host's firmware unless the host allows that bundle to.
 
-The pure rule (:func:`service.store.firmware.firmware_problems`) with plain values, then
+The pure rule (:func:`service.intake.firmware_names.firmware_problems`) with plain values, then
 intake with real signed modules: ``ms_firmware`` declares ``modstage/test.bin``
 (``MODULE_FIRMWARE``), ``ms_exporter`` declares nothing.
 """
@@ -14,10 +14,10 @@ import pytest
 
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
+from service.intake.firmware_names import firmware_problems, requested_path
 from service.layout import Layout
-from service.store.firmware import firmware_problems, requested_path
-from service.verify.target.kconfig import KernelConfig
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kconfig import KernelConfig
+from service.verify.targetkernel.kernel import Target
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.state import Generation, State
+from service.bundles.statefile import load
 from service.config import Config, KernelChoice, RebootConfig
 from service.daemon.clock import SystemClock
 from service.daemon.loop import Daemon
-from service.gate import gate_for
+from service.intake.scan import Intake
 from service.layout import Layout
-from service.reboot import CommandRebooter
-from service.store.intake import Intake
-from service.store.phase import Phase
-from service.store.state import Generation, State
-from service.store.statefile import load
+from service.rebooting.gate import gate_for
+from service.rebooting.request import CommandRebooter
+from service.rebooting.window import Guard
 from service.verify.signature.trust import TrustStore
-from service.window import Guard
 from stager.drop import ModuleSpec, stage
 from tests.service.conftest import HostTree
 from tests.service.fake_clock import FakeClock

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.state import State
 from service.cli import main
-from service.kernel.grub import Entry, Resolved, parse_env, resolve
-from service.kernel.installed import InstalledKernel
-from service.kernel.nextboot import GrubFiles, How, decide, next_kernel
+from service.host.grub import Entry, Resolved, parse_env, resolve
+from service.host.installed import InstalledKernel
+from service.host.nextboot import GrubFiles, How, decide, next_kernel
 from service.layout import Layout
-from service.store.announce import host_doc
-from service.store.state import State
+from service.publish.announce import host_doc
 from tests.service.test_reboot_required import KERNEL, active, ask, host
 
 NEXT, OLD = "6.12.0-next", "6.1.0-old"

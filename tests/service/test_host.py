@@ -11,10 +11,10 @@ import pytest
 from service.cmd.host import Host
 from service.config import RebootConfig
 from service.errors import ConfigError, TrustError
-from service.kernel.recording import RecordingKernel
+from service.host.recording import RecordingKernel
+from service.intake.scan import Intake
 from service.layout import Layout
-from service.reboot import KuredSentinel, NoRebooter
-from service.store.intake import Intake
+from service.rebooting.request import KuredSentinel, NoRebooter
 from tests.service.fakes import FakeKernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_the_boot_parts_import_no_reboot_backend_nor_intake(host: Layout) -> Non
         "import sys; from pathlib import Path; from service.cmd.host import Host;"
         "from service.layout import Layout; h = Host(Layout(Path(sys.argv[1])));"
         "h.config, h.trust, h.kernel;"
-        "print(sorted(m for m in ('service.reboot', 'service.store.intake',"
+        "print(sorted(m for m in ('service.rebooting.request', 'service.intake.scan',"
         " 'service.verify.signature.keyring') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.config import Config
+from service.intake.scan import Outcome
 from service.layout import Layout
-from service.store.intake import Outcome
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKeyring, make_intake
@@ -235,7 +235,7 @@ def test_old_generations_are_collected_but_not_active_or_pending(
     """With retain=2, only the newest two generations remain, plus active and pending."""
     from dataclasses import replace
 
-    from service.store.statefile import save
+    from service.bundles.statefile import save
 
     ids = []
     for version in "12345":
@@ -322,7 +322,7 @@ def test_a_rejected_drop_left_in_place_is_skipped_by_a_later_intake(
 
     from structlog.testing import capture_logs
 
-    from service.store import quarantine
+    from service.publish import quarantine
 
     drop = _stage(host, [modules["ms_params"]], kernel)  # unsigned: rejected
     subprocess.run(["mount", "--bind", str(drop), str(drop)], check=True)
@@ -354,7 +354,7 @@ def test_a_store_that_cannot_be_cleaned_is_logged_and_the_drop_taken_in(
 
     from structlog.testing import capture_logs
 
-    from service.store.generations import TMP_PREFIX
+    from service.generations.store import TMP_PREFIX
 
     leftover = host.store / f"{TMP_PREFIX}killed"
     leftover.mkdir(parents=True)
@@ -378,7 +378,7 @@ def test_an_unforeseen_error_rejects_the_drop_for_its_bundle(
     """Whatever a drop makes go wrong is never fatal: an error nobody foresaw (here raised
     while reading the manifest) rejects the drop naming the error, under the bundle its
     directory name gives, and the bundle's status file says so."""
-    from service.store.intake import Intake
+    from service.intake.scan import Intake
 
     drop = _stage(host, [signed["ms_exporter"]], kernel)
 
@@ -457,8 +457,8 @@ def _live_then_refused(
     """v1 taken in and booted (its modules live in the sysfs tree), held by an admin if
     asked, its modules unloaded if asked; then a v2 drop signed by an untrusted key, taken
     in. The state file's bytes before the refusal, and the refusal."""
-    from service.store import verbs
-    from service.store.statefile import save
+    from service.bundles import verbs
+    from service.bundles.statefile import save
     from tests.service.fakes import FakeKernel, boot_with
 
     _stage(host, [signed["ms_exporter"]], kernel, config_digest="digest-1")
@@ -553,8 +553,8 @@ def test_the_daemons_rejection_reads_the_digest_the_drop_carried(
     """The daemon's rejection (of the drop an intake child was killed on) knows no manifest:
     it reads the drop's config digest itself, so the reload it starts publishes that one."""
     from service.config import Config
-    from service.store.drops import Drops
-    from service.store.rejection import reject
+    from service.intake.drops import Drops
+    from service.intake.rejection import reject
     from tests.service.fakes import FakeKernel, boot_with
 
     _stage(host, [signed["ms_exporter"]], kernel)
@@ -621,8 +621,8 @@ def test_a_status_unwritable_after_a_host_error_is_logged_and_the_drop_kept(
 
     from structlog.testing import capture_logs
 
-    import service.store.intake as intake_module
-    from service.store.generations import Store
+    import service.intake.scan as intake_module
+    from service.generations.store import Store
 
     def no_room(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

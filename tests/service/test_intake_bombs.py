@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.config import Config, Limits
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from service.verify.compressed import budget
 from service.verify.compressed.decompress import CHUNK
 from service.verify.compressed.stated import MAX_WINDOW

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from service import faults
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.config import Config
 from service.daemon.intake_protocol import building, built
 from service.daemon.intake_runner import KILLED, ChildIntake, has_work
 from service.errors import ServiceError
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cmd.intake_child import ticker
 from service.config import Config
 from service.daemon.intake_protocol import TICK, ChildResult
 from service.daemon.intake_runner import ChildIntake, child_env, has_work
 from service.errors import ServiceError, StateCorrupt
+from service.intake.outcome import Outcome
 from service.layout import Layout
-from service.store.outcome import Outcome
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
 from service.status.collect import collect
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
-from stager.statusfile import StatusFile
+from stager.schema.statusfile import StatusFile
 from tests.kmod import install_target
 from tests.service.fakes import FakeKernel, make_intake
 from tests.service.fakes import boot_with as _boot

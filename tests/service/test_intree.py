@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from service.verify.target.intree import in_tree_modules, module_of
+from service.verify.targetkernel.intree import in_tree_modules, module_of
 
 
 def _files(tree: Path, *paths: str) -> Path:

@@ -18,9 +18,9 @@ import pytest
 
 from service.layout import Layout
 from service.verify.modfile.symtab import Export
-from service.verify.target.kernel import Target
-from service.verify.target.kimage import builtin_sysfs, vmlinux
-from stager.paths import module_name, normalize_module_name
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.kimage import builtin_sysfs, vmlinux
+from stager.schema.paths import module_name, normalize_module_name
 from tests.kmod.reference import disagreements, in_tree, kmod_field
 from tests.vm.harness.builtin_key import find_builtin_cert
 from tests.vm.harness.kernel import SERIES, Kernel
@@ -116,7 +116,7 @@ def test_debian_modules_verify_on_their_own_kernel(kernel: Kernel, tmp_path: Pat
     /usr/lib/modules/<release>, as the notes say), and the kernel's facts (7.2: no
     modversions) are its own."""
     from service.cli import main
-    from service.verify.target.kimage import builtin_certificates
+    from service.verify.targetkernel.kimage import builtin_certificates
 
     image = kernel.vmlinux().read_bytes()
     at, length = find_builtin_cert(image)
@@ -165,7 +165,7 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
     GPL-only flag (`__ksymtab_gpl` on 6.1 and 6.12, bit 0 of the `__kflagstab` byte on 7.2)
     and namespace, and with its CRC where the kernel has modversions (7.2 has none: every
     CRC is absent, and Module.symvers says 0x00000000)."""
-    from service.verify.target.kimage import read_image
+    from service.verify.targetkernel.kimage import read_image
 
     image = read_image(kernel.image)
     exports = image.exports
@@ -177,7 +177,7 @@ def test_image_exports_read_as_module_symvers_lists_them(kernel: Kernel) -> None
     assert len(vmlinux) > 10000
     assert {crc for crc, *_ in vmlinux} != {"0x00000000"} or kernel.series == "7.2"
     wrong = _unlike_symvers(kernel, exports, vmlinux)
-    from service.verify.target.exports import read_module_exports
+    from service.verify.targetkernel.exports import read_module_exports
 
     by_owner: dict[str, list[list[str]]] = {}
     for row in listed:
@@ -194,7 +194,7 @@ def test_a_certificate_not_followed_by_its_length_is_not_the_builtin_list(kernel
     """The built-in list is found by its shape alone: with the length that follows it
     changed, the same certificate is no longer taken for the list (a certificate elsewhere in
     an image, a self-test's, is not trusted), and `--kernel-keys` says which image has none."""
-    from service.verify.target.kimage import builtin_certificates
+    from service.verify.targetkernel.kimage import builtin_certificates
 
     image = bytearray(kernel.vmlinux().read_bytes())
     at, length = find_builtin_cert(bytes(image))

@@ -1,4 +1,4 @@
-"""The kernel rule table (`service.verify.target.rules`): each row decides Debian's three
+"""The kernel rule table (`service.verify.targetkernel.rules`): each row decides Debian's three
 kernels (12's 6.1, 13's 6.12, sid's 7.2) as their own files say, an unreadable fact is
 assumed as the row says, and every knob of `KernelRules` comes from exactly one row."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.verify.target.kconfig import KernelConfig
-from service.verify.target.kernel import Target
-from service.verify.target.rules import (
+from service.verify.targetkernel.kconfig import KernelConfig
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.rules import (
     DIGESTS,
     NEWEST,
     OLDEST,

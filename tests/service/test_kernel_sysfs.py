@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.kernel.memory import Block, blocks, walk
-from service.kernel.modules import LinuxKernel, live_modules
-from service.kernel.sysfs import Sysfs
+from service.host.memory import Block, blocks, walk
+from service.host.modules import LinuxKernel, live_modules
+from service.host.sysfs import Sysfs
 
 
 def test_the_memory_walk_orders_blocks_by_number_with_node_and_zone(tmp_path: Path) -> None:

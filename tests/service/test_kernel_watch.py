@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from service.bundles.state import State
 from service.config import Config
 from service.daemon.events import Event, Kind
 from service.daemon.kernelwatch import KernelWatcher, kernel_dirs
 from service.daemon.loop import Daemon
 from service.daemon.timers import Timers
 from service.layout import Layout
-from service.reboot import NoRebooter
-from service.store.announce import HOST_FILE
-from service.store.labels import features_file
-from service.store.state import State
+from service.publish.announce import HOST_FILE
+from service.publish.labels import features_file
+from service.rebooting.request import NoRebooter
 from tests.service.fake_clock import FakeClock
 from tests.service.test_reboot_required import KERNEL, active, host
 

@@ -30,7 +30,7 @@ from service.verify.signature.keyid import (
     split_key_id,
 )
 from service.verify.signature.x509 import Cert, parse_certificate
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 from tests.kmod import SigningKey, sign
 
 

@@ -12,12 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.boot.loader import Boot
+from service.bundles.phase import Phase
+from service.bundles.records import RefusedDrop
+from service.bundles.state import BundleState, Generation, State
 from service.cli import main
 from service.config import Config, NodeLabels
 from service.errors import ConfigError
+from service.intake.scan import Intake
 from service.layout import Layout
-from service.store.intake import Intake
-from service.store.labels import (
+from service.publish.labels import (
     MAX_FILE_BYTES,
     bundle_labels,
     features_file,
@@ -25,9 +28,6 @@ from service.store.labels import (
     render,
     write_labels,
 )
-from service.store.phase import Phase
-from service.store.records import RefusedDrop
-from service.store.state import BundleState, Generation, State
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
 from service.config import Config
-from service.kernel.modules import describe
+from service.host.modules import describe
 from service.layout import Layout
-from service.store.phase import Phase
 from service.verify.signature.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.drop import ModuleSpec, stage

@@ -12,7 +12,7 @@ from service.errors import ModuleRejected
 from service.verify.loadrules import finish, load_rules
 from service.verify.modfile.modinfo import ModInfo
 from service.verify.modfile.symtab import Export
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 
 
 def _outcome(ko: bytes, release: str) -> str | None:
@@ -151,8 +151,8 @@ def _with_symbols_of(data: bytes) -> ModInfo:
 def _vm_target(info: ModInfo, exports: Mapping[str, Export] | None = None) -> Target:
     """Debian 12's 6.1 as the rules need it, built for ``info``'s vermagic; ``exports`` the
     whole table of its exports (None: only what a probe knows, nothing)."""
-    from service.verify.target.exports import KernelExports
-    from service.verify.target.kconfig import KernelConfig
+    from service.verify.targetkernel.exports import KernelExports
+    from service.verify.targetkernel.kconfig import KernelConfig
 
     config = KernelConfig.parse("CONFIG_MODVERSIONS=y\n", "test")
     known = KernelExports(None, {}) if exports is None else KernelExports.known(exports, "test")
@@ -286,7 +286,7 @@ def test_a_module_namespace_naming_the_module_is_judged_where_the_image_says_so(
     import is refused as the kernel refuses any namespace not imported (EINVAL)."""
     from dataclasses import replace
 
-    from service.verify.target.exports import KernelExports, Sources
+    from service.verify.targetkernel.exports import KernelExports, Sources
 
     info = _with_symbols(modules["ms_params"])
     assert info.symbols is not None
@@ -324,7 +324,7 @@ def test_a_builtin_name_is_judged_by_where_sysfs_names_were_read(
     registers, so it is refused as policy (EINVAL)."""
     from dataclasses import replace
 
-    from service.verify.target.exports import KernelExports, Sources
+    from service.verify.targetkernel.exports import KernelExports, Sources
 
     info = _with_symbols(modules["ms_params"])
     assert info.symbols is not None

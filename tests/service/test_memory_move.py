@@ -12,14 +12,14 @@ import os
 import time
 from pathlib import Path
 
+from service.bundles.state import State
 from service.config import Config
-from service.kernel.memory import MEMORY, Onlined, apply_policy, hand_over, misplaced
-from service.kernel.sysfs import Sysfs
+from service.host.memory import MEMORY, Onlined, apply_policy, hand_over, misplaced
+from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.status.hardware import misplaced_memory
 from service.status.health import Health
-from service.store.state import State
-from stager.manifest import MemoryPolicy
+from stager.schema.manifest import MemoryPolicy
 from tests.service.fakes import FakeSysfs
 
 

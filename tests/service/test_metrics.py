@@ -7,13 +7,13 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import save
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import Family, families, render, write_metrics
-from service.store.phase import Phase
-from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import save
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from service.errors import Refusal
 from service.verify.signature.modsig import read_signature
-from service.verify.target.kconfig import KernelConfig
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kconfig import KernelConfig
+from service.verify.targetkernel.kernel import Target
 
 RSA = bytes.fromhex("06092a864886f70d010101")  # rsaEncryption, sign-file's SignerInfo algorithm
 ML_DSA_65 = bytes.fromhex("0609608648016503040312")  # id-ml-dsa-65, as long

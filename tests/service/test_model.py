@@ -52,19 +52,19 @@ from hypothesis.stateful import (
 )
 
 from service.boot.loader import Boot
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, State
+from service.bundles.statefile import read
 from service.cli import main
 from service.cmd.host import Host
 from service.daemon.loop import Daemon
+from service.generations.store import Store
 from service.layout import Layout
+from service.publish.labels import features_file
 from service.status.collect import collect
 from service.status.metrics import families
-from service.store.generations import Store
-from service.store.labels import features_file
-from service.store.phase import Phase
-from service.store.state import BundleState, State
-from service.store.statefile import read
 from stager.drop import ModuleSpec, stage
-from stager.statusfile import StatusFile
+from stager.schema.statusfile import StatusFile
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, make_host
 

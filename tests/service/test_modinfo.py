@@ -16,9 +16,9 @@ from service.errors import ModuleRejected
 from service.verify.loadrules import check_vermagic, load_rules
 from service.verify.modfile.modinfo import ModInfo, same_magic
 from service.verify.modfile.symtab import Export
-from service.verify.target.exports import KernelExports
-from service.verify.target.kconfig import KernelConfig
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.exports import KernelExports
+from service.verify.targetkernel.kconfig import KernelConfig
+from service.verify.targetkernel.kernel import Target
 from tests.service.strategies_verify import mutated
 
 DEBIAN = ["net/key/af_key.ko", "fs/fat/vfat.ko", "drivers/net/dummy.ko", "fs/ext4/ext4.ko"]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
+from service.generations.store import Store
+from service.intake.owners import NAMES
 from service.layout import Layout
-from service.store.generations import Store
-from service.store.owners import NAMES
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, boot_with, make_intake, pending
 

@@ -20,7 +20,7 @@ from cryptography.x509.oid import ExtensionOID
 
 from service.layout import Layout
 from service.verify.signature.keyring import signer_key_id
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, make_key, sign
 from tests.service.conftest import HostTree

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from service.kernel import grub
-from service.kernel.installed import InstalledKernel, compare_versions, installed, newest
-from service.kernel.nextboot import GrubFiles, How, decide, next_kernel, read_grub
+from service.host import grub
+from service.host.installed import InstalledKernel, compare_versions, installed, newest
+from service.host.nextboot import GrubFiles, How, decide, next_kernel, read_grub
 from service.layout import Layout
 from tests.strategies import debian_versions
 

@@ -1,7 +1,7 @@
 """A bundle's ``params``: where it names globs, every parameter a drop's modules set must
 match one, beside the host's ``forbidden_params``, which no bundle may set.
 
-The pure rule (:func:`service.store.bundlerules.unlisted_params`) with plain manifest
+The pure rule (:func:`service.intake.bundlerules.unlisted_params`) with plain manifest
 entries, the key's checks, then intake with the real signed ``ms_params`` (parameters
 ``count`` and ``label``).
 """
@@ -14,10 +14,10 @@ import pytest
 
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
+from service.intake.bundlerules import unlisted_params
 from service.layout import Layout
-from service.store.bundlerules import unlisted_params
 from stager.drop import ModuleSpec, stage
-from stager.manifest import ModuleEntry
+from stager.schema.manifest import ModuleEntry
 from tests.service.fakes import make_intake
 
 NVIDIA = BundlePolicy(params=("NVreg_*", "uvm-*", "modeset"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from service.kernel.pci import PciDevice, alias_matches, devices_for, present
-from service.kernel.sysfs import Sysfs
+from service.host.pci import PciDevice, alias_matches, devices_for, present
+from service.host.sysfs import Sysfs
 
 EDU = "pci:v00001234d000011E8sv00001AF4sd00001100bc00scFFi00"
 GPU = "pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00"

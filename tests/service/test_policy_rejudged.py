@@ -15,10 +15,10 @@ import io
 import shutil
 from pathlib import Path
 
+from service.bundles.phase import Phase
 from service.cli import main
 from service.config import BundlePolicy, Config
 from service.layout import Layout
-from service.store.phase import Phase
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, make_key
 from tests.service.fakes import FakeKernel, boot_with, make_intake

@@ -13,21 +13,21 @@ import pytest
 
 from service.boot.loader import Boot
 from service.boot.persist import Durable, Recorded
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation
+from service.bundles.statefile import load, save
 from service.config import Config, Publish, RebootConfig
 from service.daemon.events import Event, Kind
 from service.daemon.loop import Daemon
 from service.daemon.watcher import DropWatcher
 from service.errors import ConfigError
 from service.layout import Layout
-from service.reboot import CommandRebooter
-from service.store.phase import Phase
-from service.store.publish import incoming_dirs, publish_digest, record_digest
-from service.store.state import BundleState, Generation
-from service.store.statefile import load, save
+from service.publish.operator import incoming_dirs, publish_digest, record_digest
+from service.rebooting.request import CommandRebooter
+from service.rebooting.window import Guard
 from service.verify.signature.trust import TrustStore
-from service.window import Guard
 from stager.drop import DIGEST_NAME, ModuleSpec, stage
-from stager.statusfile import StatusFile
+from stager.schema.statusfile import StatusFile
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKernel, make_intake

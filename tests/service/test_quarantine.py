@@ -1,4 +1,4 @@
-"""The quarantine's own promises (``service.store.quarantine``): its directory is private, a
+"""The quarantine's own promises (``service.publish.quarantine``): its directory is private, a
 drop it could not keep is not recorded as kept, and its record files are read strictly."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from service.config import Limits
 from service.layout import Layout
-from service.store.quarantine import Record, put
+from service.publish.quarantine import Record, put
 from tests.service.conftest import HostTree
 
 
@@ -75,8 +75,8 @@ def test_a_drop_that_cannot_be_measured_keeps_its_record_not_its_contents(
     """A rejected drop deeper than the 32 levels the quarantine measures counts as more than
     the quarantine's byte limit: even into an empty quarantine its contents are removed at
     once and its record stays, saying so (an unmeasured drop could hold any size)."""
-    from service.store.quarantine import records
-    from stager.paths import drop_name
+    from service.publish.quarantine import records
+    from stager.schema.paths import drop_name
 
     layout = host_tree()
     drop = layout.incoming / drop_name("b", 1, "ab")
@@ -99,7 +99,7 @@ def test_a_record_that_cannot_be_written_is_logged_and_the_drop_kept(
     quarantining itself is logged (kept, left nowhere)."""
     from structlog.testing import capture_logs
 
-    from stager.paths import drop_name
+    from stager.schema.paths import drop_name
 
     layout = host_tree()
     drop = layout.incoming / drop_name("b", 1, "ab")
@@ -124,7 +124,7 @@ def test_a_drop_moved_in_without_its_record_is_removed_at_the_next_put(
     killed in between) counts against no bound and is removed when the next drop is put
     there; an entry whose name is not a drop's (an admin's) is left alone, and the new
     drop is kept."""
-    from stager.paths import drop_name
+    from stager.schema.paths import drop_name
 
     layout = host_tree()
     layout.quarantine.mkdir(parents=True)
@@ -147,8 +147,8 @@ def test_a_drop_exactly_at_the_byte_limit_is_kept(
     """The quarantine keeps drops up to ``quarantine_bytes`` inclusive: a drop measuring
     exactly the limit keeps its contents, one byte less of limit removes them (the record
     stays)."""
-    from service.store.dropfs import tree_size
-    from stager.paths import drop_name
+    from service.dropfs import tree_size
+    from stager.schema.paths import drop_name
 
     layout = host_tree()
     drop = layout.incoming / drop_name("b", 1, "ab")
@@ -169,8 +169,8 @@ def test_a_quarantined_drop_that_cannot_be_removed_keeps_its_record(
     holds is left without a record."""
     from structlog.testing import capture_logs
 
-    from service.store.quarantine import records
-    from stager.paths import drop_name
+    from service.publish.quarantine import records
+    from stager.schema.paths import drop_name
 
     layout = host_tree()
     drop = layout.incoming / drop_name("b", 1, "ab")

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.records import RebootIntent
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import save
 from service.cli import main
-from service.gate import Gate, uncovered
 from service.layout import Layout
+from service.rebooting.gate import Gate, uncovered
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
-from service.store.phase import Phase
-from service.store.records import RebootIntent
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import save
 
 KERNEL = "6.1.0-test"
 BOOT = "boot-2"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import LoadError
-from service.kernel.recording import RecordingKernel
+from service.host.recording import RecordingKernel
 from service.verify.modfile.modinfo import ModInfo
 
 

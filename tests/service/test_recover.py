@@ -10,12 +10,12 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from service.bundles.phase import Phase
+from service.bundles.state import State
+from service.bundles.statefile import LAST_GOOD, load, save
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.state import State
-from service.store.statefile import LAST_GOOD, load, save
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot
 from tests.service.fakes import pending as _pending
@@ -108,7 +108,7 @@ def test_the_daemon_rebuilds_a_state_it_finds_corrupt(
 ) -> None:
     """A daemon step that finds state.json corrupt sets it aside and rebuilds it at once, so
     no later boot finds it missing; the last known good stays active."""
-    from service.reboot import NoRebooter
+    from service.rebooting.request import NoRebooter
     from tests.service.test_daemon import _daemon
 
     good = _pending(host, kernel, [(signed["ms_exporter"], "")])

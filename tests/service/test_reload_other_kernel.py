@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.cover import carried, next_kernel_cover
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad, RefusedDrop
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import load, save
 from service.errors import IllegalTransition
 from service.layout import Layout
-from service.store.cover import carried, next_kernel_cover
-from service.store.phase import Phase
-from service.store.records import ModuleLoad, RefusedDrop
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import load, save
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, boot_with, make_intake, pending

@@ -6,10 +6,10 @@ import errno
 import io
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import FakeKernel, make_intake
 from tests.service.fakes import boot_with as _boot

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load, read
 from service.cli import main
 from service.cmd.host import kernel_for
 from service.config import RebootConfig
-from service.kernel.modules import LinuxKernel
-from service.kernel.recording import RecordingKernel
+from service.host.modules import LinuxKernel
+from service.host.recording import RecordingKernel
 from service.layout import Layout
-from service.reboot import CommandRebooter, KuredSentinel, rebooter
-from service.store.phase import Phase
-from service.store.statefile import load, read
+from service.rebooting.request import CommandRebooter, KuredSentinel, rebooter
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.mountns import SETUP_FAILED, Overlay, run

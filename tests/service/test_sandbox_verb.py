@@ -17,7 +17,7 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 

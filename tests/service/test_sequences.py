@@ -12,12 +12,12 @@ import shutil
 import uuid
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import families
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey
 from tests.service.fakes import FakeKernel, boot_with, make_host, make_intake, pending

@@ -18,8 +18,8 @@ from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pkcs7 import Message, parse_message
 from service.verify.signature.trailer import parse_trailer
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.rules import KernelRules
 from service.verify.verdict import verify_module
 from tests.kmod import MARKER, SigningKey, cms_sign, split
 from tests.kmod.forge import INFO, append_signature, rsa_oid_as_sha256_with_rsa

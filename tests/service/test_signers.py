@@ -37,7 +37,7 @@ from service.verify.signature.signers import (
 )
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import Cert as Carried
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 from tests.kmod.pkcs7 import Cert, signed_data, signer_info, tlv
 
 PAYLOAD = b"\x7fELF module bytes the signature covers"

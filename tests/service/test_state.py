@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.bundles import verbs
+from service.bundles.phase import Phase
+from service.bundles.records import HistoryEntry, ModuleLoad, RebootIntent, RefusedDrop
+from service.bundles.state import HISTORY_LIMIT, BundleState, Generation, State
+from service.bundles.statefile import decode, encode, load, migrated, read, save
 from service.errors import IllegalTransition, StateCorrupt, StateError
-from service.store import verbs
-from service.store.phase import Phase
-from service.store.records import HistoryEntry, ModuleLoad, RebootIntent, RefusedDrop
-from service.store.state import HISTORY_LIMIT, BundleState, Generation, State
-from service.store.statefile import decode, encode, load, migrated, read, save
 
 K = "6.1.0-57-amd64"
 A, B, C = "a" * 64, "b" * 64, "c" * 64

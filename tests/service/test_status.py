@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad, RebootIntent, RefusedDrop
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import save
 from service.cli import main
 from service.layout import Layout
+from service.publish.bundle_status import write_status
 from service.status.collect import collect
 from service.status.hardware import memory_summary
 from service.status.health import Health, bundle_health, overall
 from service.status.live import LiveModule
 from service.status.report import SCHEMA, SignerRow
 from service.status.view import lines
-from service.store.phase import Phase
-from service.store.records import ModuleLoad, RebootIntent, RefusedDrop
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import save
-from service.store.statusfile import write_status
-from stager.record import dump
-from stager.statusfile import StatusFile
+from stager.schema.record import dump
+from stager.schema.statusfile import StatusFile
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.state import State
 from service.cli import main
 from service.layout import Layout
 from service.status.required import UNKNOWN
-from service.store.state import State
 from tests.service.test_reboot_required import host, pending
 
 CAUSES: list[tuple[str, Callable[[Layout], object]]] = [

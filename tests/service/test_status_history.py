@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from service.bundles.statefile import load
 from service.layout import Layout
-from service.store.statefile import load
 from tests.service.test_admin import cli, failed_upgrade, layout
 
 __all__ = ["layout"]  # the host fixture, shared with the admin verbs' tests

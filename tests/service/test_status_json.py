@@ -12,18 +12,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad, RebootIntent
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import read, save
 from service.cli import main
 from service.config import Limits
 from service.layout import Layout
+from service.publish import quarantine
+from service.publish.bundle_status import write_status
 from service.status.glance import write_heartbeat
 from service.status.unloads import write_unloads
-from service.store import quarantine
-from service.store.phase import Phase
-from service.store.records import ModuleLoad, RebootIntent
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import read, save
-from service.store.statusfile import write_status
-from stager.record import dump
+from stager.schema.record import dump
 from tests.service.test_metrics import KERNEL, fallback_host
 
 DOC = Path(__file__).resolve().parents[2] / "docs/status.md"

@@ -9,16 +9,16 @@ import io
 from dataclasses import replace
 from pathlib import Path
 
+from service.bundles.records import ModuleLoad
+from service.bundles.state import State
+from service.bundles.statefile import save
 from service.cli import main
 from service.config import Config
 from service.daemon.loop import Daemon
-from service.reboot import NoRebooter
+from service.rebooting.request import NoRebooter
 from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.view import lines
-from service.store.records import ModuleLoad
-from service.store.state import State
-from service.store.statefile import save
 from tests.service.test_status import active_bundle, host
 
 
@@ -56,8 +56,8 @@ def test_the_backend_is_named_once_on_the_reboot_line(tmp_path: Path) -> None:
     """With backend none the reason already names it: the details do not repeat it."""
     b = active_bundle()
     layout = host(tmp_path, State({"nvidia": b}, "boot-2"))
-    from service.store.phase import Phase
-    from service.store.state import Generation
+    from service.bundles.phase import Phase
+    from service.bundles.state import Generation
 
     gen = Generation("c" * 64, "3.0", "6.1.0-test", added=300.0)
     pending = b.with_generation(gen).move(Phase.PENDING, pending=gen.id)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
-from service.status.signers import NO_KEYRINGS, signer_rows
-from service.store.statefile import load
+from service.status.signer_rows import NO_KEYRINGS, signer_rows
 from tests.service.fakes import pending
 
 

@@ -13,13 +13,19 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad
+from service.bundles.state import BundleState, Generation
 from service.layout import Layout
 from service.status.report import SignerRow
-from service.status.signers import UNVERIFIED, VERIFIED, loaded_verdict, signer_lines, signer_rows
+from service.status.signer_rows import (
+    UNVERIFIED,
+    VERIFIED,
+    loaded_verdict,
+    signer_lines,
+    signer_rows,
+)
 from service.status.view import signer_text
-from service.store.phase import Phase
-from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation
 from service.verify.signature.keyring import KeyDescription
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import pending

@@ -10,18 +10,18 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from service.bundles import verbs
+from service.bundles.phase import Phase
+from service.bundles.records import RebootIntent
+from service.bundles.state import Generation, State
+from service.bundles.statefile import save
 from service.cli import main
 from service.layout import Layout
+from service.publish.bundle_status import write_status
 from service.status.collect import collect
 from service.status.glance import write_heartbeat
 from service.status.health import Health
 from service.status.view import lines, render_rich
-from service.store import verbs
-from service.store.phase import Phase
-from service.store.records import RebootIntent
-from service.store.state import Generation, State
-from service.store.statefile import save
-from service.store.statusfile import write_status
 from tests.service.test_status import KERNEL, NEW, OLD, active_bundle, failed_new, host, live
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -179,7 +179,7 @@ def test_the_daemon_refreshes_its_heartbeat(tmp_path: Path) -> None:
     from service.config import Config
     from service.daemon.events import Event, Kind
     from service.daemon.loop import Daemon
-    from service.reboot import NoRebooter
+    from service.rebooting.request import NoRebooter
 
     b = active_bundle().with_generation(Generation(NEW, "2.0", KERNEL, added=200.0))
     layout = host(tmp_path, State({"nvidia": b.move(Phase.PENDING, pending=NEW)}, "boot-2"))

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.errors import TargetFileError
-from service.verify.target.exports import read_symvers
-from service.verify.target.kconfig import ConfigText, KernelConfig, parse_config
+from service.verify.targetkernel.exports import read_symvers
+from service.verify.targetkernel.kconfig import ConfigText, KernelConfig, parse_config
 
 NAMES = st.sampled_from(["CONFIG_A", "CONFIG_AB", "CONFIG_B", "A", "CONFIG_", "# CONFIG_A"])
 VALUES = st.sampled_from(["y", "m", '"x y"', " y ", "", "=y", "n"])

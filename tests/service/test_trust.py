@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from service.errors import TrustError
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.rules import KernelRules
 from service.verify.verdict import verify_path
 from tests.kmod import SigningKey, make_key, sign, split
 

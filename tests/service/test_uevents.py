@@ -21,8 +21,8 @@ from service.daemon.uevents import (
     online_block,
     size_receive_buffer,
 )
-from service.kernel.sysfs import Sysfs
-from stager.manifest import MemoryPolicy
+from service.host.sysfs import Sysfs
+from stager.schema.manifest import MemoryPolicy
 
 ADD = Uevent("add", "memory", "memory2")
 

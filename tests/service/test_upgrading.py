@@ -14,9 +14,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.records import ModuleLoad
+from service.bundles.state import BundleState, Generation, State
+from service.bundles.statefile import save
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
+from service.rebooting.window import Window
 from service.status import survey
 from service.status.collect import collect
 from service.status.health import Health
@@ -25,11 +30,6 @@ from service.status.report import Report
 from service.status.unloads import read_unloads, updated, write_unloads
 from service.status.upgrade import DRIVER_POD_READY, DROP_GRACE
 from service.status.view import lines
-from service.store.phase import Phase
-from service.store.records import ModuleLoad
-from service.store.state import BundleState, Generation, State
-from service.store.statefile import save
-from service.window import Window
 
 KERNEL = "6.1.0-test-amd64"
 BOOT = "boot-1"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import Verdict, verify_path
 from tests.kmod import (
     SigningKey,
@@ -341,7 +341,7 @@ def test_the_running_kernels_sys_module_names_built_in_code_only(tmp_path: Path)
     for a built-in's, nor a file of the module kset (6.12's `compression`), and a target
     that is not the running kernel reads none from /sys."""
     from service.layout import Layout
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
 
     root = tmp_path / "root"
     for name, loaded in (("kfence", False), ("block", False), ("nvidia", True)):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from service.boot.loader import Boot
+from service.bundles.phase import Phase
 from service.config import Config
 from service.layout import Layout
-from service.store.phase import Phase
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
@@ -116,7 +116,7 @@ def test_sealed_memfd_is_read_only_and_sealed() -> None:
     """The memfd handed to finit_module cannot be written through any descriptor."""
     import fcntl
 
-    from service.kernel.modules import sealed_memfd
+    from service.host.modules import sealed_memfd
 
     fd = sealed_memfd(b"\x7fELF image", "m.ko")
     try:
@@ -138,8 +138,8 @@ def test_sealed_memfd_is_read_only_and_sealed() -> None:
 def test_firmware_path_is_cleared_with_a_nul_and_bounded_to_255_bytes(tmp_path: Path) -> None:
     """param_set_copystring keeps "\\n" verbatim; a lone NUL clears; 256+ bytes is ENOSPC."""
     from service.errors import BootError
-    from service.kernel.firmware import PATH_PARAM, FirmwareView
-    from service.kernel.sysfs import Sysfs
+    from service.host.firmware import PATH_PARAM, FirmwareView
+    from service.host.sysfs import Sysfs
 
     sys = tmp_path / "sys"
     (sys / PATH_PARAM).parent.mkdir(parents=True)

@@ -68,7 +68,7 @@ def test_intake_refuses_consumer_before_its_exporter_even_renamed(
 
 def test_parameter_with_byte_a0_outside_quotes_is_refused() -> None:
     """lib/ctype.c counts 0xA0 as a space: U+00A0 (UTF-8 C2 A0) would split the value."""
-    from service.verify.modfile.params import param_problems
+    from service.verify.modfile.param_check import param_problems
 
     assert param_problems("label=a\u00a0b")[0].startswith("EINVAL (policy): byte 0xA0 at offset 8")
     assert param_problems('label="a\u00a0b" count=1') == []

@@ -10,9 +10,9 @@ import pytest
 
 from service.verify.bundle import verify_paths
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import verify_drop
-from stager.manifest import FirmwareEntry, Manifest, ModuleEntry
+from stager.schema.manifest import FirmwareEntry, Manifest, ModuleEntry
 from tests.kmod import SigningKey, sign
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from service.verify.compressed.decompress import CHUNK
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import verify_module, verify_path
 from tests.kmod import compress, debian_build_cert, padded_module, sign, split
 from tests.kmod.keys import SigningKey

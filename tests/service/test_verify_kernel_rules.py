@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.rules import KernelRules
 from service.verify.verdict import Verdict, verify_module
 from tests.kmod import append_signature
 from tests.kmod.pkcs7 import Cert, indefinite_around, make_cert, signed_data, signer_info

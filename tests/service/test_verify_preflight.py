@@ -51,10 +51,10 @@ def test_a_blacklisted_hash_is_the_kernels_refusal_before_6_17_and_policy_after(
     """Debian's kernels refused a module whose hash dbx lists (`.blacklist`) until 6.17, which
     dropped that patch: the pre-flight says EKEYREJECTED for the running 6.1 and
     "EKEYREJECTED (policy)", naming the change, for a running 7.2 (the node loads it)."""
-    from service.store.admit import preflight
-    from service.verify.target.kernel import Target
+    from service.intake.admit import preflight
+    from service.verify.targetkernel.kernel import Target
     from service.verify.verdict import Verdict
-    from stager.manifest import Manifest, ModuleEntry
+    from stager.schema.manifest import Manifest, ModuleEntry
 
     digest = "ab" * 32
     said = []
@@ -73,10 +73,10 @@ def test_a_blacklisted_hash_is_the_kernels_refusal_before_6_17_and_policy_after(
 def test_the_hash_check_ends_exactly_at_6_17(host: Layout) -> None:
     """Debian dropped its `.blacklist` hash patch in 6.17: the running kernel's own refusal
     holds for a 6.16 release and the policy refusal from 6.17.0 on."""
-    from service.store.admit import preflight
-    from service.verify.target.kernel import Target
+    from service.intake.admit import preflight
+    from service.verify.targetkernel.kernel import Target
     from service.verify.verdict import Verdict
-    from stager.manifest import Manifest, ModuleEntry
+    from stager.schema.manifest import Manifest, ModuleEntry
 
     digest = "cd" * 32
     said = {}

@@ -2,7 +2,7 @@
 version order), naming both versions; an admin's rollback below it stands, and the pod of
 the driver rolled back to may stage it again.
 
-The pure rule (:func:`service.store.bundlerules.below_floor`) with plain versions, the key's
+The pure rule (:func:`service.intake.bundlerules.below_floor`) with plain versions, the key's
 checks, then intake and ``modstage rollback`` on a test host with real signed modules.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.statefile import load
 from service.cli import main
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
+from service.intake.bundlerules import below_floor
 from service.layout import Layout
-from service.store.bundlerules import below_floor
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake, pending
 

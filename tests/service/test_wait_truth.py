@@ -9,10 +9,10 @@ import io
 from dataclasses import replace
 from pathlib import Path
 
+from service.bundles.phase import Phase
+from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statefile import load
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, boot_with, pending
@@ -78,9 +78,9 @@ def test_nothing_recorded_loaded_is_not_live_unless_the_bundle_is_active(
     ``reboot_scheduled``) says ``live: false``, so ``wait`` never calls that generation
     active; only an ``active`` bundle with no record (a state written before loads were
     recorded) stays unknown (``live`` absent)."""
-    from service.store.state import BundleState, Generation
-    from service.store.statusfile import write_status
-    from stager.statusfile import StatusFile
+    from service.bundles.state import BundleState, Generation
+    from service.publish.bundle_status import write_status
+    from stager.schema.statusfile import StatusFile
 
     v1, v2 = "a" * 64, "b" * 64
     b = BundleState().with_generation(Generation(v1, "1", kernel, added=1.0))

@@ -21,7 +21,7 @@ from watchdog.events import FileSystemEvent
 
 from service.daemon.events import Event, Kind
 from service.daemon.watcher import LOST, DropWatcher, Handler
-from stager.paths import MANIFEST_NAME
+from stager.schema.paths import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 DROP = "test.00000000000000000001.aa"  # a name parse_drop_name accepts

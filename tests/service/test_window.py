@@ -7,7 +7,7 @@ from datetime import UTC, datetime, time, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.window import DAYS, Decision, Guard, Why, Window, reboot_due
+from service.rebooting.window import DAYS, Decision, Guard, Why, Window, reboot_due
 
 moments = st.datetimes(
     min_value=datetime(2020, 1, 1), max_value=datetime(2035, 1, 1), timezones=st.just(UTC)

@@ -14,7 +14,7 @@ from cryptography.x509.oid import ExtensionOID, NameOID
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.trust import TrustStore
 from service.verify.signature.x509 import parse_certificate
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 _KEY = ec.generate_private_key(ec.SECP256R1())
 OLD, NEW = (6, 1), (6, 12)

@@ -1,4 +1,4 @@
-"""The test-only switch of ``stager.atomic``: ``MODSTAGE_FAULT_SKIP_FSYNC=1`` skips the fsyncs.
+"""The test-only switch of ``stager.schema.atomic``: ``MODSTAGE_FAULT_SKIP_FSYNC=1`` skips the fsyncs.
 
 Each case runs in a fresh interpreter, because the switch is read once, at import; it counts
 the calls of ``os.fsync`` there (the standard library's, not ours). The write itself, without
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from stager import atomic
+from stager.schema import atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -28,7 +28,7 @@ from pathlib import Path
 calls = []
 real_fsync = os.fsync
 os.fsync = lambda fd: (calls.append(fd), real_fsync(fd))[1]
-from stager import atomic
+from stager.schema import atomic
 os.environ[atomic.SKIP_FSYNC_ENV] = sys.argv[2]  # too late: read at import
 target = Path(sys.argv[1])
 atomic.write_atomic(target, b"new")
@@ -106,18 +106,20 @@ def _fsync_calls(path: Path) -> list[int]:
 
 
 def test_every_fsync_of_the_product_goes_through_the_switch() -> None:
-    """No module of ``service/`` or ``stager/`` but ``stager/atomic.py`` calls ``os.fsync``:
+    """No module of ``service/`` or ``stager/`` but ``stager/schema/atomic.py`` calls ``os.fsync``:
     every durable write (state, status files, the store's directories, copied modules, a
-    drop's files) is made durable by ``stager.atomic``, so the power-cut control's switch
+    drop's files) is made durable by ``stager.schema.atomic``, so the power-cut control's switch
     (tests/vm/test_power_cut.py) skips all of them and the durability claim rests on each."""
     callers = {
         str(path.relative_to(ROOT)): lines
         for package in ("service", "stager")
         for path in sorted((ROOT / package).rglob("*.py"))
-        if path != ROOT / "stager/atomic.py" and (lines := _fsync_calls(path))
+        if path != ROOT / "stager/schema/atomic.py" and (lines := _fsync_calls(path))
     }
-    assert callers == {}, f"os.fsync called outside stager/atomic.py: {callers}"
-    assert _fsync_calls(ROOT / "stager/atomic.py"), "the finder must see atomic.py's own fsync"
+    assert callers == {}, f"os.fsync called outside stager/schema/atomic.py: {callers}"
+    assert _fsync_calls(ROOT / "stager/schema/atomic.py"), (
+        "the finder must see atomic.py's own fsync"
+    )
 
 
 class Fsyncs:

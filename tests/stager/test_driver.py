@@ -12,9 +12,9 @@ import pytest
 
 from stager.driver import Driver, Settings, loaded_version, main
 from stager.drop import DIGEST_NAME
-from stager.errors import StagerError
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.failures import StagerError
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.stager.argv import module_bytes
 
 KERNEL = "6.1.0-test-amd64"
@@ -220,7 +220,7 @@ NEXT = "6.12.0-next-amd64"
 def _announce(
     root: Path, next_kernel: str | None, cover: str = "none", version: str | None = None
 ) -> None:
-    """The host's ``_host.json`` as ``service.store.announce`` writes it (``version``: the
+    """The host's ``_host.json`` as ``service.publish.announce`` writes it (``version``: the
     version a boot into ``next_kernel`` loads)."""
     status = root / "run/nvidia/modstage/status"
     status.mkdir(parents=True, exist_ok=True)

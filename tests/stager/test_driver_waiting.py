@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.stager.test_driver import KERNEL, NEXT, _announce, _carry, _driver, _load, root
 
 __all__ = ["root"]  # the fixture, shared with test_driver

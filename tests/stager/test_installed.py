@@ -1,5 +1,5 @@
 """``nvidia-driver init`` stages once for each other installed kernel the image carries
-(:mod:`stager.installed`): before the running kernel's drop, pending for another kernel
+(:mod:`stager.other_kernels`): before the running kernel's drop, pending for another kernel
 counts as success, a kernel the image lacks is named, and a restarted pod stages nothing
 the host already has at this version."""
 
@@ -9,8 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.stager.test_driver import KERNEL, NEXT, _carry, _driver, _load, root
 
 __all__ = ["root"]  # the fixture, used by name

@@ -11,8 +11,8 @@ import tomli_w
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stager.errors import ManifestError
-from stager.manifest import MAX_MANIFEST_BYTES, Manifest, ModuleEntry
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import MAX_MANIFEST_BYTES, Manifest, ModuleEntry
 from tests.strategies import manifests
 
 

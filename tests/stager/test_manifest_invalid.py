@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stager.errors import ManifestError
-from stager.manifest import Manifest
+from stager.schema.failures import ManifestError
+from stager.schema.manifest import Manifest
 
 H = "0" * 64
 HEAD = 'schema = 1\nbundle = "nvidia"\nversion = "580.95.05"\nkernel = "6.1.0-57-amd64"\n'

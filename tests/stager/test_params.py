@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from stager.params import ParamsError, format_params, merge_params, parse_params
+from stager.schema.params import ParamsError, format_params, merge_params, parse_params
 from tests.strategies import params
 
 
@@ -54,7 +54,7 @@ def test_stage_refuses_what_the_kernel_would_split_as_intake_does() -> None:
     """``à`` (UTF-8 C3 A0) unquoted carries byte 0xA0, a space to the kernel's ``next_arg``:
     ``parse_params`` (what ``stage`` runs) refuses it with intake's own words; quoted, or a
     character without that byte (``é``, C3 A9), it passes."""
-    from service.verify.modfile.params import param_problems
+    from service.verify.modfile.param_check import param_problems
 
     with pytest.raises(ParamsError, match=r"byte 0xA0 at offset 11 .* quote it"):
         parse_params("label=voil\u00e0")

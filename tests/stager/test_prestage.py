@@ -15,10 +15,10 @@ import pytest
 
 from stager.driver import main, prestage
 from stager.drop import DIGEST_NAME
-from stager.errors import StagerError
-from stager.manifest import Manifest
-from stager.paths import MANIFEST_NAME
 from stager.prestage import Prestage
+from stager.schema.failures import StagerError
+from stager.schema.manifest import Manifest
+from stager.schema.paths import MANIFEST_NAME
 from tests.stager.argv import module_bytes
 
 RUNNING = "6.12.57-amd64"  # the node's kernel now
@@ -64,7 +64,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _announce(root: Path, next_kernel: str, cover: str = "none", version: str = "") -> None:
-    """``status/_host.json`` as ``service.store.announce`` writes it."""
+    """``status/_host.json`` as ``service.publish.announce`` writes it."""
     status = root / "run/nvidia/modstage/status"
     status.mkdir(parents=True, exist_ok=True)
     entry = {"next": cover, **({"next_version": version} if version else {})}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stager.record import RecordError, dump, is_empty, is_none, load, spec
+from stager.schema.record import RecordError, dump, is_empty, is_none, load, spec
 
 
 class Mode(enum.Enum):

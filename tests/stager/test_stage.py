@@ -15,8 +15,8 @@ import pytest
 
 from service.cli import main
 from stager.drop import ModuleSpec, remove_drop, stage
-from stager.errors import StageError
-from stager.paths import MANIFEST_NAME, parse_drop_name
+from stager.schema.failures import StageError
+from stager.schema.paths import MANIFEST_NAME, parse_drop_name
 from tests.stager.argv import module_bytes, stage_argv
 
 ROOT = Path(__file__).resolve().parents[2]

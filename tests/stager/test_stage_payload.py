@@ -18,7 +18,7 @@ import tomli_w
 import zstandard
 
 from service.cli import main
-from stager.modfile import HEAD, MAX_INPUT, elf_problem, payload_head
+from stager.schema.modfile import HEAD, MAX_INPUT, elf_problem, payload_head
 from tests.stager.argv import module_bytes, stage_argv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stager.drop import ModuleSpec, drop_kernel, stage
-from stager.manifest import MAX_MANIFEST_BYTES
-from stager.paths import MANIFEST_NAME, drop_name
+from stager.schema.manifest import MAX_MANIFEST_BYTES
+from stager.schema.paths import MANIFEST_NAME, drop_name
 from tests.stager.argv import module_bytes
 
 X, Y = "6.1.0-57-amd64", "6.12.95+deb13-amd64"  # the running kernel, the next one

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.state import BundleState, Generation
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.state import BundleState, Generation
-from service.store.statusfile import write_status
-from stager.paths import drop_name
-from stager.statusfile import StatusFile
+from service.publish.bundle_status import write_status
+from stager.schema.paths import drop_name
+from stager.schema.statusfile import StatusFile
 from stager.wait import (
     EXIT_ACTIVE,
     EXIT_REFUSED,
@@ -151,7 +151,7 @@ def test_timeout_exits_3_with_the_last_phase(tmp_path: Path) -> None:
 
 def test_drop_manifest_gives_the_generation(tmp_path: Path) -> None:
     """While the drop still holds its manifest, its digest is the generation waited for."""
-    from stager.manifest import Manifest
+    from stager.schema.manifest import Manifest
 
     m = Manifest.from_dict(
         {
@@ -206,7 +206,7 @@ def test_wait_runs_with_the_standard_library_and_tomli_w_alone(tmp_path: Path) -
         "import sys; from service.cli import main; "
         f"rc = main(['wait', '--status-dir', {str(Layout(tmp_path).status)!r}, '--bundle', 'nvidia']); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.store.state'); "
+        "('structlog', 'rich', 'prometheus_client', 'cryptography') or m == 'service.bundles.state'); "
         "print(rc, bad)"
     )
     # this test's own staged-notes directory: a note another process left in the shared tmp

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from service.layout import Layout
-from service.store.statusfile import write_status
-from stager.paths import drop_name
+from service.publish.bundle_status import write_status
+from stager.schema.paths import drop_name
 from stager.wait import EXIT_USAGE
 from tests.stager.test_wait import GEN, active
 from tests.stager.test_wait_errors import wait

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
+from service.bundles.state import Generation
 from service.cli import main
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.state import Generation
-from service.store.statusfile import write_status
+from service.publish.bundle_status import write_status
 from stager.wait import (
     EXIT_NO_DEVICE,
     EXIT_OTHER_KERNEL,

@@ -15,8 +15,8 @@ import pytest
 
 from service.cli import main
 from service.layout import Layout
-from service.store.statusfile import write_status
-from stager.statusfile import StatusFile
+from service.publish.bundle_status import write_status
+from stager.schema.statusfile import StatusFile
 from stager.wait import EXIT_ACTIVE, EXIT_TIMEOUT
 from tests.stager.argv import module_bytes, stage_argv
 from tests.stager.test_wait import GEN, OLD, active, pending

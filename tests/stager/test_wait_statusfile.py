@@ -1,4 +1,4 @@
-"""``status/<bundle>.json`` has one type, :class:`stager.statusfile.StatusFile`, for the
+"""``status/<bundle>.json`` has one type, :class:`stager.schema.statusfile.StatusFile`, for the
 host that writes it and for ``wait`` and ``status`` that read it; its bytes did not change."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from service.bundles.phase import Phase
 from service.layout import Layout
-from service.store.phase import Phase
-from service.store.statusfile import write_status
-from stager.statusfile import GenerationInfo, StatusFile, StatusFileError
+from service.publish.bundle_status import write_status
+from stager.schema.statusfile import GenerationInfo, StatusFile, StatusFileError
 from stager.wait import judge
 from tests.stager.test_wait import GEN, KERNEL, OLD, Target, failed, pending
 
-# Written by the writer before the shared type (``**extra`` in service/store/statusfile.py).
+# Written by the writer before the shared type (``**extra`` in service/publish/bundle_status.py).
 OLD_REJECTED = """{
  "active": "@OLD@",
  "bundle": "nvidia",

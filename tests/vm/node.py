@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.store.state import State
+from service.bundles.state import State
 from stager.drop import ModuleSpec, stage
 from tests.vm.harness import Vm
 
@@ -77,7 +77,7 @@ def drop(
 
 def state(vm: Vm) -> State:
     """The node's state.json, read on the host side of the share."""
-    from service.store.statefile import load
+    from service.bundles.statefile import load
 
     return load(vm.state_dir / "state.json")
 

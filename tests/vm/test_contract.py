@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12")]
 MEMORY = "/sys/devices/system/memory"
 SETUP = (
     "from pathlib import Path\n"
-    "from service.kernel.modules import LinuxKernel\n"
-    "from service.kernel.sysfs import Sysfs\n"
+    "from service.host.modules import LinuxKernel\n"
+    "from service.host.sysfs import Sysfs\n"
     "from tests.contract.subject import KernelSubject\n"
     "_contract = KernelSubject(LinuxKernel(Path('/sys')), Sysfs(Path('/sys')))\n"
 )

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey, cache_root, make_key
 from tests.test_units import TARGETS
 from tests.vm.harness import Vm, VmFactory, kmod

@@ -98,7 +98,7 @@ def test_absent_bound_taken_and_unbound_devices_on_the_real_kernel(
         "import queue, time\n"
         "from pathlib import Path\n"
         "from service.daemon.uevents import UeventListener\n"
-        "from service.kernel.sysfs import Sysfs\n"
+        "from service.host.sysfs import Sysfs\n"
         "heard = queue.Queue()\n"
         "listener = UeventListener(Sysfs(Path('/sys')), 'kernel', heard)\n"
         "listener.start()\n"

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.kernels("6.1", "6.12", "7.2")]
 
 FIRMWARE_PATH = "/sys/module/firmware_class/parameters/path"
 FW_SIZE = "/sys/module/ms_firmware/parameters/fw_size"
-# an empty write never reaches the parameter; a lone NUL clears it (service.kernel.firmware)
+# an empty write never reaches the parameter; a lone NUL clears it (service.host.firmware)
 CLEAR = "\0"
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, exports_cache, kmod
 from tests.vm.harness.kernel import Kernel
@@ -172,7 +172,7 @@ def _publish(vm: Vm) -> None:
         "from pathlib import Path\n"
         "from service.config import Config\n"
         "from service.layout import Layout\n"
-        "from service.store.publish import mirror_status\n"
+        "from service.publish.operator import mirror_status\n"
         "mirror_status(Layout(Path('/')), Config.load(Path('/etc/modstage/config.toml')))\n"
     )
 

@@ -110,7 +110,7 @@ def test_the_built_in_sys_module_names_read_from_the_image_are_the_kernels(
     has beyond them comes from built-in drivers registering under their module name, which
     the image's tables do not say (and modstage refuses such a `modules.builtin` name as
     policy)."""
-    from service.verify.target.kimage import builtin_sysfs, vmlinux
+    from service.verify.targetkernel.kimage import builtin_sysfs, vmlinux
 
     read = builtin_sysfs(vmlinux(kernel.image.read_bytes()))
     listed = vm.eval(

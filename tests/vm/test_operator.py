@@ -70,8 +70,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from service.store.labels import FILE_NAME
-from service.store.phase import Phase
+from service.bundles.phase import Phase
+from service.publish.labels import FILE_NAME
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmFactory
 from tests.vm.harness.kernel import Kernel

@@ -396,7 +396,7 @@ def test_an_init_returning_eexist_reaches_userspace_as_the_release_says(
 ) -> None:
     """ms_enodev with its init's `mov $-ENODEV, %eax` made `-EEXIST` gives finit_module the
     errno of INIT_EEXIST, and modstage's text for that errno names an init's EEXIST."""
-    from service.kernel.modules import describe
+    from service.host.modules import describe
 
     patched = elf.replace_in_section(
         test_modules["ms_enodev"].read_bytes(), ".init.text", b"\xb8\xed\xff\xff\xff",

@@ -10,7 +10,7 @@ node boots again (the mount replays the journal) and must find: state.json parsi
 unverified file under a published generation name, the staged bundle not lost, and every
 change a finished command recorded still there.
 
-The control runs intake with ``MODSTAGE_FAULT_SKIP_FSYNC=1`` (stager/atomic.py), which skips
+The control runs intake with ``MODSTAGE_FAULT_SKIP_FSYNC=1`` (stager/schema/atomic.py), which skips
 every fsync modstage makes (the state, the status files, the store's directories and the
 copied modules: tests/stager/test_atomic_faults.py checks that no other module calls
 ``os.fsync``): its record dies with the power, so the check that the real run passes fails
@@ -96,7 +96,7 @@ def _until(condition, timeout):
 
 def _stage(bundle, specs, kernel):
     from stager.drop import ModuleSpec, stage
-    from stager.manifest import Manifest
+    from stager.schema.manifest import Manifest
 
     _layout.incoming.mkdir(exist_ok=True)
     drop = stage(_layout.incoming, bundle=bundle, version="1", kernel=kernel,
@@ -238,7 +238,7 @@ def test_power_cut_during_intake_and_boot(
 def test_control_intake_without_fsync_loses_its_record(
     node: Vm, kernel: Kernel, key: SigningKey, test_modules: dict[str, Path], tmp_path: Path
 ) -> None:
-    """With every fsync modstage makes skipped (stager/atomic.py's switch), intake's record is
+    """With every fsync modstage makes skipped (stager/schema/atomic.py's switch), intake's record is
     in the guest before the cut and lost (or torn) after it: the check the real run passes
     fails."""
     certs = {"vendor.pem": key.cert_pem.read_bytes()}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, exports_cache, kmod
 from tests.vm.harness.kernel import Kernel

@@ -215,7 +215,7 @@ def test_dbx_module_hash_is_refused_by_both(node: Node) -> None:
     blacklisted by modstage's keyring reader and refused by Debian's 6.1 and 6.12
     (EKEYREJECTED, `.blacklist`: a Debian patch); 7.2 loads it (Debian dropped the patch in
     6.17), which is why intake's pre-flight refuses it there as a named policy
-    (the `hash_denylist` row of `service.verify.target.rules.ROWS`). Its sibling (same code, another
+    (the `hash_denylist` row of `service.verify.targetkernel.rules.ROWS`). Its sibling (same code, another
     name) loads. On the db node, whose dbx lacks the hash, both accept it."""
     digest = hashlib.sha256(node.blocked.read_bytes()).hexdigest()
     listed = node.oracle.vm.eval(f"{RUNNING}.blacklisted({digest!r})")
@@ -367,7 +367,7 @@ def test_kexec_under_lockdown_is_judged_as_the_backend_says(node: Node, tmp_path
     assert "try using kexec_file_load" in vm.run("dmesg").stdout
     assert vm.eval(f"kexec_file({guest_unsigned!r})") == errno.ENODATA
     assert vm.eval(f"kexec_file({node.kernel.guest_image!r})") == 0
-    check = "__import__('service.backends', fromlist=['b'])._kexec_problem"
+    check = "__import__('service.rebooting.backends', fromlist=['b'])._kexec_problem"
     layout = "__import__('service.layout', fromlist=['l']).Layout(__import__('pathlib').Path('/'))"
     # the image of the kernel the next boot runs: the running one here
     assert vm.eval(f"{check}({layout}, {node.release!r})") is None
@@ -411,7 +411,7 @@ def test_every_other_reboot_backend_works_under_lockdown(node: Node) -> None:
         vm.python(
             "from service.config import Config\n"
             "from service.layout import Layout\n"
-            "from service.reboot import rebooter\n"
+            "from service.rebooting.request import rebooter\n"
             "from pathlib import Path\n"
             "_cfg = Config.load(Path('/etc/modstage/config.toml'))\n"
             f"_asked = rebooter(_cfg.reboot, Layout(Path('/'))) if {backend!r} != 'systemd' "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.kmod.build import cache_root
 from tests.vm.harness import Vm, VmFactory, kmod

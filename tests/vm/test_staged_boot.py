@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.phase import Phase
+from service.bundles.phase import Phase
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmExited, VmFactory, kmod
 from tests.vm.harness.builtin_key import find_builtin_cert
@@ -314,7 +314,7 @@ def test_kernel_refuses_a_symbol_crc_and_boot_names_the_symbol(
     the exports, nothing stays loaded and the last good generation returns."""
     from service.layout import Layout
     from service.verify.modfile.modinfo import read_versions
-    from service.verify.target.kernel import Target
+    from service.verify.targetkernel.kernel import Target
     from tests.oracle.elf import flip_version_crc
 
     config = "require_symbol_crcs = false\n" + CRC8

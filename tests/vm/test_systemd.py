@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from service.store.labels import FEATURES_DIR
-from service.store.phase import Phase
+from service.bundles.phase import Phase
+from service.publish.labels import FEATURES_DIR
 from tests.installer import build_wheel, checkout, install, install_in_debian13, wheelhouse
 from tests.kmod import SigningKey, make_key
 from tests.vm.harness import Vm, VmFactory, kmod

@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from service.errors import ModuleRejected
 from service.verify.compressed.stated import MAX_WINDOW
-from stager.modfile import MAGIC
+from stager.schema.modfile import MAGIC
 
 MAX_DECOMPRESSED = 512 << 20
 CHUNK = 1 << 20

@@ -32,7 +32,7 @@ from service.verify.signature.keyid import (
 from service.verify.signature.pkcs7 import parse_message
 from service.verify.signature.trailer import TAIL, parse_trailer
 from service.verify.signature.x509 import issuer_name
-from service.verify.target.rules import DIGESTS, KernelRules
+from service.verify.targetkernel.rules import DIGESTS, KernelRules
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_SEARCH = 10

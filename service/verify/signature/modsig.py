@@ -17,7 +17,7 @@ from service.verify.signature.pkcs7 import Message, MlDsaSignature, parse_messag
 from service.verify.signature.signers import Refused, pkcs7_verify, validate_trust
 from service.verify.signature.trailer import TAIL, parse_trailer
 from service.verify.signature.trust import TrustStore
-from service.verify.target.kernel import Target
+from service.verify.targetkernel.kernel import Target
 
 _WEAK_DIGESTS = ("md4", "md5", "sha1", "sm3", "streebog256", "streebog512")
 

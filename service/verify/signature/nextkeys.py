@@ -15,7 +15,7 @@ the next kernel's too:
   ``ENOKEY``); a db key only with the latter.
 * ``.builtin_trusted_keys`` holds the certificates compiled into the running kernel's image:
   the next kernel trusts such a key only if its own image carries the same certificate
-  (:func:`~service.verify.target.kimage.read_builtin_certificates`). A key in neither is
+  (:func:`~service.verify.targetkernel.kimage.read_builtin_certificates`). A key in neither is
   trusted too when the next kernel's image carries it.
 * a key ``.secondary_trusted_keys`` holds itself was added at run time (``keyctl padd``),
   which no boot keeps.
@@ -37,9 +37,9 @@ from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.keyring import Keyring, enforcing
 from service.verify.signature.trust import TrustedKey, TrustStore
 from service.verify.signature.x509 import parse_certificate
-from service.verify.target.kernel import Target
-from service.verify.target.kimage import read_builtin_certificates
-from service.verify.target.rules import KernelRules, Symbol, row_of
+from service.verify.targetkernel.kernel import Target
+from service.verify.targetkernel.kimage import read_builtin_certificates
+from service.verify.targetkernel.rules import KernelRules, Symbol, row_of
 
 #: the keyrings a key's name is given with, by :meth:`Keyring.rings`' labels
 RING_NAMES = {

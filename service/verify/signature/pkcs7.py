@@ -18,7 +18,7 @@ from service.verify.signature.asn1 import Asn1Error, ber_decode
 from service.verify.signature.asn1_machines import PKCS7_ACTIONS, PKCS7_MACHINE
 from service.verify.signature.oids import decode, look_up
 from service.verify.signature.x509 import Cert, parse_certificate
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 _DIGESTS = {
     "md4": "md4",

@@ -25,7 +25,7 @@ from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pubkey import rsa_numbers
 from service.verify.signature.signers import KernelKey, Keyring
 from service.verify.signature.x509 import Cert, parse_certificate
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 log = get_logger("modstage.trust")
 

@@ -3,7 +3,7 @@
 A PKCS#7 message may carry certificates; the kernel parses every one with its own X.509
 grammar and actions, and any failure fails the whole message; a trusted certificate the
 target's parser refuses never enters its keyring. The actions follow the target's rules
-(:class:`~service.verify.target.rules.KernelRules`: ``key_usage``, :func:`sig_algos`). The
+(:class:`~service.verify.targetkernel.rules.KernelRules`: ``key_usage``, :func:`sig_algos`). The
 key flags (``KEY_EFLAG_*``) are kept on :class:`Cert` but decide nothing here: the kernel's
 module signature check (``pkcs7_validate_trust``, ``public_key_verify_signature``) reads
 none of them, so a CA certificate or one without digitalSignature in the built-in or
@@ -30,7 +30,7 @@ from service.verify.signature.asn1_machines import (
 )
 from service.verify.signature.oids import look_up
 from service.verify.signature.pubkey import PublicKey, SigParams, verify_signature
-from service.verify.target.rules import KernelRules
+from service.verify.targetkernel.rules import KernelRules
 
 _SIG_ALGOS = {
     "md4WithRSAEncryption": ("md4", "rsa", "pkcs1"),

@@ -1,7 +1,7 @@
 """The target kernel's exports cache, built once on the host and given to every node.
 
 Intake builds ``/var/lib/modstage/cache/exports-<release>`` from the kernel's own files on
-its first run (service/verify/target/exports.py): about 2 s on real hardware, but one to three
+its first run (service/verify/targetkernel/exports.py): about 2 s on real hardware, but one to three
 minutes in a TCG guest reading 4,000 modules over 9p. The guest's root is the host's, so
 the cache the host builds from the same files is the one the guest would build (it is
 keyed by paths, sizes and modification times, which 9p passes through): each node's state
@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from service.layout import Layout
-from service.verify.target.exports import Sources, load
-from service.verify.target.exports_cache import CACHE_FORMAT
+from service.verify.targetkernel.exports import Sources, load
+from service.verify.targetkernel.exports_cache import CACHE_FORMAT
 
 from .kernel import Kernel, cache_dir
 
@@ -69,11 +69,11 @@ def built(kernel: Kernel) -> Path:
 PRELOAD = (
     "lzma",
     "zstandard",
-    "stager.atomic",
+    "stager.schema.atomic",
     "service.verify.compressed.decompress",
     "service.verify.modfile.modinfo",
     "service.verify.modfile.symtab",
-    "service.verify.target.kimage",
+    "service.verify.targetkernel.kimage",
     "service.layout",
 )
 

@@ -1,0 +1,1 @@
+"""The generation store: verified, read-only copies under ``store/<generation id>``."""
