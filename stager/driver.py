@@ -44,7 +44,7 @@ from stager.other_kernels import stage_installed
 from stager.schema.atomic import write_atomic
 from stager.schema.failures import StagerError
 from stager.schema.statusfile import StatusFile
-from stager.wait import EXIT_ACTIVE, Target, wait_for
+from stager.wait import EXIT_ACTIVE, Awaited, wait_for
 
 if TYPE_CHECKING:
     from stager.prestage import Prestage
@@ -240,7 +240,7 @@ class Driver:
         status = s.modstage_dir / "status" / "nvidia.json"
         return wait_for(
             lambda: StatusFile.read(status),
-            Target.from_drop(drop, generation),
+            Awaited.from_drop(drop, generation),
             self.say,
             interval=self.wait_interval,
             sleep=self._sleep_looking_ahead(),

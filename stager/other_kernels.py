@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stager.schema.statusfile import StatusFile
-from stager.wait import EXIT_ACTIVE, EXIT_OTHER_KERNEL, Target, wait_for
+from stager.wait import EXIT_ACTIVE, EXIT_OTHER_KERNEL, Awaited, wait_for
 
 
 class Image(Protocol):
@@ -121,7 +121,7 @@ def _stage_one(driver: Driver, kernel: str, module_dir: Path) -> str:
     path = s.modstage_dir / "status" / "nvidia.json"
     code = wait_for(
         lambda: StatusFile.read(path),
-        Target.from_drop(drop, generation),
+        Awaited.from_drop(drop, generation),
         driver.say,
         timeout=s.host_wait,
         interval=driver.wait_interval,

@@ -112,7 +112,7 @@ def _check_drop(drop: Path, bundle: str) -> None:
 
 
 @dataclass(frozen=True)
-class Target:
+class Awaited:
     """What to wait for: a generation id, the drop's name, documents newer than ``since``."""
 
     generation: str | None = None
@@ -120,7 +120,7 @@ class Target:
     since: float | None = None
 
     @classmethod
-    def from_drop(cls, drop: Path, generation: str | None = None) -> Target:
+    def from_drop(cls, drop: Path, generation: str | None = None) -> Awaited:
         """The target for a drop ``modstage stage`` printed (the drop may be gone already)."""
         named = parse_drop_name(drop.name)
         since = int(named[1].split(".")[0]) / 1e9 if named else None
@@ -133,62 +133,62 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Answer:
     """One look at the status file: ``code`` is None while there is more to wait for."""
 
     code: int | None
     message: str
 
 
-def judge(doc: StatusFile | None, target: Target, boot_id: str | None = None) -> Outcome:
+def judge(doc: StatusFile | None, target: Awaited, boot_id: str | None = None) -> Answer:
     """What the status file ``doc`` (None: no file yet) means for ``target`` in boot
     ``boot_id`` (None: unknown): first whether it speaks of the target's drop yet
     (:func:`_about`), then what it records of the generation (:func:`_recorded`), else
     what that generation waits for (:func:`_waits`)."""
     if doc is None:
-        return Outcome(None, "waiting for the host (no status yet)")
+        return Answer(None, "waiting for the host (no status yet)")
     about = _about(doc, target)
-    if isinstance(about, Outcome):
+    if isinstance(about, Answer):
         return about
     gen = _full(about.generation, doc) or doc.generation
     return _recorded(doc, about, gen, boot_id) or _waits(doc, about, gen)
 
 
-def _about(doc: StatusFile, target: Target) -> Target | Outcome:
+def _about(doc: StatusFile, target: Awaited) -> Awaited | Answer:
     """The target with the generation the host took the drop in as, when it names none
     (the drop left incoming: only the host's record says what became of it); or the
     outcome before any generation counts: the document older than the drop, the drop
     rejected (whatever came after), the host with no record of it yet."""
     if target.since is not None and doc.updated < target.since:
-        return Outcome(None, "waiting for the host to take the drop in")
+        return Answer(None, "waiting for the host to take the drop in")
     if target.drop is not None and target.drop in doc.rejected:
-        return Outcome(EXIT_REFUSED, f"drop rejected: {doc.rejected[target.drop]}")
+        return Answer(EXIT_REFUSED, f"drop rejected: {doc.rejected[target.drop]}")
     if target.generation is None and target.drop is not None and doc.taken is not None:
         if target.drop not in doc.taken:
-            return Outcome(None, f"the host has no record of drop {target.drop} (yet)")
-        return Target(doc.taken[target.drop], target.drop, target.since)
+            return Answer(None, f"the host has no record of drop {target.drop} (yet)")
+        return Awaited(doc.taken[target.drop], target.drop, target.since)
     return target
 
 
 def _recorded(
-    doc: StatusFile, target: Target, gen: str | None, boot_id: str | None
-) -> Outcome | None:
+    doc: StatusFile, target: Awaited, gen: str | None, boot_id: str | None
+) -> Answer | None:
     """The end the status file records for generation ``gen``: failed, the drop rejected,
     no device, nothing loadable, another kernel, or active (a wait still while its modules
     are not live in this boot); None when it records none."""
     short = gen[:12] if gen else "-"
     errors = "; ".join(doc.errors) or "no reason given"
     if gen is not None and gen in doc.failed:
-        return Outcome(EXIT_REFUSED, f"generation {short} failed: {doc.failed[gen]}")
+        return Answer(EXIT_REFUSED, f"generation {short} failed: {doc.failed[gen]}")
     if doc.phase == REJECTED and (doc.drop == target.drop or target.drop is None):
-        return Outcome(EXIT_REFUSED, f"drop rejected: {errors}")
+        return Answer(EXIT_REFUSED, f"drop rejected: {errors}")
     if doc.phase == NO_DEVICE and gen is not None and doc.generation == gen:
         why = f"{errors}; it loads at a boot with the device present"
-        return Outcome(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
+        return Answer(EXIT_NO_DEVICE, f"generation {short} was not loaded: {why}")
     if doc.phase == FAILED and doc.generation == gen:  # nothing of the bundle is loaded
-        return Outcome(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
+        return Answer(EXIT_REFUSED, f"generation {short} could not be loaded: {errors}")
     if doc.phase == OTHER_KERNEL and gen is not None and doc.active == gen:
-        return Outcome(
+        return Answer(
             EXIT_OTHER_KERNEL,
             f"generation {short} targets another kernel than the running "
             f"{doc.running_kernel or '?'}: nothing "
@@ -197,35 +197,35 @@ def _recorded(
     if gen is not None and doc.active == gen and doc.pending != gen:  # pending again: reload
         earlier = boot_id is not None and doc.boot_id is not None and doc.boot_id != boot_id
         if earlier or doc.live is False:
-            return Outcome(
+            return Answer(
                 None,
                 f"generation {short} is recorded active, but its modules are not live in this "
                 "boot (modstage boot has not loaded them yet)",
             )
-        return Outcome(EXIT_ACTIVE, f"generation {short} is active")
+        return Answer(EXIT_ACTIVE, f"generation {short} is active")
     return None
 
 
-def _waits(doc: StatusFile, target: Target, gen: str | None) -> Outcome:
+def _waits(doc: StatusFile, target: Awaited, gen: str | None) -> Answer:
     """What generation ``gen``, not yet at an end, waits for: an admin's release, a reboot
     into another kernel (exit 4: it loads there), the host's intake, or its phase."""
     short = gen[:12] if gen else "-"
     what = f"drop {target.drop} (generation {short})" if target.drop else f"generation {short}"
     if doc.held:
-        return Outcome(None, f"the bundle is held by an admin: {what} waits for modstage release")
+        return Answer(None, f"the bundle is held by an admin: {what} waits for modstage release")
     other, running = doc.pending_kernel, doc.running_kernel
     if gen is not None and doc.pending == gen and other and running and other != running:
-        return Outcome(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
+        return Answer(EXIT_OTHER_KERNEL, f"waiting for kernel {other} (running {running})")
     waits = doc.drop is not None and doc.drop == target.drop and doc.errors
     if gen is not None and gen not in doc.known() and waits:  # deferred: kept in incoming
         errors = "; ".join(doc.errors) or "no reason given"
-        return Outcome(None, f"the drop waits in incoming: {errors}")
+        return Answer(None, f"the drop waits in incoming: {errors}")
     if gen is not None and gen not in doc.known():
         known = f"the host names pending {_short(doc.pending)}, active {_short(doc.active)}"
         if target.drop:
-            return Outcome(None, f"waiting for the host to take in {what} ({known})")
-        return Outcome(None, f"generation {short} is not known to the host yet ({known})")
-    return Outcome(None, f"{doc.phase} (generation {short})")
+            return Answer(None, f"waiting for the host to take in {what} ({known})")
+        return Answer(None, f"generation {short} is not known to the host yet ({known})")
+    return Answer(None, f"{doc.phase} (generation {short})")
 
 
 def _short(generation: str | None) -> str:
@@ -243,7 +243,7 @@ def _full(generation: str | None, doc: StatusFile) -> str | None:
 
 def wait_for(
     read: Callable[[], StatusFile | None],
-    target: Target,
+    target: Awaited,
     emit: Callable[[str], None],
     *,
     timeout: float | None = None,
@@ -271,25 +271,25 @@ def wait_for(
 
 def choose_target(
     args: argparse.Namespace, emit: Callable[[str], None], doc: StatusFile | None = None
-) -> Target:
+) -> Awaited:
     """``--drop``, else ``--generation``, else the last drop of the bundle this container can
     see (:mod:`stager.staged`) unless the status ``doc`` shows the host moved past it: never
     an answer for a generation older than that drop."""
     if args.drop is not None:
-        return Target.from_drop(args.drop, args.generation)
+        return Awaited.from_drop(args.drop, args.generation)
     if args.generation is not None:
-        return Target(args.generation)
+        return Awaited(args.generation)
     seen = last_drop(args.bundle, args.status_dir)
     if seen is None:
-        return Target()
-    target = Target.from_drop(seen.drop, seen.generation)
+        return Awaited()
+    target = Awaited.from_drop(seen.drop, seen.generation)
     if superseded(seen, target, doc):
         emit(
             f"the last drop staged, {seen.drop.name} (generation {_short(target.generation)}), "
             f"was superseded: the host names generation {_short(doc.generation if doc else None)} "
             "since; waiting for that"
         )
-        return Target()
+        return Awaited()
     where = "in" if seen.in_incoming else "taken in from"
     emit(
         f"waiting for the last drop staged, {seen.drop.name} (generation "
@@ -299,7 +299,7 @@ def choose_target(
     return target
 
 
-def superseded(seen: Seen, target: Target, doc: StatusFile | None) -> bool:
+def superseded(seen: Seen, target: Awaited, doc: StatusFile | None) -> bool:
     """Whether the host moved past the noted drop ``seen``: it is gone from incoming, and a
     status written after it was staged names neither its generation nor the drop (a newer
     drop was taken in since). Waiting for it would wait forever."""

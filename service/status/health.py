@@ -1,7 +1,7 @@
 """Whether a bundle is healthy, decided from plain values (its state, status file, the kernel).
 
 Nothing here reads or writes a file: :func:`bundle_health` takes what
-:mod:`service.status.survey` read and returns a :class:`Verdict`. Each rule of
+:mod:`service.status.survey` read and returns a :class:`Grade`. Each rule of
 :data:`RULES` is one function: its docstring says its condition and its verdict, its body
 checks that condition and words the reason.
 """
@@ -45,7 +45,7 @@ _CODES = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.FAILED: 2, Health.UPGRAD
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Grade:
     """A health and the reasons for it, in plain words."""
 
     health: Health
@@ -272,7 +272,7 @@ def bundle_health(
     live: Mapping[str, LiveModule | None] | None = None,
     devices: Devices | None = None,
     unloads: Unloads | None = None,
-) -> Verdict:
+) -> Grade:
     """Judge one bundle from its state and its last status file: each of :data:`RULES`
     that holds is a reason, the worst of their healths the bundle's (healthy: none holds).
 
@@ -290,9 +290,9 @@ def bundle_health(
     return _verdict([f for rule in RULES if (f := rule(case)) is not None], case.upgrading)
 
 
-def _verdict(found: list[Finding], upgrading: Upgrading | None) -> Verdict:
+def _verdict(found: list[Finding], upgrading: Upgrading | None) -> Grade:
     worst = max((h for h, _ in found), default=Health.HEALTHY)
-    return Verdict(worst, tuple(r for _, r in found), upgrading, tuple(h for h, _ in found))
+    return Grade(worst, tuple(r for _, r in found), upgrading, tuple(h for h, _ in found))
 
 
 def _rejected(doc: StatusFile) -> str:

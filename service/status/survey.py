@@ -41,7 +41,7 @@ from service.status.hardware import (
     memory_summary,
     misplaced_memory,
 )
-from service.status.health import Health, Verdict, bundle_health, overall, waiting_note
+from service.status.health import Grade, Health, bundle_health, overall, waiting_note
 from service.status.live import LiveModule, live_modules
 from service.status.report import (
     BundleReport,
@@ -177,7 +177,7 @@ def _upgrading_row(up: Upgrading | None) -> UpgradingRow | None:
 def _bundle_report(
     bundle: BundleState | None,
     status_doc: StatusFile | None,
-    verdict: Verdict,
+    verdict: Grade,
     *,
     kernel: str | None,
     live: Mapping[str, LiveModule | None],
@@ -251,7 +251,7 @@ def _bundles(
             unloads=known,
         )
         if isinstance(entry, str):
-            verdict = Verdict(
+            verdict = Grade(
                 max(verdict.health, Health.DEGRADED),
                 (*verdict.reasons, entry),
                 verdict.upgrading,

@@ -191,11 +191,11 @@ def test_a_drop_for_a_kernel_not_installed_waits_until_its_tree_exists(
 def test_wait_says_why_a_drop_waits(host: Layout, signed: dict[str, Path], kernel: str) -> None:
     """``modstage wait`` for a drop deferred behind a rollback keeps waiting (no exit code)
     and says why, from the status file intake wrote; before the deferral it did not."""
-    from stager.wait import Target, judge
+    from stager.wait import Awaited, judge
 
     v1, _v2 = _rolled_back(host, kernel, signed)
     drop = _drop(host, kernel, signed["ms_params"], "3")
-    target = Target.from_drop(drop)
+    target = Awaited.from_drop(drop)
     assert "waits" not in judge(_status(host), target).message
     make_intake(host).run()
     outcome = judge(_status(host), target)

@@ -427,7 +427,7 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
     pod drops the same modules with a new digest. The generation is pending again (a reboot
     is awaited), ``wait`` does not call it active, and the next boot loads it and publishes
     the new digest. While its modules are still loaded, the same drop changes nothing."""
-    from stager.wait import Target, judge
+    from stager.wait import Awaited, judge
 
     kernel_view = FakeKernel(sys=host.sys)
     _drop(host, signed, kernel, "1", config_digest="digest-a")
@@ -447,7 +447,7 @@ def test_the_active_generation_dropped_again_after_an_unload_is_pending_for_a_re
     assert again.generation == gen and (b.phase, b.active, b.pending) == (Phase.PENDING, gen, gen)
     assert load(host.state).awaiting_reboot(kernel) == ["nvidia"]
     mirror = StatusFile.read(host.host(POD_STATUS) / "nvidia.json")
-    assert judge(mirror, Target(drop=drop.name, generation=gen)).code is None  # waits
+    assert judge(mirror, Awaited(drop=drop.name, generation=gen)).code is None  # waits
 
     host.host(STATE_FILE).unlink()  # /run is empty after the reboot
     state = _boot(host, FakeKernel(sys=host.sys)).run()
@@ -581,7 +581,7 @@ def test_the_refused_pods_wait_reads_the_refusal_after_the_reboot_is_asked(
     """The refused v2 pod's ``modstage wait --drop`` may first read the status file after
     the daemon rewrote it for the reboot that brings v1 back (phase reboot_scheduled, not
     rejected): it still exits 1 naming the refusal, never waits on as for a pending drop."""
-    from stager.wait import EXIT_REFUSED, Target, judge
+    from stager.wait import EXIT_REFUSED, Awaited, judge
 
     kernel_view = FakeKernel(sys=host.sys)
     daemon = _operator_daemon(host, [])
@@ -590,7 +590,7 @@ def test_the_refused_pods_wait_reads_the_refusal_after_the_reboot_is_asked(
     _boot(host, kernel_view).run()
     assert _init_container(host, kernel_view, "digest-v2")
     drop = _drop(host, signed, kernel, "2", untrusted=untrusted, config_digest="digest-v2")
-    target = Target.from_drop(drop)
+    target = Awaited.from_drop(drop)
     [refused] = daemon.take_drops()
     assert not refused.accepted and daemon.maybe_reboot().due
     doc = StatusFile.from_json((host.status / "nvidia.json").read_bytes())

@@ -20,7 +20,7 @@ from stager.wait import (
     EXIT_ACTIVE,
     EXIT_REFUSED,
     EXIT_TIMEOUT,
-    Target,
+    Awaited,
     judge,
     wait_for,
 )
@@ -75,7 +75,7 @@ class Script:
 
 
 def run_script(
-    layout: Layout, target: Target, steps: list[Callable[[], object]], timeout: float = 60
+    layout: Layout, target: Awaited, steps: list[Callable[[], object]], timeout: float = 60
 ) -> tuple[int, list[str], Script]:
     """Wait on ``layout``'s nvidia status while ``steps`` play out; return code, lines, script."""
     script = Script(steps)
@@ -101,7 +101,7 @@ def test_waits_through_the_phases_until_active(tmp_path: Path) -> None:
         lambda: write_status(layout, "nvidia", loading(), generation=GEN),
         lambda: write_status(layout, "nvidia", active(), generation=GEN),
     ]
-    code, seen, script = run_script(layout, Target(GEN), steps)
+    code, seen, script = run_script(layout, Awaited(GEN), steps)
     assert code == EXIT_ACTIVE
     assert [s.split(" ")[0] for s in seen] == ["waiting", "pending", "loading", "generation"]
     assert script.sleeps == [2.0] * 4
@@ -112,7 +112,7 @@ def test_a_failed_generation_exits_1_with_the_kernels_reason(tmp_path: Path) -> 
     layout = Layout(tmp_path)
     write_status(layout, "nvidia", pending())
     steps = [lambda: write_status(layout, "nvidia", failed(), generation=OLD)]
-    code, seen, _ = run_script(layout, Target(GEN), steps)
+    code, seen, _ = run_script(layout, Awaited(GEN), steps)
     assert code == EXIT_REFUSED and "ENOKEY: not signed" in seen[-1]
 
 
@@ -123,28 +123,28 @@ def test_a_rejection_of_our_drop_exits_1(tmp_path: Path) -> None:
     write_status(
         layout, "nvidia", pending(), phase=Phase.REJECTED, errors=["bad sig"], drop=drop.name
     )
-    code, seen, _ = run_script(layout, Target.from_drop(drop), [])
+    code, seen, _ = run_script(layout, Awaited.from_drop(drop), [])
     assert code == EXIT_REFUSED and seen == ["drop rejected: bad sig"]
 
 
 def test_a_rejection_of_another_drop_is_not_ours() -> None:
     """A rejected drop with another name does not end the wait for ours."""
     doc = StatusFile("nvidia", "rejected", drop="nvidia.1.x", errors=("x",), updated=5.0)
-    assert judge(doc, Target(GEN, "nvidia.2.y", 1.0)).code is None
+    assert judge(doc, Awaited(GEN, "nvidia.2.y", 1.0)).code is None
 
 
 def test_status_older_than_the_drop_is_ignored() -> None:
     """An active status written before our drop was staged is not our generation's success."""
     doc = StatusFile("nvidia", "active", generation=OLD, active=OLD, updated=5.0)
-    assert judge(doc, Target(None, "d", since=6.0)).code is None
-    assert judge(doc, Target(None, "d", since=4.0)).code == EXIT_ACTIVE
+    assert judge(doc, Awaited(None, "d", since=6.0)).code is None
+    assert judge(doc, Awaited(None, "d", since=4.0)).code == EXIT_ACTIVE
 
 
 def test_timeout_exits_3_with_the_last_phase(tmp_path: Path) -> None:
     """A generation stuck pending past the timeout exits 3 saying where it stuck."""
     layout = Layout(tmp_path)
     write_status(layout, "nvidia", pending())
-    code, seen, script = run_script(layout, Target(GEN), [], timeout=5)
+    code, seen, script = run_script(layout, Awaited(GEN), [], timeout=5)
     assert code == EXIT_TIMEOUT and "timed out after 5 s" in seen[-1] and "pending" in seen[-1]
     assert script.now == 5.0
 
@@ -167,7 +167,7 @@ def test_drop_manifest_gives_the_generation(tmp_path: Path) -> None:
     drop = tmp_path / drop_name("nvidia", 2 * 10**18, "cd")
     drop.mkdir()
     (drop / "manifest.toml").write_bytes(m.to_toml())
-    assert Target.from_drop(drop) == Target(m.digest, drop.name, 2e9)
+    assert Awaited.from_drop(drop) == Awaited(m.digest, drop.name, 2e9)
 
 
 def test_cli_writes_the_ready_file_on_success(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_wait_keeps_waiting_through_a_digest_only_upgrade(tmp_path: Path) -> Non
             generation=OLD,
         ),
     ]
-    code, seen, _script = run_script(layout, Target(OLD), steps)
+    code, seen, _script = run_script(layout, Awaited(OLD), steps)
     assert code == EXIT_ACTIVE
     assert [s.split(" ")[0] for s in seen] == [
         "waiting",

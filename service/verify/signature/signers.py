@@ -46,7 +46,7 @@ class Trusted(NamedTuple):
     key: KernelKey
 
 
-class Keyring:
+class KeySet:
     """Keys by the kernel's ``ex:`` ids (``find_asymmetric_key``)."""
 
     def __init__(self, keys: Sequence[KernelKey]) -> None:
@@ -136,7 +136,7 @@ def pkcs7_verify(msg: Message, digests: Mapping[str, bytes], have_ecdsa: bool) -
 
 
 def _trust_one(
-    sinfo: SignerInfo, keyring: Keyring, digests: Mapping[str, bytes], ecdsa: bool
+    sinfo: SignerInfo, keyring: KeySet, digests: Mapping[str, bytes], ecdsa: bool
 ) -> KernelKey:
     """``pkcs7_validate_trust_one``; returns the key that verified, raises :class:`Refused`."""
     if sinfo.unsupported_crypto:
@@ -185,7 +185,7 @@ def _trust_one(
 
 
 def validate_trust(
-    msg: Message, keyring: Keyring, digests: Mapping[str, bytes], ecdsa: bool
+    msg: Message, keyring: KeySet, digests: Mapping[str, bytes], ecdsa: bool
 ) -> Trusted:
     """``pkcs7_validate_trust``: EKEYREJECTED > verified > ENOPKG > ENOKEY."""
     for cert in msg.certs:

@@ -23,7 +23,7 @@ from service.errors import TrustError
 from service.logs import get_logger
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.pubkey import rsa_numbers
-from service.verify.signature.signers import KernelKey, Keyring
+from service.verify.signature.signers import KernelKey, KeySet
 from service.verify.signature.x509 import Cert, parse_certificate
 from service.verify.targetkernel.rules import KernelRules
 
@@ -122,7 +122,7 @@ class TrustStore:
     def __init__(self, keys: Iterable[TrustedKey] = ()) -> None:
         self.keys = tuple(keys)
         self._by_id: dict[bytes, TrustedKey] = {}
-        self._kernel: dict[KernelRules, tuple[Keyring, tuple[str, ...]]] = {}
+        self._kernel: dict[KernelRules, tuple[KeySet, tuple[str, ...]]] = {}
         for key in self.keys:
             for key_id in key.key_ids:
                 other = self._by_id.setdefault(key_id, key)
@@ -182,7 +182,7 @@ class TrustStore:
         """The trusted key the kernel would find for ``key_id``, if any."""
         return self._by_id.get(key_id)
 
-    def kernel_keys(self, rules: KernelRules) -> tuple[Keyring, tuple[str, ...]]:
+    def kernel_keys(self, rules: KernelRules) -> tuple[KeySet, tuple[str, ...]]:
         """The keyring a target kernel would build from these certificates, and what it drops.
 
         Each certificate goes through the kernel's own X.509 parse for that target's
@@ -202,7 +202,7 @@ class TrustStore:
                     continue
                 if cert.pub is not None:
                     loaded.append(KernelKey(cert.id, cert.skid, cert.pub, key.subject, key.source))
-            cached = self._kernel[rules] = (Keyring(loaded), tuple(dropped))
+            cached = self._kernel[rules] = (KeySet(loaded), tuple(dropped))
         return cached
 
 
