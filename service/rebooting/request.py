@@ -102,7 +102,8 @@ class KuredSentinel:
 class CommandRebooter:
     """Reboot by running commands in order (``systemctl reboot``; kexec's load, then kexec).
 
-    ``plan`` gives the commands when the reboot is asked (kexec names the running kernel).
+    ``plan`` gives the commands when the reboot is asked (kexec loads the kernel the next boot
+    runs, its image and initrd).
     """
 
     plan: Callable[[], list[list[str]]]

@@ -29,7 +29,7 @@ from service.verify.signature.pkcs7 import Message, parse_message
 from service.verify.signature.pubkey import PublicKey
 from service.verify.signature.signers import (
     KernelKey,
-    Keyring,
+    KeySet,
     Refused,
     Trusted,
     pkcs7_verify,
@@ -143,7 +143,7 @@ def digests(*names: str) -> dict[str, bytes]:
     return {name: hashlib.new(name, PAYLOAD).digest() for name in names}
 
 
-def keyring(*trusted: Cert) -> Keyring:
+def keyring(*trusted: Cert) -> KeySet:
     """The keyring 6.1 builds from ``trusted`` (through the trust store, as the product)."""
     store = TrustStore.from_der(*(c.der for c in trusted))
     return store.kernel_keys(KernelRules.parser((6, 1), HASHES, ecdsa=False))[0]
@@ -186,9 +186,7 @@ def test_find_with_two_ids_looks_up_the_first_and_requires_the_second_as_the_key
     key has no SKID. Given one id, that id matches either of a key's ids. Not found is
     ENOKEY, naming the id looked for; an empty id ("ex:" with no hex) is EINVAL
     (asymmetric_key_hex_to_key_id)."""
-    ring = Keyring(
-        [_kernel_key(b"serial+ca", b"ca-skid", "ca"), _kernel_key(b"bare", None, "bare")]
-    )
+    ring = KeySet([_kernel_key(b"serial+ca", b"ca-skid", "ca"), _kernel_key(b"bare", None, "bare")])
     assert ring.find(b"serial+ca", b"ca-skid").subject == "ca"
     assert ring.find(b"serial+ca", None).subject == "ca"
     assert ring.find(None, b"ca-skid").subject == "ca"

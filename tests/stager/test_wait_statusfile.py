@@ -13,7 +13,7 @@ from service.layout import Layout
 from service.publish.bundle_status import write_status
 from stager.schema.statusfile import GenerationInfo, StatusFile, StatusFileError
 from stager.wait import judge
-from tests.stager.test_wait import GEN, KERNEL, OLD, Target, failed, pending
+from tests.stager.test_wait import GEN, KERNEL, OLD, Awaited, failed, pending
 
 # Written by the writer before the shared type (``**extra`` in service/publish/bundle_status.py).
 OLD_REJECTED = """{
@@ -117,7 +117,7 @@ def test_wait_and_the_writer_share_the_type(tmp_path: Path) -> None:
     layout = host(tmp_path)
     status = write_status(layout, "nvidia", pending(), reboot=REBOOT)
     assert StatusFile.read(layout.status / "nvidia.json") == status
-    assert judge(status, Target(GEN)).message == f"pending (generation {GEN[:12]})"
+    assert judge(status, Awaited(GEN)).message == f"pending (generation {GEN[:12]})"
 
 
 @pytest.mark.parametrize(
@@ -173,7 +173,7 @@ def test_unknown_keys_are_ignored_and_missing_ones_take_defaults() -> None:
     doc = {"bundle": "nvidia", "phase": "active", "active": GEN, "future_key": {"x": 1}}
     status = StatusFile.from_dict(doc)
     assert status == StatusFile("nvidia", "active", active=GEN)
-    assert judge(status, Target(GEN)).code == 0
+    assert judge(status, Awaited(GEN)).code == 0
 
 
 def test_a_pods_copy_carries_the_generations() -> None:
