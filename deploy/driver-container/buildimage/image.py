@@ -85,9 +85,11 @@ def _stager_tree(scratch: Path) -> Path:
     tree = _tree(scratch, "stager")
     lib = tree / "opt/modstage/lib/stager"
     lib.mkdir(parents=True)
-    for path in sorted((REPO / "stager").iterdir()):
+    for path in sorted((REPO / "stager").rglob("*")):
         if path.suffix == ".py" or path.name == "py.typed":
-            shutil.copyfile(path, lib / path.name)
+            target = lib / path.relative_to(REPO / "stager")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
     (tree / "usr/local/bin").mkdir(parents=True)
     shutil.copy2(HERE / "nvidia-driver", tree / "usr/local/bin/nvidia-driver")
     return tree

@@ -47,7 +47,7 @@ def _inputs() -> bytes:
         REPO / "deploy/driver-container/Containerfile",
         REPO / "deploy/driver-container/nvidia-driver",
     ]
-    files += [*sorted((REPO / "stager").glob("*.py")), HERE / "nvidia-smi", HERE / "nvfake.c"]
+    files += [*sorted((REPO / "stager").rglob("*.py")), HERE / "nvidia-smi", HERE / "nvfake.c"]
     return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files)
 
 
