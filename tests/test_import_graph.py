@@ -141,6 +141,24 @@ def test_each_verification_package_keeps_its_layers_contract(
     assert naming, f"{PYPROJECT}: no [[tool.importlinter.contracts]] of layers names {package}"
 
 
+def test_every_package_of_more_than_one_module_keeps_a_layers_contract(
+    graph: grimp.ImportGraph,
+) -> None:
+    """Every package of ``service`` and ``stager`` with two modules or more is the container
+    of a layers contract in pyproject.toml (the top-level packages by the service layers'
+    contract and the container side's): a package added without its layers is found."""
+    packages = {
+        m
+        for m in graph.modules
+        if len([c for c in graph.find_children(m) if not c.endswith(".__init__")]) >= 2
+    }
+    guarded = {p for c in contracts() if c.get("type") == "layers" for p in c.get("containers", ())}
+    guarded |= {"service"}  # its modules and packages are the service layers' contract
+    assert not sorted(packages - guarded), (
+        f"no layers contract in {PYPROJECT}: {sorted(packages - guarded)}"
+    )
+
+
 def test_the_import_graph_shows_the_module_that_runs_each_command() -> None:
     """Each command's row imports the module that runs it as a plain import statement (run
     only when the command runs), so the import graph ``lint-imports`` checks has an edge
