@@ -7,7 +7,8 @@ and the size of ``.gnu.linkonce.this_module`` (checked from 6.4 on; 6.1 crashes 
 one), the ``module_layout`` CRC
 (``check_modstruct_version``), vermagic (``check_modinfo``), ``STRICT_MODULE_RWX``
 (``module_enforce_rwx_sections``), symbol resolution (``simplify_symbols``, see
-:mod:`service.verify.linking`), then a module that is built into the target
+:mod:`service.verify.linking`), then the module's BTF (``prepare_coming_module``'s
+notifier, :mod:`service.verify.modfile.btf`), then a module that is built into the target
 (``mod_sysfs_init``). Symbol resolution may wait for the bundle: an import the target does
 not export can come from a module loaded before it (:func:`finish`).
 """
@@ -47,6 +48,7 @@ def load_rules(info: ModInfo, target: Target) -> Linkage | None:
     if info.symbols is None:  # boot: the kernel resolves; only CRCs already known are judged
         if target.modversions is not False:
             check_crcs(info, target.exports, layout=False)
+        _btf(info, target)
         _builtin(info, target)
         return None
     failures = [] if info.symbols.problem is None else [_problem(info.symbols.problem)]
@@ -83,7 +85,21 @@ def finish(
     refusal = last(failures)
     if refusal is not None:
         raise refusal
+    _btf(info, target)
     _builtin(info, target)
+
+
+def _btf(info: ModInfo, target: Target) -> None:
+    """``btf_module_notify`` of a kernel that reads module BTF and lets no mismatch pass."""
+    rules = target.rules
+    if info.btf is None or not rules.module_btf or rules.btf_mismatch_allowed:
+        return
+    errno, why = info.btf
+    raise ModuleRejected(
+        errno,
+        f"its .BTF fails the kernel's module BTF parser: {why} "
+        "(CONFIG_MODULE_ALLOW_BTF_MISMATCH is not set)",
+    )
 
 
 def _export_sections(info: ModInfo, target: Target) -> None:

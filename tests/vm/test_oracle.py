@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -405,6 +406,42 @@ def test_an_init_returning_eexist_reaches_userspace_as_the_release_says(
     got = errno_name(_load(oracle, sign_file(patched, pki.ca, tmp_path / "m.ko"), "eexist"))
     assert got == INIT_EEXIST[kernel.series]
     assert "init returned EEXIST" in describe(getattr(errno, got))
+
+
+def test_a_module_whose_btf_the_kernel_cannot_parse_loads_as_its_config_says(
+    oracle: OracleVm, pki: Pki, tmp_path: Path, test_modules: dict[str, Path], kernel: Kernel
+) -> None:
+    """ms_exporter with a `.BTF` whose magic is wrong (added as kbuild's pahole step adds
+    one) loads on every Debian kernel: each reads module BTF and sets
+    CONFIG_MODULE_ALLOW_BTF_MISMATCH, so btf_module_notify warns and lets it by. modstage,
+    judging it against the kernel's own files and config, accepts it too."""
+    from service.verify.targetkernel.kconfig import KernelConfig
+    from service.verify.targetkernel.rules import KernelRules
+
+    root = target_root(tmp_path / "root", kernel.release)
+    config = next(
+        p
+        for p in (root / "boot" / f"config-{kernel.release}",
+                  root / "lib" / "modules" / kernel.release / "config")
+        if p.exists()
+    )  # fmt: skip
+    rules = KernelRules.of(kernel.release, KernelConfig.parse(config.read_text(), str(config)))
+    assert rules.module_btf and rules.btf_mismatch_allowed
+    blob, plain = tmp_path / "btf.bin", tmp_path / "plain.ko"
+    blob.write_bytes(b"\x34\x12\x01\x00\x18" + b"\0" * 19 + b"\0")
+    subprocess.run(
+        ["objcopy", "--add-section", f".BTF={blob}", str(test_modules["ms_exporter"]), str(plain)],
+        check=True,
+    )
+    (tmp_path / "btf").mkdir()
+    signed = sign_file(plain.read_bytes(), pki.ca, tmp_path / "btf" / "ms_exporter.ko")
+    assert _load(oracle, signed, "btf-mismatch") == 0
+    assert "BTF" in oracle.vm.run("dmesg | tail -n 20").check().stdout
+    assert oracle.guest("unload('ms_exporter')") == 0
+    path = tmp_path / "btf" / "ms_exporter.ko"
+    verdicts = modstage_verdicts([path], root, trusted_dir(pki, tmp_path / "trusted"),
+                                 kernel.release, apart=False)  # fmt: skip
+    assert verdicts[str(path.resolve())]["errno"] in (None, ""), verdicts
 
 
 def short_this_module(pki: Pki, directory: Path) -> bytes:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.errors import ModuleRejected
+from service.verify.modfile.btf import btf_problem
 from service.verify.modfile.elf import (
     MAX_TABLE,
     SHT_NOBITS,
     SHT_SYMTAB,
+    Elf,
     ReadAt,
     Section,
     bounded,
@@ -57,6 +59,7 @@ class ModInfo:
     elf_6_4: str | None = None  # what 6.4's ELF validation adds to 6.1's refuses here
     exports_symbols: bool = False  # a non-empty __ksymtab: the module exports symbols
     kflagstab: bool = False  # an allocated __kflagstab (7.2's flags of its exports)
+    btf: tuple[str, str] | None = None  # what btf_parse_module's first steps refuse in .BTF
 
     @cached_property
     def import_ns(self) -> frozenset[str]:
@@ -117,6 +120,7 @@ class ModInfo:
                 "elf_6_4": elf.problem_6_4,
                 "exports_symbols": ksymtab is not None and ksymtab.size >= 12,
                 "kflagstab": elf.find_sec(b"__kflagstab") is not None,
+                "btf": _btf(elf, read),
                 "symbols": read_symbols(elf, read) if symbols else None,
             }
         )
@@ -146,6 +150,15 @@ class ModInfo:
             machine,
             tuple(fields),
         )
+
+
+def _btf(elf: Elf, read: ReadAt) -> tuple[str, str] | None:
+    """What the kernel's module BTF parser refuses in the first section named ``.BTF``
+    (``find_any_sec``: allocated or not), or None (none, or one it does not refuse)."""
+    sec = next((s for s in elf.sections[1:] if s.name == b".BTF"), None)
+    if sec is None or sec.type == SHT_NOBITS:
+        return None
+    return btf_problem(lambda at, n: read(sec.offset + at, n), sec.size)
 
 
 def _versions(read: ReadAt, sec: Section) -> tuple[tuple[str, int], ...]:

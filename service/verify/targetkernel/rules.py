@@ -149,6 +149,20 @@ ROWS: tuple[Row, ...] = (
         "init_eexist_is_ebusy",
     ),
     Row(
+        "a module's .BTF parsed as split BTF over the kernel's own as the module comes",
+        "btf_module_notify, btf_parse_module",
+        Symbol("DEBUG_INFO_BTF_MODULES"),
+        False,
+        "module_btf",
+    ),
+    Row(
+        "a module whose .BTF the kernel cannot parse loads anyway, with a warning",
+        "btf_module_notify",
+        Symbol("MODULE_ALLOW_BTF_MISMATCH"),
+        False,
+        "btf_mismatch_allowed",
+    ),
+    Row(
         "a module whose SHA-256 is in .blacklist (the firmware's dbx) refused",
         "mod_is_hash_blacklisted",
         Until((6, 17), "Debian's \"Don't longer use UEFI DBX for module denylisting\""),
@@ -283,6 +297,8 @@ class KernelRules:
     ml_dsa: bool
     gpl_section_ignored: bool
     init_eexist_is_ebusy: bool
+    module_btf: bool
+    btf_mismatch_allowed: bool
     hash_denylist: bool
     force_load: bool
     missing_ns_ok: bool
