@@ -121,7 +121,7 @@ def test_the_package_installs_what_a_debian_host_expects(debs: dict[str, Path]) 
     # Debian's Python policy: private modules, not the generic names service and stager in
     # the shared dist-packages
     assert "/usr/share/modstage/service/daemon/loop.py" in files
-    assert "/usr/share/modstage/stager/manifest.py" in files
+    assert "/usr/share/modstage/stager/schema/manifest.py" in files
     assert not [p for p in files if "dist-packages" in p or "site-packages" in p]
     assert 'sys.path.insert(0, "/usr/share/modstage")' in _file(deb, "usr/bin/modstage")
     state = files["/var/lib/modstage"]
