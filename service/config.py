@@ -73,41 +73,23 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
-from datetime import date, time
 from pathlib import Path
 from typing import Any
 
 from service.bundlepolicy import BundlePolicy as BundlePolicy  # re-exported: its home before
 from service.bundlepolicy import load_bundles
+from service.config_values import shown, strings
 from service.errors import ConfigError
 from service.layout import is_release
 from service.limits import POSITIVE as _POSITIVE
 from service.limits import Limits as Limits  # re-exported: its home before
-from service.rebooting.backends import BACKENDS
-from service.rebooting.window import DAYS, Guard, Window, zone
+from service.rebooting.config import REBOOT_KEYS as REBOOT_KEYS  # re-exported: its home before
+from service.rebooting.config import RebootConfig as RebootConfig  # re-exported
+from service.rebooting.config import reboot_table
 from stager.schema.manifest import MemoryPolicy
 from stager.schema.record import RecordError, load, spec
 
 HOTPLUG = ("kernel", "online", "online_kernel", "online_movable")
-_WHOLE_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
-#: a day is named by its first three letters (``DAYS``) or whole, in any case
-DAY_NAMES = {**{d: d for d in DAYS}, **{w: w[:3] for w in _WHOLE_DAYS}}
-
-
-def shown(value: Any) -> str:
-    """A parsed value as a problem shows it: the way ``config.toml`` spells it (a string
-    quoted as Python does), whole."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(shown(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, date | time):
-        return value.isoformat()
-    return str(value)
 
 
 _SUBDOMAIN = re.compile(
@@ -160,34 +142,6 @@ class KernelChoice:
 
 
 @dataclass(frozen=True)
-class RebootConfig:
-    """How and when to ask for a reboot."""
-
-    backend: str = "none"
-    command: tuple[str, ...] = ()
-    sentinel: Path | None = None
-    window: Window = field(default_factory=Window)
-    guard: Guard = field(default_factory=Guard)
-    # seconds a bundle may be without its driver for a pending upgrade before status calls
-    # it failed; None: :meth:`upgrading_limit`'s default
-    upgrading_bound: float | None = None
-
-    def upgrading_limit(self) -> float:
-        """How long a bundle may be ``upgrading`` (its modules unloaded for a pending
-        generation) before it is failed: ``upgrading_bound``, else the window's longest
-        closed stretch plus ``min_delay`` and :data:`UPGRADING_MARGIN`, so a closed window
-        alone never makes an upgrade a failure."""
-        if self.upgrading_bound is not None:
-            return self.upgrading_bound
-        return self.window.longest_closed() + self.guard.min_delay + UPGRADING_MARGIN
-
-
-#: beyond the window's longest closed stretch: kured's period (1 h by default), a drain,
-#: the reboot itself, and slack
-UPGRADING_MARGIN = 2 * 3600.0
-
-
-@dataclass(frozen=True)
 class Publish:
     """Where a bundle's status and config digest are published for containers to read.
 
@@ -205,7 +159,7 @@ class Publish:
 
 def _host_paths(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
     """Absolute, normalized host paths (no '..', no '.', no empty component)."""
-    paths = _strings(value, key, problems)
+    paths = strings(value, key, problems)
     for path in paths:
         parts = path.split("/")[1:]
         if not path.startswith("/") or any(p in ("", ".", "..") for p in parts):
@@ -234,76 +188,6 @@ def _publish(value: Any, _: str, problems: list[str]) -> Publish:
     return Publish(status_dirs=status, digest_files=tuple(digests))
 
 
-def _strings(value: Any, key: str, problems: list[str]) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        problems.append(f"{key}: {shown(value)} is not an array of strings")
-        return ()
-    return tuple(value)
-
-
-REBOOT_KEYS = {
-    "backend",
-    "command",
-    "sentinel",
-    "days",
-    "start",
-    "end",
-    "timezone",
-    "min_delay",
-    "min_interval",
-    "upgrading_bound",
-}
-
-
-def _reboot(value: Any, _: str, problems: list[str]) -> RebootConfig:
-    if not isinstance(value, dict):
-        problems.append(f"reboot: {shown(value)} is not a table")
-        return RebootConfig()
-    problems += [f"reboot.{k}: unknown key" for k in sorted(set(value) - REBOOT_KEYS)]
-    backend = value.get("backend", "none")
-    chosen = BACKENDS.get(backend) if isinstance(backend, str) else None
-    if chosen is None:
-        problems.append(f"reboot.backend: {shown(backend)} is not one of {'|'.join(BACKENDS)}")
-    command = _strings(value.get("command", []), "reboot.command", problems)
-    if chosen is not None and chosen.needs_command and not command:
-        problems.append(f'reboot.command: required (non-empty argv) for backend = "{backend}"')
-    given = _strings(value.get("days", []), "reboot.days", problems)
-    problems += [
-        f"reboot.days: {shown(d)} is not a day (sun..sat)"
-        for d in given
-        if d.lower() not in DAY_NAMES
-    ]
-    days = tuple(DAY_NAMES.get(d.lower(), d) for d in given)
-    window = Window(
-        days=days,
-        start=_clock(value.get("start", "00:00"), "reboot.start", problems),
-        end=_clock(value.get("end", "23:59:59"), "reboot.end", problems),
-        timezone=_zone(value.get("timezone", "UTC"), problems),
-    )
-    guard = Guard(
-        **{
-            k: float(_seconds(value[k], f"reboot.{k}", problems))
-            for k in ("min_delay", "min_interval")
-            if k in value
-        }
-    )
-    sentinel = value.get("sentinel")
-    if sentinel is not None and not isinstance(sentinel, str):
-        problems.append(f"reboot.sentinel: {shown(sentinel)} is not a path (a string)")
-        sentinel = None
-    bound = value.get("upgrading_bound")
-    return RebootConfig(
-        backend=backend,
-        command=command,
-        sentinel=Path(sentinel) if sentinel else None,
-        window=window,
-        guard=guard,
-        upgrading_bound=None
-        if bound is None
-        else _seconds(bound, "reboot.upgrading_bound", problems),
-    )
-
-
 def _read(path: Path) -> dict[str, Any] | None:
     """The parsed ``path``, None if it does not exist; raises :class:`ConfigError`."""
     try:
@@ -312,34 +196,6 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ConfigError(path, [f"cannot read: {exc}"]) from exc
-
-
-def _clock(value: Any, key: str, problems: list[str]) -> time:
-    try:
-        return time.fromisoformat(value)
-    except (TypeError, ValueError):
-        problems.append(f'{key}: {shown(value)} is not a quoted time of day like "22:00"')
-        return time(0, 0)
-
-
-def _zone(value: Any, problems: list[str]) -> str:
-    from zoneinfo import TZPATH, ZoneInfoNotFoundError  # the [reboot] table's only
-
-    try:
-        zone(value)
-    except (TypeError, ValueError, ZoneInfoNotFoundError):
-        found = any(Path(directory, "UTC").exists() for directory in TZPATH)
-        tzdata = "" if found else " (no time zone database: is tzdata installed?)"
-        problems.append(f"reboot.timezone: {shown(value)} is not a known time zone{tzdata}")
-        return "UTC"
-    return str(value)
-
-
-def _seconds(value: Any, key: str, problems: list[str]) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        problems.append(f"{key}: {shown(value)} is not a non-negative number of seconds")
-        return 0.0
-    return float(value)
 
 
 def _hotplug(value: str) -> str | None:
@@ -369,7 +225,7 @@ class Config:
     require_symbol_crcs: bool = True
     hotplug_policy: str = field(default="kernel", metadata=spec(check=_hotplug))
     limits: Limits = field(default_factory=Limits)
-    reboot: RebootConfig = field(default_factory=RebootConfig, metadata=spec(load=_reboot))
+    reboot: RebootConfig = field(default_factory=RebootConfig, metadata=spec(load=reboot_table))
     incoming_dirs: tuple[str, ...] = field(
         default=("/var/lib/modstage/incoming",),
         metadata=spec(load=_host_paths, check=_some_directory),

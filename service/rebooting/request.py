@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from service.config import RebootConfig
 from service.errors import RebootError
 from service.host.nextboot import next_kernel
 from service.layout import Layout
 from service.rebooting.backends import BACKENDS
+from service.rebooting.config import RebootConfig
 from stager.schema.atomic import write_atomic
 
 

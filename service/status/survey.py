@@ -23,7 +23,7 @@ from service.bundles.phase import Phase
 from service.bundles.records import HistoryEntry, ModuleLoad
 from service.bundles.state import BundleState, State
 from service.bundles.statefile import read
-from service.config import Config, RebootConfig
+from service.config import Config
 from service.errors import ConfigError, NotRoot, StateError
 from service.host import pci
 from service.host.installed import installed
@@ -31,6 +31,7 @@ from service.host.nextboot import decide, read_grub
 from service.layout import Layout
 from service.publish import quarantine
 from service.publish.operator import bundle_status_files
+from service.rebooting.config import RebootConfig
 from service.rebooting.request import sentinel_path
 from service.rebooting.window import Window
 from service.status import required
