@@ -271,6 +271,8 @@ def test_a_kernel_without_a_driver_holds_then_boots_without_it_and_one_drop_brin
         assert f"demo: other_kernel (active {first}" in out, out
         assert f"nothing for this kernel {new.release}" in out, out
         assert state(node).bundle("demo").phase is Phase.OTHER_KERNEL
+        labels = node.read(f"{NODE_FEATURES}/modstage")
+        assert "modstage.io/demo.phase=other_kernel" in labels, labels
         code, out = modstage(node, "status")
         assert code == 2 and f"no generation for the running kernel {new.release}" in out, out
         code, out = modstage(node, "wait", "--bundle", "demo", "--timeout", "5")
