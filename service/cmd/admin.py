@@ -164,6 +164,7 @@ def _report(
     one built for another kernel than the next boot runs (``upcoming``: that kernel, when
     known, and what a boot into it brings up of the bundle) says so."""
     if args.json:
+        gen = b.generations.get(b.pending) if b.pending else None
         doc = {
             "bundle": bundle,
             "done": what,
@@ -171,6 +172,10 @@ def _report(
             "active": b.active,
             "pending": b.pending,
             "held": b.held,
+            "pending_kernel": gen.kernel if gen is not None else None,
+            "running_kernel": running,
+            "next_kernel": upcoming[0] if upcoming else None,
+            "next_boot_brings": upcoming[1].id if upcoming and upcoming[1] else None,
         }
         print(json.dumps(doc, indent=2, sort_keys=True), file=out)
     else:

@@ -253,14 +253,11 @@ def _next_kernel_generation(host: Layout, release: str, added: float) -> Generat
     return Generation(m.digest, "2", release, added=added)
 
 
-def test_a_rollback_on_the_running_kernel_keeps_the_next_kernel_s_driver(
+def _v2_active_and_the_next_kernel_s_pending(
     host: Layout, signed: dict[str, Path], kernel: str
-) -> None:
-    """Running ``kernel`` with v2 active and the next kernel's v2 (y) pending: ``rollback``
-    makes v1 pending for ``kernel`` and rolls back from the active v2 only; y, built for
-    the next kernel, is displaced but not rolled back from, so the next kernel stays
-    ``ready`` (carried), the driver pod's drop of it is taken again, retention keeps it,
-    and the verb says the next boot runs the next kernel and brings up y."""
+) -> tuple[str, Generation, Generation, str]:
+    """``demo`` running v2 on ``kernel`` with v1 retained and the next kernel's build of v2
+    (y) pending; the next kernel installed and named: (v1's id, v2, y, the next kernel)."""
     nxt = "6.99.1-next"
     host.modules_dir(nxt).mkdir(parents=True)
     host.kernel_image(nxt).parent.mkdir(parents=True, exist_ok=True)
@@ -279,6 +276,31 @@ def test_a_rollback_on_the_running_kernel_keeps_the_next_kernel_s_driver(
     )
     save(host.state, State({"demo": b}))
     assert next_kernel_cover(b, nxt) == "ready"
+    return v1, v2, y, nxt
+
+
+def test_a_verb_s_json_names_the_kernels_it_acts_on(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """``rollback --json`` says which kernel the generation it made pending is built for,
+    the running kernel, the kernel the next boot runs and what that boot brings up."""
+    v1, _v2, y, nxt = _v2_active_and_the_next_kernel_s_pending(host, signed, kernel)
+    code, out = cli("rollback", "--root", str(host.root), "demo", v1[:12], "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert (doc["pending"], doc["pending_kernel"], doc["running_kernel"]) == (v1, kernel, kernel)
+    assert (doc["next_kernel"], doc["next_boot_brings"]) == (nxt, y.id)
+
+
+def test_a_rollback_on_the_running_kernel_keeps_the_next_kernel_s_driver(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """Running ``kernel`` with v2 active and the next kernel's v2 (y) pending: ``rollback``
+    makes v1 pending for ``kernel`` and rolls back from the active v2 only; y, built for
+    the next kernel, is displaced but not rolled back from, so the next kernel stays
+    ``ready`` (carried), the driver pod's drop of it is taken again, retention keeps it,
+    and the verb says the next boot runs the next kernel and brings up y."""
+    v1, v2, y, nxt = _v2_active_and_the_next_kernel_s_pending(host, signed, kernel)
     code, out = cli("rollback", "--root", str(host.root), "demo", v1[:12])
     assert code == 0, out
     assert (
