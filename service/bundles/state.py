@@ -13,16 +13,15 @@ otherwise): :meth:`BundleState.staged`, :meth:`BundleState.reloading` and
 :meth:`BundleState.went_live`, :meth:`BundleState.failed` and
 :meth:`BundleState.expired` (boot). Callers do the effect, take the transition, then save.
 
-This module is the bottom of the store's state: the admin's verbs
-(:mod:`service.bundles.verbs`) are transitions built on these records, and the file
-(:mod:`service.bundles.statefile`) parses and writes them; both import this module, never
-the other way round.
+This module is the bottom of the bundle state: the admin's verbs (:mod:`.verbs`) are
+transitions built on these records, and the file (:mod:`.statefile`) parses and writes
+them; both import this module, never the other way round.
 
 ``verifying`` and ``rejected`` are transient phases of an intake: they are shown
 in the bundle's status file but never recorded here. A rejected drop leaves
 ``state.json`` untouched, unless the active generation's modules had left the kernel
 before it (:meth:`BundleState.after_refusal`: that generation is pending again and the
-refused drop recorded). Every change goes through :func:`service.bundles.statefile.save`, i.e.
+refused drop recorded). Every change goes through :func:`service.bundles.statefile.save`,
 the one crash-safe write; an unreadable file is moved aside, never reset.
 """
 
@@ -212,8 +211,8 @@ class BundleState:
         but for a refused drop recorded, which no longer stands (the accepted drop's pod is
         the one deployed now). Refused while the bundle is being loaded or held, for a
         generation that failed, and while an admin's rollback is pending (the drop waits:
-        :attr:`admin_choice`); an admin's pending retry it replaces is named in the note.
-        """
+        :attr:`admin_choice`). The note names an admin's pending retry it replaces and a
+        pending generation for another kernel it displaces (carried for that kernel)."""
         if gen.id in (self.pending, self.active) and self.phase is not Phase.FAILED:
             return replace(self, refused=None) if self.refused else self
         self._refuse("staged", self.phase is Phase.LOADING, "the bundle is being loaded")
@@ -231,6 +230,9 @@ class BundleState:
         keep = {g for g in (self.active, gen.id) if g} | newest | kernels_last(every, installed)
         gone = sorted(g[:12] for g in every if g not in keep)
         note = f"generation {gen.id[:12]} pending"
+        before = self.generations.get(self.pending or "")
+        if before is not None and before.kernel != gen.kernel and before.id in keep:
+            note += f"; {before.id[:12]} (for kernel {before.kernel}) stays carried for its kernel"
         if self.admin_choice is not None:  # the admin's retry it replaces (a rollback waits)
             note += f"; replaces the admin's pending {self.admin_choice.what}"
         if gone:  # said where the admin looks: the pruned ones leave no other trace

@@ -61,6 +61,19 @@ def test_reloading_displaces_a_pending_generation_for_another_kernel(scheduled: 
         after.reloading(A)
 
 
+def test_a_drop_for_another_kernel_says_the_pending_one_stays_carried() -> None:
+    """A drop for K taking the pending slot from W (for NEXT) says in the history that W
+    stays carried for its kernel; one for the same kernel as the pending one, or one that
+    retention forgets the pending one for, says nothing of the kind."""
+    b = waiting_for_next().staged(Generation(C, "2", K, added=3.0), retain=3, installed={K, NEXT})
+    assert b.pending == C and carried(b, NEXT) is not None
+    assert f"{W[:12]} (for kernel {NEXT}) stays carried for its kernel" in b.history[-1].note
+    again = b.staged(Generation("d" * 64, "3", K, added=4.0), retain=3, installed={K, NEXT})
+    assert "stays carried" not in again.history[-1].note
+    gone = waiting_for_next().staged(Generation(C, "2", K, added=3.0), retain=1, installed={K})
+    assert W not in gone.generations and "stays carried" not in gone.history[-1].note
+
+
 def test_reloading_waits_behind_a_generation_for_the_same_kernel() -> None:
     """A newer generation pending for K already has the reboot that brings a driver back:
     reloading A is refused and a refused drop changes nothing."""
