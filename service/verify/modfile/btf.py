@@ -8,7 +8,8 @@ loads the module. :func:`btf_problem` mirrors the parser's first steps: the head
 (``btf_parse_hdr``), the sections' layout (``btf_check_sec_info``) and the string section
 (``btf_parse_str_sec``). The type section's checks against the kernel's own BTF
 (``btf_check_all_metas``) are not mirrored: a module whose types do not match may pass here
-and be refused by such a kernel. Every Debian kernel sets ``CONFIG_MODULE_ALLOW_BTF_MISMATCH``.
+and be refused by such a kernel. Debian 12's 6.1 and 13's 6.12 set
+``CONFIG_MODULE_ALLOW_BTF_MISMATCH``; sid's 7.2 does not.
 """
 
 from __future__ import annotations
