@@ -266,6 +266,7 @@ def test_a_kernel_without_a_driver_holds_then_boots_without_it_and_one_drop_brin
     with Vm(share, name="nodriver-6.12", kernel=new) as node:
         node.start()  # the reboot the gate let through
         prepare(node, certs)
+        node.run(f"mkdir -p {NODE_FEATURES}").check()  # nfd's directory, kept on a node
         rc, out = modstage(node, "boot", replay_boot=False)
         assert rc == 1, out
         assert f"demo: other_kernel (active {first}" in out, out
