@@ -17,8 +17,10 @@
     │   └── IllegalTransition       a transition asked in a phase that may not precede it
     ├── ModuleRejected              a module the kernel would refuse (also a ValueError);
     │                               ``reason`` names the rule and the kernel's errno
-    └── TargetFileError             a target kernel's own file (vmlinuz, an in-tree module,
-                                    Module.symvers, the exports cache) cannot be used
+    ├── TargetFileError             a target kernel's own file (vmlinuz, an in-tree module,
+    │                               Module.symvers, the exports cache) cannot be used
+    └── HostFactUnreadable          a fact of the running host (its kernel release, its boot
+                                    id) is unreadable or empty (also an OSError)
 
 Later parts add their leaves here (verification, intake, state, loading).
 """
@@ -184,3 +186,16 @@ class TargetFileError(ServiceError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class HostFactUnreadable(ServiceError, OSError):
+    """A fact of the running host at ``path`` (its kernel release, its boot id) could not be
+    read or is empty; ``reason`` says why (:class:`service.host.running.RunningHost`).
+
+    Also an OSError, so a caller that took an unreadable procfs file as one still does.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{self.path} could not be read ({reason})")
+        self.strerror = reason

@@ -21,6 +21,14 @@ def is_release(text: str) -> bool:
     return bool(_RELEASE.match(text)) and ".dpkg-" not in text
 
 
+def is_host_root(root: Path) -> bool:
+    """Whether ``root`` is the machine's own ``/`` (resolved: a link to ``/`` is too), not a
+    sandbox: the one place that tells them apart (:class:`service.host.running.RunningHost`
+    and :func:`root_problem` ask it)."""
+    resolved = root.resolve()
+    return resolved == Path(resolved.anchor)
+
+
 def root_problem(root: Path, *, kernel_tree: bool = False) -> str | None:
     """Why ``--root`` cannot be acted on, or None. ``/`` always can (a fresh host has nothing
     yet); any other root must be a directory holding ``etc/modstage`` or ``var/lib/modstage``
@@ -28,7 +36,7 @@ def root_problem(root: Path, *, kernel_tree: bool = False) -> str | None:
     against any kernel's files) a kernel's ``lib/modules``, ``usr/lib/modules`` (merged /usr)
     or ``boot``: a typo is refused
     before any command creates a file under it."""
-    if root.resolve() == Path(root.resolve().anchor):
+    if is_host_root(root):
         return None
     if not root.is_dir():
         return f"--root {root} does not exist or is not a directory"
@@ -52,11 +60,6 @@ class Layout:
 
     def _under(self, absolute: str) -> Path:
         return self.root / absolute.lstrip("/")
-
-    def sandboxed(self) -> bool:
-        """``--root`` other than ``/``: never load modules, never reboot the machine."""
-        resolved = self.root.resolve()
-        return resolved != Path(resolved.anchor)
 
     def host(self, path: Path | str) -> Path:
         """A host path named in the config (``/run/x``), under this layout's root."""
@@ -199,10 +202,6 @@ class Layout:
     def modules_disabled(self) -> Path:
         """``kernel.modules_disabled``: 1 once module loading is locked until the reboot."""
         return self.proc / "sys/kernel/modules_disabled"
-
-    def kernel_release(self) -> str:
-        """The running kernel's release, read under this layout's root."""
-        return self.os_release.read_text().strip()
 
     # the target kernel's own files (read by service.verify.targetkernel.kernel). Two layouts exist
     # on real hosts: /boot/vmlinuz-<release> and /boot/config-<release> beside

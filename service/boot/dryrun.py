@@ -29,6 +29,7 @@ from service.host import pci
 from service.host.firmware import PATH_PARAM, RecordingFirmwareView
 from service.host.pci import PciDevice
 from service.host.recording import Identify, RecordingKernel
+from service.host.running import RunningHost
 from service.host.sysfs import RecordingSysfs, Sysfs
 from service.layout import Layout
 
@@ -62,10 +63,18 @@ def dry_run(
     firmware = RecordingFirmwareView(
         layout.run / "firmware", sysfs, events, allow_foreign=config.allow_foreign_firmware_path
     )
-    modules = layout.modules_dir(layout.kernel_release())  # what modprobe would find
+    running = RunningHost.read(layout)
+    modules = layout.modules_dir(running.need_release())  # what modprobe would find
     kernel = RecordingKernel(layout.sys, calls=events, identify=identify, modules=modules)
     boot = Boot(
-        layout, config, trust, kernel, sysfs, persist=Recorded(layout, events), firmware=firmware
+        layout,
+        config,
+        trust,
+        kernel,
+        sysfs,
+        persist=Recorded(layout, events),
+        firmware=firmware,
+        running=running,
     )
     state = boot.run()
     failed = tuple(n for n, b in sorted(state.bundles.items()) if b.phase is Phase.FAILED)
@@ -82,7 +91,7 @@ def plan(run: DryRun, layout: Layout) -> Iterator[str]:
     """The recorded boot as an admin reads it: each step under the bundle it belongs to,
     then the boot's own last lines (:func:`~service.boot.loader.summary`), each followed
     by the present devices the bundle's modules match."""
-    release = layout.kernel_release()
+    release = RunningHost.read(layout).need_release()
     yield f"nothing is loaded, written or rebooted (kernel {release})"
     if not run.state.bundles:
         yield "no bundles"
@@ -117,7 +126,7 @@ def plan(run: DryRun, layout: Layout) -> Iterator[str]:
             yield f"   {step}) unlink the firmware of {rest[0]}"
     present: tuple[PciDevice, ...] | None = None
     bundles = sorted(run.state.bundles.items())
-    for (_, b), line in zip(bundles, summary(run.state, layout.kernel_release()), strict=True):
+    for (_, b), line in zip(bundles, summary(run.state, release), strict=True):
         yield line
         aliases = {m.module: m.pci for m in b.loaded if m.pci}
         if aliases:

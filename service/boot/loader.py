@@ -35,6 +35,7 @@ from service.errors import BootError, LoadError, NoDevice
 from service.generations.store import Store
 from service.host.firmware import FirmwareView
 from service.host.modules import Kernel
+from service.host.running import RunningHost
 from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.logs import get_logger
@@ -67,13 +68,15 @@ class Boot:
         *,
         persist: Persist | None = None,
         firmware: FirmwareView | None = None,
+        running: RunningHost | None = None,
     ) -> None:
         self.layout, self.config, self.trust, self.kernel = layout, config, trust, kernel
         self.persist = persist or Durable(layout, config)
         self._saved = False
         self.store = Store(self.layout.store)
         self.sysfs = sysfs_view or Sysfs(self.layout.sys)
-        self.release = self.layout.kernel_release()
+        self.running = running if running is not None else RunningHost.read(layout)
+        self.release = self.running.need_release()
         self._manifests: dict[str, Manifest] = {}
         self._loaded_by: dict[str, str] = {}  # module name -> the bundle that loaded it now
         self.firmware = firmware or FirmwareView(
@@ -116,7 +119,7 @@ class Boot:
             state = self.persist.load(self.store)
             # the boot id is saved with the first transition (one write fewer on the boot
             # path), or alone below when no bundle has anything to do
-            state = state.booted(self.layout.boot_id.read_text().strip())
+            state = state.booted(self.running.need_boot_id())
             if self.config.hotplug_policy != "kernel":  # before the kubelet: no block missed
                 from service.host.memory import hand_over
 

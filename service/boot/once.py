@@ -21,11 +21,11 @@ window); its boot id keeps it from going stale, a new boot id opens the window a
 
 from __future__ import annotations
 
-import errno
 import json
 import time
 from dataclasses import dataclass
 
+from service.host.running import RunningHost
 from service.layout import Layout
 from stager.schema.atomic import write_atomic
 
@@ -77,10 +77,7 @@ def _recorded(layout: Layout) -> Closed | None:
 
 def current(layout: Layout) -> str:
     """This boot's id; OSError when it cannot be read or is empty (nothing then loads)."""
-    boot_id = layout.boot_id.read_text().strip()
-    if not boot_id:
-        raise OSError(errno.ENODATA, "no boot id", str(layout.boot_id))
-    return boot_id
+    return RunningHost.read(layout).need_boot_id()
 
 
 def written_this_boot(layout: Layout) -> bool:

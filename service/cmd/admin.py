@@ -26,6 +26,7 @@ from service.errors import ServiceError, StateError, UsageError
 from service.generations.store import Store
 from service.host.installed import installed_releases
 from service.host.nextboot import next_kernel
+from service.host.running import RunningHost
 from service.intake.bundlerules import below_floor
 from service.intake.owners import verb_claims
 from service.layout import Layout
@@ -109,12 +110,11 @@ def _withdraw(layout: Layout, state: State) -> None:
     nothing. The daemon asks again once something waits."""
     from service.logs import get_logger
 
-    try:
-        boot_id = layout.boot_id.read_text().strip()
-        waiting = state.awaiting_reboot(layout.kernel_release())
-    except OSError:
+    running = RunningHost.read(layout)
+    if running.boot_id is None or running.release is None:
         return  # status says what cannot be read
-    intent = state.intent_in(boot_id)
+    waiting = state.awaiting_reboot(running.release)
+    intent = state.intent_in(running.boot_id)
     if intent is None or waiting:
         return
     save(layout.state, replace(state, reboot=None), step="admin")
@@ -240,10 +240,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         what += _below_floor(layout, args.bundle, chosen.version)
     if verb == "retry" and b.pending is None:
         what = "pending rollback cancelled (retry of the active generation)"
-    try:
-        running: str | None = layout.kernel_release()
-    except OSError:
-        running = None  # status says what cannot be read
+    running = RunningHost.read(layout).release  # None: status says what cannot be read
     _report(args.bundle, b, what, args, out, running, _next_boot(layout, args.bundle, b))
     return 0
 

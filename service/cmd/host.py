@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.config import Config
+from service.host.running import RunningHost
 from service.layout import Layout
 
 if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
@@ -28,15 +29,16 @@ if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify
     from service.verify.signature.trust import TrustStore
 
 
-def kernel_for(layout: Layout) -> Kernel:
-    """The real kernel on ``/``, a recording one under any other root (a sandbox)."""
-    if layout.sandboxed():
+def kernel_for(layout: Layout, running: RunningHost | None = None) -> Kernel:
+    """The real kernel on ``/``, a recording one under any other root (a sandbox);
+    ``running``: the host's facts as the command read them (None: read here)."""
+    running = running if running is not None else RunningHost.read(layout)
+    if running.sandboxed:
         from service.host.recording import RecordingKernel
 
-        try:  # modprobe resolves through the target's module tree, as on a real node
-            modules: Path | None = layout.modules_dir(layout.kernel_release())
-        except OSError:
-            modules = None
+        # modprobe resolves through the target's module tree, as on a real node
+        release = running.release
+        modules = layout.modules_dir(release) if release is not None else None
         return RecordingKernel(layout.sys, identify=identify, modules=modules, shows=True)
     from service.host.modules import LinuxKernel
 
@@ -102,7 +104,13 @@ class Host:
     @cached_property
     def kernel(self) -> Kernel:
         """The kernel given, else :func:`kernel_for` the layout."""
-        return self.given_kernel if self.given_kernel is not None else kernel_for(self.layout)
+        given = self.given_kernel
+        return given if given is not None else kernel_for(self.layout, self.running)
+
+    @cached_property
+    def running(self) -> RunningHost:
+        """The running host's facts, read once (:class:`~service.host.running.RunningHost`)."""
+        return RunningHost.read(self.layout)
 
     @cached_property
     def keyring(self) -> Keyring:

@@ -68,12 +68,15 @@ def target_kernel(args: argparse.Namespace, layout: Layout) -> str:
     """``--kernel``, or the running kernel's release read under ``--root``."""
     if args.kernel:
         return str(args.kernel)
+    from service.errors import HostFactUnreadable
+    from service.host.running import RunningHost
+
     try:
-        return layout.kernel_release()
-    except OSError as exc:
+        return RunningHost.read(layout).need_release()
+    except HostFactUnreadable as exc:
         raise ServiceError(  # a file of the host, not a usage error: exit 1
-            f"cannot read the running kernel release from {layout.os_release} "
-            f"({exc.strerror}); pass --kernel RELEASE"
+            f"cannot read the running kernel release from {exc.path} "
+            f"({exc.reason}); pass --kernel RELEASE"
         ) from exc
 
 

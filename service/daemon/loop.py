@@ -33,6 +33,7 @@ from service.errors import ServiceError, StateCorrupt
 from service.host.memory import Onlined, block_number, online_blocks
 from service.host.nextboot import next_kernel
 from service.host.onlining_log import log_onlining
+from service.host.running import RunningHost
 from service.host.sysfs import Sysfs
 from service.intake.outcome import Outcome
 from service.layout import Layout
@@ -120,7 +121,7 @@ class Daemon:
 
     def reconcile(self) -> None:
         """Tell a reboot from a restart by the boot id; clear an intent that was fulfilled."""
-        current = self.layout.boot_id.read_text().strip()
+        current = RunningHost.read(self.layout).need_boot_id()
         with locked(self.layout.var):
             state = load(self.layout.state)
             if state.reboot and state.reboot.boot_id != current:
@@ -191,10 +192,11 @@ class Daemon:
         The intent is saved before the backend is asked, so a crash in between is
         reconciled on start; a recorded intent keeps a failing backend from being hammered.
         """
-        current = self.layout.boot_id.read_text().strip()
+        running = RunningHost.read(self.layout)
+        current, kernel = running.need_boot_id(), running.need_release()
         with locked(self.layout.var):
             state = load(self.layout.state)
-            waiting = state.awaiting_reboot(self.layout.kernel_release())
+            waiting = state.awaiting_reboot(kernel)
             intent = state.intent_in(current)
             decision = reboot_due(
                 self.clock.now(),
@@ -206,7 +208,7 @@ class Daemon:
             )
             if not decision.due:
                 return decision
-            kernel, now = self.layout.kernel_release(), self.clock.now().timestamp()
+            now = self.clock.now().timestamp()
             gate = gate_for(self.layout, self.config, state, kernel, now)
             if gate is not None and gate.holds:
                 log.info("reboot.held", kernel=gate.kernel, bundles=list(gate.bundles))
@@ -281,7 +283,7 @@ class Daemon:
         if gone:
             log.info("modules.unloaded", modules=gone)
         try:
-            boot_id = self.layout.boot_id.read_text().strip()
+            boot_id = RunningHost.read(self.layout).need_boot_id()
             before = read_unloads(self.layout.unloads, boot_id)
             after = updated(before, changes, self.clock.now().timestamp())
             if after != before:

@@ -13,13 +13,13 @@ Nothing here raises on an odd tree: an unreadable directory lists nothing, and a
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.host.running import RunningHost
 from service.layout import Layout, is_release
 
 MAX_ENTRIES = 4096  # names read from each of /boot and the module directories
@@ -142,6 +142,7 @@ def installed_releases(layout: Layout) -> frozenset[str]:
         found = {k.release for k in installed(layout)}
     except OSError:
         found = set()
-    with contextlib.suppress(OSError):
-        found.add(layout.kernel_release())
+    running = RunningHost.read(layout).release
+    if running is not None:
+        found.add(running)
     return frozenset(found)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from service.bundles.state import BundleState
 from service.config import BundlePolicy, Config
+from service.host.running import RunningHost
 from service.intake.bundlerules import below_floor, name_problems, signer_problems, unlisted_params
 from service.intake.firmware_names import firmware_problems
 from service.intake.owners import Owners
@@ -247,11 +248,12 @@ def preflight(
     is not running trusts only the keys every kernel on the host shares and its own image's
     (:func:`~service.verify.signature.nextkeys.next_refusals`); ``.blacklist`` is dbx's."""
     signers = {v.key_id: v.signer for v in verdicts if v.key_id}
-    if manifest.kernel != layout.kernel_release():
+    running = RunningHost.read(layout).need_release()
+    if manifest.kernel != running:
         why = next_enforcing(layout, target)
         if why is None:
             return []
-        reasons = next_refusals(why, layout, keyring, target, signers, trust)
+        reasons = next_refusals(why, layout, keyring, target, signers, trust, running=running)
     else:
         why = enforcing(layout)
         if why is None:

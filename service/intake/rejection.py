@@ -31,6 +31,7 @@ from service.config import Config
 from service.dropfs import open_dir
 from service.errors import ServiceError
 from service.host.modules import live_modules
+from service.host.running import RunningHost
 from service.host.sysfs import Sysfs
 from service.intake.drops import Drops
 from service.intake.outcome import Outcome
@@ -134,7 +135,7 @@ def unloaded(layout: Layout, bundle: BundleState) -> bool:
     gen = bundle.generations.get(bundle.active) if bundle.active else None
     if gen is None or bundle.held or not bundle.loaded:
         return False
-    if gen.kernel != layout.kernel_release():
+    if gen.kernel != RunningHost.read(layout).need_release():
         return False
     live = live_modules(Sysfs(layout.sys))
     return any(m.module not in live for m in bundle.loaded)

@@ -35,6 +35,7 @@ from service.bundles.state import State
 from service.config import Config
 from service.host.installed import installed
 from service.host.nextboot import NextKernel, next_kernel
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.logs import get_logger
 from service.publish.arrivals import next_covers
@@ -50,10 +51,7 @@ def host_doc(
 ) -> dict[str, Any]:
     """The announcement from the host's files, ``state``, the next kernel ``found`` and
     ``config`` (the bundles' ``min_version``, the incoming directories; None: defaults)."""
-    try:
-        running: str | None = layout.kernel_release()
-    except OSError:
-        running = None
+    running = RunningHost.read(layout).release
     release = found.release
     return {
         "schema": SCHEMA,

@@ -13,6 +13,7 @@ from typing import Any
 
 from service.bundles.phase import Phase
 from service.bundles.state import BundleState
+from service.host.running import RunningHost
 from service.layout import Layout
 from stager.schema.atomic import write_atomic
 from stager.schema.statusfile import StatusFile, StatusFileError
@@ -43,6 +44,7 @@ def write_status(
     """
     pending = state.generations.get(state.pending) if state.pending else None
     before = _before(layout, bundle)
+    running = RunningHost.read(layout)  # the kernel and boot this file is written in
     status = StatusFile(
         bundle=bundle,
         phase=(phase or state.phase).value,
@@ -53,7 +55,7 @@ def write_status(
         errors=tuple(errors or ()),
         updated=round(time.time(), 3),
         pending_kernel=pending.kernel if pending else None,
-        running_kernel=_release(layout),
+        running_kernel=running.release,
         drop=drop,
         version=version,
         kernel=kernel,
@@ -61,8 +63,8 @@ def write_status(
         held=state.held,
         rejected=_rejected(before, phase, drop, errors),
         taken=_taken(before, taken, generation),
-        boot_id=_boot_id(layout),
-        live=_live(layout, state),
+        boot_id=running.boot_id,
+        live=_live(layout, state, running.release),
     )
     layout.status.mkdir(parents=True, exist_ok=True)
     write_atomic(layout.status / f"{bundle}.json", status.to_json())
@@ -78,14 +80,6 @@ def _failed(state: BundleState) -> dict[str, str]:
     if refused is not None and refused.generation and refused.generation not in failed:
         failed[refused.generation] = f"refused at intake: {refused.reason}"
     return failed
-
-
-def _release(layout: Layout) -> str | None:
-    """The running kernel (``wait`` tells a generation for another kernel by it)."""
-    try:
-        return layout.kernel_release()
-    except OSError:
-        return None
 
 
 def _before(layout: Layout, bundle: str) -> StatusFile | None:
@@ -118,17 +112,9 @@ def _taken(before: StatusFile | None, drop: str | None, generation: str | None) 
     return dict(list(taken.items())[-MAX_REJECTED:])
 
 
-def _boot_id(layout: Layout) -> str | None:
-    """The boot this file is written in (None if it cannot be read)."""
-    try:
-        return layout.boot_id.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _live(layout: Layout, state: BundleState) -> bool | None:
+def _live(layout: Layout, state: BundleState, running: str | None) -> bool | None:
     """Whether every module the active generation loaded is live now (False when it
-    targets another kernel than the running one; None: nothing active, or an ``active``
+    targets another kernel than the ``running`` one; None: nothing active, or an ``active``
     bundle with nothing recorded loaded, a state written before loads were recorded;
     False: nothing recorded loaded in any other phase, since a boot that loaded nothing of
     it (no generation for its kernel, a failed load) leaves no record, whatever a later drop
@@ -136,7 +122,6 @@ def _live(layout: Layout, state: BundleState) -> bool | None:
     if state.active is None:
         return None
     active = state.generations.get(state.active)
-    running = _release(layout)
     if active is not None and running is not None and active.kernel != running:
         return False  # its modules cannot be live on another kernel
     if not state.loaded:

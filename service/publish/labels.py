@@ -27,6 +27,7 @@ from pathlib import Path
 from service.bundles.cover import next_kernel_cover
 from service.bundles.state import BundleState, State
 from service.config import Config, NodeLabels
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.publish.arrivals import next_covers
 from stager.schema.atomic import write_atomic
@@ -132,10 +133,7 @@ def write_labels(
     path = features_file(layout)
     if not labels.enabled or not path.parent.is_dir():
         return None
-    try:
-        running: str | None = layout.kernel_release()
-    except OSError:
-        running = None
+    running = RunningHost.read(layout).release
     covers = None
     if next_kernel is not None and next_kernel != running:
         config = config if config is not None else Config.salvage(layout.config)[0]

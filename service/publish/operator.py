@@ -26,6 +26,7 @@ from service.config import Config
 from service.dropfs import read_small
 from service.errors import DropError, StateError
 from service.host.nextboot import next_kernel
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.logs import get_logger
 from service.publish.announce import announce
@@ -170,9 +171,7 @@ def _enriched(path: Path, state: State, layout: Layout) -> StatusFile:
     doc = StatusFile.from_json(path.read_bytes(), path)
     b = state.bundles.get(path.stem)
     gens = b.generations.values() if b else ()
-    running = doc.running_kernel
-    with contextlib.suppress(OSError):
-        running = layout.kernel_release()
+    running = RunningHost.read(layout).release or doc.running_kernel
     return replace(
         doc,
         generations={g.id: GenerationInfo(g.version, g.kernel, g.failed) for g in gens},

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from service.errors import RebootError
 from service.host.nextboot import next_kernel
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.backends import BACKENDS
 from service.rebooting.config import RebootConfig
@@ -152,7 +153,7 @@ def rebooter(config: RebootConfig, layout: Layout, kernel_next: str | None = Non
         return KuredSentinel(sentinel_path(config, layout), name=chosen.name)
     if chosen.commands is not None:
         runner: Runner = run_command
-        if layout.sandboxed():
+        if RunningHost.read(layout).sandboxed:
             runner = SandboxRunner(layout.run / "reboot-commands")
         commands, check = chosen.commands, chosen.check
         return CommandRebooter(
@@ -171,4 +172,4 @@ def next_release(layout: Layout, configured: str | None = None) -> str:
     when that cannot be told (a reboot then runs what the boot loader picks; kexec reloads
     the running kernel)."""
     found = next_kernel(layout, configured)
-    return found.release if found.release is not None else layout.kernel_release()
+    return found.release if found.release is not None else RunningHost.read(layout).need_release()

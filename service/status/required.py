@@ -39,7 +39,8 @@ from typing import TextIO
 from service.bundles.state import State
 from service.bundles.statefile import read
 from service.config import Config
-from service.errors import ConfigError, ServiceError
+from service.errors import ConfigError, HostFactUnreadable, ServiceError
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.backends import admin_reboots
 from service.rebooting.gate import Gate, gate_for
@@ -101,18 +102,6 @@ def decide(
     return Answer(bool(reasons), tuple(reasons), gate=gate)
 
 
-def read_fact(path: Path) -> str:
-    """A one-line fact of the host (its kernel release, its boot id); raises
-    :class:`CannotTell` when it cannot be read or is empty."""
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CannotTell(path, getattr(exc, "strerror", None) or str(exc)) from exc
-    if not text:
-        raise CannotTell(path, "it is empty")
-    return text
-
-
 def _state(path: Path) -> State:
     """``state.json`` read without touching it; a set-aside corrupt one is an error too."""
     if not path.exists() and not path.is_symlink():
@@ -139,8 +128,11 @@ def check(layout: Layout) -> Answer:
     except ConfigError as exc:
         why = "; ".join(p.removeprefix("cannot read: ") for p in exc.problems)
         raise CannotTell(layout.config, why) from exc
-    kernel = read_fact(layout.os_release)
-    boot_id = read_fact(layout.boot_id)
+    running = RunningHost.read(layout)
+    try:
+        kernel, boot_id = running.need_release(), running.need_boot_id()
+    except HostFactUnreadable as exc:
+        raise CannotTell(exc.path, exc.reason) from exc
     state = _state(layout.state)
     host = layout.reboot_sentinel
     return decide(

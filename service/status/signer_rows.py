@@ -21,6 +21,7 @@ from typing import Protocol
 from service.bundles.state import BundleState
 from service.errors import TrustError
 from service.generations.store import Store
+from service.host.running import RunningHost
 from service.host.taint import UNSIGNED, kernel_taint, module_taint, unsigned_taint
 from service.layout import Layout
 from service.status.report import SignerLine, SignerRow
@@ -242,7 +243,9 @@ def signer_rows(
     if b is None:
         return ()
     store = Store(layout.store)
-    ring: Holder = NoKeyrings() if layout.sandboxed() else KernelKeyring(layout.proc)
+    ring: Holder = (
+        NoKeyrings() if RunningHost.read(layout).sandboxed else KernelKeyring(layout.proc)
+    )
     ring = keyring if keyring is not None else ring
     known, kernel = _Known(layout.trusted, ring), _Kernel(layout)
     recorded = {m.module for m in b.loaded}

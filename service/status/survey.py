@@ -24,10 +24,11 @@ from service.bundles.records import HistoryEntry, ModuleLoad
 from service.bundles.state import BundleState, State
 from service.bundles.statefile import read
 from service.config import Config
-from service.errors import ConfigError, NotRoot, StateError
+from service.errors import ConfigError, HostFactUnreadable, NotRoot, StateError
 from service.host import pci
 from service.host.installed import installed
 from service.host.nextboot import decide, read_grub
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.publish import quarantine
 from service.publish.operator import bundle_status_files
@@ -56,7 +57,6 @@ from service.status.report import (
     UpgradingRow,
     WindowRow,
 )
-from service.status.required import CannotTell, read_fact
 from service.status.trustdir import trust_dir_problems
 from service.status.unloads import read_unloads
 from service.status.upgrade import DRIVER_POD_READY, Unloads, Upgrading
@@ -76,26 +76,18 @@ def read_state(path: Path) -> State:
         raise StateError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _kernel(layout: Layout) -> tuple[str | None, list[Problem]]:
+def _kernel(running: RunningHost) -> tuple[str | None, list[Problem]]:
     """The running kernel's release, or a degraded problem naming the file and why it could
     not be read (as ``status --reboot-required`` names it): nothing is checked against a
     kernel status cannot name."""
     try:
-        return read_fact(layout.os_release), []
-    except CannotTell as exc:
+        return running.need_release(), []
+    except HostFactUnreadable as exc:
         why = (
             f"{exc}: the running kernel is unknown: no generation is checked against it, "
             "and whether a reboot is required cannot be told"
         )
         return None, [Problem(None, Health.DEGRADED, why)]
-
-
-def _boot_id(layout: Layout) -> str | None:
-    """This boot's id (None: unreadable; the reboot line then says why)."""
-    try:
-        return read_fact(layout.boot_id)
-    except CannotTell:
-        return None
 
 
 def read_status_files(directory: Path) -> dict[str, StatusFile | str]:
@@ -380,8 +372,9 @@ def survey(
     """What ``status`` shows of the host under ``layout`` (``now``: epoch seconds), each
     bundle's signers read by ``signers`` (None: no signer rows; nothing else differs)."""
     now = time.time() if now is None else now
-    kernel, kernel_problems = _kernel(layout)
-    boot_id = _boot_id(layout)
+    running = RunningHost.read(layout)
+    kernel, kernel_problems = _kernel(running)
+    boot_id = running.boot_id  # None: unreadable; the reboot line then says why
     state, state_error, state_problems = _state(layout)
     config, config_error = _config(layout)
     known = unloads(layout, config, boot_id, now)

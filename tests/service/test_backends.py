@@ -10,6 +10,7 @@ import pytest
 from service.cmd.configcheck import check
 from service.config import Config
 from service.errors import ConfigError, RebootError
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.backends import BACKENDS, admin_reboots, authenticode_signed
 from service.rebooting.request import CommandRebooter, KuredSentinel, NoRebooter, rebooter
@@ -33,7 +34,9 @@ def test_every_registered_backend_is_accepted_built_and_asks_as_registered(
     elif entry.commands is not None:
         assert isinstance(chosen, CommandRebooter)
         recorded = [json.loads(line) for line in record.read_text().splitlines()]
-        assert recorded == entry.commands(config.reboot.command, host, host.kernel_release())
+        assert recorded == entry.commands(
+            config.reboot.command, host, RunningHost.read(host).need_release()
+        )
         assert recorded
     else:
         assert isinstance(chosen, NoRebooter) and admin_reboots(name)
@@ -64,7 +67,7 @@ def test_only_a_backend_that_asks_nothing_leaves_the_reboot_to_an_admin() -> Non
 def _locked_down_host(host: Layout, image: bytes, mode: str) -> None:
     host.lockdown.parent.mkdir(parents=True, exist_ok=True)
     host.lockdown.write_text(mode + "\n")
-    path = host.kernel_image(host.kernel_release())
+    path = host.kernel_image(RunningHost.read(host).need_release())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(image)
 
@@ -140,7 +143,7 @@ def test_kexec_boots_the_kernel_the_next_boot_runs(host: Layout) -> None:
         "kexec",
     ]
     (host.run / "reboot-commands").unlink()
-    running = host.kernel_release()
+    running = RunningHost.read(host).need_release()
     host.kernel_image(running).parent.mkdir(parents=True, exist_ok=True)
     if not host.kernel_image(running).exists():
         host.kernel_image(running).write_bytes(b"MZ")

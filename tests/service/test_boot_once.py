@@ -19,6 +19,7 @@ from service.bundles.statefile import load
 from service.cli import main
 from service.config import Config
 from service.daemon.loop import Daemon
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.request import NoRebooter
 from stager.drop import ModuleSpec, stage
@@ -68,7 +69,7 @@ def staged(layout: Layout, module: Path, version: str) -> None:
         layout.incoming,
         bundle="demo",
         version=version,
-        kernel=layout.kernel_release(),
+        kernel=RunningHost.read(layout).need_release(),
         modules=[ModuleSpec(module, "count=3")],
     )
     assert main(["intake", "--root", str(layout.root)], io.StringIO()) == 0

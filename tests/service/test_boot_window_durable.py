@@ -18,6 +18,7 @@ from service.boot import once
 from service.bundles.phase import Phase
 from service.bundles.statefile import load, locked
 from service.cli import main
+from service.host.running import RunningHost
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
 from tests.service.test_boot_once import blocked, boot, daemon_of, reboot, staged
@@ -29,7 +30,7 @@ def dropped(layout: Layout, module: Path, version: str) -> None:
         layout.incoming,
         bundle="demo",
         version=version,
-        kernel=layout.kernel_release(),
+        kernel=RunningHost.read(layout).need_release(),
         modules=[ModuleSpec(module, "count=3")],
     )
 

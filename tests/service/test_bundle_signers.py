@@ -17,6 +17,7 @@ import pytest
 
 from service.config import Config
 from service.errors import ConfigError
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.verify.signature.trust import TrustStore
 from service.verify.verdict import verify_module
@@ -38,7 +39,7 @@ def skid_as_openssl_prints_it(key: SigningKey) -> str:
 def take(host: Layout, module: Path, signers: list[str] | None, bundle: str = "demo") -> tuple:
     """Stage ``module`` as ``bundle`` and take it in with ``[bundles.demo] signers``
     (no table when None); the outcome's reasons, empty when it was accepted."""
-    stage(host.incoming, bundle=bundle, version="1", kernel=host.kernel_release(),
+    stage(host.incoming, bundle=bundle, version="1", kernel=RunningHost.read(host).need_release(),
           modules=[ModuleSpec(module, "")])  # fmt: skip
     tables = {} if signers is None else {"bundles": {"demo": {"signers": signers}}}
     [outcome] = make_intake(host, Config.from_dict(tables)).run()

@@ -26,6 +26,7 @@ from service.daemon.clock import SystemClock
 from service.daemon.events import Event, Kind
 from service.daemon.loop import Daemon
 from service.daemon.watcher import DropWatcher, Handler
+from service.host.running import RunningHost
 from service.intake.scan import Intake
 from service.layout import Layout
 from service.rebooting.backends import BACKENDS
@@ -303,7 +304,7 @@ def test_backends(host: Layout, tmp_path: Path) -> None:
     calls: list[list[str]] = []
     kexec = BACKENDS["kexec"].commands
     assert kexec is not None
-    release = host.kernel_release()
+    release = RunningHost.read(host).need_release()
     CommandRebooter(lambda: kexec((), host, release), name="kexec", runner=calls.append).request(
         "x"
     )

@@ -18,6 +18,7 @@ from service import logs
 from service.bundles.phase import Phase
 from service.bundles.statefile import read
 from service.cli import main
+from service.host.running import RunningHost
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
 from tests.service.conftest import HostTree
@@ -33,7 +34,7 @@ def host(host_tree: HostTree, signed: dict[str, Path]) -> Layout:
         layout.incoming,
         bundle="nvidia",
         version="1",
-        kernel=layout.kernel_release(),
+        kernel=RunningHost.read(layout).need_release(),
         modules=[ModuleSpec(signed["ms_exporter"], ""), ModuleSpec(signed["ms_params"], "")],
     )
     assert main(["intake", "--root", str(layout.root)], io.StringIO()) == 0

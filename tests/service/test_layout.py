@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.host.running import RunningHost
 from service.layout import Layout
+from tests.hosts import running_host
 
 
 def test_every_path_is_under_the_root(tmp_path: Path) -> None:
@@ -28,6 +30,5 @@ def test_default_root_is_the_real_filesystem() -> None:
 
 def test_kernel_release_is_read_under_the_root(tmp_path: Path) -> None:
     """The running kernel's release comes from procfs under the root."""
-    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
-    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.1.0-57-amd64\n")
-    assert Layout(tmp_path).kernel_release() == "6.1.0-57-amd64"
+    layout = running_host(tmp_path, "6.1.0-57-amd64")
+    assert RunningHost.read(layout).release == "6.1.0-57-amd64"

@@ -59,6 +59,7 @@ from service.cli import main
 from service.cmd.host import Host
 from service.daemon.loop import Daemon
 from service.generations.store import Store
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.publish.labels import features_file
 from service.status.collect import collect
@@ -182,7 +183,7 @@ class HostModel(RuleBasedStateMachine):
 
     def running(self) -> str:
         """The running kernel's release."""
-        return self.layout.kernel_release()
+        return RunningHost.read(self.layout).need_release()
 
     def classify(self) -> None:
         """Note each drop intake refused (quarantined), once it has left incoming."""
@@ -446,7 +447,7 @@ class HostModel(RuleBasedStateMachine):
         nothing loaded: status grades the host failed, and once ``modstage boot`` ran in
         this boot the bundle is ``other_kernel`` (or pending again, after a drop or a verb)
         in state, status file and labels, never ``active``."""
-        running = self.layout.kernel_release()
+        running = RunningHost.read(self.layout).need_release()
         state = self.state()
         missing = [
             n

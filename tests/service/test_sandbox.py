@@ -28,6 +28,7 @@ from service.cmd.host import kernel_for
 from service.config import RebootConfig
 from service.host.modules import LinuxKernel
 from service.host.recording import RecordingKernel
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.request import CommandRebooter, KuredSentinel, rebooter
 from stager.drop import ModuleSpec, stage
@@ -60,7 +61,7 @@ def drop(host: Layout, modules: dict[str, Path], rsa_key: SigningKey, tmp_path: 
         host.incoming,
         bundle="nvidia",
         version="580.1",
-        kernel=host.kernel_release(),
+        kernel=RunningHost.read(host).need_release(),
         modules=[
             ModuleSpec(signed["ms_exporter"], ""),
             ModuleSpec(signed["ms_params"], "count=7 label=hi"),
@@ -86,7 +87,8 @@ def test_a_sandbox_root_gets_a_recording_kernel() -> None:
     """``/`` (however spelled) is the machine; any other root never reaches finit_module."""
     assert isinstance(kernel_for(Layout(Path("/tmp/x"))), RecordingKernel)
     assert isinstance(kernel_for(Layout(Path("/tmp/.."))), LinuxKernel)
-    assert not Layout().sandboxed() and Layout(Path("relative")).sandboxed()
+    assert not RunningHost.read(Layout()).sandboxed
+    assert RunningHost.read(Layout(Path("relative"))).sandboxed
 
 
 @pytest.mark.parametrize("backend", ["systemd", "command", "kexec"])
@@ -177,7 +179,9 @@ def test_boot_dry_run_skips_what_is_loaded_and_names_another_version(
     store = next(host.store.iterdir())
     module = store / "modules/ms_params.ko"
     src = verify_path(
-        module, trust=TrustStore.from_directory(host.trusted), kernel=host.kernel_release()
+        module,
+        trust=TrustStore.from_directory(host.trusted),
+        kernel=RunningHost.read(host).need_release(),
     ).srcversion
     assert src
     live = host.sys / "module/ms_params"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.verify.targetkernel.kernel import Target
 from stager.drop import ModuleSpec, stage
@@ -125,7 +126,7 @@ def test_the_sandbox_holds_the_docs_table(
     layout = Layout(root)
     trusted = layout.trusted / rsa_key.cert_pem.name
     assert trusted.read_bytes() == rsa_key.cert_pem.read_bytes() and not trusted.is_symlink()
-    assert layout.kernel_release() == kernel
+    assert RunningHost.read(layout).need_release() == kernel
     assert uuid.UUID(layout.boot_id.read_text().strip())
     assert (layout.sys / "devices/system/memory/auto_online_blocks").read_text() == "offline\n"
     assert (layout.sys / "module/firmware_class/parameters/path").read_text() == "\n"

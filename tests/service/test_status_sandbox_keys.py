@@ -9,6 +9,7 @@ from pathlib import Path
 
 from service.bundles.statefile import load
 from service.cli import main
+from service.host.running import RunningHost
 from service.layout import Layout
 from service.status.signer_rows import NO_KEYRINGS, signer_rows
 from tests.service.fakes import pending
@@ -20,7 +21,7 @@ def test_a_sandbox_searches_no_keyring_and_says_so_calmly(
     """A sandbox with a pending generation of a signed module: its signer row has no keyring
     and the sandbox note; plain status shows the note on the signer line, as no problem,
     and never "cannot search the kernel's keyrings"."""
-    assert host.sandboxed()
+    assert RunningHost.read(host).sandboxed
     pending(host, kernel, [(signed["ms_params"], "")], version="1.0")
     bundle = load(host.state).bundle("test")
     [row] = signer_rows(host, bundle)  # the default keyrings: a sandbox's

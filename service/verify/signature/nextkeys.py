@@ -187,10 +187,13 @@ def next_refusals(
     target: Target,
     signers: dict[str, str | None],
     trust: TrustStore | None = None,
+    *,
+    running: str,
 ) -> list[str]:
-    """Why kernel ``target``, installed and not running, will refuse the signers of a drop
-    (key id: subject) once booted, enforcing for ``why`` (:func:`next_enforcing`)."""
-    keys = NextKeys(target, layout.kernel_release(), layout.kernel_image(target.release))
+    """Why kernel ``target``, installed and not running (``running`` is), will refuse the
+    signers of a drop (key id: subject) once booted, enforcing for ``why``
+    (:func:`next_enforcing`)."""
+    keys = NextKeys(target, running, layout.kernel_image(target.release))
     reasons = []
     for key_id, signer in signers.items():
         reason = keys.refusal(why, key_id, signer, keyring.rings(key_id), trust)

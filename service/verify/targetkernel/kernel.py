@@ -189,9 +189,12 @@ class Target:
 
 
 def _running(layout: Layout) -> str | None:
+    """The running kernel's release under ``layout``, None when unreadable or empty: the
+    rule of :class:`service.host.running.RunningHost`, read here because the verify stack
+    does not import ``service.host`` (``modstage verify`` and intake name their target)."""
     try:
-        return layout.kernel_release()
-    except OSError:
+        return layout.os_release.read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
         return None
 
 
