@@ -54,7 +54,11 @@ def root_problem(root: Path, *, kernel_tree: bool = False) -> str | None:
 
 @dataclass(frozen=True)
 class Layout:
-    """The on-disk contract of modstage under ``root`` (``/`` on a real host)."""
+    """The on-disk contract of modstage under ``root`` (``/`` on a real host): every answer
+    is a path made from ``root`` alone; nothing here reads the filesystem (the running
+    host's facts are :class:`service.host.running.RunningHost`'s, which of a kernel's
+    places holds its files :func:`modules_dir`'s, :func:`kernel_image`'s and
+    :func:`kernel_config`'s)."""
 
     root: Path = Path("/")
 
@@ -203,7 +207,9 @@ class Layout:
         """``kernel.modules_disabled``: 1 once module loading is locked until the reboot."""
         return self.proc / "sys/kernel/modules_disabled"
 
-    # the target kernel's own files (read by service.verify.targetkernel.kernel). Two layouts exist
+    # the target kernel's own files (read by service.verify.targetkernel.kernel; which of
+    # the places holds them is found by modules_dir, kernel_image and kernel_config below,
+    # outside Layout, which names paths and reads nothing). Two layouts exist
     # on real hosts: /boot/vmlinuz-<release> and /boot/config-<release> beside
     # /lib/modules/<release> (Debian 12 and 13), or everything in /usr/lib/modules/<release>
     # (vmlinuz, config, System.map: Debian's 7.2 packages, Fedora, Arch); /boot is read first
@@ -213,7 +219,9 @@ class Layout:
         return self._under("/boot")
 
     def module_trees(self) -> tuple[Path, ...]:
-        """The directories holding one module tree per installed kernel release."""
+        """The directories holding one module tree per installed kernel release
+        (``/lib/modules``, then merged /usr's ``/usr/lib/modules``; :func:`modules_dir`
+        picks the one a release's tree is in)."""
         return (self._under("/lib/modules"), self._under("/usr/lib/modules"))
 
     @property
@@ -231,39 +239,12 @@ class Layout:
         """grub's environment block (``saved_entry``, the one-time ``next_entry``)."""
         return self.grub_dir / "grubenv"
 
-    def modules_dir(self, release: str) -> Path:
-        """A kernel release's module tree (in-tree modules, ``modules.builtin``):
-        ``/lib/modules/<release>``, else ``/usr/lib/modules/<release>`` where only that exists
-        (a root without the merged-/usr link)."""
-        legacy = self._under("/lib/modules") / release
-        merged = self._under("/usr/lib/modules") / release
-        return merged if not legacy.exists() and merged.exists() else legacy
-
     def firmware_dirs(self, release: str) -> tuple[Path, ...]:
         """The directories a kernel release's firmware loader searches after
         ``firmware_class.path``, in its order (``fw_path[]``,
         drivers/base/firmware_loader/main.c; the strings are in Debian's images)."""
         base = self._under("/lib/firmware")
         return (base / "updates" / release, base / "updates", base / release, base)
-
-    def kernel_image(self, release: str) -> Path:
-        """A kernel release's image, whose payload lists vmlinux's exports and CRCs:
-        ``/boot/vmlinuz-<release>``, else ``vmlinuz`` in its module tree."""
-        return self._kernel_file(f"vmlinuz-{release}", release, "vmlinuz")
-
-    def kernel_config(self, release: str) -> Path:
-        """A kernel release's build configuration, as distributions install it:
-        ``/boot/config-<release>``, else ``config`` in its module tree."""
-        return self._kernel_file(f"config-{release}", release, "config")
-
-    def _kernel_file(self, in_boot: str, release: str, in_modules: str) -> Path:
-        """The file in /boot if it is there, else the module tree's if that one is, else the
-        /boot path (which the caller's error names)."""
-        boot = self._under("/boot") / in_boot
-        if boot.exists():
-            return boot
-        beside = self.modules_dir(release) / in_modules
-        return beside if beside.exists() else boot
 
     def exports_cache(self, release: str) -> Path:
         """The parsed exports of a kernel release (see ``service.verify.targetkernel.exports``)."""
@@ -273,3 +254,33 @@ class Layout:
     def proc_config(self) -> Path:
         """The running kernel's configuration, where ``CONFIG_IKCONFIG_PROC`` is set."""
         return self.proc / "config.gz"
+
+
+def modules_dir(layout: Layout, release: str) -> Path:
+    """A kernel release's module tree (in-tree modules, ``modules.builtin``) under
+    ``layout``: ``/lib/modules/<release>``, else ``/usr/lib/modules/<release>`` where only
+    that exists (a root without the merged-/usr link)."""
+    legacy, merged = (tree / release for tree in layout.module_trees())
+    return merged if not legacy.exists() and merged.exists() else legacy
+
+
+def kernel_image(layout: Layout, release: str) -> Path:
+    """A kernel release's image, whose payload lists vmlinux's exports and CRCs:
+    ``/boot/vmlinuz-<release>``, else ``vmlinuz`` in its module tree."""
+    return _kernel_file(layout, f"vmlinuz-{release}", release, "vmlinuz")
+
+
+def kernel_config(layout: Layout, release: str) -> Path:
+    """A kernel release's build configuration, as distributions install it:
+    ``/boot/config-<release>``, else ``config`` in its module tree."""
+    return _kernel_file(layout, f"config-{release}", release, "config")
+
+
+def _kernel_file(layout: Layout, in_boot: str, release: str, in_modules: str) -> Path:
+    """The file in /boot if it is there, else the module tree's if that one is, else the
+    /boot path (which the caller's error names)."""
+    boot = layout.boot / in_boot
+    if boot.exists():
+        return boot
+    beside = modules_dir(layout, release) / in_modules
+    return beside if beside.exists() else boot

@@ -31,7 +31,7 @@ from service.host.pci import PciDevice
 from service.host.recording import Identify, RecordingKernel
 from service.host.running import RunningHost
 from service.host.sysfs import RecordingSysfs, Sysfs
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 
 if TYPE_CHECKING:
     from service.verify.signature.trust import TrustStore
@@ -64,7 +64,7 @@ def dry_run(
         layout.run / "firmware", sysfs, events, allow_foreign=config.allow_foreign_firmware_path
     )
     running = RunningHost.read(layout)
-    modules = layout.modules_dir(running.need_release())  # what modprobe would find
+    modules = modules_dir(layout, running.need_release())  # what modprobe would find
     kernel = RecordingKernel(layout.sys, calls=events, identify=identify, modules=modules)
     boot = Boot(
         layout,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from service.config import Config
 from service.host.running import RunningHost
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 
 if TYPE_CHECKING:  # imported when first used: the daemon never loads the verify stack
     from collections.abc import Callable
@@ -38,7 +38,7 @@ def kernel_for(layout: Layout, running: RunningHost | None = None) -> Kernel:
 
         # modprobe resolves through the target's module tree, as on a real node
         release = running.release
-        modules = layout.modules_dir(release) if release is not None else None
+        modules = modules_dir(layout, release) if release is not None else None
         return RecordingKernel(layout.sys, identify=identify, modules=modules, shows=True)
     from service.host.modules import LinuxKernel
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from service.errors import ServiceError, TrustError, UsageError
-from service.layout import Layout, root_problem
+from service.layout import Layout, kernel_config, kernel_image, modules_dir, root_problem
 
 HOST = Layout(Path("/"))
 
@@ -48,7 +48,7 @@ def _is_host(root: Path) -> bool:
 
 def _tree(release: str, host: Layout) -> tuple[list[Entry], list[str]]:
     """Links to the host's module tree, config and image of ``release``; the problems."""
-    modules = host.modules_dir(release)
+    modules = modules_dir(host, release)
     if not modules.is_dir():
         return [], [f"--kernel {release}: no module tree for it: {modules} does not exist"]
     entries, problems = [Entry(f"lib/modules/{release}")], []
@@ -57,8 +57,8 @@ def _tree(release: str, host: Layout) -> tuple[list[Entry], list[str]]:
         target = os.readlink(item) if item.is_symlink() else str(item)
         entries.append(Entry(f"lib/modules/{release}/{item.name}", target=target))
     for what, found in (
-        ("config", host.kernel_config(release)),
-        ("image", host.kernel_image(release)),
+        ("config", kernel_config(host, release)),
+        ("image", kernel_image(host, release)),
     ):
         if not found.is_file():
             problems.append(f"--kernel {release}: no kernel {what}: {found} does not exist")

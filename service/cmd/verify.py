@@ -28,7 +28,7 @@ from typing import TextIO
 
 from service.cmd.host import Host
 from service.errors import ServiceError, TargetFileError
-from service.layout import Layout
+from service.layout import Layout, kernel_image
 from service.verify.bundle import verify_paths
 from service.verify.signature.keyid import describe_key_id
 from service.verify.signature.trust import TrustStore
@@ -95,7 +95,7 @@ def kernel_keys(layout: Layout, release: str, trust: TrustStore) -> tuple[TrustS
     from service.verify.signature.trust import TrustedKey
     from service.verify.targetkernel.kimage import read_builtin_certificates
 
-    image = layout.kernel_image(release)
+    image = kernel_image(layout, release)
     try:
         certificates = read_builtin_certificates(image)
     except TargetFileError as exc:

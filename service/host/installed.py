@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.host.running import RunningHost
-from service.layout import Layout, is_release
+from service.layout import Layout, is_release, kernel_image, modules_dir
 
 MAX_ENTRIES = 4096  # names read from each of /boot and the module directories
 _IMAGE = "vmlinuz-"
@@ -122,7 +122,7 @@ def installed(layout: Layout) -> tuple[InstalledKernel, ...]:
         found |= set(_names(tree))
     kernels = []
     for release in sorted(r for r in found if is_release(r)):
-        image, modules = layout.kernel_image(release), layout.modules_dir(release)
+        image, modules = kernel_image(layout, release), modules_dir(layout, release)
         kernels.append(
             InstalledKernel(
                 release,

@@ -23,7 +23,7 @@ from service.host.running import RunningHost
 from service.intake.bundlerules import below_floor, name_problems, signer_problems, unlisted_params
 from service.intake.firmware_names import firmware_problems
 from service.intake.owners import Owners
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from service.verify.bundle import order_problems
 from service.verify.modfile.param_check import param_problems
 from service.verify.modfile.symtab import Export
@@ -56,7 +56,7 @@ def missing_tree(layout: Layout, release: str) -> tuple[str, str] | None:
     """Why a drop for kernel ``release`` cannot be judged yet (log event, reason), or None:
     the release's module tree (where its vermagic, built-ins and exports are read) is not
     on this host. A kernel not installed yet is no fault of the drop: it waits."""
-    tree = layout.modules_dir(release)
+    tree = modules_dir(layout, release)
     if tree.is_dir():
         return None
     reason = (
@@ -208,7 +208,7 @@ def _bundle_problems(
 def host_modules(layout: Layout, release: str) -> Callable[[str], str | None]:
     """Where kernel ``release``'s tree has its in-tree module of a name, as the host names it
     (``/lib/modules/<release>/kernel/lib/crc8.ko``), or None."""
-    tree = layout.modules_dir(release)
+    tree = modules_dir(layout, release)
     found = in_tree_modules(tree)
 
     def path(name: str) -> str | None:

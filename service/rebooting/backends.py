@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.layout import Layout
+from service.layout import Layout, kernel_image
 
 # ([reboot] command, layout, the release the next boot runs): the commands to run
 Commands = Callable[[tuple[str, ...], Layout, str], list[list[str]]]
@@ -49,7 +49,7 @@ def _kexec(_: tuple[str, ...], layout: Layout, release: str) -> list[list[str]]:
     again), then systemd's kexec."""
     boot = layout.root / "boot"
     initrd = f"--initrd={boot / f'initrd.img-{release}'}"
-    image = layout.kernel_image(release)  # /boot's, else the module tree's vmlinuz
+    image = kernel_image(layout, release)  # /boot's, else the module tree's vmlinuz
     load = ["kexec", "-s", "-l", str(image), initrd, "--reuse-cmdline"]
     return [load, ["systemctl", "kexec"]]
 
@@ -63,7 +63,7 @@ def _kexec_problem(layout: Layout, release: str) -> str | None:
         return None  # no lockdown LSM: kexec_file_load checks nothing more
     if "[none]" in mode or "[" not in mode:
         return None
-    image = layout.kernel_image(release)
+    image = kernel_image(layout, release)
     signed = authenticode_signed(image)
     if signed:
         return None

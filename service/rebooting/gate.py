@@ -28,7 +28,7 @@ from service.bundles.cover import next_kernel_cover
 from service.bundles.state import State
 from service.config import Config
 from service.host.nextboot import next_kernel
-from service.layout import Layout
+from service.layout import Layout, kernel_image
 from service.publish.arrivals import next_covers
 
 
@@ -109,7 +109,7 @@ def installed_at(layout: Layout, release: str, now: float) -> float:
     when the image cannot be read. A change time ahead of the clock is taken as it is, so
     the bound stays where it was set."""
     try:
-        return layout.kernel_image(release).stat().st_ctime
+        return kernel_image(layout, release).stat().st_ctime
     except OSError:
         return now
 

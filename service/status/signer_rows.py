@@ -23,7 +23,7 @@ from service.errors import TrustError
 from service.generations.store import Store
 from service.host.running import RunningHost
 from service.host.taint import UNSIGNED, kernel_taint, module_taint, unsigned_taint
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from service.status.report import SignerLine, SignerRow
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.keyid import (
@@ -285,7 +285,7 @@ def _in_tree(layout: Layout, release: str, trees: dict[str, dict[str, str]]) -> 
     """``release``'s in-tree modules by name (:func:`in_tree_modules`), read once per
     status into ``trees``; none when its module tree is not installed."""
     if release not in trees:
-        tree = layout.modules_dir(release)
+        tree = modules_dir(layout, release)
         trees[release] = in_tree_modules(tree) if tree.is_dir() else {}
     return trees[release]
 

@@ -16,6 +16,7 @@ from service.bundles.phase import Phase
 from service.bundles.state import Generation
 from service.bundles.statefile import load, save
 from service.config import BundlePolicy, Config
+from service.layout import modules_dir
 from stager.schema.manifest import MemoryPolicy
 from stager.schema.paths import MANIFEST_NAME
 from tests.hardening.hostile_case import Case, Ctx, F, M, Plant, sha
@@ -165,7 +166,7 @@ def _other_kernel(ctx: Ctx) -> list[str | re.Pattern[str]]:
     data["kernel"] = "6.12.0-1-amd64"
     ctx.rewrite(data)
     # that kernel's tree, bare: without one the drop waits (deferred), it is not judged
-    ctx.layout.modules_dir("6.12.0-1-amd64").mkdir(parents=True)
+    modules_dir(ctx.layout, "6.12.0-1-amd64").mkdir(parents=True)
     return [
         f"{ctx.d}/{M}: ENOEXEC (policy): vermagic is for kernel {ctx.kernel}, not 6.12.0-1-amd64; "
         "without the target's config it is not known whether the kernel has modversions (then "

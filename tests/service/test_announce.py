@@ -13,6 +13,7 @@ from service.bundles.phase import Phase
 from service.bundles.state import Generation, State
 from service.cli import main
 from service.config import Config
+from service.layout import kernel_image
 from service.publish.announce import HOST_FILE
 from service.publish.labels import features_file
 from service.publish.operator import mirror_status
@@ -30,7 +31,7 @@ def _node(root: Path, state: State, next_kernel: str | None = NEXT) -> Config:
     layout = host(root, state, text)
     layout.boot.mkdir(parents=True, exist_ok=True)
     for release in (KERNEL, NEXT):
-        layout.kernel_image(release).write_bytes(b"MZ")
+        kernel_image(layout, release).write_bytes(b"MZ")
     features_file(layout).parent.mkdir(parents=True)
     return Config.load(layout.config)
 

@@ -11,7 +11,7 @@ from service.cmd.configcheck import check
 from service.config import Config
 from service.errors import ConfigError, RebootError
 from service.host.running import RunningHost
-from service.layout import Layout
+from service.layout import Layout, kernel_image
 from service.rebooting.backends import BACKENDS, admin_reboots, authenticode_signed
 from service.rebooting.request import CommandRebooter, KuredSentinel, NoRebooter, rebooter
 
@@ -67,7 +67,7 @@ def test_only_a_backend_that_asks_nothing_leaves_the_reboot_to_an_admin() -> Non
 def _locked_down_host(host: Layout, image: bytes, mode: str) -> None:
     host.lockdown.parent.mkdir(parents=True, exist_ok=True)
     host.lockdown.write_text(mode + "\n")
-    path = host.kernel_image(RunningHost.read(host).need_release())
+    path = kernel_image(host, RunningHost.read(host).need_release())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(image)
 
@@ -131,25 +131,25 @@ def test_kexec_boots_the_kernel_the_next_boot_runs(host: Layout) -> None:
     kernel brings it back to the running one."""
     nxt = "6.12.0-next"
     (host.root / "boot").mkdir(exist_ok=True)
-    host.kernel_image(nxt).write_bytes(b"MZ")
+    kernel_image(host, nxt).write_bytes(b"MZ")
     chosen = rebooter(Config.from_dict({"reboot": {"backend": "kexec"}}).reboot, host)
     chosen.request("kernel update")
     [load, go] = [
         json.loads(line) for line in (host.run / "reboot-commands").read_text().splitlines()
     ]
-    assert load[:4] == ["kexec", "-s", "-l", str(host.kernel_image(nxt))]
+    assert load[:4] == ["kexec", "-s", "-l", str(kernel_image(host, nxt))]
     assert load[4] == f"--initrd={host.root / 'boot' / f'initrd.img-{nxt}'}" and go == [
         "systemctl",
         "kexec",
     ]
     (host.run / "reboot-commands").unlink()
     running = RunningHost.read(host).need_release()
-    host.kernel_image(running).parent.mkdir(parents=True, exist_ok=True)
-    if not host.kernel_image(running).exists():
-        host.kernel_image(running).write_bytes(b"MZ")
+    kernel_image(host, running).parent.mkdir(parents=True, exist_ok=True)
+    if not kernel_image(host, running).exists():
+        kernel_image(host, running).write_bytes(b"MZ")
     again = rebooter(Config.from_dict({"reboot": {"backend": "kexec"}}).reboot, host, running)
     again.request("same kernel")
     [load, _] = [
         json.loads(line) for line in (host.run / "reboot-commands").read_text().splitlines()
     ]
-    assert load[3] == str(host.kernel_image(running))
+    assert load[3] == str(kernel_image(host, running))

@@ -17,7 +17,7 @@ import pytest
 from service.config import BundlePolicy, Config
 from service.errors import ConfigError
 from service.intake.bundlerules import name_problems
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from stager.drop import ModuleSpec, stage
 from tests.service.fakes import make_intake
 
@@ -121,7 +121,7 @@ def _stage(host: Layout, kernel: str, module: Path, bundle: str = "demo") -> Pat
 def _listed(host: Layout, release: str, listing: str, line: str) -> None:
     """``line`` added to the tree of ``release``'s ``listing`` (``modules.dep``,
     ``modules.builtin``)."""
-    path = host.modules_dir(release) / listing
+    path = modules_dir(host, release) / listing
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(line + "\n")
@@ -190,8 +190,8 @@ def test_out_of_tree_modules_and_other_kernels_trees_do_not_count(
     """``ms_params`` under the target's ``updates/`` (modules.dep lists it, a file is
     there) and in another kernel's tree is not the target kernel's own: taken in."""
     _listed(host, kernel, "modules.dep", "updates/dkms/ms_params.ko:")
-    (host.modules_dir(kernel) / "updates/dkms").mkdir(parents=True)
-    (host.modules_dir(kernel) / "updates/dkms/ms_params.ko").write_bytes(b"")
+    (modules_dir(host, kernel) / "updates/dkms").mkdir(parents=True)
+    (modules_dir(host, kernel) / "updates/dkms/ms_params.ko").write_bytes(b"")
     _listed(host, "6.1.0-99-amd64", "modules.dep", "kernel/misc/ms_params.ko:")
     _listed(host, "6.1.0-99-amd64", "modules.builtin", "kernel/misc/ms_params.ko")
     _stage(host, kernel, signed["ms_params"])

@@ -21,7 +21,7 @@ from service.bundles.statefile import load, save
 from service.cli import main
 from service.generations.store import Store
 from service.host.nextboot import How, NextKernel
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.publish.announce import host_doc
 from stager.schema.manifest import Manifest, ModuleEntry
 from stager.schema.paths import MANIFEST_NAME
@@ -169,7 +169,7 @@ def test_rollback_takes_the_running_kernel_s_generation_and_says_which_boot_load
     capsys.readouterr()
     assert cli("rollback", *root, "demo")[0] == 1
     assert f"no earlier generation built for kernel {kernel}" in capsys.readouterr().err
-    host.modules_dir(OTHER).mkdir(parents=True)  # the old kernel is still installed
+    modules_dir(host, OTHER).mkdir(parents=True)  # the old kernel is still installed
     code, out = cli("rollback", *root, "demo", x1[:12])
     assert code == 0, out
     assert f"loads at the next boot into kernel {OTHER} (running {kernel})" in out, out
@@ -259,9 +259,9 @@ def _v2_active_and_the_next_kernel_s_pending(
     """``demo`` running v2 on ``kernel`` with v1 retained and the next kernel's build of v2
     (y) pending; the next kernel installed and named: (v1's id, v2, y, the next kernel)."""
     nxt = "6.99.1-next"
-    host.modules_dir(nxt).mkdir(parents=True)
-    host.kernel_image(nxt).parent.mkdir(parents=True, exist_ok=True)
-    host.kernel_image(nxt).write_bytes(b"MZ")
+    modules_dir(host, nxt).mkdir(parents=True)
+    kernel_image(host, nxt).parent.mkdir(parents=True, exist_ok=True)
+    kernel_image(host, nxt).write_bytes(b"MZ")
     host.config.write_text(f'[kernel]\nnext = "{nxt}"\n')
     v1 = pending(host, kernel, [(signed["ms_exporter"], "")], version="1", bundle="demo")
     b = load(host.state).bundle("demo")

@@ -14,7 +14,7 @@ from service.config import Config, KernelChoice, RebootConfig
 from service.daemon.clock import SystemClock
 from service.daemon.loop import Daemon
 from service.intake.scan import Intake
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.rebooting.gate import gate_for
 from service.rebooting.request import CommandRebooter
 from service.rebooting.window import Guard
@@ -30,9 +30,9 @@ NEXT = "6.12.0-next"
 def _install_next(host: Layout) -> float:
     """Kernel NEXT installed now (its image and module tree); the image's change time."""
     host.boot.mkdir(parents=True, exist_ok=True)
-    host.kernel_image(NEXT).write_bytes(b"MZ")
-    host.modules_dir(NEXT).mkdir(parents=True)
-    return host.kernel_image(NEXT).stat().st_ctime
+    kernel_image(host, NEXT).write_bytes(b"MZ")
+    modules_dir(host, NEXT).mkdir(parents=True)
+    return kernel_image(host, NEXT).stat().st_ctime
 
 
 def _active(host: Layout, module: Path, kernel: str) -> None:

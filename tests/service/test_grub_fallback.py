@@ -20,7 +20,7 @@ from service.cli import main
 from service.host.grub import Entry, Resolved, parse_env, resolve
 from service.host.installed import InstalledKernel
 from service.host.nextboot import GrubFiles, How, decide, next_kernel
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.publish.announce import host_doc
 from tests.service.test_reboot_required import KERNEL, active, ask, host
 
@@ -113,8 +113,8 @@ def _fallen_host(root: Path) -> Layout:
     layout = host(root, State({"nvidia": active()}))
     layout.boot.mkdir(parents=True, exist_ok=True)
     for release in (NEXT, KERNEL):
-        layout.kernel_image(release).write_bytes(b"MZ")
-        layout.modules_dir(release).mkdir(parents=True)
+        kernel_image(layout, release).write_bytes(b"MZ")
+        modules_dir(layout, release).mkdir(parents=True)
     layout.grub_cfg.parent.mkdir(parents=True, exist_ok=True)
     layout.grub_cfg.write_text(CFG)
     layout.grubenv.write_bytes(f"# GRUB Environment Block\nsaved_entry={REMOVED}\n".encode())

@@ -13,7 +13,7 @@ from service.bundles.phase import Phase
 from service.bundles.statefile import load
 from service.config import Config
 from service.intake.scan import Outcome
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKeyring, make_intake
@@ -149,7 +149,7 @@ def test_vermagic_for_another_kernel_is_rejected(
     vermagic is judged against that kernel and refused for the release: not deferred, as a
     drop for a kernel whose tree is missing is."""
     other = "6.12.0-1-amd64"
-    shutil.copytree(host.modules_dir(kernel), host.root / "lib/modules" / other)
+    shutil.copytree(modules_dir(host, kernel), host.root / "lib/modules" / other)
     config = (host.root / "boot" / f"config-{kernel}").read_text()
     unset = "CONFIG_MODVERSIONS=n\n"  # the last line of an option wins
     (host.root / "boot" / f"config-{other}").write_text(config + unset)
@@ -259,7 +259,7 @@ def test_without_any_export_list_the_config_decides_about_unknown_crcs(
     """With neither the target's image nor its build/Module.symvers (the exports cannot be
     read), a module importing symbols whose CRCs are unknown is refused as a named policy by
     default, and taken in when ``require_symbol_crcs = false`` accepts unchecked CRCs."""
-    assert not host.kernel_image(kernel).exists()
+    assert not kernel_image(host, kernel).exists()
     (host.root / "lib/modules" / kernel / "build/Module.symvers").unlink()
     _stage(host, [signed["ms_exporter"], signed["ms_consumer"]], kernel)
     [outcome] = make_intake(host, Config(require_symbol_crcs=require)).run()

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from service.bundles.phase import Phase
 from service.bundles.statefile import load
 from service.cli import main
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from service.status.collect import collect
 from stager.drop import ModuleSpec, stage
 from stager.schema.statusfile import StatusFile
@@ -170,7 +170,7 @@ def test_a_drop_for_a_kernel_not_installed_waits_until_its_tree_exists(
     drop is deferred (kept in incoming, exit 0), not rejected nor quarantined; its status
     names the missing tree and the host is not degraded by it; once the tree is installed
     the same drop is taken in."""
-    tree = host.modules_dir(kernel)
+    tree = modules_dir(host, kernel)
     shutil.rmtree(tree)
     drop = _drop(host, kernel, signed["ms_exporter"], "1")
     code, out = _cli(host, "intake")

@@ -26,7 +26,7 @@ from service.daemon.events import Event, Kind
 from service.daemon.kernelwatch import KernelWatcher, kernel_dirs
 from service.daemon.loop import Daemon
 from service.daemon.timers import Timers
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.publish.announce import HOST_FILE
 from service.publish.labels import features_file
 from service.rebooting.request import NoRebooter
@@ -55,16 +55,16 @@ def _node(root: Path) -> Layout:
     grub's directory and node-feature-discovery's ``features.d``, no grub.cfg (the next
     kernel is the newest installed one with an image)."""
     layout = host(root, State({"demo": active()}), "")
-    for directory in (layout.grub_dir, layout.modules_dir(KERNEL), layout.status):
+    for directory in (layout.grub_dir, modules_dir(layout, KERNEL), layout.status):
         directory.mkdir(parents=True)
-    layout.kernel_image(KERNEL).write_bytes(b"MZ")
+    kernel_image(layout, KERNEL).write_bytes(b"MZ")
     features_file(layout).parent.mkdir(parents=True)
     return layout
 
 
 def _install(layout: Layout, release: str) -> None:
     """``release`` unpacked as dpkg does: its tree, then its image renamed into place."""
-    (layout.modules_dir(release) / "kernel").mkdir(parents=True)
+    (modules_dir(layout, release) / "kernel").mkdir(parents=True)
     staged = layout.boot / f"vmlinuz-{release}.dpkg-new"
     staged.write_bytes(b"MZ")
     staged.rename(layout.boot / f"vmlinuz-{release}")
@@ -72,7 +72,7 @@ def _install(layout: Layout, release: str) -> None:
 
 def _remove(layout: Layout, release: str) -> None:
     (layout.boot / f"vmlinuz-{release}").unlink()
-    shutil.rmtree(layout.modules_dir(release))
+    shutil.rmtree(modules_dir(layout, release))
 
 
 def _run_hook(root: Path, kind: str, release: str = NEW) -> subprocess.CompletedProcess[str]:
@@ -127,14 +127,14 @@ def test_a_kernel_installed_or_removed_and_grubs_menu_rewritten_are_kernel_event
     seen = _events(events)
     assert {e.kind for e in seen} == {Kind.KERNEL}
     details = {e.detail for e in seen}
-    assert str(layout.modules_dir(NEW)) in details
+    assert str(modules_dir(layout, NEW)) in details
     assert str(layout.boot / f"vmlinuz-{NEW}") in details
     (layout.grub_dir / "grub.cfg.new").write_text("")
     (layout.grub_dir / "grub.cfg.new").rename(layout.grub_cfg)
     assert str(layout.grub_cfg) in {e.detail for e in _events(events)}
     _remove(layout, NEW)
     gone = {e.detail for e in _events(events) if e.kind is Kind.KERNEL}
-    assert {str(layout.modules_dir(NEW)), str(layout.boot / f"vmlinuz-{NEW}")} <= gone
+    assert {str(modules_dir(layout, NEW)), str(layout.boot / f"vmlinuz-{NEW}")} <= gone
 
 
 def test_files_inside_a_module_tree_and_reading_the_kernels_raise_nothing(
@@ -144,13 +144,13 @@ def test_files_inside_a_module_tree_and_reading_the_kernels_raise_nothing(
     there, and the daemon (or its intake child) reading an image, grub's files or a tree
     does not call for another refresh."""
     layout, events = watched
-    tree = layout.modules_dir(KERNEL)
+    tree = modules_dir(layout, KERNEL)
     (tree / "kernel/drivers").mkdir(parents=True)
     for i in range(50):
         (tree / "kernel/drivers" / f"m{i}.ko").write_bytes(b"\0" * 64)
     (tree / "modules.dep").write_text("")
     _events(events, quiet=0.3)  # modules.dep is in the tree: no event either way
-    layout.kernel_image(KERNEL).read_bytes()
+    kernel_image(layout, KERNEL).read_bytes()
     list(os.scandir(layout.boot))
     list(os.scandir(tree.parent))
     assert _events(events) == []
@@ -325,7 +325,7 @@ def test_a_burst_of_kernel_events_is_one_refresh_after_the_debounce(tmp_path: Pa
     _install(layout, NEW)
     timers = Timers.start(clock.mono, daemon.rescan_every, None)
     timers.dirty = None
-    burst = [Event(Kind.KERNEL, str(layout.modules_dir(NEW))), Event(Kind.KERNEL, "vmlinuz")]
+    burst = [Event(Kind.KERNEL, str(modules_dir(layout, NEW))), Event(Kind.KERNEL, "vmlinuz")]
     with capture_logs() as logs:
         daemon.step(burst, timers)
         clock.advance(daemon.kernel_debounce / 2)
@@ -336,7 +336,7 @@ def test_a_burst_of_kernel_events_is_one_refresh_after_the_debounce(tmp_path: Pa
         daemon.step([], timers)
     changed = [e for e in logs if e["event"] == "kernels.changed"]
     assert [e["paths"] for e in changed] == [
-        [str(layout.modules_dir(NEW)), "vmlinuz", str(layout.grub_cfg)]
+        [str(modules_dir(layout, NEW)), "vmlinuz", str(layout.grub_cfg)]
     ]
     assert _announced(layout)["next_kernel"] == NEW and timers.kernel is None
     assert _scans(daemon) == 1
@@ -369,8 +369,8 @@ def test_a_watch_that_cannot_be_placed_is_logged_and_the_rest_still_watch(
     with capture_logs() as logs:
         watcher.start()
     try:
-        (layout.modules_dir(NEW)).mkdir()
-        assert [e.detail for e in _events(events)] == [str(layout.modules_dir(NEW))]
+        (modules_dir(layout, NEW)).mkdir()
+        assert [e.detail for e in _events(events)] == [str(modules_dir(layout, NEW))]
     finally:
         watcher.stop()
     [unwatched] = [e for e in logs if e["event"] == "kernels.unwatched"]

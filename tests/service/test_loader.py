@@ -10,7 +10,7 @@ import pytest
 from service.bundles.phase import Phase
 from service.config import Config
 from service.host.modules import describe
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.verify.signature.trust import TrustStore
 from service.verify.verdict import verify_module
 from stager.drop import ModuleSpec, stage
@@ -21,9 +21,9 @@ def _unchecked(host: Layout, signed: dict[str, Path], kernel: str) -> str:
     """Take in ms_exporter and ms_consumer where none of the target's exports can be read
     (no image, no Module.symvers, no cache) under ``require_symbol_crcs = false``: their
     imports' CRCs are unchecked. Returns the pending generation."""
-    assert not host.kernel_image(kernel).exists()
+    assert not kernel_image(host, kernel).exists()
     assert not host.exports_cache(kernel).exists()
-    (host.modules_dir(kernel) / "build/Module.symvers").unlink()
+    (modules_dir(host, kernel) / "build/Module.symvers").unlink()
     mods = [signed["ms_exporter"], signed["ms_consumer"]]
     stage(host.incoming, bundle="test", version="1", kernel=kernel,
           modules=[ModuleSpec(p, "") for p in mods])  # fmt: skip
@@ -166,7 +166,7 @@ def test_a_module_missing_from_the_store_fails_its_generation_saying_so(
 def _consumer_alone(host: Layout, signed: dict[str, Path], kernel: str) -> str:
     """Take in ms_consumer alone (its imports come from ms_exporter, which the bundle does
     not carry) with the target's exports unknown and ``require_symbol_crcs = false``."""
-    (host.modules_dir(kernel) / "build/Module.symvers").unlink()
+    (modules_dir(host, kernel) / "build/Module.symvers").unlink()
     stage(host.incoming, bundle="test", version="1", kernel=kernel,
           modules=[ModuleSpec(signed["ms_consumer"], "")])  # fmt: skip
     [outcome] = make_intake(host, Config(require_symbol_crcs=False)).run()

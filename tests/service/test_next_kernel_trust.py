@@ -18,7 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtensionOID
 
-from service.layout import Layout
+from service.layout import Layout, kernel_config, kernel_image
 from service.verify.signature.keyring import signer_key_id
 from service.verify.targetkernel.rules import KernelRules
 from stager.drop import ModuleSpec, stage
@@ -57,7 +57,7 @@ def take(
 
 def configure(host: Layout, kernel: str, lines: str) -> None:
     """Later lines of the target's config win (Debian's real one is read first)."""
-    config = host.kernel_config(kernel)
+    config = kernel_config(host, kernel)
     config.write_text(config.read_text() + lines)
 
 
@@ -152,7 +152,7 @@ def test_the_next_kernels_own_image_decides_for_a_builtin_key(
     signed = sign(modules["ms_params"], builtin_key, tmp_path / "ms_params.ko")
     key_id = signer_key_id(signed)
     assert key_id is not None
-    image = host.kernel_image(kernel)
+    image = kernel_image(host, kernel)
     vmlinux = real.vmlinux().read_bytes()
     image.write_bytes(vmlinux)
     [reason] = take(host, kernel, signed, FakeKeyring(set(), builtin={key_id}))
@@ -185,7 +185,7 @@ def test_the_next_kernel_enforces_by_its_config_or_as_the_running_one(
     assert take(host, kernel, module, FakeKeyring(set(), builtin={str(key_id)})) == ()
     configure(host, kernel, "CONFIG_MODULE_SIG_FORCE=y\n")
     [reason] = take(host, kernel, module, FakeKeyring(set(), builtin={str(key_id)}), "2")
-    assert f"kernel {kernel} (CONFIG_MODULE_SIG_FORCE in {host.kernel_config(kernel)})" in reason
+    assert f"kernel {kernel} (CONFIG_MODULE_SIG_FORCE in {kernel_config(host, kernel)})" in reason
 
 
 def test_trusted_d_still_decides_first(

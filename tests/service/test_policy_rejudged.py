@@ -18,7 +18,7 @@ from pathlib import Path
 from service.bundles.phase import Phase
 from service.cli import main
 from service.config import BundlePolicy, Config
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, make_key
 from tests.service.fakes import FakeKernel, boot_with, make_intake
@@ -90,7 +90,7 @@ def test_an_in_tree_name_allowed_at_intake_is_refused_once_shadow_in_tree_no_lon
     """With ``ms_params`` in the running kernel's tree (``modules.dep``), a generation taken
     in under ``shadow_in_tree = ["ms_*"]`` loads while the config says so, and fails at a
     boot whose config no longer allows it, naming the in-tree module."""
-    with (host.modules_dir(kernel) / "modules.dep").open("a") as f:
+    with (modules_dir(host, kernel) / "modules.dep").open("a") as f:
         f.write("kernel/misc/ms_params.ko:\n")
     stage(host.incoming, bundle="test", version="1", kernel=kernel,
           modules=[ModuleSpec(signed["ms_params"], "")])  # fmt: skip

@@ -19,7 +19,7 @@ from service.bundles.records import RebootIntent
 from service.bundles.state import BundleState, Generation, State
 from service.bundles.statefile import save
 from service.cli import main
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.rebooting.gate import Gate, uncovered
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
 
@@ -308,8 +308,8 @@ def updated(root: Path, state: State, hold_max: int | None = None) -> Layout:
     )
     layout = host(root, state, config)
     layout.boot.mkdir(parents=True, exist_ok=True)
-    layout.kernel_image(NEXT).write_bytes(b"MZ")
-    layout.modules_dir(NEXT).mkdir(parents=True)
+    kernel_image(layout, NEXT).write_bytes(b"MZ")
+    modules_dir(layout, NEXT).mkdir(parents=True)
     layout.reboot_sentinel.parent.mkdir(parents=True, exist_ok=True)
     layout.reboot_sentinel.write_text("*** System restart required ***\n")
     return layout
@@ -356,7 +356,7 @@ def test_the_hold_ends_hold_max_after_the_kernel_was_installed(
     from unittest import mock
 
     layout = updated(tmp_path / "h", State({"nvidia": active()}), hold_max=1800)
-    image = layout.kernel_image(NEXT)
+    image = kernel_image(layout, NEXT)
     later = image.stat().st_ctime + 3600
     with mock.patch("time.time", return_value=later):
         code, out, _ = ask(layout.root, capsys)

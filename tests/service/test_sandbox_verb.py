@@ -17,7 +17,7 @@ import pytest
 
 from service.cli import main
 from service.host.running import RunningHost
-from service.layout import Layout
+from service.layout import Layout, kernel_config, kernel_image, modules_dir
 from service.verify.targetkernel.kernel import Target
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, sign
@@ -132,13 +132,13 @@ def test_the_sandbox_holds_the_docs_table(
     assert (layout.sys / "module/firmware_class/parameters/path").read_text() == "\n"
     assert list(layout.incoming.iterdir()) == []
     host = Layout(Path("/"))
-    tree = layout.modules_dir(kernel)
-    assert {p.name for p in tree.iterdir()} == {p.name for p in host.modules_dir(kernel).iterdir()}
+    tree = modules_dir(layout, kernel)
+    assert {p.name for p in tree.iterdir()} == {p.name for p in modules_dir(host, kernel).iterdir()}
     assert (tree / "modules.dep").read_bytes() == (
-        host.modules_dir(kernel) / "modules.dep"
+        modules_dir(host, kernel) / "modules.dep"
     ).read_bytes()
-    assert layout.kernel_config(kernel) == root / f"boot/config-{kernel}"
-    assert layout.kernel_image(kernel).resolve() == host.kernel_image(kernel).resolve()
+    assert kernel_config(layout, kernel) == root / f"boot/config-{kernel}"
+    assert kernel_image(layout, kernel).resolve() == kernel_image(host, kernel).resolve()
     target = Target.from_layout(layout, kernel)
     assert target.vermagic is not None and target.vermagic.startswith(kernel)
     assert target.config.known

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from service.cli import main
-from service.layout import Layout
+from service.layout import Layout, modules_dir
 from tests.service.fakes import pending
 
 
@@ -27,7 +27,7 @@ def test_a_module_named_like_an_in_tree_one_is_said_to_shadow_it(
     root = ["--root", str(host.root)]
     pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
     assert "shadows the in-tree" not in cli("status", *root)[1]
-    own = host.modules_dir(kernel) / "kernel/drivers/misc/ms_exporter.ko"
+    own = modules_dir(host, kernel) / "kernel/drivers/misc/ms_exporter.ko"
     own.parent.mkdir(parents=True)
     own.write_bytes(b"")
     _, text = cli("status", *root)

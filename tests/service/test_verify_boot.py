@@ -11,7 +11,7 @@ import pytest
 from service.boot.loader import Boot
 from service.bundles.phase import Phase
 from service.config import Config
-from service.layout import Layout
+from service.layout import Layout, kernel_config, modules_dir
 from service.verify.signature.trust import TrustStore
 from stager.drop import ModuleSpec, stage
 from tests.kmod import SigningKey, compress, sign
@@ -89,7 +89,7 @@ def test_a_kernel_that_decompresses_the_format_gets_the_stored_file(
     decompressor) gets an xz module as it is stored, with ``MODULE_INIT_COMPRESSED_FILE``,
     after modstage verified its decompressed image; a format that kernel cannot
     decompress is decompressed by modstage as on 6.1."""
-    config = host.kernel_config(kernel)
+    config = kernel_config(host, kernel)
     config.write_text(
         config.read_text() + "CONFIG_MODULE_DECOMPRESS=y\nCONFIG_MODULE_COMPRESS_XZ=y\n"
     )
@@ -160,7 +160,7 @@ def _disagreeing_symvers(host: Layout, kernel: str, module: Path) -> str:
     from service.verify.modfile.modinfo import read_versions
 
     symbol = next(n for n, _ in read_versions(module) if n != "module_layout")
-    symvers = host.modules_dir(kernel) / "build" / "Module.symvers"
+    symvers = modules_dir(host, kernel) / "build" / "Module.symvers"
     lines = symvers.read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.split("\t")[1:2] == [symbol])
     crc, rest = lines[at].split("\t", 1)

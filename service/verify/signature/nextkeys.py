@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from service.errors import TargetFileError, TrustError
-from service.layout import Layout
+from service.layout import Layout, kernel_image
 from service.verify.signature.asn1 import Asn1Error
 from service.verify.signature.keyring import Keyring, enforcing
 from service.verify.signature.trust import TrustedKey, TrustStore
@@ -193,7 +193,7 @@ def next_refusals(
     """Why kernel ``target``, installed and not running (``running`` is), will refuse the
     signers of a drop (key id: subject) once booted, enforcing for ``why``
     (:func:`next_enforcing`)."""
-    keys = NextKeys(target, running, layout.kernel_image(target.release))
+    keys = NextKeys(target, running, kernel_image(layout, target.release))
     reasons = []
     for key_id, signer in signers.items():
         reason = keys.refusal(why, key_id, signer, keyring.rings(key_id), trust)

@@ -3,7 +3,7 @@
 The kernel registers a module under its name once per boot; a drop's module loaded early
 by ``modstage boot`` under the name of one of the kernel's own modules takes that name, and
 modprobe of the kernel's module later finds it loaded. The target's module tree
-(``lib/modules/<release>``, as :meth:`service.layout.Layout.modules_dir` finds it) names
+(``lib/modules/<release>``, as :func:`service.layout.modules_dir` finds it) names
 its own modules in two places, both read: every ``*.ko*`` file under ``kernel/``, and each
 ``kernel/`` line of ``modules.dep``. That file also lists ``updates/``, ``extra/`` and
 other out-of-tree modules an admin or DKMS installed: those are not the kernel's own and

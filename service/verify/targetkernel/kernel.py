@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from service.verify.modfile.modinfo import ModInfo
 
 from service.errors import ModuleRejected
-from service.layout import Layout
+from service.layout import Layout, kernel_config, kernel_image, modules_dir
 from service.verify.modfile.symtab import Export
 from service.verify.targetkernel.exports import KernelExports, Sources
 from service.verify.targetkernel.kconfig import KernelConfig
@@ -58,12 +58,12 @@ class Target:
             raise ModuleRejected(
                 "EINVAL", f"no target release given and {layout.os_release} unreadable"
             )
-        modules = layout.modules_dir(release)
+        modules = modules_dir(layout, release)
         vermagic, source, probe = _vermagic(modules)
         probed = {} if probe is None else {
             name: Export(crc, False, "", source) for name, crc in probe.versions
         }  # fmt: skip
-        sources = Sources(layout.kernel_image(release), modules, layout.exports_cache(release))
+        sources = Sources(kernel_image(layout, release), modules, layout.exports_cache(release))
         return cls(
             release,
             vermagic,
@@ -221,7 +221,7 @@ def _vermagic(directory: Path) -> tuple[str | None, str, ModInfo | None]:
 
 
 def _config(layout: Layout, release: str, running: str | None) -> KernelConfig:
-    path = layout.kernel_config(release)
+    path = kernel_config(layout, release)
     try:
         return KernelConfig.parse(path.read_text(errors="replace"), str(path))
     except OSError:

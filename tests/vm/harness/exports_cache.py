@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from service.layout import Layout
+from service.layout import Layout, kernel_image, modules_dir
 from service.verify.targetkernel.exports import Sources, load
 from service.verify.targetkernel.exports_cache import CACHE_FORMAT
 
@@ -29,7 +29,7 @@ def _build(release: str, cache: Path) -> bool:
     """Build the cache from the kernel's files where modstage finds them under / (the image
     in /boot, or in the module tree for 7.2), so that the key is the one the guest makes."""
     layout = Layout(Path("/"))
-    sources = Sources(layout.kernel_image(release), layout.modules_dir(release), cache)
+    sources = Sources(kernel_image(layout, release), modules_dir(layout, release), cache)
     table, _note = load(sources)
     return table.complete and cache.is_file()
 
