@@ -20,6 +20,7 @@ from service.host.sysfs import Sysfs
 from service.layout import Layout
 from service.verify.modfile.modinfo import ModInfo, ReadAt
 from stager.schema.paths import normalize_module_name
+from tests.hosts import BOOT_ID, running_host
 from tests.kmod.target import install_target
 
 if TYPE_CHECKING:
@@ -269,9 +270,7 @@ def make_host(
     layout = Layout(root)
     layout.trusted.mkdir(parents=True)
     shutil.copy(cert, layout.trusted / cert.name)
-    (layout.proc / "sys/kernel/random").mkdir(parents=True)
-    layout.os_release.write_text(kernel + "\n")
-    layout.boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
+    running_host(layout, kernel, BOOT_ID)
     install_target(root, kernel, source=source)  # the target's vermagic and config
     layout.incoming.mkdir(parents=True)
     memory = layout.sys / "devices/system/memory"

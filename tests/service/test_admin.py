@@ -21,6 +21,7 @@ from service.layout import Layout
 from service.parser import build_parser
 from stager.schema.manifest import Manifest, ModuleEntry
 from stager.schema.paths import MANIFEST_NAME
+from tests.hosts import running_host
 from tests.kmod import SigningKey
 
 KERNEL = "6.1.0-test"
@@ -60,10 +61,7 @@ def failed_upgrade(layout: Layout) -> tuple[str, str, str]:
 @pytest.fixture
 def layout(tmp_path: Path) -> Layout:
     """A host tree with a running kernel."""
-    layout = Layout(tmp_path)
-    layout.os_release.parent.mkdir(parents=True)
-    layout.os_release.write_text(KERNEL + "\n")
-    return layout
+    return running_host(tmp_path, KERNEL, boot_id=None)
 
 
 def cli(layout: Layout, *argv: str) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from service.host.running import RunningHost
 from service.layout import Layout
 from service.rebooting.request import NoRebooter
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.service.fakes import make_intake
 
 NEXT_BOOT = "22222222-3333-4444-5555-666666666666\n"
@@ -41,7 +42,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def reboot(layout: Layout) -> None:
     """Play a reboot in the sandbox (docs/sandbox.md): a new boot id, no module loaded."""
-    layout.boot_id.write_text(NEXT_BOOT)
+    running_host(layout, KEEP, NEXT_BOOT)
     shutil.rmtree(layout.sys / "module/ms_params", ignore_errors=True)
 
 

@@ -12,6 +12,7 @@ from service.bundles.phase import Phase
 from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
+from tests.hosts import KEEP, running_host
 from tests.service.fakes import FakeKernel, boot_with, pending
 from tests.service.test_sequences import reboot
 
@@ -32,12 +33,12 @@ def a_failed_active_with_a_passed_over_pending(
     v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
     assert cli("boot", *root)[0] == 0
     reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
+    running_host(host, "6.99.0-other", KEEP)
     assert cli("boot", *root)[0] == 1
     v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
     assert cli("hold", *root, "demo")[0] == 0
     reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
+    running_host(host, kernel, KEEP)
     boot_with(host, FakeKernel(fail={"ms_exporter": errno.ENOKEY})).run()
     b = load(host.state).bundle("demo")
     assert (b.phase, b.active, b.loaded) == (Phase.FAILED, v1, ())

@@ -21,6 +21,7 @@ from service.cli import main
 from service.host.running import RunningHost
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.service.conftest import HostTree
 
 PREVIEW = "preview: "
@@ -130,7 +131,7 @@ def play_reboot(layout: Layout) -> None:
     go, and the boot id changes (docs/sandbox.md)."""
     for name in ("ms_exporter", "ms_params"):
         shutil.rmtree(layout.sys / "module" / name)
-    (layout.root / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
+    running_host(layout, KEEP, str(uuid.uuid4()))
 
 
 def test_a_corrupt_state_is_rebuilt_by_the_dry_run_as_by_the_boot(host: Layout) -> None:

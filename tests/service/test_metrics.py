@@ -14,6 +14,7 @@ from service.bundles.statefile import save
 from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import Family, families, render, write_metrics
+from tests.hosts import running_host
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64
@@ -21,9 +22,7 @@ OLD, NEW = "a" * 64, "b" * 64
 
 def fallback_host(tmp_path: Path) -> Layout:
     """A host where NEW failed at boot and OLD (two modules) is active again; a NEW2 is pending."""
-    layout = Layout(tmp_path)
-    layout.os_release.parent.mkdir(parents=True)
-    layout.os_release.write_text(KERNEL)
+    layout = running_host(tmp_path, KERNEL, boot_id=None)
     b = BundleState().with_generation(Generation(OLD, "1", KERNEL, added=1.0))
     b = b.move(Phase.PENDING, pending=OLD).move(Phase.LOADING)
     loaded = (
@@ -116,10 +115,7 @@ def test_label_values_are_escaped(tmp_path: Path) -> None:
 
 def test_empty_host_exports_health_but_no_bundles(tmp_path: Path) -> None:
     """With no state yet the host is healthy and no bundle series exist."""
-    layout = Layout(tmp_path)
-    layout.boot_id.parent.mkdir(parents=True)
-    layout.os_release.write_text("6.1.0-test\n")
-    layout.boot_id.write_text("boot-1\n")
+    layout = running_host(tmp_path, "6.1.0-test", "boot-1")
     got = samples(render(families(collect(layout))))
     assert got[("modstage_health", ())] == 0 and got[("modstage_state_readable", ())] == 1
     assert not [k for k in got if k[0].startswith("modstage_bundle_")]

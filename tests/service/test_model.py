@@ -66,6 +66,7 @@ from service.status.collect import collect
 from service.status.metrics import families
 from stager.drop import ModuleSpec, stage
 from stager.schema.statusfile import StatusFile
+from tests.hosts import running_host
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, make_host
 
@@ -315,10 +316,8 @@ class HostModel(RuleBasedStateMachine):
     def reboot(self, how: str, kernel: str, refused: str) -> None:
         """The node reboots: a new boot id, no module live, ``run/`` empty; then the boot."""
         layout = self.layout
-        layout.boot_id.write_text(f"{uuid.uuid4()}\n")
-        layout.os_release.write_text(
-            (self.kit.kernel if kernel == "built-for" else OTHER_KERNEL) + "\n"
-        )
+        release = self.kit.kernel if kernel == "built-for" else OTHER_KERNEL
+        running_host(layout, release, str(uuid.uuid4()))
         for live in (layout.sys / "module").iterdir():
             if live.name != "firmware_class":
                 shutil.rmtree(live)

@@ -22,6 +22,7 @@ from service.layout import Layout, kernel_config, kernel_image
 from service.verify.signature.keyring import signer_key_id
 from service.verify.targetkernel.rules import KernelRules
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey, make_key, sign
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKeyring, make_intake
@@ -34,9 +35,7 @@ RUNNING = "6.0.0-99-amd64"  # the running kernel: not the drop's
 @pytest.fixture
 def host(host_tree: HostTree) -> Layout:
     """An enforcing host running :data:`RUNNING`, with the test modules' kernel installed."""
-    layout = host_tree(enforcing=True)
-    layout.os_release.write_text(RUNNING + "\n")
-    return layout
+    return running_host(host_tree(enforcing=True), RUNNING, KEEP)
 
 
 @pytest.fixture
@@ -146,8 +145,7 @@ def test_the_next_kernels_own_image_decides_for_a_builtin_key(
     real = Kernel.find()
     if real.release != kernel:
         pytest.skip(f"the test modules' kernel {kernel} is not this machine's {real.release}")
-    host = host_tree(enforcing=True)
-    host.os_release.write_text(RUNNING + "\n")
+    host = running_host(host_tree(enforcing=True), RUNNING, KEEP)
     (host.trusted / "builtin.pem").write_bytes(builtin_key.cert_pem.read_bytes())
     signed = sign(modules["ms_params"], builtin_key, tmp_path / "ms_params.ko")
     key_id = signer_key_id(signed)
@@ -179,8 +177,7 @@ def test_the_next_kernel_enforces_by_its_config_or_as_the_running_one(
     """Without enforcement on the running kernel nor in the target's config, nothing is asked
     of the keyrings; ``CONFIG_MODULE_SIG_FORCE`` in the target's config makes it enforce,
     and the refusal says so."""
-    host = host_tree(enforcing=False)
-    host.os_release.write_text(RUNNING + "\n")
+    host = running_host(host_tree(enforcing=False), RUNNING, KEEP)
     key_id = signer_key_id(module)
     assert take(host, kernel, module, FakeKeyring(set(), builtin={str(key_id)})) == ()
     configure(host, kernel, "CONFIG_MODULE_SIG_FORCE=y\n")

@@ -22,6 +22,7 @@ from service.host import grub
 from service.host.installed import InstalledKernel, compare_versions, installed, newest
 from service.host.nextboot import GrubFiles, How, decide, next_kernel, read_grub
 from service.layout import Layout
+from tests.hosts import running_host
 from tests.strategies import debian_versions
 
 DATA = Path(__file__).parent / "data" / "grub"
@@ -371,8 +372,7 @@ def test_status_shows_the_next_kernel_how_and_the_installed_ones(tmp_path: Path)
     layout = sandbox(tmp_path, "bookworm/grub.cfg", "bookworm/grubenv", BOOKWORM)
     (tmp_path / "boot/vmlinuz-6.1.0-40-amd64").write_bytes(b"MZ")  # its modules removed
     layout.config.parent.mkdir(parents=True)
-    layout.os_release.parent.mkdir(parents=True)
-    layout.os_release.write_text(f"{BOOKWORM[1]}\n")
+    running_host(layout, BOOKWORM[1], boot_id=None)
     out = io.StringIO()
     main(["status", "--root", str(tmp_path)], out)
     assert (

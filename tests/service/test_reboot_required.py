@@ -22,6 +22,7 @@ from service.cli import main
 from service.layout import Layout, kernel_image, modules_dir
 from service.rebooting.gate import Gate, uncovered
 from service.status.required import NOT_REQUIRED, REQUIRED, UNKNOWN, decide, run
+from tests.hosts import running_host
 
 KERNEL = "6.1.0-test"
 BOOT = "boot-2"
@@ -44,10 +45,7 @@ def pending() -> BundleState:
 
 def host(root: Path, state: State | None = None, config: str | None = None) -> Layout:
     """A temporary host: kernel release, boot id, and optionally a state and a config."""
-    layout = Layout(root)
-    layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
-    layout.os_release.write_text(KERNEL + "\n")
-    layout.boot_id.write_text(BOOT + "\n")
+    layout = running_host(root, KERNEL, BOOT)
     if state is not None:
         save(layout.state, state)
     if config is not None:

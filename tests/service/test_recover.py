@@ -16,6 +16,7 @@ from service.bundles.statefile import LAST_GOOD, load, save
 from service.cli import main
 from service.config import Config
 from service.layout import Layout
+from tests.hosts import running_host
 from tests.service.fakes import FakeKernel
 from tests.service.fakes import boot_with as _boot
 from tests.service.fakes import pending as _pending
@@ -81,10 +82,7 @@ def test_boot_command_goes_on_with_an_invalid_config(tmp_path: Path) -> None:
     """``modstage boot`` with a broken config exits 0 (nothing to load) and says so on stderr;
     a metrics file it cannot remove is never printed to stdout. (Run as a process: boot
     configures logging for the whole process.)"""
-    layout = Layout(tmp_path)
-    layout.boot_id.parent.mkdir(parents=True)
-    layout.boot_id.write_text("b1\n")
-    layout.os_release.write_text("6.1.0-test\n")
+    layout = running_host(tmp_path, "6.1.0-test", "b1")
     layout.etc.mkdir(parents=True)
     layout.config.write_text("max_boot_attempt = 3\n")
     layout.trusted.mkdir()

@@ -20,6 +20,7 @@ from service.host.running import RunningHost
 from service.layout import Layout, kernel_config, kernel_image, modules_dir
 from service.verify.targetkernel.kernel import Target
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey, sign
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +155,7 @@ def test_a_sandbox_again_adds_only_what_it_lacks(
     argv = ["sandbox", str(root), "--kernel", kernel, "--trust", str(rsa_key.cert_pem)]
     assert cli(argv, capsys)[0] == 0
     layout = Layout(root)
-    layout.boot_id.write_text("kept\n")
+    running_host(layout, KEEP, "kept")
     layout.state.write_text("{}")
     shutil.rmtree(layout.incoming)
     code, out, _ = cli(argv, capsys)

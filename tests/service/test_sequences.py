@@ -19,6 +19,7 @@ from service.layout import Layout
 from service.status.collect import collect
 from service.status.metrics import families
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey
 from tests.service.fakes import FakeKernel, boot_with, make_host, make_intake, pending
 
@@ -371,7 +372,7 @@ def test_a_reboot_into_a_kernel_without_a_generation_is_a_missing_driver_everywh
     v1 = pending(host, kernel, [(signed["ms_exporter"], "")], bundle="demo")
     assert cli("boot", *root)[0] == 0
     reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
+    running_host(host, "6.99.0-other", KEEP)
     code, out = cli("boot", *root)
     assert code == 1, out
     assert f"demo: other_kernel (active {v1}, pending -)" in out
@@ -391,7 +392,7 @@ def test_a_reboot_into_a_kernel_without_a_generation_is_a_missing_driver_everywh
     samples = {f.name: f.samples for f in families(collect(host))}["modstage_bundle_phase"]
     assert [labels["phase"] for labels, value in samples if value == 1.0] == ["other_kernel"]
     reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
+    running_host(host, kernel, KEEP)
     code, out = cli("boot", *root)
     assert code == 0 and f"demo: active (active {v1}, pending -)" in out, out
     assert cli("status", *root)[0] == 0
@@ -409,11 +410,11 @@ def test_a_pending_generation_a_driver_less_boot_passed_over_still_has_its_reboo
     assert cli("boot", *root)[0] == 0
     v2 = pending(host, kernel, [(signed["ms_params"], "")], version="2", bundle="demo")
     reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
+    running_host(host, "6.99.0-other", KEEP)
     assert cli("boot", *root)[0] == 1
     assert cli("status", *root, "--reboot-required")[0] == 1  # v2 cannot load on this kernel
     reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
+    running_host(host, kernel, KEEP)
     b = load(host.state).bundle("demo")
     assert (b.phase, b.pending) == (Phase.OTHER_KERNEL, v2)
     code, out = cli("status", *root, "--reboot-required")

@@ -24,6 +24,7 @@ from service.status.report import SCHEMA, SignerRow
 from service.status.view import lines
 from stager.schema.record import dump
 from stager.schema.statusfile import StatusFile
+from tests.hosts import running_host
 
 KERNEL = "6.1.0-test"
 OLD, NEW = "a" * 64, "b" * 64
@@ -54,11 +55,7 @@ def failed_new(fallback: bool) -> BundleState:
 
 def host(tmp_path: Path, state: State) -> Layout:
     """A temporary host tree holding ``state``, a kernel release and a boot id."""
-    layout = Layout(tmp_path)
-    layout.os_release.parent.mkdir(parents=True, exist_ok=True)
-    layout.os_release.write_text(KERNEL + "\n")
-    layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
-    layout.boot_id.write_text("boot-2\n")
+    layout = running_host(tmp_path, KERNEL, "boot-2")
     save(layout.state, state)
     for b in state.bundles.values():
         for m in b.loaded:

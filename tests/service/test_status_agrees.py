@@ -15,12 +15,13 @@ from service.bundles.state import State
 from service.cli import main
 from service.layout import Layout
 from service.status.required import UNKNOWN
+from tests.hosts import KEEP, running_host
 from tests.service.test_reboot_required import host, pending
 
 CAUSES: list[tuple[str, Callable[[Layout], object]]] = [
-    ("no kernel release", lambda layout: layout.os_release.unlink()),
-    ("empty kernel release", lambda layout: layout.os_release.write_text("\n")),
-    ("no boot id", lambda layout: layout.boot_id.unlink()),
+    ("no kernel release", lambda layout: running_host(layout, None, KEEP)),
+    ("empty kernel release", lambda layout: running_host(layout, "", KEEP)),
+    ("no boot id", lambda layout: running_host(layout, KEEP, None)),
     ("corrupt state", lambda layout: layout.state.write_text("{not json")),
     (
         "invalid config",
@@ -85,8 +86,7 @@ def test_when_the_sentinel_can_tell_plain_status_does_not_say_unknown(
 def test_an_unreadable_kernel_release_is_a_degraded_host_problem(tmp_path: Path) -> None:
     """Without the running kernel's release the host is degraded (exit 1), and the problem
     names the file: nothing is checked against a kernel status cannot name."""
-    layout = host(tmp_path, State({"nvidia": pending()}))
-    layout.os_release.unlink()
+    layout = running_host(host(tmp_path, State({"nvidia": pending()})), None, KEEP)
     exit_code, raw = status(tmp_path, "--json")
     doc = json.loads(raw)
     assert (exit_code, doc["health"], doc["kernel"]) == (1, "degraded", None)

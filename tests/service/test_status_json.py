@@ -24,6 +24,7 @@ from service.publish.bundle_status import write_status
 from service.status.glance import write_heartbeat
 from service.status.unloads import write_unloads
 from stager.schema.record import dump
+from tests.hosts import KEEP, running_host
 from tests.service.test_metrics import KERNEL, fallback_host
 
 DOC = Path(__file__).resolve().parents[2] / "docs/status.md"
@@ -79,8 +80,7 @@ def full_host(tmp_path: Path) -> Layout:
     state = state.with_bundle("nvidia", replace(nvidia, loaded=(*nvidia.loaded, gpu)))
     state = state.with_bundle("ice", _upgrading_bundle())
     save(layout.state, state)
-    layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
-    layout.boot_id.write_text("boot-2\n")
+    running_host(layout, KEEP, "boot-2")
     write_unloads(layout.unloads, "boot-2", {"ice": time.time() - 60})
     device = layout.sys / "bus/pci/devices/0000:41:00.0"
     device.mkdir(parents=True)

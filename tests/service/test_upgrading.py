@@ -20,7 +20,6 @@ from service.bundles.state import BundleState, Generation, State
 from service.bundles.statefile import save
 from service.cli import main
 from service.config import Config
-from service.layout import Layout
 from service.rebooting.window import Window
 from service.status import survey
 from service.status.collect import collect
@@ -30,6 +29,7 @@ from service.status.report import Report
 from service.status.unloads import read_unloads, updated, write_unloads
 from service.status.upgrade import DRIVER_POD_READY, DROP_GRACE
 from service.status.view import lines
+from tests.hosts import running_host
 
 KERNEL = "6.1.0-test-amd64"
 BOOT = "boot-1"
@@ -52,11 +52,7 @@ class Node:
     """A node whose v1 went live at T0, with the operator's driver pod ready on it."""
 
     def __init__(self, root: Path, config: str = WINDOW, *, operator: bool = True) -> None:
-        self.layout = layout = Layout(root)
-        layout.os_release.parent.mkdir(parents=True)
-        layout.os_release.write_text(KERNEL + "\n")
-        layout.boot_id.parent.mkdir(parents=True, exist_ok=True)
-        layout.boot_id.write_text(BOOT + "\n")
+        self.layout = layout = running_host(root, KERNEL, BOOT)
         layout.config.parent.mkdir(parents=True, exist_ok=True)
         layout.config.write_text(config)
         loaded = tuple(ModuleLoad(m, f"S{m}") for m in MODULES)

@@ -12,6 +12,7 @@ import pytest
 from service.verify.signature.trust import TrustStore
 from service.verify.targetkernel.kernel import Target
 from service.verify.verdict import Verdict, verify_path
+from tests.hosts import running_host
 from tests.kmod import (
     SigningKey,
     append_signature,
@@ -349,9 +350,7 @@ def test_the_running_kernels_sys_module_names_built_in_code_only(tmp_path: Path)
         if loaded:
             (root / "sys/module" / name / "initstate").write_text("live\n")
     (root / "sys/module/compression").write_text("xz\n")  # 6.12's kset attribute, a file
-    (root / "proc/sys/kernel").mkdir(parents=True)
-    (root / "proc/sys/kernel/osrelease").write_text("6.12.117+deb13-amd64\n")
-    running = Target.from_layout(Layout(root))
+    running = Target.from_layout(running_host(root, "6.12.117+deb13-amd64", boot_id=None))
     assert running.builtin_sysfs == frozenset({"kfence", "block"})
     assert running.sysfs_names() == (
         frozenset({"kfence", "block"}),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey, install_target, sign
 
 
@@ -132,12 +133,11 @@ def test_defaults_come_from_the_root(
     root: Path, trusted: Path, signed_rsa: Path, kernel: str
 ) -> None:
     """Without --kernel/--trusted: the running release and /etc/modstage/trusted.d under --root."""
-    (root / "proc/sys/kernel").mkdir(parents=True)
-    (root / "proc/sys/kernel/osrelease").write_text(kernel + "\n")
+    running_host(root, kernel, boot_id=None)
     (root / "etc/modstage").mkdir(parents=True)
     trusted.rename(root / "etc/modstage/trusted.d")
     assert run("--root", str(root), str(signed_rsa))[0] == 0
-    (root / "proc/sys/kernel/osrelease").write_text("6.2.0-1-amd64\n")
+    running_host(root, "6.2.0-1-amd64", KEEP)
     code, out = run("--root", str(root), str(signed_rsa))
     assert code == 1 and "not 6.2.0-1-amd64" in out
 

@@ -9,6 +9,7 @@ import pytest
 
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey, sign
 from tests.service.conftest import HostTree
 from tests.service.fakes import FakeKeyring, make_intake
@@ -59,7 +60,7 @@ def test_a_blacklisted_hash_is_the_kernels_refusal_before_6_17_and_policy_after(
     digest = "ab" * 32
     said = []
     for release in (kernel, "7.2.13+deb14-amd64"):
-        host.os_release.write_text(release + "\n")
+        running_host(host, release, KEEP)
         manifest = Manifest("p", "1", release, (ModuleEntry("m.ko", ""),))
         verdict = Verdict("m.ko", True, key_id="aa", sha256=digest)
         keyring = FakeKeyring({"aa"}, blacklist={digest})
@@ -81,7 +82,7 @@ def test_the_hash_check_ends_exactly_at_6_17(host: Layout) -> None:
     digest = "cd" * 32
     said = {}
     for release in ("6.16.12-1-amd64", "6.17.0-1-amd64"):
-        host.os_release.write_text(release + "\n")
+        running_host(host, release, KEEP)
         manifest = Manifest("p", "1", release, (ModuleEntry("m.ko", ""),))
         verdict = Verdict("m.ko", True, key_id="aa", sha256=digest)
         keyring = FakeKeyring({"aa"}, blacklist={digest})

@@ -14,6 +14,7 @@ from service.bundles.statefile import load
 from service.cli import main
 from service.layout import Layout
 from stager.drop import ModuleSpec, stage
+from tests.hosts import KEEP, running_host
 from tests.kmod import SigningKey, sign
 from tests.service.fakes import FakeKernel, boot_with, pending
 from tests.service.test_sequences import reboot
@@ -43,10 +44,10 @@ def _failed_after_a_driver_less_boot(host: Layout, signed: dict[str, Path], kern
     assert cli("boot", *root)[0] == 0
     assert _wait(host, v1)[0] == 0  # live: the control
     reboot(host)
-    host.os_release.write_text("6.99.0-other\n")
+    running_host(host, "6.99.0-other", KEEP)
     assert cli("boot", *root)[0] == 1
     reboot(host)
-    host.os_release.write_text(f"{kernel}\n")
+    running_host(host, kernel, KEEP)
     state = boot_with(host, FakeKernel(fail={"ms_consumer": errno.ENOKEY}, sys=host.sys)).run()
     assert state.bundle("demo").phase is Phase.FAILED
     return v1

@@ -21,6 +21,7 @@ from stager.wait import (
     StatusReader,
     WaitUsage,
 )
+from tests.hosts import running_host
 from tests.stager.test_wait import GEN, KERNEL, OLD, active, loading, pending
 
 
@@ -89,9 +90,7 @@ def test_a_prefix_of_the_pending_generation_is_followed(tmp_path: Path) -> None:
 
 def test_a_generation_for_another_kernel_ends_with_exit_4(tmp_path: Path) -> None:
     """Pending for kernel X while Y runs: 'waiting for kernel X (running Y)', exit 4."""
-    layout = Layout(tmp_path)
-    layout.os_release.parent.mkdir(parents=True)
-    layout.os_release.write_text(KERNEL + "\n")
+    layout = running_host(tmp_path, KERNEL, boot_id=None)
     b = pending()
     b = b.with_generation(Generation(GEN, "2", "6.2.0-next", added=2.0))
     assert b.phase is Phase.PENDING

@@ -13,6 +13,7 @@ from service.layout import Layout
 from service.publish.bundle_status import write_status
 from stager.schema.statusfile import GenerationInfo, StatusFile, StatusFileError
 from stager.wait import judge
+from tests.hosts import running_host
 from tests.stager.test_wait import GEN, KERNEL, OLD, Awaited, failed, pending
 
 # Written by the writer before the shared type (``**extra`` in service/publish/bundle_status.py).
@@ -63,10 +64,7 @@ REBOOT = {"at": 1.5, "backend": "kured", "boot_id": "b", "bundles": ["nvidia"], 
 
 def host(tmp_path: Path) -> Layout:
     """A layout whose running kernel is KERNEL."""
-    layout = Layout(tmp_path)
-    layout.os_release.parent.mkdir(parents=True, exist_ok=True)
-    layout.os_release.write_text(KERNEL + "\n")
-    return layout
+    return running_host(tmp_path, KERNEL, boot_id=None)
 
 
 @pytest.mark.parametrize("text", [OLD_REJECTED, OLD_PENDING])
