@@ -49,6 +49,7 @@ class DryRun:
     events: tuple[Event, ...]
     state: State
     failed: tuple[str, ...] = field(default=())  # bundles that would end failed
+    release: str = ""  # the running kernel it was decided for
 
 
 def dry_run(
@@ -56,14 +57,16 @@ def dry_run(
     config: Config,
     trust: TrustStore | Callable[[], TrustStore],
     identify: Identify,
+    running: RunningHost | None = None,
 ) -> DryRun:
-    """Run the boot on ``layout`` with every effect recorded; nothing is written."""
+    """Run the boot on ``layout`` with every effect recorded; nothing is written.
+    ``running``: the host's facts as the command read them (None: read here)."""
     events: list[Event] = []
     sysfs = RecordingSysfs(layout.sys, events)
     firmware = RecordingFirmwareView(
         layout.run / "firmware", sysfs, events, allow_foreign=config.allow_foreign_firmware_path
     )
-    running = RunningHost.read(layout)
+    running = running if running is not None else RunningHost.read(layout)
     modules = modules_dir(layout, running.need_release())  # what modprobe would find
     kernel = RecordingKernel(layout.sys, calls=events, identify=identify, modules=modules)
     boot = Boot(
@@ -78,7 +81,7 @@ def dry_run(
     )
     state = boot.run()
     failed = tuple(n for n, b in sorted(state.bundles.items()) if b.phase is Phase.FAILED)
-    return DryRun(tuple(events), state, failed)
+    return DryRun(tuple(events), state, failed, running.need_release())
 
 
 def render(run: DryRun, layout: Layout, out: TextIO) -> None:
@@ -91,7 +94,7 @@ def plan(run: DryRun, layout: Layout) -> Iterator[str]:
     """The recorded boot as an admin reads it: each step under the bundle it belongs to,
     then the boot's own last lines (:func:`~service.boot.loader.summary`), each followed
     by the present devices the bundle's modules match."""
-    release = RunningHost.read(layout).need_release()
+    release = run.release
     yield f"nothing is loaded, written or rebooted (kernel {release})"
     if not run.state.bundles:
         yield "no bundles"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from service.bundles.phase import Phase
 from service.cmd.host import Host
+from service.host.running import RunningHost
 from service.layout import Layout
 
 if TYPE_CHECKING:
@@ -28,12 +29,13 @@ if TYPE_CHECKING:
     from service.bundles.state import State
 
 
-def host_for(layout: Layout) -> Host:
+def host_for(layout: Layout, running: RunningHost | None = None) -> Host:
     """The host a boot and its dry run decide with: ``config.toml`` salvaged (a typo must
-    never load less), each problem logged once as ``config.invalid``."""
+    never load less), each problem logged once as ``config.invalid``; ``running``: the
+    host's facts as the command read them (None: read when first needed)."""
     from service.boot.loader import log
 
-    host = Host(layout, salvage=True)
+    host = Host(layout, salvage=True, running=running)
     if host.config_problems:
         log.error("config.invalid", path=str(layout.config), problems=list(host.config_problems))
     return host
@@ -46,8 +48,9 @@ def exit_code(state: State) -> int:
     return 1 if any(b.phase in missing for b in state.bundles.values()) else 0
 
 
-def dry_run(layout: Layout, out: TextIO) -> int:
-    """Print what the next boot would do, each line a preview; exit as the boot would."""
+def dry_run(layout: Layout, out: TextIO, running: RunningHost | None = None) -> int:
+    """Print what the next boot would do, each line a preview; exit as the boot would.
+    ``running``: the host's facts as the command read them (None: read here)."""
     from dataclasses import replace
 
     from service.boot.dryrun import dry_run as run_dry
@@ -56,8 +59,8 @@ def dry_run(layout: Layout, out: TextIO) -> int:
     from service.logs import preview
 
     with preview():
-        host = host_for(layout)
-        done = run_dry(layout, host.config, lambda: host.trust, identify)
+        host = host_for(layout, running)
+        done = run_dry(layout, host.config, lambda: host.trust, identify, host.running)
         retired: list[tuple[str, ...]] = []
         retire_metrics(layout, recorded=retired)
         done = replace(done, events=(*done.events, *retired))
@@ -69,15 +72,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Load every bundle; exit 1 if any bundle ended failed or has no generation for the
     running kernel."""
     layout = Layout(args.root)
+    running = RunningHost.read(layout)  # once: the boot id, the kernel, sandbox or not
     if getattr(args, "dry_run", False):
-        return dry_run(layout, out)
+        return dry_run(layout, out, running)
     from service.boot.loader import Boot, summary
 
-    if not once_per_boot(layout, out, force=getattr(args, "force_live_load", False)):
+    force = getattr(args, "force_live_load", False)
+    if not once_per_boot(layout, out, force=force, running=running):
         return 0
-    host = host_for(layout)
+    host = host_for(layout, running)
     kernel = host.kernel
-    boot = Boot(layout, host.config, lambda: host.trust, kernel)
+    boot = Boot(layout, host.config, lambda: host.trust, kernel, running=running)
     state = boot.run()  # the certificates read if a module is verified
     for call in getattr(kernel, "calls", ()):
         print(f"sandbox {layout.root}: not called: {' '.join(filter(None, call))}", file=out)
@@ -104,7 +109,9 @@ def lock_modules(layout: Layout) -> str:
     return "modules: locked until the next reboot (kernel.modules_disabled = 1, lock_modules)"
 
 
-def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:
+def once_per_boot(
+    layout: Layout, out: TextIO, *, force: bool, running: RunningHost | None = None
+) -> bool:
     """Whether this run may act: close this boot's window and say True, or, if it was
     closed already and ``force`` is not given, say why nothing is done and return False.
     The check and the record are made under the state lock (a daemon closing the window
@@ -118,7 +125,8 @@ def once_per_boot(layout: Layout, out: TextIO, *, force: bool) -> bool:
     from service.boot import once
     from service.bundles.statefile import locked
 
-    boot_id = once.current(layout)
+    running = running if running is not None else RunningHost.read(layout)
+    boot_id = running.need_boot_id()
     with locked(layout.var):
         before = once.closed(layout, boot_id)
         if before is None or force:

@@ -72,9 +72,11 @@ class Host:
         trusted: Path | None = None,
         salvage: bool = False,
         strict_trust: bool = False,
+        running: RunningHost | None = None,
     ) -> None:
         self.layout, self.given_kernel, self.trusted = layout, kernel, trusted
         self.salvage, self.strict_trust = salvage, strict_trust
+        self.given_running = running
 
     @cached_property
     def _config(self) -> tuple[Config, tuple[str, ...]]:
@@ -109,8 +111,10 @@ class Host:
 
     @cached_property
     def running(self) -> RunningHost:
-        """The running host's facts, read once (:class:`~service.host.running.RunningHost`)."""
-        return RunningHost.read(self.layout)
+        """The running host's facts as the command read them, else read here, once
+        (:class:`~service.host.running.RunningHost`)."""
+        given = self.given_running
+        return given if given is not None else RunningHost.read(self.layout)
 
     @cached_property
     def keyring(self) -> Keyring:
