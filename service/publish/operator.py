@@ -145,7 +145,8 @@ def mirror_status(layout: Layout, config: Config, state: State | None = None) ->
     if not config.publish.status_dirs:
         return
     try:
-        docs = {p.stem: _enriched(p, state, layout) for p in bundle_status_files(layout.status)}
+        running = RunningHost.read(layout).release  # once for every copy
+        docs = {p.stem: _enriched(p, state, running) for p in bundle_status_files(layout.status)}
     except (OSError, ValueError) as exc:
         log.error("status.mirror_failed", error=str(exc))
         return
@@ -167,15 +168,14 @@ def bundle_status_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.json") if BUNDLE_RE.match(p.stem))
 
 
-def _enriched(path: Path, state: State, layout: Layout) -> StatusFile:
+def _enriched(path: Path, state: State, running: str | None) -> StatusFile:
     doc = StatusFile.from_json(path.read_bytes(), path)
     b = state.bundles.get(path.stem)
     gens = b.generations.values() if b else ()
-    running = RunningHost.read(layout).release or doc.running_kernel
     return replace(
         doc,
         generations={g.id: GenerationInfo(g.version, g.kernel, g.failed) for g in gens},
-        running_kernel=running,
+        running_kernel=running or doc.running_kernel,
     )
 
 

@@ -143,6 +143,25 @@ def test_drop_in_the_pod_directory_is_taken_with_its_digest(
     assert mirrored["running_kernel"] == kernel
 
 
+def test_a_status_copy_names_the_kernel_running_now(
+    host: Layout, signed: dict[str, Path], kernel: str
+) -> None:
+    """A bundle's status file written in an earlier boot keeps the kernel it was written
+    under; its copy for the pod, mirrored after a reboot into another kernel, names the
+    kernel that runs now (and every copy names the same one)."""
+    from service.publish.operator import mirror_status
+    from tests.hosts import KEEP, running_host
+
+    _drop(host, signed, kernel, "1")
+    [outcome] = make_intake(host, OPERATOR).run()
+    assert outcome.accepted, outcome.reasons
+    running_host(host, "6.99.0-after", KEEP)
+    mirror_status(host, OPERATOR)
+    own = json.loads((host.status / "nvidia.json").read_text())
+    mirrored = json.loads((host.host(POD_STATUS) / "nvidia.json").read_text())
+    assert (own["running_kernel"], mirrored["running_kernel"]) == (kernel, "6.99.0-after")
+
+
 def test_a_directory_not_configured_is_not_read(
     host: Layout, signed: dict[str, Path], kernel: str
 ) -> None:
