@@ -323,25 +323,37 @@ class Intake:
         new one is judged, by the host's config and certificates of now: a policy tightened
         since the generation was taken in refuses it here, before it is pending again."""
         with per_drop(self.config.limits.max_decompressed_bytes):
-            reasons = verify_copy(
-                self.store.path(manifest.digest),
-                manifest,
-                layout=self.layout,
-                config=self.config,
-                trust=self.trust,
-                keyring=self.keyring,
-                shown=drop,
-                before=self._exported_before(state, manifest),
-                owners=owners_of(state, self.store, manifest.bundle),
-            )
+            reasons = self._verify(self.store.path(manifest.digest), manifest, drop, state)
         if reasons:
             raise Rejected(reasons)
+
+    def _verify(
+        self,
+        copy: Path,
+        manifest: Manifest,
+        drop: Path,
+        state: State,
+        names: dict[str, str] | None = None,
+    ) -> list[str]:
+        """:func:`~service.intake.admit.verify_copy` of the drop's files at ``copy``, with
+        the host's config and certificates, the bundles it loads after and the owners of
+        every other bundle's names; ``names`` gets the names its modules register."""
+        return verify_copy(
+            copy,
+            manifest,
+            layout=self.layout,
+            config=self.config,
+            trust=self.trust,
+            keyring=self.keyring,
+            shown=drop,
+            before=self._exported_before(state, manifest),
+            owners=owners_of(state, self.store, manifest.bundle),
+            names=names,
+        )
 
     def _build(self, drop: Path, manifest: Manifest, started: float, state: State) -> None:
         """Copy the drop into the store, verify the copies, publish them under their id with
         the names its modules register (:func:`~service.intake.owners.record_names`)."""
-        before = self._exported_before(state, manifest)
-        owners = owners_of(state, self.store, manifest.bundle)
         names: dict[str, str] = {}
         deadline = started + self.config.limits.max_seconds
 
@@ -364,18 +376,7 @@ class Intake:
             tick()
             # images of compressed modules are spilled beside the copies, never in memory
             with per_drop(self.config.limits.max_decompressed_bytes, spill=tmp):
-                reasons = verify_copy(
-                    tmp,
-                    manifest,
-                    layout=self.layout,
-                    config=self.config,
-                    trust=self.trust,
-                    keyring=self.keyring,
-                    shown=drop,
-                    before=before,
-                    owners=owners,
-                    names=names,
-                )
+                reasons = self._verify(tmp, manifest, drop, state, names)
             if reasons:
                 raise Rejected(reasons)
             record_names(tmp, names)
